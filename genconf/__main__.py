@@ -1,0 +1,3 @@
+from genconf.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Subcommand implementations (the imperative shell around the pure planner)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from genconf import catalog
+from genconf.errors import GenconfError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Subcommands beyond plan/models/hardware register here as they are built."""
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    handler = {"plan": cmd_plan, "models": cmd_models, "hardware": cmd_hardware}.get(args.command)
+    if handler is None:
+        handler = getattr(args, "handler", None)
+    if handler is None:
+        raise GenconfError(f"unknown command {args.command!r}")
+    return handler(args)
+
+
+# --- plan -----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """Everything one planning run produced."""
+
+    model: object
+    alias: str | None
+    cluster: object
+    num_gpus: int
+    best: object
+    result: object
+    run: dict
+
+
+def pins_from_args(args: argparse.Namespace):
+    from genconf.search import Pins
+
+    return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, mbs=args.mbs,
+                gbs=args.global_batch, seq_length=args.seq_len, zero_stage=args.zero, recompute=args.recompute,
+                precision=args.precision, layer_spec=args.layer_spec, offload=args.offload or None,
+                pp_first_stage_layers=args.first_stage_layers, pp_last_stage_layers=args.last_stage_layers,
+                tp_comm_overlap=args.tp_comm_overlap)
+
+
+def plan_from_args(args: argparse.Namespace) -> Planned:
+    """Resolve the model and cluster, search (or evaluate the pinned plan) and build the run dict."""
+    from genconf import report, rules
+    from genconf.counting import chinchilla_tokens
+    from genconf.search import plan_or_explain
+
+    model, alias = catalog.resolve_model(args.model)
+    cluster = catalog.resolve_cluster(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
+    num_gpus = args.gpus or cluster.total_gpus
+    if num_gpus is None:
+        raise GenconfError(f"cluster {cluster.name} has no default size: give --gpus")
+    whole = rules.whole_nodes_error(num_gpus, cluster.gpus_per_node)
+    if whole:
+        raise GenconfError(whole)
+    if args.tp and args.tp > cluster.nvlink_domain:
+        raise GenconfError(f"--tp {args.tp} is larger than a node: tensor parallelism must stay inside the "
+                           f"{cluster.nvlink_domain}-GPU NVLink domain of {cluster.name}")
+    seq = args.seq_len or model.seq_length
+    if args.cp and seq % (2 * args.cp):
+        raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
+    pins = pins_from_args(args)
+    cal = catalog.calibration_for(cluster.gpu.name)
+    result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
+    best = result.best
+    tokens = args.tokens or float(chinchilla_tokens(model))
+    run = report.run_dict(model, alias, cluster, num_gpus, best, result, tokens)
+    run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
+    return Planned(model, alias, cluster, num_gpus, best, result, run)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from genconf import report
+    from genconf.cli import print_json
+
+    planned = plan_from_args(args)
+    if args.json:
+        out = dict(planned.run)
+        if args.explain:
+            out["explain"] = {"considered": planned.result.considered, "rejected": planned.result.rejected,
+                              "nearest_misses": [{"layout": report.describe(ev.plan), "reason": str(ev.errors[0])}
+                                                 for ev in planned.result.nearest_misses]}
+        print_json(out)
+    else:
+        print(report.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
+                                 top=args.top))
+    return 0
+
+
+# --- catalogs -------------------------------------------------------------------------------------
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from genconf.cli import print_json
+    from genconf.counting import exact_param_count, human_count
+
+    models = catalog.list_models()
+    aliases = catalog.model_aliases()
+    by_model = {}
+    for alias, name in aliases.items():
+        by_model.setdefault(name, []).append(alias)
+    if args.json:
+        print_json([dict(dataclasses.asdict(m), params=exact_param_count(m), aliases=by_model.get(m.name, []))
+                    for m in models])
+        return 0
+    print(f"{'name':<18}{'params':>10}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'ffn':>8}{'vocab':>8}{'seq':>8}  "
+          f"{'arch':<28}aliases")
+    for m in sorted(models, key=exact_param_count):
+        arch = f"{m.activation}/{m.normalization}/{m.position_embedding}" + (f"/moe{m.num_experts}x{m.moe_top_k}" if m.is_moe else "")
+        print(f"{m.name:<18}{human_count(exact_param_count(m)):>10}{m.num_layers:>8}{m.hidden_size:>8}"
+              f"{m.num_attention_heads:>7}{m.num_query_groups:>5}{m.ffn_hidden_size:>8}{m.vocab_size:>8}{m.seq_length:>8}  "
+              f"{arch:<28}{', '.join(by_model.get(m.name, []))}")
+    return 0
+
+
+def cmd_hardware(args: argparse.Namespace) -> int:
+    from genconf.cli import print_json
+
+    gpus, clusters = catalog.list_gpus(), catalog.list_clusters()
+    if args.json:
+        print_json({"gpus": [dataclasses.asdict(g) for g in gpus],
+                    "clusters": [{"name": c.name, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node,
+                                  "nvlink_domain_gpus": c.nvlink_domain, "ib_gbit_per_s_per_gpu": c.ib_gbit_per_s_per_gpu,
+                                  "total_gpus": c.total_gpus, "description": c.description} for c in clusters],
+                    "default_cluster": catalog.default_cluster_name()})
+        return 0
+    print("GPUs (dense peak TFLOP/s)")
+    print(f"  {'name':<16}{'fp32':>7}{'tf32':>7}{'bf16':>8}{'fp8':>8}{'fp4':>8}{'HBM GiB':>9}{'TB/s':>6}{'NVLink GB/s':>12}  node sizes")
+    for g in gpus:
+        def fmt(v):
+            return f"{v:g}" if v else "-"
+        print(f"  {g.name:<16}{fmt(g.peak_fp32_tflops):>7}{fmt(g.peak_tf32_tflops):>7}{fmt(g.peak_bf16_tflops):>8}"
+              f"{fmt(g.peak_fp8_tflops):>8}{fmt(g.peak_fp4_tflops):>8}{g.hbm_gib:>9g}{g.hbm_tbyte_per_s:>6g}"
+              f"{g.nvlink_gbyte_per_s:>12g}  {'/'.join(map(str, g.node_sizes))}")
+    print("\nclusters" + f" (default: {catalog.default_cluster_name()})")
+    for c in clusters:
+        size = f"{c.total_gpus} GPUs" if c.total_gpus else "any size"
+        print(f"  {c.name:<18}{c.gpu.name:<16}{c.gpus_per_node}/node  NVLink domain {c.nvlink_domain:<3} "
+              f"IB {c.ib_gbit_per_s_per_gpu:g} Gb/s/GPU  {size}")
+    return 0

@@ -1,0 +1,406 @@
+"""Per-GPU memory, per pipeline stage: model states, activations and stated allowances. Bytes throughout.
+
+Model states follow each framework's own accounting (Megatron's distributed-optimizer table,
+DeepSpeed's ZeRO estimators, PyTorch FSDP/DDP). Activations are built term by term from what each
+implementation saves for backward (Korthikanti et al. 2022, Table 2, generalised to GQA, SwiGLU,
+MoE, context parallelism, FP8, and to the two layer specs: Transformer Engine (`te`) and
+megatron-core's unfused local spec (`local`)).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from genconf.counting import (
+    ParamTensor, embedding_tensors, final_norm_tensors, layer_tensors, output_tensors, padded_vocab_size,
+)
+from genconf.pipeline import inflight_chunks, stage_layers
+from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan
+
+GIB = 2**30
+
+CUDA_CONTEXT_BYTES = int(0.75 * GIB)
+"""CUDA context plus cuBLAS/cuDNN handles and workspaces on Hopper (about 500-800 MiB measured)."""
+NCCL_BYTES_PER_GROUP = int(0.25 * GIB)
+"""NCCL channel buffers for each communicator a rank is in (NCCL_BUFFSIZE 4 MiB x channels x peers)."""
+FRAGMENTATION_FRACTION = 0.10
+"""PyTorch caching-allocator fragmentation on top of activations and transient buffers."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """What one GPU of one pipeline stage holds at its peak, in bytes."""
+
+    stage: int
+    layers: int
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    other: tuple[tuple[str, int], ...]
+    """Everything else, named: allowances, transient buffers, gathered ZeRO-3 params, ..."""
+
+    @property
+    def other_bytes(self) -> int:
+        return sum(b for _, b in self.other)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    stages: tuple[StageMemory, ...]
+    capacity_bytes: int
+
+    @property
+    def peak(self) -> StageMemory:
+        return max(self.stages, key=lambda s: s.total_bytes)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak.total_bytes <= self.capacity_bytes
+
+
+# --- parameters on one rank -----------------------------------------------------------------------
+
+def vocab_rows(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Embedding rows on the GPU: Megatron pads to 128 x TP; DeepSpeed/FSDP models keep the checkpoint's."""
+    if plan.framework == "megatron":
+        return padded_vocab_size(model.vocab_size, plan.tp)
+    return model.vocab_size
+
+
+def stage_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tuple[ParamTensor, int], ...]:
+    """(tensor, how many copies) held by one rank of pipeline stage `stage`."""
+    rows = vocab_rows(model, plan)
+    layers = stage_layers(model.num_layers, plan)[stage]
+    held: list[tuple[ParamTensor, int]] = [(t, layers) for t in layer_tensors(model)]
+    first, last = stage == 0, stage == plan.pp - 1
+    if first:
+        held += [(t, 1) for t in embedding_tensors(model, rows)]
+    if last:
+        held += [(t, 1) for t in final_norm_tensors(model)]
+        held += [(t, 1) for t in output_tensors(model, rows)]
+        if model.tie_embeddings and not first:
+            # Megatron keeps a copy of the tied word embedding on the last stage, synced by all-reduce.
+            held += [(t, 1) for t in embedding_tensors(model, rows) if "word_embeddings" in t.name]
+    return tuple(held)
+
+
+@dataclass(frozen=True, slots=True)
+class RankParams:
+    dense: int
+    """Parameters sharded (under ZeRO/distributed optimizer) over dp*cp."""
+    expert: int
+    """Routed-expert parameters, sharded over the expert-data-parallel group dp*cp/ep."""
+    gemm: int
+    """Matmul weights among them (FP8 keeps casts of these)."""
+    largest_module: int
+    """The largest single module's parameters (DeepSpeed ZeRO-3 gathers one module at a time)."""
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.expert
+
+
+def rank_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> RankParams:
+    dense = expert = gemm = 0
+    modules: dict[str, int] = {}
+    for tensor, copies in stage_tensors(model, plan, stage):
+        numel = tensor.numel_per_rank(plan.tp, plan.ep)
+        if tensor.expert:
+            expert += numel * copies
+        else:
+            dense += numel * copies
+        if tensor.gemm_weight:
+            gemm += numel * copies
+        module = tensor.name.rsplit(".", 1)[0]
+        modules[module] = modules.get(module, 0) + numel
+    return RankParams(dense, expert, gemm, max(modules.values(), default=0))
+
+
+# --- model states ---------------------------------------------------------------------------------
+
+def deepspeed_zero_buckets(hidden_size: int) -> dict[str, int]:
+    """DeepSpeed bucket sizes (elements) sized from the hidden size, as HF's 'auto' values:
+    reduce_bucket_size = h^2, stage3_prefetch_bucket_size = 0.9 h^2, stage3_param_persistence_threshold = 10 h
+    (transformers.integrations.deepspeed, HfTrainerDeepSpeedConfig.trainer_config_finalize)."""
+    h2 = hidden_size * hidden_size
+    return {
+        "reduce_bucket_size": h2,
+        "allgather_bucket_size": h2,
+        "stage3_prefetch_bucket_size": int(0.9 * h2),
+        "stage3_param_persistence_threshold": 10 * hidden_size,
+        "stage3_max_live_parameters": max(10**9 // 10, 4 * h2),
+        "stage3_max_reuse_distance": max(10**9 // 10, 4 * h2),
+    }
+
+
+def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams) -> tuple[int, int, int, list[tuple[str, int]]]:
+    """(params, grads, optimizer, other) bytes for one rank holding `rp`."""
+    shard = plan.shard_size
+    expert_shard = max(1, plan.dp * plan.cp // plan.ep)
+    other: list[tuple[str, int]] = []
+
+    def sharded(per_param: float, on: bool) -> int:
+        if not on:
+            return int(per_param * rp.total)
+        return int(per_param * rp.dense / shard + per_param * rp.expert / expert_shard)
+
+    if plan.framework == "megatron":
+        # Megatron-LM docs, distributed optimizer table: bf16 params + fp32 grads = 18 bytes, or 6 + 12/d;
+        # fp16 params + fp16 grads = 20 bytes (fp32 main params, fp32 grad copy, Adam), or 4 + 16/d.
+        grad_bytes = 2 if plan.precision == "fp16" else 4
+        opt_bytes = 16 if plan.precision == "fp16" else 12
+        params, grads = 2 * rp.total, grad_bytes * rp.total
+        optimizer = sharded(opt_bytes, plan.distributed_optimizer)
+        if plan.precision == "fp8":
+            other.append(("fp8 weight casts (TE, weight + transpose)", 2 * rp.gemm))
+    elif plan.framework == "deepspeed":
+        # DeepSpeed estimate_zero2/3_model_states_mem_needs: 2 bytes 16-bit params + 18 bytes per parameter
+        # (2 grads16, 4 grads32, 4 params32, 8 Adam) of which ZeRO shards the stage's part over dp.
+        stage = plan.zero_stage
+        params = sharded(2, stage >= 3)
+        grads = sharded(2, stage >= 2)
+        optimizer = sharded(16, stage >= 1)
+        if plan.offload_optimizer:
+            # Gradient partitions stream to host memory as they are reduced (estimator: 2P on the GPU).
+            optimizer = grads = 0
+        if plan.offload_params and stage >= 3:
+            params = 0
+        if stage >= 3:
+            # Estimator: 4 x largest layer for the gathered 16-bit params and grads of one module,
+            # plus the prefetch bucket our ds_config sets.
+            buckets = deepspeed_zero_buckets(model.hidden_size)
+            other.append(("ZeRO-3 gathered module (4 x largest layer)", 4 * rp.largest_module))
+            other.append(("ZeRO-3 prefetch bucket", 2 * buckets["stage3_prefetch_bucket_size"]))
+        elif stage >= 1:
+            buckets = deepspeed_zero_buckets(model.hidden_size)
+            other.append(("ZeRO reduce + all-gather buckets", 2 * (buckets["reduce_bucket_size"] + buckets["allgather_bucket_size"])))
+    else:  # fsdp, OLMo-style mixed precision: FP32 parameters, BF16 compute
+        stage = plan.zero_stage
+        params = sharded(4, stage >= 3)
+        grads = sharded(4, stage >= 2)
+        optimizer = sharded(8, stage >= 2)
+        unit = rank_params_block(model, plan)
+        root = rp.total - model.num_layers * unit
+        if stage == 0:
+            # OLMo's DDP: torch DDP keeps a flat gradient bucket copy (gradient_as_bucket_view=False),
+            # and autocast keeps BF16 casts of the weights alive for backward.
+            other.append(("DDP gradient buckets (fp32)", 4 * rp.total))
+            other.append(("autocast bf16 weight casts", 2 * rp.total))
+        elif stage == 2:
+            other.append(("SHARD_GRAD_OP unsharded bf16 params", 2 * rp.total))
+        else:
+            # by_block wrapping: root unit (embedding, output) + current and prefetched block, in bf16,
+            # and one block's unsharded gradient (bf16, cast to fp32 for the reduce-scatter).
+            other.append(("FSDP gathered units (bf16, root + 2 blocks)", 2 * (root + 2 * unit)))
+            other.append(("FSDP unsharded block gradient", 6 * unit))
+    return params, grads, optimizer, other
+
+
+def rank_params_block(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Parameters of one transformer block on one rank."""
+    return sum(t.numel_per_rank(plan.tp, plan.ep) for t in layer_tensors(model))
+
+
+# --- activations ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Dims:
+    n: int      # tokens in one micro-batch on one rank, before TP sharding: mbs * seq / cp
+    s: int      # keys each query attends to (the whole sequence)
+    h: int
+    q: int      # query width a*d
+    kv: int     # key/value width g*d
+    f: int      # MLP width (one branch)
+    branches: int  # 2 for SwiGLU
+    heads: int
+    t: int      # TP divisor of TP-sharded tensors
+    r: int      # divisor of replicated-region tensors: t under sequence parallelism, else 1
+    e: int      # activation bytes (bf16/fp16)
+    g: int      # GEMM-input bytes (1 under FP8 with TE)
+    moe_k: int  # routed experts per token (1 for dense)
+
+
+def _dims(model: ModelSpec, plan: ParallelPlan) -> _Dims:
+    sp = plan.sequence_parallel and plan.tp > 1
+    fp8 = plan.precision == "fp8" and plan.layer_spec == "te"
+    f = model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size
+    return _Dims(n=plan.mbs * plan.seq_length // plan.cp, s=plan.seq_length, h=model.hidden_size,
+                 q=model.query_width, kv=model.kv_width, f=f, branches=2 if model.gated else 1,
+                 heads=model.num_attention_heads, t=plan.tp, r=plan.tp if sp else 1, e=2, g=1 if fp8 else 2,
+                 moe_k=model.moe_top_k if model.is_moe else 1)
+
+
+def _norm_terms(model: ModelSpec, d: _Dims, label: str) -> list[tuple[str, float]]:
+    """A norm saves its input (e bytes) and fp32 statistics (mean+rstd for LayerNorm, rstd for RMSNorm)."""
+    stats = 8 if model.normalization in ("layernorm", "nonparametric") else 4
+    return [(f"{label} input", d.e * d.n * d.h / d.r), (f"{label} statistics (fp32)", stats * d.n / d.r)]
+
+
+def _mlp_terms(model: ModelSpec, d: _Dims, spec: str) -> list[tuple[str, float]]:
+    k, n = d.moe_k, d.n
+    terms = [("fc1 input", d.g * n * d.h / d.r)]
+    if spec == "local" and model.gated:
+        # Unfused SwiGLU: fc1 output (both branches, saved by silu and mul through chunk views),
+        # silu output, and the product that fc2 saves.
+        terms += [("fc1 output (2 branches)", d.e * k * n * 2 * d.f / d.t),
+                  ("silu output", d.e * k * n * d.f / d.t),
+                  ("fc2 input (swiglu product)", d.e * k * n * d.f / d.t)]
+    else:
+        terms += [("activation input (fc1 output)", d.e * k * n * d.branches * d.f / d.t),
+                  ("fc2 input (activation output)", (d.g if spec == "te" else d.e) * k * n * d.f / d.t)]
+    if model.is_moe:
+        terms += [("router probabilities (fp32)", 4 * n * model.num_experts / d.r),
+                  ("dispatched tokens", d.e * k * n * d.h / d.r)]
+    return terms
+
+
+def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None) -> list[tuple[str, float]]:
+    """Bytes one transformer layer saves for backward, per micro-batch, on one GPU, named term by term.
+
+    `te`: Transformer Engine fused LayerNorm+Linear and flash attention: no s^2 tensor; q, k, v, the
+    output and the fp32 log-sum-exp are kept; GQA keeps k and v at their own width.
+    `local`: megatron-core's unfused local spec (what runs on a CPU): the attention scores are kept,
+    softmax in fp32 plus a bf16 copy (7 a s^2 b bytes with attention dropout instead of
+    Korthikanti's 5), K and V are expanded to every head before the matmuls, and RoPE copies q and k.
+    Dropout masks are 1 byte per element, as the CUDA kernels keep them.
+    """
+    recompute = plan.recompute if recompute is None else recompute
+    d = _dims(model, plan)
+    n, t, r, e = d.n, d.t, d.r, d.e
+    if recompute == "full":
+        return [("layer input (full recompute)", e * n * d.h / r)]
+    spec = plan.layer_spec
+    hidden_mask = [("dropout mask", 1.0 * n * d.h / r)] if model.hidden_dropout > 0 else []
+    terms: list[tuple[str, float]] = _norm_terms(model, d, "input norm")
+    terms.append(("qkv input", d.g * n * d.h / r))
+    if model.qk_layernorm:
+        terms += [("q/k norm inputs", e * n * (d.q + d.kv) / t)]
+    if spec == "te":
+        terms += [("flash attention q", e * n * d.q / t), ("flash attention k, v", e * n * 2 * d.kv / t),
+                  ("flash attention output", e * n * d.q / t),
+                  ("softmax log-sum-exp (fp32)", 4.0 * n * d.heads / t)]
+        if d.g == 1:
+            terms.append(("proj input (fp8 cast)", 1.0 * n * d.q / t))
+    else:
+        gqa = d.kv < d.q
+        rope = model.position_embedding == "rope"
+        if rope:
+            terms.append(("q after rope", e * n * d.q / t))
+            if recompute == "selective":
+                terms.append(("k after rope", e * n * d.kv / t))
+        if recompute == "selective" or not gqa:
+            # v (and q, k without rope) are views of the qkv output, which stays alive.
+            terms.append(("qkv output (kept alive by views)", e * n * (d.q + 2 * d.kv) / t
+                          - (e * n * d.q / t if rope else 0)))
+        if recompute != "selective":
+            if gqa:
+                terms.append(("k, v expanded to every head", e * n * 2 * d.q / t))
+            s2 = d.heads * n * d.s / t  # attention-score elements per micro-batch on this rank
+            terms.append(("softmax output (fp32)", 4.0 * s2))
+            if model.attention_dropout > 0:
+                terms += [("attention dropout mask", 1.0 * s2), ("attention probs after dropout", e * s2)]
+            else:
+                terms.append(("attention probs (bf16 copy)", e * s2))
+        terms.append(("proj input (attention context)", e * n * d.q / t))
+    terms += hidden_mask
+    terms += _norm_terms(model, d, "pre-mlp norm")
+    terms += _mlp_terms(model, d, spec)
+    terms += hidden_mask
+    return terms
+
+
+def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None) -> float:
+    return sum(b for _, b in layer_activation_terms(model, plan, recompute=recompute))
+
+
+def korthikanti_layer_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Korthikanti et al. 2022, Table 2, per layer: sbh(34/t + 5as/(ht)) with SP, sbh(10 + 24/t + 5as/(ht))
+    without; selective drops the 5as/h term; full recompute keeps 2sbh."""
+    s, b, h, a, t = plan.seq_length, plan.mbs, model.hidden_size, model.num_attention_heads, plan.tp
+    sbh = s * b * h
+    if plan.recompute == "full":
+        return 2.0 * sbh / (t if plan.sequence_parallel else 1)
+    attn = 0.0 if plan.recompute == "selective" else 5.0 * a * s / (h * t)
+    if plan.sequence_parallel:
+        return sbh * (34.0 / t + attn)
+    return sbh * (10.0 + 24.0 / t + attn)
+
+
+# --- a whole stage --------------------------------------------------------------------------------
+
+def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks: int) -> tuple[float, list[tuple[str, float]]]:
+    """Activations (saved) and transient buffers of the embedding and the loss held by this stage."""
+    d = _dims(model, plan)
+    rows = vocab_rows(model, plan)
+    saved = 0.0
+    transient: list[tuple[str, float]] = []
+    if stage == 0 and model.hidden_dropout > 0:
+        saved += first_chunks * 1.0 * d.n * d.h / d.r  # embedding dropout mask
+    if stage == plan.pp - 1:
+        # One micro-batch at a time reaches the loss: final norm, output-layer input, fp32 softmax of the
+        # vocab-parallel cross entropy (megatron tensor_parallel.vocab_parallel_cross_entropy).
+        saved += sum(b for _, b in _norm_terms(model, d, "final norm"))
+        saved += d.e * d.n * d.h / d.r + 4.0 * d.n * rows / d.t
+        transient.append(("bf16 logits before the fp32 loss", d.e * d.n * rows / d.t))
+    if plan.pp > 1:
+        transient.append(("pipeline send/recv buffers", 4.0 * d.e * d.n * d.h / d.r))
+    if plan.recompute == "full":
+        transient.append(("recomputed layer during backward", layer_activation_bytes(model, plan, recompute="none")))
+    return saved, transient
+
+
+def _communicator_groups(plan: ParallelPlan) -> int:
+    return sum(1 for size in (plan.tp, plan.pp, plan.cp, plan.dp, plan.ep) if size > 1)
+
+
+def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemory:
+    layers = stage_layers(model.num_layers, plan)[stage]
+    rp = rank_params(model, plan, stage)
+    params, grads, optimizer, other = _model_states(model, plan, rp)
+    chunks = inflight_chunks(plan, stage)
+    # Each in-flight chunk holds layers/vp layers; Korthikanti 2022 eq. 5 for the first stage.
+    per_layer = layer_activation_bytes(model, plan)
+    activations = per_layer * layers * chunks / plan.vp
+    first_chunks = min(plan.num_microbatches, plan.pp) if plan.pp > 1 else 1
+    saved, transient = _stage_extras(model, plan, stage, first_chunks)
+    activations += saved
+    transient_bytes = sum(b for _, b in transient)
+    other = list(other) + [(name, int(b)) for name, b in transient]
+    other.append(("CUDA context and library workspaces", CUDA_CONTEXT_BYTES))
+    groups = _communicator_groups(plan)
+    if groups:
+        other.append((f"NCCL buffers ({groups} communicators)", groups * NCCL_BYTES_PER_GROUP))
+    other.append((f"allocator fragmentation ({FRAGMENTATION_FRACTION:.0%} of activations)",
+                  int(FRAGMENTATION_FRACTION * (activations + transient_bytes))))
+    return StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
+                       optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(other))
+
+
+def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> MemoryEstimate:
+    """Memory of every pipeline stage (stages 0, last and the middle one when pp is large)."""
+    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i) for i in _stages_to_check(plan.pp)),
+                          capacity_bytes=int(cluster.gpu.hbm_gib * GIB))
+
+
+@functools.lru_cache(maxsize=64)
+def _stages_to_check(pp: int) -> tuple[int, ...]:
+    """Stage 0 (most micro-batches in flight, embedding), the last (loss) and, with 3+ stages, stage 1."""
+    return tuple(sorted({0, min(1, pp - 1), pp - 1}))
+
+
+def model_state_bytes_per_param(plan: ParallelPlan) -> float:
+    """Bytes of params+grads+optimizer per parameter on one GPU with no sharding (seed: 14P for bf16 weights
+    + fp32 Adam 'just loading weights'; Megatron 18; DeepSpeed 20; FSDP/DDP fp32 16)."""
+    return {"megatron": 20.0 if plan.precision == "fp16" else 18.0, "deepspeed": 20.0, "fsdp": 16.0}[plan.framework]
+
+
+def seed_model_bytes(params: int) -> int:
+    """The seed's 'just loading weights' estimate: 2 bytes bf16 params + 3 x 4 bytes fp32 optimizer = 14P
+    (000_c341372fa13853c8.txt, 'Required Memory Estimation')."""
+    return 14 * params

@@ -1,0 +1,231 @@
+"""A planned run as a JSON-able dict (what `--json` prints and `plan.json` holds), and as text for people.
+
+The dict carries the whole model spec, the cluster and the plan, so `genconf render plan.json` can
+rebuild every artifact without the catalog.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from genconf import __version__
+from genconf.cost import StepCost, training_time_s
+from genconf.counting import chinchilla_tokens, exact_param_count, human_count, workshop_param_count
+from genconf.errors import GenconfError
+from genconf.memory import GIB, MemoryEstimate, StageMemory
+from genconf.pipeline import inflight_chunks, stage_layers
+from genconf.search import Evaluation, SearchResult, describe
+from genconf.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
+
+SCHEMA_VERSION = 1
+
+
+def _gib(n: float) -> float:
+    return round(n / GIB, 3)
+
+
+def memory_dict(est: MemoryEstimate) -> dict:
+    peak = est.peak
+    return {
+        "params_gib": _gib(peak.params_bytes), "grads_gib": _gib(peak.grads_bytes),
+        "optimizer_gib": _gib(peak.optimizer_bytes), "activations_gib": _gib(peak.activations_bytes),
+        "other_gib": _gib(peak.other_bytes), "total_gib": _gib(peak.total_bytes),
+        "capacity_gib": _gib(est.capacity_bytes), "peak_stage": peak.stage,
+        "other": {name: _gib(b) for name, b in peak.other},
+        "stages": [{"stage": s.stage, "layers": s.layers, "total_gib": _gib(s.total_bytes),
+                    "params_gib": _gib(s.params_bytes), "activations_gib": _gib(s.activations_bytes)}
+                   for s in est.stages],
+    }
+
+
+def perf_dict(cost: StepCost) -> dict:
+    return {
+        "step_time_s": round(cost.step_time_s, 4), "tflops_per_gpu": round(cost.tflops_per_gpu, 1),
+        "hardware_tflops_per_gpu": round(cost.hardware_tflops_per_gpu, 1), "mfu": round(cost.mfu, 4),
+        "hfu": round(cost.hfu, 4), "tokens_per_s": round(cost.tokens_per_s, 1),
+        "tokens_per_s_per_gpu": round(cost.tokens_per_s_per_gpu, 1),
+        "bubble_fraction": round(cost.bubble_fraction, 4),
+        "peak_tflops_per_gpu": cost.peak_tflops_per_gpu,
+        "breakdown_s": {k: round(v, 4) for k, v in (
+            ("compute", cost.compute_s - cost.tp_comm_s), ("tp_comm", cost.tp_comm_s), ("bubble", cost.bubble_s),
+            ("pp_comm", cost.pp_comm_s), ("dp_comm", cost.dp_comm_s), ("optimizer", cost.optimizer_s),
+            ("overhead", cost.overhead_s))},
+    }
+
+
+def plan_dict(plan: ParallelPlan, model: ModelSpec) -> dict:
+    d = dataclasses.asdict(plan)
+    d.update(distributed_optimizer=plan.distributed_optimizer, fsdp_sharding_strategy=plan.fsdp_sharding_strategy,
+             num_microbatches=plan.num_microbatches, stage_layers=list(stage_layers(model.num_layers, plan)))
+    return d
+
+
+def model_dict(model: ModelSpec, alias: str | None) -> dict:
+    d = dataclasses.asdict(model)
+    d.update(params=exact_param_count(model), params_workshop=workshop_param_count(model), alias=alias)
+    return d
+
+
+def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
+    return {
+        "name": cluster.name, "gpu": cluster.gpu.name, "gpu_display_name": cluster.gpu.display_name,
+        "num_gpus": num_gpus, "gpus_per_node": cluster.gpus_per_node,
+        "num_nodes": max(1, num_gpus // cluster.gpus_per_node),
+        "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "ib_gbit_per_s_per_gpu": cluster.ib_gbit_per_s_per_gpu,
+        "hbm_gib": cluster.gpu.hbm_gib, "cpu_mem_gib_per_node": cluster.cpu_mem_gib_per_node,
+        "nccl_env": dict(cluster.nccl_env), "gpu_spec": dataclasses.asdict(cluster.gpu),
+    }
+
+
+def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
+             result: SearchResult | None, tokens: float) -> dict:
+    cost = best.cost
+    alternatives = []
+    if result is not None:
+        for ev in result.ranked[1:]:
+            alternatives.append({"layout": describe(ev.plan), "plan": plan_dict(ev.plan, model),
+                                 "memory": {"total_gib": _gib(ev.memory.peak.total_bytes)},
+                                 "perf": {k: v for k, v in perf_dict(ev.cost).items() if k != "breakdown_s"}})
+    train_s = training_time_s(cost, tokens)
+    return {
+        "genconf_version": __version__, "schema_version": SCHEMA_VERSION,
+        "model": model_dict(model, alias), "cluster": cluster_dict(cluster, num_gpus),
+        "plan": plan_dict(best.plan, model), "layout": describe(best.plan),
+        "memory": memory_dict(best.memory), "perf": perf_dict(cost),
+        "training": {"tokens": tokens, "time_s": round(train_s, 1), "days": round(train_s / 86400, 2),
+                     "gpu_hours": round(train_s * num_gpus / 3600, 1)},
+        "why": why(best, result, cluster),
+        "warnings": [str(v) for v in best.violations if v.severity == "warning"],
+        "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
+        "alternatives": alternatives,
+    }
+
+
+def specs_from_dict(d: dict) -> tuple[ModelSpec, ClusterSpec, ParallelPlan, int]:
+    """Rebuild (model, cluster, plan, num_gpus) from a plan.json; GenconfError naming what is wrong."""
+    try:
+        model_fields = {f.name for f in dataclasses.fields(ModelSpec)}
+        model = ModelSpec(**{k: v for k, v in d["model"].items() if k in model_fields})
+        c = d["cluster"]
+        gpu = GPUSpec(**{**c["gpu_spec"], "node_sizes": tuple(c["gpu_spec"]["node_sizes"])})
+        cluster = ClusterSpec(name=c["name"], gpu=gpu, gpus_per_node=c["gpus_per_node"],
+                              nvlink_domain_gpus=c.get("nvlink_domain_gpus"),
+                              ib_gbit_per_s_per_gpu=c["ib_gbit_per_s_per_gpu"],
+                              cpu_mem_gib_per_node=c.get("cpu_mem_gib_per_node", 1024.0),
+                              nccl_env=tuple(sorted((c.get("nccl_env") or {}).items())))
+        plan_fields = {f.name for f in dataclasses.fields(ParallelPlan)}
+        plan = ParallelPlan(**{k: v for k, v in d["plan"].items() if k in plan_fields})
+        return model, cluster, plan, int(c["num_gpus"])
+    except KeyError as exc:
+        raise GenconfError(f"plan.json is missing {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise GenconfError(f"plan.json is invalid: {exc}") from None
+
+
+# --- why this plan --------------------------------------------------------------------------------
+
+def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> list[str]:
+    """Reasons for the choice, in a user's terms."""
+    p, cost, peak = best.plan, best.cost, best.memory.peak
+    reasons = []
+    headroom = best.memory.capacity_bytes - peak.total_bytes
+    reasons.append(f"fits with {headroom / GIB:.1f} GiB to spare on the busiest GPU (stage {peak.stage})")
+    if p.tp > 1:
+        reasons.append(f"tp={p.tp} splits each layer inside the {cluster.nvlink_domain}-GPU NVLink domain "
+                       f"(sequence parallel on); TP never crosses InfiniBand")
+    if p.pp > 1:
+        chunks = f" with {p.vp} virtual stages each" if p.vp > 1 else ""
+        reasons.append(f"pp={p.pp}{chunks} over {p.num_microbatches} micro-batches: bubble {cost.bubble_fraction:.1%} "
+                       f"((p-1)/(v*m))")
+    if p.distributed_optimizer:
+        reasons.append(f"distributed optimizer shards fp32 master weights and Adam over dp*cp={p.dp * p.cp}")
+    elif p.framework in ("deepspeed", "fsdp") and p.zero_stage:
+        reasons.append(f"{'ZeRO-' + str(p.zero_stage) if p.framework == 'deepspeed' else p.fsdp_sharding_strategy} "
+                       f"shards model states over {p.shard_size} GPUs")
+    reasons.append({"none": "no activation recomputation needed: activations fit",
+                    "selective": "selective recompute drops the attention-score activations for ~2% more FLOPs",
+                    "full": "full recompute: only layer inputs are kept, +33% forward FLOPs"}[p.recompute])
+    if result is not None and len(result.ranked) > 1:
+        runner = result.ranked[1]
+        gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
+        reasons.append(f"{gain:.1%} faster than the runner-up ({describe(runner.plan)})")
+    return reasons
+
+
+# --- text -----------------------------------------------------------------------------------------
+
+def _row(label: str, value: str, width: int = 44) -> str:
+    return f"  {label:<{width}}{value}"
+
+
+def _stage_memory_lines(stage: StageMemory, plan: ParallelPlan, capacity: int) -> list[str]:
+    chunks = inflight_chunks(plan, stage.stage)
+    shard = f", sharded over {plan.shard_size}" if plan.zero_stage else ""
+    lines = [
+        _row("parameters", f"{stage.params_bytes / GIB:8.2f}"),
+        _row("gradients", f"{stage.grads_bytes / GIB:8.2f}"),
+        _row(f"optimizer states{shard}", f"{stage.optimizer_bytes / GIB:8.2f}"),
+        _row(f"activations ({chunks} chunk{'s' if chunks > 1 else ''} in flight, {plan.recompute} recompute)",
+             f"{stage.activations_bytes / GIB:8.2f}"),
+        _row("other", f"{stage.other_bytes / GIB:8.2f}"),
+    ]
+    lines += [_row(f"  {name}", f"{b / GIB:8.2f}") for name, b in stage.other if b >= 0.01 * GIB]
+    lines.append(_row("total", f"{stage.total_bytes / GIB:8.2f}  of {capacity / GIB:.1f} GiB"))
+    return lines
+
+
+def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:
+    m, c, p, perf, tr = d["model"], d["cluster"], d["plan"], d["perf"], d["training"]
+    alias = f"{m['alias']} -> " if m["alias"] else ""
+    lines = [
+        f"model    {alias}{m['name']}: {m['params']:,} parameters (workshop formula: {m['params_workshop']:,})",
+        f"         {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_attention_heads']} heads"
+        f" ({m['num_query_groups']} KV), ffn {m['ffn_hidden_size']} {m['activation']}, vocab {m['vocab_size']}, "
+        f"seq {p['seq_length']}",
+        f"cluster  {c['name']}: {c['num_gpus']} x {c['gpu_display_name']} ({c['num_nodes']} nodes of "
+        f"{c['gpus_per_node']}, NVLink inside a node, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
+        "",
+        f"plan     {d['layout']}",
+        f"         {p['num_microbatches']} micro-batches per step, {p['precision']}, layer spec {p['layer_spec']}, "
+        f"layers per stage {p['stage_layers'] if p['pp'] <= 8 else str(p['stage_layers'][:8])[:-1] + ', ...]'}",
+        "",
+        f"memory per GPU, stage {best.memory.peak.stage} (the busiest)           GiB",
+    ]
+    lines += _stage_memory_lines(best.memory.peak, best.plan, best.memory.capacity_bytes)
+    lines += [
+        "",
+        "performance (predicted)",
+        _row("step time", f"{perf['step_time_s']:.3f} s"),
+        _row("MFU / model TFLOP/s per GPU", f"{perf['mfu']:.1%} / {perf['tflops_per_gpu']:.0f} "
+             f"(peak {perf['peak_tflops_per_gpu']:g})"),
+        _row("tokens/s per GPU / whole job", f"{perf['tokens_per_s_per_gpu']:,.0f} / {perf['tokens_per_s']:,.0f}"),
+        _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
+        _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
+        _row(f"train {human_count(tr['tokens'])} tokens", f"{tr['days']:.1f} days, {tr['gpu_hours']:,.0f} GPU-hours"),
+        "",
+        "why this plan",
+    ]
+    lines += [f"  - {reason}" for reason in d["why"]]
+    for warning in d["warnings"]:
+        lines.append(f"  ! {warning}")
+    if d["alternatives"] and top > 1:
+        lines += ["", f"alternatives (best {min(top, len(d['alternatives']) + 1) - 1})",
+                  f"  {'layout':<72}{'GiB':>6}{'step s':>8}{'MFU':>7}{'tok/s/GPU':>11}"]
+        for alt in d["alternatives"][: top - 1]:
+            lines.append(f"  {alt['layout']:<72}{alt['memory']['total_gib']:>6.1f}{alt['perf']['step_time_s']:>8.2f}"
+                         f"{alt['perf']['mfu']:>7.1%}{alt['perf']['tokens_per_s_per_gpu']:>11,.0f}")
+    if explain is not None:
+        lines += explain_lines(explain)
+    return "\n".join(lines)
+
+
+def explain_lines(result: SearchResult) -> list[str]:
+    lines = ["", f"search: {result.considered} candidates, {len(result.ranked)} feasible layouts kept",
+             "  rejected by rule (first rule broken):"]
+    lines += [f"    {name:<28}{count:>7}" for name, count in result.rejected.items()] or ["    (none)"]
+    if result.nearest_misses:
+        lines.append("  nearest misses:")
+        for ev in result.nearest_misses:
+            lines.append(f"    {describe(ev.plan)}")
+            lines.append(f"      {ev.errors[0]}")
+    return lines
