@@ -43,6 +43,8 @@ class Calibration:
     """Host time to launch one kernel: bounds tiny layers."""
     step_overhead_s: float
     """Per-step host work: data loading, logging, optimizer launch."""
+    microbatch_overhead_s: float = 0.002
+    """Per micro-batch and stage: schedule bookkeeping, p2p handshakes, Python dispatch."""
     clock_factor: float = 1.0
     """Sustained clock relative to the datasheet's (power-limited parts < 1)."""
     tp_overlap_exposed: float = 0.25
@@ -261,7 +263,7 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     logits_s = _linear_s(gpu, cal, n, rows // plan.tp, model.hidden_size, False)
     logits_s += 3 * 4.0 * n * rows / plan.tp / (gpu.hbm_tbyte_per_s * 1e12 * cal.hbm_efficiency)
     layers = stage_layers(model.num_layers, plan)
-    stage_s = [count * layer_s for count in layers]
+    stage_s = [count * layer_s + cal.microbatch_overhead_s for count in layers]
     stage_s[-1] += logits_s
     pp_comm = 0.0
     if plan.pp > 1:

@@ -24,8 +24,10 @@ CUDA_CONTEXT_BYTES = int(0.75 * GIB)
 """CUDA context plus cuBLAS/cuDNN handles and workspaces on Hopper (about 500-800 MiB measured)."""
 NCCL_BYTES_PER_GROUP = int(0.25 * GIB)
 """NCCL channel buffers for each communicator a rank is in (NCCL_BUFFSIZE 4 MiB x channels x peers)."""
-FRAGMENTATION_FRACTION = 0.10
-"""PyTorch caching-allocator fragmentation on top of activations and transient buffers."""
+ALLOCATOR_RESERVE_FRACTION = 0.20
+"""What the PyTorch caching allocator reserves beyond the bytes live at the peak (block rounding, fragmentation,
+cached blocks), as a fraction of them. Fitted: published per-GPU memory (nvidia-smi for BLOOM, max reserved
+for torchtitan) runs ~20-30% above the allocated bytes counted here (benchmarks/results/accuracy.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +141,8 @@ def deepspeed_zero_buckets(hidden_size: int) -> dict[str, int]:
     }
 
 
-def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams) -> tuple[int, int, int, list[tuple[str, int]]]:
-    """(params, grads, optimizer, other) bytes for one rank holding `rp`."""
+def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int) -> tuple[int, int, int, list[tuple[str, int]]]:
+    """(params, grads, optimizer, other) bytes for one rank holding `rp` and `layers` transformer layers."""
     shard = plan.shard_size
     expert_shard = max(1, plan.dp * plan.cp // plan.ep)
     other: list[tuple[str, int]] = []
@@ -166,6 +168,11 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams) -> tuple
         params = sharded(2, stage >= 3)
         grads = sharded(2, stage >= 2)
         optimizer = sharded(16, stage >= 1)
+        if plan.grad_accum_fp32 and plan.precision == "bf16" and stage <= 1:
+            # BF16_Optimizer (deepspeed/runtime/engine.py picks it for bf16 + fp32 grad accumulation + ZeRO-1):
+            # bf16 grads plus an unsharded fp32 accumulation buffer; master weights and Adam sharded.
+            grads = sharded(2 + 4, False)
+            optimizer = sharded(12, stage >= 1)
         if plan.offload_optimizer:
             # Gradient partitions stream to host memory as they are reduced (estimator: 2P on the GPU).
             optimizer = grads = 0
@@ -186,7 +193,7 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams) -> tuple
         grads = sharded(4, stage >= 2)
         optimizer = sharded(8, stage >= 2)
         unit = rank_params_block(model, plan)
-        root = rp.total - model.num_layers * unit
+        root = rp.total - layers * unit
         if stage == 0:
             # OLMo's DDP: torch DDP keeps a flat gradient bucket copy (gradient_as_bucket_view=False),
             # and autocast keeps BF16 casts of the weights alive for backward.
@@ -194,6 +201,11 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams) -> tuple
             other.append(("autocast bf16 weight casts", 2 * rp.total))
         elif stage == 2:
             other.append(("SHARD_GRAD_OP unsharded bf16 params", 2 * rp.total))
+        elif plan.pp > 1:
+            # With pipelining, FSDP keeps the stage's parameters gathered between micro-batches
+            # (reshard_after_forward=False) and reduce-scatters fp32 gradients only after the last one.
+            other.append(("FSDP unsharded bf16 params (pipeline)", 2 * rp.total))
+            other.append(("FSDP unsharded fp32 gradients (pipeline)", 4 * rp.total))
         else:
             # by_block wrapping: root unit (embedding, output) + current and prefetched block, in bf16,
             # and one block's unsharded gradient (bf16, cast to fp32 for the reduce-scatter).
@@ -347,7 +359,12 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
         # vocab-parallel cross entropy (megatron tensor_parallel.vocab_parallel_cross_entropy).
         saved += sum(b for _, b in _norm_terms(model, d, "final norm"))
         saved += d.e * d.n * d.h / d.r + 4.0 * d.n * rows / d.t
-        transient.append(("bf16 logits before the fp32 loss", d.e * d.n * rows / d.t))
+        if plan.framework == "megatron":
+            # vocab_parallel_cross_entropy upcasts once and works in place: bf16 logits + one fp32 buffer.
+            transient.append(("bf16 logits before the fp32 loss", d.e * d.n * rows / d.t))
+        else:
+            # F.cross_entropy(logits.float()): bf16 logits, their fp32 copy and the fp32 log-softmax coexist.
+            transient.append(("bf16 logits + fp32 copy before the loss", (d.e + 4.0) * d.n * rows / d.t))
     if plan.pp > 1:
         transient.append(("pipeline send/recv buffers", 4.0 * d.e * d.n * d.h / d.r))
     if plan.recompute == "full":
@@ -362,7 +379,7 @@ def _communicator_groups(plan: ParallelPlan) -> int:
 def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemory:
     layers = stage_layers(model.num_layers, plan)[stage]
     rp = rank_params(model, plan, stage)
-    params, grads, optimizer, other = _model_states(model, plan, rp)
+    params, grads, optimizer, other = _model_states(model, plan, rp, layers)
     chunks = inflight_chunks(plan, stage)
     # Each in-flight chunk holds layers/vp layers; Korthikanti 2022 eq. 5 for the first stage.
     per_layer = layer_activation_bytes(model, plan)
@@ -370,14 +387,14 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemor
     first_chunks = min(plan.num_microbatches, plan.pp) if plan.pp > 1 else 1
     saved, transient = _stage_extras(model, plan, stage, first_chunks)
     activations += saved
-    transient_bytes = sum(b for _, b in transient)
     other = list(other) + [(name, int(b)) for name, b in transient]
+    live = params + grads + optimizer + activations + sum(b for _, b in other)
+    other.append((f"allocator reserve ({ALLOCATOR_RESERVE_FRACTION:.0%} of live bytes)",
+                  int(ALLOCATOR_RESERVE_FRACTION * live)))
     other.append(("CUDA context and library workspaces", CUDA_CONTEXT_BYTES))
     groups = _communicator_groups(plan)
     if groups:
         other.append((f"NCCL buffers ({groups} communicators)", groups * NCCL_BYTES_PER_GROUP))
-    other.append((f"allocator fragmentation ({FRAGMENTATION_FRACTION:.0%} of activations)",
-                  int(FRAGMENTATION_FRACTION * (activations + transient_bytes))))
     return StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
                        optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(other))
 

@@ -278,7 +278,7 @@ RULES: tuple[Rule, ...] = (
     Rule("precision", ERROR, "the precision runs on this GPU and framework", _precision),
     Rule("pipeline_bubble", WARNING, "at least as many micro-batches as stages", _pipeline_microbatches),
 )
-RULE_NAMES = tuple(r.name for r in RULES) + ("memory_fits",)
+RULE_NAMES = tuple(r.name for r in RULES) + ("memory_fits", "batch_above_target")
 
 
 def check(ctx: Context, *, first_error_only: bool = False) -> list[Violation]:

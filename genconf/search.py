@@ -18,6 +18,8 @@ DEFAULT_TOKENS_PER_STEP = 4 * 2**20
 """Default global batch: ~4M tokens per step (LLaMA, Llama-2/3 and OLMo pre-training batches)."""
 MAX_BATCH_GROWTH = 1.5
 """Without --global-batch, a candidate may round the batch up to 1.5x the default, not more."""
+BATCH_TOO_LARGE = "batch_above_target"
+"""Marker yielded for layouts whose data parallelism alone forces a batch above the target."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +171,10 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins
                         for mbs in mbss:
                             unit = mbs * dp * (pp if vp > 1 else 1)
                             gbs = _gbs_for(pins, seq, unit)
-                            if pins.gbs is None and gbs * seq > MAX_BATCH_GROWTH * DEFAULT_TOKENS_PER_STEP and mbs > 1:
-                                continue  # a bigger micro-batch would only buy speed with a bigger batch
+                            if pins.gbs is None and gbs * seq > MAX_BATCH_GROWTH * DEFAULT_TOKENS_PER_STEP:
+                                if mbs == 1 and not pins.mbs:
+                                    yield BATCH_TOO_LARGE
+                                continue  # would buy speed with a bigger batch than training wants
                             if pins.mbs is None and gbs < mbs * dp:
                                 continue
                             for zero, recompute in itertools.product(zeros, recomputes):
@@ -208,6 +212,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
     rule_misses: list[Evaluation] = []
     seen: set[ParallelPlan] = set()
     for plan in candidates(model, cluster, num_gpus, pins):
+        if plan == BATCH_TOO_LARGE:
+            considered += 1
+            rejected[BATCH_TOO_LARGE] += 1
+            continue
         if plan in seen:
             continue
         seen.add(plan)
@@ -238,6 +246,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
 
 def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> Evaluation | None:
     for plan in candidates(model, cluster, num_gpus, pins):
+        if plan == BATCH_TOO_LARGE:
+            continue
         ctx = rules.Context(model, cluster, plan, num_gpus)
         if any(v.severity == rules.ERROR for v in rules.check(ctx, first_error_only=True)):
             continue

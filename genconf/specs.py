@@ -305,6 +305,9 @@ class ParallelPlan:
     """DeepSpeed: optimizer states and FP32 master weights in host memory."""
     offload_params: bool = False
     """DeepSpeed ZeRO-3: parameters in host memory."""
+    grad_accum_fp32: bool = False
+    """DeepSpeed data_types.grad_accum_dtype=fp32: with bf16 and ZeRO 0/1 DeepSpeed then uses its
+    BF16_Optimizer, which keeps an unsharded FP32 gradient accumulation buffer (4 bytes/param)."""
     tp_comm_overlap: bool = False
     """Overlap TP collectives with GEMMs (megatron --tp-comm-overlap, TE userbuffers)."""
     layer_spec: str = "te"
