@@ -15,7 +15,7 @@ from genconf.errors import GenconfError
 from genconf.memory import GIB, MemoryEstimate, StageMemory
 from genconf.pipeline import inflight_chunks, stage_layers
 from genconf.search import Evaluation, SearchResult, describe
-from genconf.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
+from genconf.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
 
 SCHEMA_VERSION = 1
 
@@ -77,8 +77,16 @@ def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
     }
 
 
+def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
+    """Steps to see `tokens` at this batch; warm-up 1% of them (at most 2000); FP8 current scaling by default."""
+    steps = max(1, round(tokens / (plan.gbs * plan.seq_length)))
+    return TrainSpec(train_steps=steps, warmup_steps=min(2000, max(1, steps // 100)),
+                     fp8_recipe="current" if plan.precision == "fp8" else None,
+                     fp8_bf16_first_last_layers=1 if plan.precision == "fp8" else 0)
+
+
 def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
-             result: SearchResult | None, tokens: float) -> dict:
+             result: SearchResult | None, tokens: float, train: TrainSpec | None = None) -> dict:
     cost = best.cost
     alternatives = []
     if result is not None:
@@ -91,6 +99,7 @@ def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus
         "genconf_version": __version__, "schema_version": SCHEMA_VERSION,
         "model": model_dict(model, alias), "cluster": cluster_dict(cluster, num_gpus),
         "plan": plan_dict(best.plan, model), "layout": describe(best.plan),
+        "train": dataclasses.asdict(train or default_train(best.plan, tokens)),
         "memory": memory_dict(best.memory), "perf": perf_dict(cost),
         "training": {"tokens": tokens, "time_s": round(train_s, 1), "days": round(train_s / 86400, 2),
                      "gpu_hours": round(train_s * num_gpus / 3600, 1)},
@@ -99,6 +108,15 @@ def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus
         "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
         "alternatives": alternatives,
     }
+
+
+def train_from_dict(d: dict) -> TrainSpec:
+    try:
+        return TrainSpec(**d["train"])
+    except KeyError as exc:
+        raise GenconfError(f"plan.json is missing {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise GenconfError(f"plan.json is invalid: {exc}") from None
 
 
 def specs_from_dict(d: dict) -> tuple[ModelSpec, ClusterSpec, ParallelPlan, int]:

@@ -14,6 +14,8 @@ ACTIVATIONS = ("gelu", "swiglu")
 NORMALIZATIONS = ("layernorm", "rmsnorm", "nonparametric")
 POSITION_EMBEDDINGS = ("learned", "rope")
 FRAMEWORKS = ("megatron", "deepspeed", "fsdp")
+LR_DECAYS = ("cosine", "linear", "constant")
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
 LAYER_SPECS = ("te", "local")
@@ -368,3 +370,46 @@ class ParallelPlan:
 
     def replace(self, **changes: object) -> "ParallelPlan":
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainSpec:
+    """Optimizer, schedule and run length: what every artifact needs beyond the layout."""
+
+    train_steps: int
+    """Optimizer steps to run."""
+    lr: float = 3.0e-4
+    """Peak learning rate (AdamW)."""
+    min_lr: float = 3.0e-5
+    """Learning rate at the end of the decay."""
+    warmup_steps: int = 2000
+    """Linear warm-up steps (capped at train_steps)."""
+    lr_decay: str = "cosine"
+    """cosine | linear | constant (after warm-up)."""
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1.0e-8
+    grad_clip: float = 1.0
+    """Global gradient-norm clipping; 0 = off."""
+    seed: int = 1234
+    fp8_recipe: str | None = None
+    """delayed | current | blockwise | mxfp8 when the plan's precision is fp8."""
+    fp8_bf16_first_last_layers: int = 0
+    """Layers at each end kept in BF16 under FP8 (the current-scaling recipe keeps 1)."""
+    checkpoint_every_steps: int = 1000
+    """Save a checkpoint every N steps (0 = only at the end)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "train_steps", "seed")
+        if self.warmup_steps < 0 or self.checkpoint_every_steps < 0 or self.fp8_bf16_first_last_layers < 0:
+            raise ValueError("TrainSpec: warmup_steps, checkpoint_every_steps and fp8_bf16_first_last_layers must be >= 0")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"TrainSpec: need 0 <= min_lr ({self.min_lr}) <= lr ({self.lr})")
+        _one_of(self, "lr_decay", LR_DECAYS)
+        if self.fp8_recipe is not None:
+            _one_of(self, "fp8_recipe", FP8_RECIPES)
+        for name in ("beta1", "beta2"):
+            _fraction(self, name)
+        if self.grad_clip < 0 or self.weight_decay < 0 or self.eps <= 0:
+            raise ValueError("TrainSpec: grad_clip and weight_decay must be >= 0 and eps > 0")
