@@ -71,6 +71,23 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top", type=_positive_int, default=3, help="show this many ranked plans (default 3)")
     g.add_argument("--explain", action="store_true", help="counts of rejected candidates per rule and the nearest misses")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    add_artifact_arguments(p)
+
+
+def add_artifact_arguments(p: argparse.ArgumentParser, *, output_required: bool = False) -> None:
+    """Where and how the plan's artifacts are written (plan -o DIR, render PLAN.json -o DIR)."""
+    g = p.add_argument_group("artifacts (DeepSpeed, Megatron, OLMo-FSDP and Slurm files from the plan)")
+    g.add_argument("-o", "--output", metavar="DIR", required=output_required,
+                   help="write plan.json, ds_config.json, megatron_args.txt, olmo_fsdp.yaml, launch_*.sbatch and "
+                        "README.md to DIR (atomically)")
+    g.add_argument("--force", action="store_true",
+                   help="replace an existing DIR (directories in it, such as runs/, are kept)")
+    g.add_argument("--account", help="Slurm account (#SBATCH --account)")
+    g.add_argument("--partition", help="Slurm partition (#SBATCH --partition)")
+    g.add_argument("--time", default="24:00:00", help="Slurm time limit (default 24:00:00)")
+    g.add_argument("--job-name", help="Slurm job name (default genconf-<model>)")
+    g.add_argument("--run-dir", help="run directory for logs and checkpoints (default DIR/runs)")
+    g.add_argument("--python", help="interpreter that starts torchrun on the nodes (default: this one)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,16 @@ from genconf.errors import GenconfError
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Subcommands beyond plan/models/hardware register here as they are built."""
+    from genconf.cli import add_artifact_arguments
+
+    render = sub.add_parser("render", help="write a plan.json's artifacts (configs, Slurm scripts) to a directory")
+    render.add_argument("plan", metavar="PLAN.json", help="a plan as `genconf --json` prints it")
+    add_artifact_arguments(render, output_required=True)
+    render.set_defaults(handler=cmd_render)
+    check = sub.add_parser("check", help="re-validate an artifacts directory and name the offending lines")
+    check.add_argument("dir", metavar="DIR", help="a directory written by genconf -o or genconf render")
+    check.add_argument("--slurm", action="store_true", help="also ask Slurm (sbatch --test-only) about each script")
+    check.set_defaults(handler=cmd_check)
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -82,6 +92,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from genconf.cli import print_json
 
     planned = plan_from_args(args)
+    if args.output:
+        from genconf import artifacts
+
+        artifacts.write_from_run(planned.run, args)
     if args.json:
         out = dict(planned.run)
         if args.explain:
@@ -92,6 +106,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(report.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
                                  top=args.top))
+    return 0
+
+
+# --- artifacts ------------------------------------------------------------------------------------
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from genconf import artifacts
+
+    artifacts.render_plan_file(args)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from genconf import check
+
+    result = check.check_dir(args.dir, slurm=args.slurm)
+    for problem in result.problems:
+        print(problem)
+    if result.problems:
+        return 2
+    print(f"ok: {len(result.files)} files")
     return 0
 
 

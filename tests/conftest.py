@@ -29,3 +29,51 @@ def genconf_cmd() -> list[str]:
 @pytest.fixture
 def env_no_color() -> dict:
     return dict(os.environ, PYTHONWARNINGS="ignore")
+
+
+# --- artifacts: shellcheck and the local Slurm cluster (appended for issue 3) -----------------------
+
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+
+LOCAL_CLUSTER = REPO / "launchers" / "slurm" / "local_cluster.sh"
+SLURM_SHAPE = ("--nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "4")
+
+
+def shellcheck_or_skip() -> str:
+    """Path of shellcheck; installs the Debian package when absent and we are root with apt-get, else skips."""
+    found = shutil.which("shellcheck")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("shellcheck is not installed and cannot be installed here (needs root and apt-get)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "shellcheck"]
+    if subprocess.run(install, capture_output=True, env=env).returncode != 0:
+        subprocess.run(["apt-get", "update"], capture_output=True, env=env)
+        out = subprocess.run(install, capture_output=True, text=True, env=env)
+        if out.returncode != 0:
+            pytest.skip(f"apt-get install shellcheck failed: {out.stderr.strip().splitlines()[-1:]}")
+    found = shutil.which("shellcheck")
+    if not found:
+        pytest.skip("shellcheck still not on PATH after apt-get install")
+    return found
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The local Slurm cluster (2 nodes x 2 fake GPUs, 4 CPUs each), started for the session if it was not
+    running, and stopped again only if this fixture started it. Skips with local_cluster.sh's one-line reason
+    where the machine cannot run it (exit 3)."""
+    status = subprocess.run([str(LOCAL_CLUSTER), "status"], capture_output=True, text=True)
+    was_running = status.returncode == 0
+    start = subprocess.run([str(LOCAL_CLUSTER), "start", *SLURM_SHAPE], capture_output=True, text=True, timeout=900)
+    if start.returncode == 3:
+        pytest.skip(start.stderr.strip().splitlines()[-1] if start.stderr.strip() else "local_cluster.sh: cannot run")
+    if start.returncode == 4:
+        pytest.skip("a local Slurm cluster of another shape is running (launchers/slurm/local_cluster.sh stop first)")
+    if start.returncode != 0:
+        pytest.fail(f"local_cluster.sh start failed ({start.returncode}): {start.stderr.strip()[-2000:]}")
+    yield {"nodes": 2, "gpus_per_node": 2, "partition": "debug"}
+    if not was_running:
+        subprocess.run([str(LOCAL_CLUSTER), "stop"], capture_output=True, text=True, timeout=300)

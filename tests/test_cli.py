@@ -131,6 +131,7 @@ PLAN_FLAGS = sorted([
     "--model", "--gpus", "--cluster", "--gpu", "--gpus-per-node", "--framework", "--tp", "--pp", "--vp", "--cp", "--ep",
     "--mbs", "--global-batch", "--seq-len", "--first-stage-layers", "--last-stage-layers", "--zero", "--recompute",
     "--precision", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json",
+    "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
 ])
 
 
@@ -145,7 +146,7 @@ def test_cli_flags_are_frozen():
     assert flags == PLAN_FLAGS
 
 
-CORE = ["specs", "counting", "memory", "cost", "rules", "search", "pipeline", "report", "errors"]
+CORE = ["specs", "counting", "memory", "cost", "rules", "search", "pipeline", "report", "errors", "configs"]
 FORBIDDEN = {"torch", "jinja2", "subprocess", "deepspeed", "megatron", "transformer_engine"}
 
 
