@@ -164,10 +164,12 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
     elif plan.framework == "deepspeed":
         # DeepSpeed estimate_zero2/3_model_states_mem_needs: 2 bytes 16-bit params + 18 bytes per parameter
         # (2 grads16, 4 grads32, 4 params32, 8 Adam) of which ZeRO shards the stage's part over dp.
+        # The fp32 gradient partition exists during the step (stage_1_and_2.py sets it to None after):
+        # counted with the gradients; the optimizer holds fp32 master weights + Adam moments.
         stage = plan.zero_stage
         params = sharded(2, stage >= 3)
-        grads = sharded(2, stage >= 2)
-        optimizer = sharded(16, stage >= 1)
+        grads = sharded(2, stage >= 2) + sharded(4, stage >= 1)
+        optimizer = sharded(12, stage >= 1)
         if plan.grad_accum_fp32 and plan.precision == "bf16" and stage <= 1:
             # BF16_Optimizer (deepspeed/runtime/engine.py picks it for bf16 + fp32 grad accumulation + ZeRO-1):
             # bf16 grads plus an unsharded fp32 accumulation buffer; master weights and Adam sharded.
