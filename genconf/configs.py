@@ -321,9 +321,10 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--moe-aux-loss-coeff", 0.01)  # arguments.py: "a starting value of 1e-2 is recommended"
         if plan.ep > 1:
             add("--moe-token-dispatcher-type", "alltoall")  # recommended with expert parallelism (arguments.py)
-    add("# NullTokenizer adds one end-of-document id; Megatron pads the table to a multiple of 128 x tp")
+    add("# NullTokenizer adds one end-of-document id to --vocab-size: V - 1 gives the model's V rows,")
+    add("# which Megatron then pads to a multiple of 128 x tp (the memory model's count)")
     add("--tokenizer-type", "NullTokenizer")
-    add("--vocab-size", model.vocab_size)
+    add("--vocab-size", model.vocab_size - 1)
     add("--make-vocab-size-divisible-by", 128)
     add("--transformer-impl", "transformer_engine" if plan.layer_spec == "te" else "local")
     if plan.recompute == "selective":
