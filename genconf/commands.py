@@ -22,6 +22,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--slurm", action="store_true", help="also ask Slurm (sbatch --test-only) about each script")
     check.set_defaults(handler=cmd_check)
 
+    launch = sub.add_parser("launch", help="train the plan in an artifacts directory (torchrun, or Slurm with --submit)")
+    launch.add_argument("dir", metavar="DIR", help="a directory written by genconf -o")
+    launch.add_argument("--run-dir", help="where metrics, checkpoints and logs go (default: DIR/runs/<name>)")
+    launch.add_argument("--name", help="run name under DIR/runs (default: a timestamp)")
+    launch.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"),
+                        help="run this framework's artifact (default: the plan's)")
+    launch.add_argument("--submit", action="store_true", help="submit the generated sbatch script instead")
+    launch.add_argument("--wait", action="store_true", help="with --submit: wait for the job and report its end")
+    launch.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the run directory")
+    g = launch.add_argument_group("smoke test: shrink the model, keep the parallel layout")
+    for flag, text in (("--layers", "transformer layers"), ("--hidden", "hidden size (MLP scaled alike)"),
+                       ("--heads", "attention heads"), ("--vocab", "vocabulary size"), ("--seq-len", "sequence length"),
+                       ("--global-batch", "global batch in sequences"), ("--mbs", "micro-batch size"),
+                       ("--steps", "optimizer steps")):
+        g.add_argument(flag, type=_positive, help=text)
+    g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
+    g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
+    g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")
+    launch.set_defaults(handler=cmd_launch)
+
+    verify = sub.add_parser("verify", help="compare a run's loss, speed and memory with its expectations")
+    verify.add_argument("run", metavar="RUN", help="a run directory (with metrics.jsonl)")
+    verify.add_argument("--golden", help="golden loss file: 'step loss' per line")
+    verify.add_argument("--tolerance", type=float, help="absolute loss tolerance against the golden file (default 1e-4)")
+    verify.add_argument("--min-drop", type=float, default=0.05, help="without a golden file: required loss drop (0.05)")
+    verify.add_argument("--json", action="store_true")
+    verify.set_defaults(handler=cmd_verify)
+
+
+def _positive(text: str) -> int:
+    from genconf.cli import _positive_int
+
+    return _positive_int(text)
+
 
 def dispatch(args: argparse.Namespace) -> int:
     handler = {"plan": cmd_plan, "models": cmd_models, "hardware": cmd_hardware}.get(args.command)
@@ -180,3 +214,55 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         print(f"  {c.name:<18}{c.gpu.name:<16}{c.gpus_per_node}/node  NVLink domain {c.nvlink_domain:<3} "
               f"IB {c.ib_gbit_per_s_per_gpu:g} Gb/s/GPU  {size}")
     return 0
+
+
+# --- launch and verify ----------------------------------------------------------------------------
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    import dataclasses as dc
+    import time
+    from pathlib import Path
+
+    from genconf import launch
+
+    artifacts = Path(args.dir)
+    shrink = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
+              "seq_len": args.seq_len, "global_batch": args.global_batch, "mbs": args.mbs, "steps": args.steps,
+              "lr": args.lr}
+    data = {"kind": "memmap", "path": str(Path(args.data).resolve()), "dtype": args.data_dtype} if args.data else None
+    cfg = launch.run_config_from_artifacts(artifacts, shrink, data)
+    if args.framework and args.framework != cfg.plan.framework:
+        raise GenconfError(f"--framework {args.framework}: this directory's plan is a {cfg.plan.framework} plan; "
+                           f"re-plan with --framework {args.framework} to get an exact {args.framework} layout")
+    if args.submit:
+        return launch.submit(cfg, artifacts, wait=args.wait)
+    run_dir = Path(args.run_dir) if args.run_dir else artifacts / "runs" / (args.name or time.strftime("%Y%m%d-%H%M%S"))
+    if args.resume and not (run_dir / "config.json").is_file():
+        raise GenconfError(f"--resume: {run_dir} has no config.json (give the --run-dir of the run to resume)")
+    if args.resume:
+        from genconf.train.runtime import RunConfig
+
+        cfg = RunConfig.from_dict(__import__("json").loads((run_dir / "config.json").read_text()))
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise GenconfError(f"{run_dir} already holds a run; use --resume to continue it or another --run-dir/--name")
+    del dc
+    rc = launch.launch_local(cfg, run_dir, resume=args.resume)
+    if rc != 0:
+        raise GenconfError(f"training exited with code {rc}; see the output above (run directory {run_dir})")
+    print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir})")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from genconf import verify
+    from genconf.cli import print_json
+
+    verdict = verify.verify(Path(args.run), golden=Path(args.golden) if args.golden else None,
+                            tolerance=args.tolerance, min_drop=args.min_drop)
+    if args.json:
+        print_json(verdict.to_dict())
+    else:
+        print(verify.render(verdict))
+    return 0 if verdict.ok else 1

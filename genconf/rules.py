@@ -127,7 +127,8 @@ def _batch(c: Context) -> str | None:
     unit = p.mbs * p.dp
     if p.gbs % unit:
         lower, upper = max(unit, p.gbs // unit * unit), -(-p.gbs // unit) * unit
-        return f"global batch ({p.gbs}) must be divisible by mbs x dp ({p.mbs} x {p.dp} = {unit}); nearest: {lower} or {upper}"
+        nearest = f"{lower}" if lower == upper else f"{lower} or {upper}"
+        return f"global batch ({p.gbs}) must be divisible by mbs x dp ({p.mbs} x {p.dp} = {unit}); nearest: {nearest}"
     return None
 
 

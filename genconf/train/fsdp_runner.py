@@ -1,0 +1,149 @@
+"""Train the plan's decoder the OLMo way: PyTorch FSDP (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD) with
+by-block wrapping and mixed precision (fp32 parameters, bf16 compute, fp32 reduction), or DDP with bf16
+autocast for NO_SHARD plans (OLMo's `distributed_strategy: ddp`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from genconf import precision
+from genconf.train import measure, runtime
+from genconf.train.data import micro_batch, source_from
+from genconf.train.torch_model import GPT, Block
+
+
+def _shard_groups(plan, d: runtime.Dist):
+    """HYBRID_SHARD process groups: shard inside groups of `shard_group_size`, replicate across them."""
+    size = plan.shard_group_size
+    intra = inter = None
+    for start in range(0, d.world_size, size):
+        ranks = list(range(start, start + size))
+        group = dist.new_group(ranks)
+        if d.rank in ranks:
+            intra = group
+    for offset in range(size):
+        ranks = list(range(offset, d.world_size, size))
+        group = dist.new_group(ranks)
+        if d.rank in ranks:
+            inter = group
+    return intra, inter
+
+
+def wrap(model: GPT, cfg: runtime.RunConfig, d: runtime.Dist):
+    plan = cfg.plan
+    if plan.zero_stage == 0:
+        return DDP(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
+    mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
+    strategy = ShardingStrategy[plan.fsdp_sharding_strategy]
+    kwargs = {}
+    if strategy == ShardingStrategy.HYBRID_SHARD:
+        kwargs["process_group"] = _shard_groups(plan, d)
+    return FSDP(model, sharding_strategy=strategy, mixed_precision=mp, auto_wrap_policy=ModuleWrapPolicy({Block}),
+                device_id=d.device, use_orig_params=False, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--artifacts", type=Path)
+    ap.add_argument("--run-dir", type=Path, required=True)
+    ap.add_argument("--config", type=Path, help="olmo_fsdp.yaml (informational: the plan is in plan.json)")
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    artifacts = args.artifacts or (args.config.parent if args.config else None)
+    cfg = runtime.load_run_config(args.run_dir, artifacts)
+    plan, train, spec = cfg.plan, cfg.train, cfg.model
+    recipe = precision.recipe(cfg.precision_recipe)
+    why = precision.unsupported_reason(recipe, gpu=runtime.detect_gpu(), framework="fsdp", te_available=False,
+                                       cuda=torch.cuda.is_available())
+    if why:
+        runtime.fail(why)
+    d = runtime.init_distributed()
+    if d.world_size != plan.dp:
+        runtime.fail(f"this FSDP plan has dp={plan.dp} but {d.world_size} processes were started")
+    runtime.seed_everything(train.seed)
+    model = GPT(spec, recompute=plan.recompute == "full").to(d.device)
+    net = wrap(model, cfg, d)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=train.lr, betas=(train.beta1, train.beta2), eps=train.eps,
+                                  weight_decay=train.weight_decay)
+    start = runtime.prepare_run_dir(args.run_dir, cfg, d, resume=args.resume)
+    if args.resume:
+        _load(net, optimizer, runtime.checkpoint_dir(args.run_dir, start), d)
+    source = source_from(cfg.data, spec.vocab_size, train.seed)
+    accum = plan.num_microbatches
+    autocast = (torch.autocast(d.device.type, dtype=torch.bfloat16) if plan.zero_stage == 0
+                else contextlib.nullcontext())
+    metrics = runtime.Metrics(args.run_dir, d, plan.gbs * plan.seq_length, train.train_steps)
+    if d.is_main:
+        kind = "DDP (NO_SHARD)" if plan.zero_stage == 0 else f"FSDP {plan.fsdp_sharding_strategy}"
+        print(f"genconf: {kind}, dp={plan.dp}, {accum} micro-batches of {plan.mbs}, {recipe.name}", flush=True)
+    for step in range(start, train.train_steps):
+        lr = runtime.lr_at(step, train)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        metrics.start_step()
+        optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros(1, dtype=torch.float64)
+        for micro in range(accum):
+            tokens, labels = micro_batch(source, step=step, global_batch=plan.gbs, micro_batch_size=plan.mbs,
+                                         dp_rank=d.rank, dp_size=d.world_size, micro_index=micro,
+                                         seq_length=plan.seq_length)
+            sync = micro == accum - 1 or plan.zero_stage != 0
+            with autocast, (contextlib.nullcontext() if sync else net.no_sync()):
+                loss = net(tokens.to(d.device), labels.to(d.device))
+                (loss / accum).backward()
+            total += loss.detach().double().cpu()
+        if isinstance(net, FSDP):
+            norm = net.clip_grad_norm_(train.grad_clip or float("inf"))
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(net.parameters(), train.grad_clip or float("inf"))
+        optimizer.step()
+        dist.all_reduce(total)
+        extra = measure.first_step_memory(net, optimizer, cfg, d) if step == start else {}
+        metrics.end_step(step, (total / (accum * d.world_size)).item(), float(norm), lr=lr, **extra)
+        if runtime.should_checkpoint(step, train):
+            _save(net, optimizer, runtime.checkpoint_dir(args.run_dir, step + 1), d)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def _save(net, optimizer, path: Path, d: runtime.Dist) -> None:
+    """Each rank saves its own shard (FSDP local state dict) or rank 0 the whole model (DDP)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if isinstance(net, FSDP):
+        from torch.distributed.fsdp import StateDictType
+
+        with FSDP.state_dict_type(net, StateDictType.LOCAL_STATE_DICT):
+            state = {"model": net.state_dict(), "optimizer": optimizer.state_dict()}
+        torch.save(state, path / f"rank{d.rank:05d}.pt")
+    elif d.is_main:
+        torch.save({"model": net.module.state_dict(), "optimizer": optimizer.state_dict()}, path / "rank00000.pt")
+    runtime.mark_checkpoint_done(path, d)
+
+
+def _load(net, optimizer, path: Path, d: runtime.Dist) -> None:
+    if isinstance(net, FSDP):
+        from torch.distributed.fsdp import StateDictType
+
+        state = torch.load(path / f"rank{d.rank:05d}.pt", weights_only=False)
+        with FSDP.state_dict_type(net, StateDictType.LOCAL_STATE_DICT):
+            net.load_state_dict(state["model"])
+    else:
+        state = torch.load(path / "rank00000.pt", weights_only=False)
+        net.module.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""Measure what a built model and its optimizer hold on this rank, to compare with the planner's memory model.
+
+Parameter bytes: the model's parameters as this rank stores them (DeepSpeed ZeRO-3: the partitions;
+FSDP: the sharded flat parameters). Optimizer bytes: FP32 master weights (where the framework keeps a
+separate copy) plus every tensor in the optimizer state (Adam's moments), storages counted once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from genconf import memory
+
+
+def _unique_bytes(tensors) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t is None or not torch.is_tensor(t) or t.numel() == 0:
+            continue
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = max(seen.get(storage.data_ptr(), 0), t.numel() * t.element_size())
+    return sum(seen.values())
+
+
+def param_bytes(module: torch.nn.Module) -> int:
+    """Bytes of this rank's parameters (each tensor's own elements; ZeRO-3 partitions where they exist)."""
+    total = 0
+    for p in module.parameters():
+        shard = getattr(p, "ds_tensor", None)
+        total += (shard.numel() * shard.element_size()) if shard is not None else p.numel() * p.element_size()
+    return total
+
+
+def _master_tensors(optimizer) -> list[torch.Tensor]:
+    """FP32 master copies: megatron (distributed or not) and DeepSpeed ZeRO keep them outside the model."""
+    out: list[torch.Tensor] = []
+    for name in ("shard_fp32_from_float16_groups", "fp32_from_float16_groups",  # megatron-core
+                 "single_partition_of_fp32_groups", "fp32_partitioned_groups_flat",  # DeepSpeed ZeRO-1/2, ZeRO-3
+                 "fp32_groups_flat_partition"):  # DeepSpeed BF16_Optimizer
+        groups = getattr(optimizer, name, None)
+        if groups is None:
+            continue
+        for group in groups:
+            out += list(group) if isinstance(group, (list, tuple)) else [group]
+    return out
+
+
+def _inner_optimizers(optimizer) -> list:
+    """The torch optimizers behind framework wrappers (megatron ChainedOptimizer, DeepSpeed ZeRO)."""
+    if hasattr(optimizer, "chained_optimizers"):
+        return [o for c in optimizer.chained_optimizers for o in _inner_optimizers(c)]
+    inner = getattr(optimizer, "optimizer", None)
+    if inner is not None and inner is not optimizer and hasattr(inner, "state"):
+        return [optimizer] + _inner_optimizers(inner) if _master_tensors(optimizer) else _inner_optimizers(inner)
+    return [optimizer]
+
+
+def optimizer_bytes(optimizer) -> int:
+    tensors: list[torch.Tensor] = []
+    for opt in _inner_optimizers(optimizer):
+        tensors += _master_tensors(opt)
+        for state in getattr(opt, "state", {}).values():
+            tensors += [v for v in state.values() if torch.is_tensor(v) and v.dim() > 0]
+    return _unique_bytes(tensors)
+
+
+def first_step_memory(model, optimizer, cfg, d) -> dict:
+    """Measured parameter and optimizer bytes on this rank, next to the planner's, reduced to rank 0 as the
+    maximum over ranks (the busiest rank is what the planner's peak stage describes)."""
+    import torch.distributed as dist
+
+    module = getattr(model, "module", model)
+    measured = torch.tensor([param_bytes(module), optimizer_bytes(optimizer)], dtype=torch.float64)
+    stage = _pipeline_stage(cfg)
+    planned_stage = memory.stage_memory(cfg.model, cfg.plan, stage)
+    planned = torch.tensor([planned_stage.params_bytes, planned_stage.optimizer_bytes], dtype=torch.float64)
+    both = torch.stack([measured, planned])
+    if dist.is_initialized():
+        dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    return {"measured_param_bytes": int(both[0, 0]), "measured_optimizer_bytes": int(both[0, 1]),
+            "planned_param_bytes": int(both[1, 0]), "planned_optimizer_bytes": int(both[1, 1])}
+
+
+def _pipeline_stage(cfg) -> int:
+    if cfg.plan.pp == 1:
+        return 0
+    from megatron.core import parallel_state
+
+    return parallel_state.get_pipeline_model_parallel_rank()

@@ -1,0 +1,174 @@
+"""A GPT/OLMo-style decoder in plain PyTorch, built from a ModelSpec, for the DeepSpeed and FSDP launchers.
+
+Tensors are laid out as megatron-core lays them (fused QKV, SwiGLU's two branches in one fc1), so the
+parameter count is `genconf.counting.exact_param_count(spec)` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from genconf.specs import ModelSpec
+
+
+class Norm(nn.Module):
+    """LayerNorm (weight, optional bias), RMSNorm (weight) or OLMo's non-parametric LayerNorm."""
+
+    def __init__(self, spec: ModelSpec, width: int) -> None:
+        super().__init__()
+        self.kind, self.width, self.eps = spec.normalization, width, 1e-5
+        self.weight = nn.Parameter(torch.ones(width)) if self.kind != "nonparametric" else None
+        self.bias = nn.Parameter(torch.zeros(width)) if spec.norm_bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "rmsnorm":
+            return F.rms_norm(x, (self.width,), self.weight, self.eps)
+        return F.layer_norm(x, (self.width,), self.weight, self.bias, self.eps)
+
+
+def rope_tables(seq: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables for rotary embeddings (Su et al. 2021), [seq, dim]."""
+    inv = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
+    emb = torch.cat([angles, angles], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        h, q, kv = spec.hidden_size, spec.query_width, spec.kv_width
+        self.linear_qkv = nn.Linear(h, q + 2 * kv, bias=spec.add_bias_linear)
+        self.q_layernorm = Norm(spec, q) if spec.qk_layernorm else None
+        self.k_layernorm = Norm(spec, kv) if spec.qk_layernorm else None
+        self.linear_proj = nn.Linear(q, h, bias=spec.add_bias_linear)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        spec = self.spec
+        b, s, _ = x.shape
+        q, k, v = self.linear_qkv(x).split([spec.query_width, spec.kv_width, spec.kv_width], dim=-1)
+        if self.q_layernorm is not None:
+            q, k = self.q_layernorm(q), self.k_layernorm(k)
+        d = spec.kv_channels
+        q = q.view(b, s, spec.num_attention_heads, d).transpose(1, 2)
+        k = k.view(b, s, spec.num_query_groups, d).transpose(1, 2)
+        v = v.view(b, s, spec.num_query_groups, d).transpose(1, 2)
+        if rope is not None:
+            cos, sin = rope[0][:s], rope[1][:s]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        dropout = spec.attention_dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
+                                             enable_gqa=spec.num_query_groups != spec.num_attention_heads)
+        return self.linear_proj(out.transpose(1, 2).reshape(b, s, spec.query_width))
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        if spec.is_moe:
+            raise ValueError(f"{spec.name} is a mixture of experts: use the megatron launcher (expert parallelism)")
+        self.gated = spec.gated
+        branches = 2 if spec.gated else 1
+        self.linear_fc1 = nn.Linear(spec.hidden_size, branches * spec.ffn_hidden_size, bias=spec.add_bias_linear)
+        self.linear_fc2 = nn.Linear(spec.ffn_hidden_size, spec.hidden_size, bias=spec.add_bias_linear)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear_fc1(x)
+        if self.gated:
+            gate, up = y.chunk(2, dim=-1)
+            y = F.silu(gate) * up
+        else:
+            y = F.gelu(y)
+        return self.linear_fc2(y)
+
+
+class Block(nn.Module):
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.input_layernorm = Norm(spec, spec.hidden_size)
+        self.self_attention = Attention(spec)
+        self.pre_mlp_layernorm = Norm(spec, spec.hidden_size)
+        self.mlp = MLP(spec)
+        self.dropout = nn.Dropout(spec.hidden_dropout)
+
+    def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
+        x = x + self.dropout(self.self_attention(self.input_layernorm(x), rope))
+        return x + self.dropout(self.mlp(self.pre_mlp_layernorm(x)))
+
+
+class Decoder(nn.Module):
+    def __init__(self, spec: ModelSpec, *, recompute: bool = False) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))
+        self.final_layernorm = Norm(spec, spec.hidden_size)
+        self.recompute = recompute
+
+    def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
+        for layer in self.layers:
+            if self.recompute and self.training:
+                x = checkpoint(layer, x, rope, use_reentrant=False)
+            else:
+                x = layer(x, rope)
+        return self.final_layernorm(x)
+
+
+class Embedding(nn.Module):
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.position_embeddings = (nn.Embedding(spec.seq_length, spec.hidden_size)
+                                    if spec.position_embedding == "learned" else None)
+        self.dropout = nn.Dropout(spec.hidden_dropout)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.word_embeddings(tokens)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(torch.arange(tokens.shape[1], device=tokens.device))
+        return self.dropout(x)
+
+
+class GPT(nn.Module):
+    """Decoder-only language model; forward(tokens, labels) returns the mean next-token loss (fp32)."""
+
+    def __init__(self, spec: ModelSpec, *, recompute: bool = False) -> None:
+        super().__init__()
+        self.spec = spec
+        self.embedding = Embedding(spec)
+        self.decoder = Decoder(spec, recompute=recompute)
+        self.output_layer = (None if spec.tie_embeddings
+                             else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False))
+        if spec.position_embedding == "rope":
+            cos, sin = rope_tables(spec.seq_length, spec.kv_channels)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        """GPT-2 initialisation: N(0, 0.02), output projections scaled by 1/sqrt(2 L) (Radford et al. 2019)."""
+        scaled = std / math.sqrt(2 * self.spec.num_layers)
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                (nn.init.ones_ if name.endswith("weight") else nn.init.zeros_)(p)
+            else:
+                nn.init.normal_(p, 0.0, scaled if name.endswith(("linear_proj.weight", "linear_fc2.weight")) else std)
+
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        rope = (self.rope_cos, self.rope_sin) if self.spec.position_embedding == "rope" else None
+        x = self.decoder(self.embedding(tokens), rope)
+        weight = self.embedding.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
+        logits = F.linear(x, weight)
+        if labels is None:
+            return logits
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1))
