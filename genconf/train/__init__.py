@@ -1,0 +1,1 @@
+"""Training runtime: the launchers started by torchrun (needs the train extra: torch, deepspeed, megatron-core)."""
