@@ -260,10 +260,11 @@ def _mlp_terms(model: ModelSpec, d: _Dims, spec: str) -> list[tuple[str, float]]
     k, n = d.moe_k, d.n
     terms = [("fc1 input", d.g * n * d.h / d.r)]
     if spec == "local" and model.gated:
-        # Unfused SwiGLU: fc1 output (both branches, saved by silu and mul through chunk views),
-        # silu output, and the product that fc2 saves.
+        # Unfused SwiGLU (megatron-core glu): fc1 output (both branches, kept by silu through a view), silu
+        # output, `x_linear + glu_linear_offset` (a new tensor) and the product that fc2 saves: 10 s b f bytes.
         terms += [("fc1 output (2 branches)", d.e * k * n * 2 * d.f / d.t),
                   ("silu output", d.e * k * n * d.f / d.t),
+                  ("linear branch + offset", d.e * k * n * d.f / d.t),
                   ("fc2 input (swiglu product)", d.e * k * n * d.f / d.t)]
     else:
         terms += [("activation input (fc1 output)", d.e * k * n * d.branches * d.f / d.t),
@@ -279,10 +280,11 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
 
     `te`: Transformer Engine fused LayerNorm+Linear and flash attention: no s^2 tensor; q, k, v, the
     output and the fp32 log-sum-exp are kept; GQA keeps k and v at their own width.
-    `local`: megatron-core's unfused local spec (what runs on a CPU): the attention scores are kept,
-    softmax in fp32 plus a bf16 copy (7 a s^2 b bytes with attention dropout instead of
-    Korthikanti's 5), K and V are expanded to every head before the matmuls, and RoPE copies q and k.
-    Dropout masks are 1 byte per element, as the CUDA kernels keep them.
+    `local`: megatron-core 0.16's unfused local spec (what runs on a CPU), as measured with
+    saved_tensors_hooks (tests/test_activations.py): the attention scores are kept, softmax in fp32 plus a
+    bf16 copy (7 a s^2 b bytes with attention dropout instead of Korthikanti's 5), K and V are expanded to
+    every head before the matmuls, RoPE copies q and k, and unfused SwiGLU keeps five ffn-wide tensors.
+    Dropout masks are 1 byte per element and norm statistics fp32, as the CUDA kernels keep them.
     """
     recompute = plan.recompute if recompute is None else recompute
     d = _dims(model, plan)
@@ -302,30 +304,43 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
         if d.g == 1:
             terms.append(("proj input (fp8 cast)", 1.0 * n * d.q / t))
     else:
-        gqa = d.kv < d.q
-        rope = model.position_embedding == "rope"
-        if rope:
-            terms.append(("q after rope", e * n * d.q / t))
-            if recompute == "selective":
-                terms.append(("k after rope", e * n * d.kv / t))
-        if recompute == "selective" or not gqa:
-            # v (and q, k without rope) are views of the qkv output, which stays alive.
-            terms.append(("qkv output (kept alive by views)", e * n * (d.q + 2 * d.kv) / t
-                          - (e * n * d.q / t if rope else 0)))
-        if recompute != "selective":
-            if gqa:
-                terms.append(("k, v expanded to every head", e * n * 2 * d.q / t))
-            s2 = d.heads * n * d.s / t  # attention-score elements per micro-batch on this rank
-            terms.append(("softmax output (fp32)", 4.0 * s2))
-            if model.attention_dropout > 0:
-                terms += [("attention dropout mask", 1.0 * s2), ("attention probs after dropout", e * s2)]
-            else:
-                terms.append(("attention probs (bf16 copy)", e * s2))
-        terms.append(("proj input (attention context)", e * n * d.q / t))
+        terms += _local_attention_terms(model, d, recompute)
     terms += hidden_mask
     terms += _norm_terms(model, d, "pre-mlp norm")
     terms += _mlp_terms(model, d, spec)
     terms += hidden_mask
+    return terms
+
+
+def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str) -> list[tuple[str, float]]:
+    """megatron-core local spec, core attention. The fused QKV output stays alive while any saved tensor is a
+    view of it: q, k without RoPE, and v whenever K/V are not expanded (no GQA); GQA expansion and RoPE make
+    copies. Selective recompute checkpoints core attention, keeping only its inputs (before the expansion)."""
+    n, t, e = d.n, d.t, d.e
+    gqa, rope = d.kv < d.q, model.position_embedding == "rope"
+    terms: list[tuple[str, float]] = []
+    if rope:
+        terms += [("q after rope", e * n * d.q / t), ("rope cos/sin (bf16)", 8.0 * d.s * model.kv_channels)]
+    if recompute == "selective":
+        if rope:
+            terms.append(("k after rope", e * n * d.kv / t))
+        keeps_buffer = True  # v is always a view of the QKV output here
+    else:
+        if gqa:
+            terms.append(("k, v expanded to every head", e * n * 2 * d.q / t))
+        elif rope:
+            terms.append(("k after rope", e * n * d.kv / t))
+        keeps_buffer = not rope or not gqa
+    if keeps_buffer:
+        terms.append(("qkv output (kept alive by views)", e * n * (d.q + 2 * d.kv) / t))
+    if recompute != "selective":
+        s2 = d.heads * n * d.s / t  # attention-score elements per micro-batch on this rank
+        terms += [("causal mask (bool)", 1.0 * d.s * d.s), ("softmax output (fp32)", 4.0 * s2)]
+        if model.attention_dropout > 0:
+            terms += [("attention dropout mask", 1.0 * s2), ("attention probs after dropout", e * s2)]
+        else:
+            terms.append(("attention probs (bf16 copy)", e * s2))
+    terms.append(("proj input (attention context)", e * n * d.q / t))
     return terms
 
 
@@ -354,13 +369,21 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
     rows = vocab_rows(model, plan)
     saved = 0.0
     transient: list[tuple[str, float]] = []
-    if stage == 0 and model.hidden_dropout > 0:
-        saved += first_chunks * 1.0 * d.n * d.h / d.r  # embedding dropout mask
+    if stage == 0:
+        # Embedding (measured on megatron-core 0.16): int64 token ids (+ a masked copy and a bool mask under
+        # vocab-parallel TP), int64 position ids for learned positions, and the 1-byte dropout mask.
+        per_mb = 8.0 * d.n + (9.0 * d.n if d.t > 1 else 0.0)
+        if model.position_embedding == "learned":
+            per_mb += 8.0 * d.s
+        if model.hidden_dropout > 0:
+            per_mb += 1.0 * d.n * d.h / d.r
+        saved += first_chunks * per_mb
     if stage == plan.pp - 1:
         # One micro-batch at a time reaches the loss: final norm, output-layer input, fp32 softmax of the
-        # vocab-parallel cross entropy (megatron tensor_parallel.vocab_parallel_cross_entropy).
+        # vocab-parallel cross entropy (megatron tensor_parallel.vocab_parallel_cross_entropy) with its bool
+        # target mask and int64 masked targets, and the fp32 loss mask.
         saved += sum(b for _, b in _norm_terms(model, d, "final norm"))
-        saved += d.e * d.n * d.h / d.r + 4.0 * d.n * rows / d.t
+        saved += d.e * d.n * d.h / d.r + 4.0 * d.n * rows / d.t + 13.0 * d.n
         if plan.framework == "megatron":
             # vocab_parallel_cross_entropy upcasts once and works in place: bf16 logits + one fp32 buffer.
             transient.append(("bf16 logits before the fp32 loss", d.e * d.n * rows / d.t))
