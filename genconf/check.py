@@ -205,7 +205,7 @@ def check_ds_config(text: str, p: Planned) -> list[Problem]:
     want_fp16 = "fp16" in expected
     if fp16 and bf16:
         problems.append(Problem(name, at("fp16"), "fp16 and bf16 are both enabled"))
-    elif not fp16 and not bf16:
+    elif not fp16 and not bf16 and ds_plan.precision != "fp32":
         problems.append(Problem(name, None, f"neither bf16 nor fp16 is enabled; the plan trains in "
                                             f"{'fp16' if want_fp16 else 'bf16'}"))
     elif fp16 != want_fp16:
@@ -409,7 +409,8 @@ def megatron_plan(args: dict[str, MegatronArg], model: ModelSpec, num_gpus: int)
                          f"{num_gpus} GPUs")
     dp = num_gpus // (tp * pp * cp)
     mbs = int(g("--micro-batch-size"))
-    precision = "fp8" if "--fp8-format" in args else "fp16" if "--fp16" in args else "bf16"
+    precision = ("fp8" if "--fp8-format" in args else "fp16" if "--fp16" in args
+                 else "bf16" if "--bf16" in args else "fp32")
     plan = ParallelPlan(
         framework="megatron", tp=tp, pp=pp, vp=megatron_vp(args), cp=cp, ep=int(g("--expert-model-parallel-size", 1)),
         dp=dp, mbs=mbs, gbs=int(g("--global-batch-size", mbs * dp)), seq_length=int(g("--seq-length")),

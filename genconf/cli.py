@@ -61,7 +61,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (megatron: 1 = distributed optimizer; "
                    "fsdp: 0 NO_SHARD, 2 SHARD_GRAD_OP, 3 FULL_SHARD)")
     g.add_argument("--recompute", choices=("none", "selective", "full"))
-    g.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16")
+    g.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), default="bf16",
+                   help="fp32: Megatron verification runs (TP reproduces TP=1 exactly)")
     g.add_argument("--layer-spec", choices=("te", "local"), default="te",
                    help="te: Transformer Engine + flash attention (GPU clusters); local: megatron-core unfused (CPU)")
     g.add_argument("--offload", action="store_true", help="DeepSpeed ZeRO CPU offload of optimizer (and params at stage 3)")

@@ -227,7 +227,7 @@ def deepspeed_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> 
         # Dynamic loss scaling: start at 2^16, halve on overflow after 2 bad steps, double after 1000 good ones.
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
                           "hysteresis": 2, "min_loss_scale": 1}
-    else:
+    elif plan.precision != "fp32":
         config["bf16"] = {"enabled": True}
         if plan.grad_accum_fp32:
             config["data_types"] = {"grad_accum_dtype": "fp32"}
@@ -341,7 +341,7 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--min-loss-scale", 1)
         add("--loss-scale-window", 1000)
         add("--hysteresis", 2)
-    else:
+    elif plan.precision != "fp32":  # Megatron-LM trains in fp32 unless told otherwise
         add("--bf16")
     if plan.precision == "fp8":
         recipe, fmt = _MEGATRON_FP8[train.fp8_recipe or "current"]
@@ -423,7 +423,7 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
         # global 2048 = micro 2 x accumulation x world size (OLMo derives the accumulation itself)
         "global_train_batch_size": plan.gbs,
         "device_train_microbatch_size": plan.mbs,
-        "precision": "amp_fp16" if plan.precision == "fp16" else "amp_bf16",
+        "precision": {"fp16": "amp_fp16", "fp32": "fp32"}.get(plan.precision, "amp_bf16"),
         "max_grad_norm": train.grad_clip or None, "max_grad_norm_ratio": None,
         "save_interval": train.checkpoint_every_steps or train.train_steps,
         "activation_checkpointing": "whole_layer" if plan.recompute != "none" else None,

@@ -288,7 +288,7 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     tokens = plan.gbs * plan.seq_length
     flops_token = model_flops_per_token(model, plan.seq_length)
     hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute)
-    peak = gpu.peak_tflops("fp8" if fp8 else "fp16" if plan.precision == "fp16" else "bf16")
+    peak = gpu.peak_tflops({"fp8": "fp8", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))
     return StepCost(step_time_s=step, compute_s=compute, bubble_s=bubble, pp_comm_s=m * pp_comm, dp_comm_s=dp_comm,
                     optimizer_s=optimizer, overhead_s=overhead, tp_comm_s=tp_comm,
                     model_flops_per_step=flops_token * tokens, hardware_flops_per_step=hw_token * tokens,

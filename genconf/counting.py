@@ -41,9 +41,24 @@ def _norm(prefix: str, width: int, model: ModelSpec) -> list[ParamTensor]:
     return tensors
 
 
+def as_built_by_megatron(model: ModelSpec) -> ModelSpec:
+    """The model megatron-core actually builds for a spec: it has no bias-free or non-parametric LayerNorm
+    (LayerNorm always has weight and bias) and normalises q and k per head (kv_channels wide), not over the
+    full projection width as OLMo does."""
+    import dataclasses
+
+    if model.normalization == "rmsnorm" and not model.qk_layernorm:
+        return model
+    if model.normalization == "layernorm" and model.norm_bias and not model.qk_layernorm:
+        return model
+    norm = "rmsnorm" if model.normalization == "rmsnorm" else "layernorm"
+    return dataclasses.replace(model, normalization=norm, norm_bias=norm == "layernorm")
+
+
 @functools.lru_cache(maxsize=256)
-def layer_tensors(model: ModelSpec) -> tuple[ParamTensor, ...]:
-    """The parameters of one decoder layer, as megatron-core's GPT layer spec names them."""
+def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[ParamTensor, ...]:
+    """The parameters of one decoder layer, as megatron-core's GPT layer spec names them.
+    per_head_qk_norm: q/k norms one head wide (megatron-core) instead of the full width (OLMo)."""
     h, q, kv = model.hidden_size, model.query_width, model.kv_width
     bias = model.add_bias_linear
     qkv = q + 2 * kv
@@ -52,8 +67,10 @@ def layer_tensors(model: ModelSpec) -> tuple[ParamTensor, ...]:
     if bias:
         out.append(ParamTensor("self_attention.linear_qkv.bias", qkv, True))
     if model.qk_layernorm:
-        # OLMo-2 and the Kempner OLMo configs normalise q and k over their full projected width.
-        out += _norm("self_attention.q_layernorm", q, model) + _norm("self_attention.k_layernorm", kv, model)
+        # OLMo-2 and the Kempner OLMo configs normalise q and k over their full projected width;
+        # megatron-core normalises each head (kv_channels wide), sharing the weights across heads.
+        qn, kn = (model.kv_channels, model.kv_channels) if per_head_qk_norm else (q, kv)
+        out += _norm("self_attention.q_layernorm", qn, model) + _norm("self_attention.k_layernorm", kn, model)
     out.append(ParamTensor("self_attention.linear_proj.weight", h * q, True, gemm_weight=True))
     if bias:
         out.append(ParamTensor("self_attention.linear_proj.bias", h, False))

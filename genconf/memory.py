@@ -13,7 +13,8 @@ import functools
 from dataclasses import dataclass
 
 from genconf.counting import (
-    ParamTensor, embedding_tensors, final_norm_tensors, layer_tensors, output_tensors, padded_vocab_size,
+    ParamTensor, as_built_by_megatron, embedding_tensors, final_norm_tensors, layer_tensors, output_tensors,
+    padded_vocab_size,
 )
 from genconf.pipeline import inflight_chunks, stage_layers
 from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan
@@ -79,7 +80,10 @@ def stage_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tup
     """(tensor, how many copies) held by one rank of pipeline stage `stage`."""
     rows = vocab_rows(model, plan)
     layers = stage_layers(model.num_layers, plan)[stage]
-    held: list[tuple[ParamTensor, int]] = [(t, layers) for t in layer_tensors(model)]
+    megatron = plan.framework == "megatron"
+    if megatron:
+        model = as_built_by_megatron(model)
+    held: list[tuple[ParamTensor, int]] = [(t, layers) for t in layer_tensors(model, megatron)]
     first, last = stage == 0, stage == plan.pp - 1
     if first:
         held += [(t, 1) for t in embedding_tensors(model, rows)]
@@ -157,7 +161,11 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
         # fp16 params + fp16 grads = 20 bytes (fp32 main params, fp32 grad copy, Adam), or 4 + 16/d.
         grad_bytes = 2 if plan.precision == "fp16" else 4
         opt_bytes = 16 if plan.precision == "fp16" else 12
-        params, grads = 2 * rp.total, grad_bytes * rp.total
+        param_bytes = 2
+        if plan.precision == "fp32":
+            # fp32 params + fp32 grads: 16 bytes, or 8 + 8/d (same table): no separate master copy.
+            param_bytes, opt_bytes = 4, 8
+        params, grads = param_bytes * rp.total, grad_bytes * rp.total
         optimizer = sharded(opt_bytes, plan.distributed_optimizer)
         if plan.precision == "fp8":
             other.append(("fp8 weight casts (TE, weight + transpose)", 2 * rp.gemm))
@@ -218,7 +226,9 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
 
 def rank_params_block(model: ModelSpec, plan: ParallelPlan) -> int:
     """Parameters of one transformer block on one rank."""
-    return sum(t.numel_per_rank(plan.tp, plan.ep) for t in layer_tensors(model))
+    megatron = plan.framework == "megatron"
+    spec = as_built_by_megatron(model) if megatron else model
+    return sum(t.numel_per_rank(plan.tp, plan.ep) for t in layer_tensors(spec, megatron))
 
 
 # --- activations ----------------------------------------------------------------------------------
@@ -244,9 +254,10 @@ def _dims(model: ModelSpec, plan: ParallelPlan) -> _Dims:
     sp = plan.sequence_parallel and plan.tp > 1
     fp8 = plan.precision == "fp8" and plan.layer_spec == "te"
     f = model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size
+    e = 4 if plan.precision == "fp32" else 2
     return _Dims(n=plan.mbs * plan.seq_length // plan.cp, s=plan.seq_length, h=model.hidden_size,
                  q=model.query_width, kv=model.kv_width, f=f, branches=2 if model.gated else 1,
-                 heads=model.num_attention_heads, t=plan.tp, r=plan.tp if sp else 1, e=2, g=1 if fp8 else 2,
+                 heads=model.num_attention_heads, t=plan.tp, r=plan.tp if sp else 1, e=e, g=1 if fp8 else e,
                  moe_k=model.moe_top_k if model.is_moe else 1)
 
 
@@ -439,7 +450,8 @@ def _stages_to_check(pp: int) -> tuple[int, ...]:
 def model_state_bytes_per_param(plan: ParallelPlan) -> float:
     """Bytes of params+grads+optimizer per parameter on one GPU with no sharding (seed: 14P for bf16 weights
     + fp32 Adam 'just loading weights'; Megatron 18; DeepSpeed 20; FSDP/DDP fp32 16)."""
-    return {"megatron": 20.0 if plan.precision == "fp16" else 18.0, "deepspeed": 20.0, "fsdp": 16.0}[plan.framework]
+    megatron = {"fp16": 20.0, "fp32": 16.0}.get(plan.precision, 18.0)
+    return {"megatron": megatron, "deepspeed": 20.0, "fsdp": 16.0}[plan.framework]
 
 
 def seed_model_bytes(params: int) -> int:

@@ -40,6 +40,8 @@ class PrecisionRecipe:
 RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in (
     PrecisionRecipe(name="bf16", plan_precision="bf16", te_recipe=None,
                     description="BF16 compute, FP32 master weights and optimizer"),
+    PrecisionRecipe(name="fp32", plan_precision="fp32", te_recipe=None,
+                    description="FP32 everywhere: slow, but tensor parallelism reproduces TP=1 bit for bit (verification)"),
     PrecisionRecipe(name="fp16", plan_precision="fp16", te_recipe=None, loss_scaling=True,
                     description="FP16 compute with dynamic loss scaling (initial 2^16, window 1000, hysteresis 2)"),
     PrecisionRecipe(name="fp8-delayed", plan_precision="fp8", te_recipe="DelayedScaling",

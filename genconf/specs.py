@@ -17,7 +17,7 @@ FRAMEWORKS = ("megatron", "deepspeed", "fsdp")
 LR_DECAYS = ("cosine", "linear", "constant")
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 LAYER_SPECS = ("te", "local")
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 ARCHS = ("ampere", "hopper", "blackwell")
@@ -302,7 +302,8 @@ class ParallelPlan:
     sequence_parallel: bool = False
     """Megatron sequence parallelism (shards LayerNorm/dropout activations over TP)."""
     precision: str = "bf16"
-    """bf16 | fp16 (dynamic loss scaling) | fp8 (Transformer Engine, BF16 master weights)."""
+    """bf16 | fp16 (dynamic loss scaling) | fp8 (Transformer Engine, BF16 master weights) | fp32 (Megatron,
+    for bit-exact verification runs: TP reproduces TP=1)."""
     offload_optimizer: bool = False
     """DeepSpeed: optimizer states and FP32 master weights in host memory."""
     offload_params: bool = False
