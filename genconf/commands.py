@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        ("--global-batch", "global batch in sequences"), ("--mbs", "micro-batch size"),
                        ("--steps", "optimizer steps")):
         g.add_argument(flag, type=_positive, help=text)
+    g.add_argument("--checkpoint-every", type=_positive, help="save a checkpoint every N steps")
+    g.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), help="run with another precision recipe")
     g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
     g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
     g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")
@@ -228,7 +230,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     artifacts = Path(args.dir)
     shrink = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
               "seq_len": args.seq_len, "global_batch": args.global_batch, "mbs": args.mbs, "steps": args.steps,
-              "lr": args.lr}
+              "lr": args.lr, "checkpoint_every": args.checkpoint_every, "precision": args.precision}
     data = {"kind": "memmap", "path": str(Path(args.data).resolve()), "dtype": args.data_dtype} if args.data else None
     cfg = launch.run_config_from_artifacts(artifacts, shrink, data)
     if args.framework and args.framework != cfg.plan.framework:
@@ -236,6 +238,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
                            f"re-plan with --framework {args.framework} to get an exact {args.framework} layout")
     if args.submit:
         return launch.submit(cfg, artifacts, wait=args.wait)
+    launch.refuse_unrunnable(cfg)
     run_dir = Path(args.run_dir) if args.run_dir else artifacts / "runs" / (args.name or time.strftime("%Y%m%d-%H%M%S"))
     if args.resume and not (run_dir / "config.json").is_file():
         raise GenconfError(f"--resume: {run_dir} has no config.json (give the --run-dir of the run to resume)")

@@ -38,7 +38,8 @@ def read_plan(artifacts: Path) -> dict:
 def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: int | None = None,
            hidden: int | None = None, heads: int | None = None, vocab: int | None = None, seq_len: int | None = None,
            global_batch: int | None = None, mbs: int | None = None, steps: int | None = None,
-           lr: float | None = None) -> tuple[ModelSpec, ParallelPlan, TrainSpec]:
+           lr: float | None = None, checkpoint_every: int | None = None,
+           precision: str | None = None) -> tuple[ModelSpec, ParallelPlan, TrainSpec]:
     """A smaller model and run with the same parallel layout (tp, pp, vp, cp, ep, dp, zero, recompute)."""
     m, p, t = model, plan, train
     if layers is not None:
@@ -74,6 +75,11 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
                                 checkpoint_every_steps=min(t.checkpoint_every_steps, steps) or steps)
     if lr is not None:
         t = dataclasses.replace(t, lr=lr, min_lr=min(t.min_lr, lr / 10))
+    if checkpoint_every is not None:
+        t = dataclasses.replace(t, checkpoint_every_steps=checkpoint_every)
+    if precision is not None:
+        p = dataclasses.replace(p, precision=precision)
+        t = dataclasses.replace(t, fp8_recipe=(t.fp8_recipe or "current") if precision == "fp8" else None)
     return m, p, t
 
 
@@ -105,6 +111,34 @@ def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | N
     return RunConfig(model=model, plan=plan, train=train, num_gpus=plan.world_size, data=data or {"kind": "synthetic"},
                      precision_recipe=recipe.name, prediction=prediction,
                      shrink={k: v for k, v in shrink_args.items() if v is not None}, artifacts=str(artifacts.resolve()))
+
+
+def refuse_unrunnable(cfg) -> None:
+    """Refuse, before anything starts, a precision recipe this machine cannot run (one line)."""
+    import importlib.util
+
+    cuda = False
+    gpu = None
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        if cuda:
+            from genconf.catalog import gpu_for_device_name, resolve_gpu
+
+            name = gpu_for_device_name(torch.cuda.get_device_name())
+            gpu = resolve_gpu(name) if name else None
+    else:
+        raise GenconfError("training needs the train extra: pip install 'genconf[train]' (torch, deepspeed, megatron-core)")
+    te = importlib.util.find_spec("transformer_engine") is not None
+    why = precision.unsupported_reason(precision.recipe(cfg.precision_recipe), gpu=gpu, framework=cfg.plan.framework,
+                                       te_available=te, cuda=cuda)
+    if why:
+        raise GenconfError(why)
+    if cfg.plan.cp > 1 and not (cuda and te):
+        raise GenconfError(f"context parallelism (cp={cfg.plan.cp}) needs Transformer Engine attention on a GPU")
+    if cfg.model.is_moe and cfg.plan.framework != "megatron":
+        raise GenconfError(f"{cfg.model.name} is a mixture of experts: only the megatron launcher runs experts")
 
 
 def entry_point(framework: str) -> Path:

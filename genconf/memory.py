@@ -374,12 +374,16 @@ def korthikanti_layer_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
 
 # --- a whole stage --------------------------------------------------------------------------------
 
-def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks: int) -> tuple[float, list[tuple[str, float]]]:
+def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks: int,
+                  chunks: int) -> tuple[float, list[tuple[str, float]]]:
     """Activations (saved) and transient buffers of the embedding and the loss held by this stage."""
     d = _dims(model, plan)
     rows = vocab_rows(model, plan)
     saved = 0.0
     transient: list[tuple[str, float]] = []
+    if plan.recompute == "full" and model.position_embedding == "rope":
+        # Each checkpointed layer's inputs include the fp32 rotary table [s, 1, 1, d]: one storage per chunk.
+        saved += chunks * 4.0 * d.s * model.kv_channels
     if stage == 0:
         # Embedding (measured on megatron-core 0.16): int64 token ids (+ a masked copy and a bool mask under
         # vocab-parallel TP), int64 position ids for learned positions, and the 1-byte dropout mask.
@@ -421,7 +425,7 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemor
     per_layer = layer_activation_bytes(model, plan)
     activations = per_layer * layers * chunks / plan.vp
     first_chunks = min(plan.num_microbatches, plan.pp) if plan.pp > 1 else 1
-    saved, transient = _stage_extras(model, plan, stage, first_chunks)
+    saved, transient = _stage_extras(model, plan, stage, first_chunks, chunks)
     activations += saved
     other = list(other) + [(name, int(b)) for name, b in transient]
     live = params + grads + optimizer + activations + sum(b for _, b in other)

@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    model_parameters=model.parameters())
     start = runtime.prepare_run_dir(args.run_dir, cfg, d, resume=args.resume)
     if args.resume:
-        engine.load_checkpoint(str(args.run_dir / runtime.CHECKPOINTS), tag=f"step_{start:07d}")
+        _, client = engine.load_checkpoint(str(args.run_dir / runtime.CHECKPOINTS), tag=f"step_{start:07d}")
+        torch.set_rng_state(client["rng"])
     source = source_from(cfg.data, model_spec.vocab_size, train.seed)
     accum = plan.num_microbatches
     metrics = runtime.Metrics(args.run_dir, d, plan.gbs * plan.seq_length, train.train_steps)
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics.end_step(step, loss_value, float(norm) if norm is not None else None, lr=lr, **extra)
         if runtime.should_checkpoint(step, train):
             tag = f"step_{step + 1:07d}"
-            engine.save_checkpoint(str(args.run_dir / runtime.CHECKPOINTS), tag=tag)
+            engine.save_checkpoint(str(args.run_dir / runtime.CHECKPOINTS), tag=tag,
+                                   client_state={"rng": torch.get_rng_state()})
             runtime.mark_checkpoint_done(runtime.checkpoint_dir(args.run_dir, step + 1), d)
     dist.barrier()
     dist.destroy_process_group()

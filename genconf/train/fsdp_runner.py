@@ -125,10 +125,11 @@ def _save(net, optimizer, path: Path, d: runtime.Dist) -> None:
         from torch.distributed.fsdp import StateDictType
 
         with FSDP.state_dict_type(net, StateDictType.LOCAL_STATE_DICT):
-            state = {"model": net.state_dict(), "optimizer": optimizer.state_dict()}
+            state = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()}
         torch.save(state, path / f"rank{d.rank:05d}.pt")
     elif d.is_main:
-        torch.save({"model": net.module.state_dict(), "optimizer": optimizer.state_dict()}, path / "rank00000.pt")
+        torch.save({"model": net.module.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()},
+                   path / "rank00000.pt")
     runtime.mark_checkpoint_done(path, d)
 
 
@@ -143,6 +144,7 @@ def _load(net, optimizer, path: Path, d: runtime.Dist) -> None:
         state = torch.load(path / "rank00000.pt", weights_only=False)
         net.module.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
 
 
 if __name__ == "__main__":

@@ -141,8 +141,19 @@ def _forward_step(data_iterator, model):
     return output, partial(_loss_func, batch["loss_mask"])
 
 
+def _ensure_adam_state(inner) -> None:
+    """torch Adam creates its state at the first step; a resume must restore into existing tensors."""
+    for group in inner.param_groups:
+        for p in group["params"]:
+            if not inner.state.get(p):
+                inner.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
+                                  "exp_avg_sq": torch.zeros_like(p)}
+
+
 def _state_tensors(chunks, optimizer) -> list[torch.Tensor]:
     """Every tensor a same-layout resume needs, in a fixed order: parameters, fp32 masters, Adam state."""
+    for opt in measure._inner_optimizers(optimizer):
+        _ensure_adam_state(getattr(opt, "optimizer", opt))
     out = [p.data for m in chunks for p in m.parameters()]
     for opt in measure._inner_optimizers(optimizer):
         out += [t.data for t in measure._master_tensors(opt)]
