@@ -212,3 +212,21 @@ def test_activation_bytes_match_the_local_spec_estimate(model, recompute):
     # The issue's bar is 10%; the term-by-term model lands within bytes of the measurement.
     assert abs(result["ratio"] - 1) < 0.10, result
     assert abs(result["ratio"] - 1) < 0.001, result
+
+
+@needs_megatron
+def test_parameter_counts_equal_megatron_core_models_built_on_meta():
+    """The planner's per-rank count equals sum(p.numel()) of megatron-core's GPTModel built from the same spec
+    (meta device, so 405B costs nothing); the checkpoint count differs only by Megatron's vocabulary padding
+    and its LayerNorm/q-k-norm conventions."""
+    names = ["gpt3-175b", "llama2-7b", "llama3-8b", "llama3.1-405b", "olmo-1b", "olmo2-7b", "mixtral-8x7b", "70b"]
+    out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", *names, "--json"], capture_output=True,
+                         text=True, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(result) == len(names)
+    for name, r in result.items():
+        assert r["built"] == r["planned"], (name, r)
+    assert result["llama3-8b"]["built"] == result["llama3-8b"]["checkpoint"] == 8_030_261_248
+    assert result["mixtral-8x7b"]["built"] == 46_702_792_704
+    assert result["gpt3-175b"]["built"] - result["gpt3-175b"]["checkpoint"] == (50304 - 50257) * 12288
