@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -195,7 +196,7 @@ def submit(cfg, artifacts: Path, *, wait: bool, timeout_s: float = 3600) -> int:
         raise GenconfError("sbatch is not on PATH: --submit needs a Slurm client (or run without --submit)")
     script = sbatch_script(artifacts, cfg.plan.framework)
     run_dir = script_run_dir(script)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)  # Slurm opens --output there before the job runs
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
     out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
     if out.returncode != 0:
@@ -215,8 +216,21 @@ def submit(cfg, artifacts: Path, *, wait: bool, timeout_s: float = 3600) -> int:
         print(f"genconf: job {job_id} COMPLETED", flush=True)
         return 0
     logs = sorted((run_dir / "logs").glob(f"*-{job_id}.*")) if (run_dir / "logs").is_dir() else []
-    tail = []
-    for log in logs:
-        tail += [f"  {log.name}: {line}" for line in log.read_text(errors="replace").splitlines()[-15:]]
-    print("\n".join(tail), file=sys.stderr)
+    print("\n".join(log_excerpt(logs)), file=sys.stderr)
     raise GenconfError(f"job {job_id} ended {state} (exit code {code}); logs: {', '.join(str(p) for p in logs) or run_dir}")
+
+
+_EXCEPTION = re.compile(r"\b\w*(Error|Exception|error): ")
+
+
+def log_excerpt(logs: list[Path], tail: int = 12) -> list[str]:
+    """What a failed job's logs say: the exception lines (the first is the root cause, usually buried above
+    the other ranks' consequential errors and torchrun's own traceback), then the tail of each log."""
+    lines: list[str] = []
+    for log in logs:
+        text = log.read_text(errors="replace").splitlines()
+        causes = list(dict.fromkeys(line.strip() for line in text if _EXCEPTION.search(line)))
+        causes = causes[:2] + causes[-3:] if len(causes) > 5 else causes  # the first is the root cause
+        lines += [f"  {log.name}: {line}" for line in causes]
+        lines += [f"  {log.name}: {line}" for line in text[-tail:]]
+    return lines

@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         norm = engine.get_global_grad_norm()
         extra = measure.first_step_memory(engine, optimizer, cfg, d) if step == start else {}
         metrics.end_step(step, loss_value, float(norm) if norm is not None else None, lr=lr, **extra)
+        runtime.maybe_inject_failure(step, d)
         if runtime.should_checkpoint(step, train):
             tag = f"step_{step + 1:07d}"
             engine.save_checkpoint(str(args.run_dir / runtime.CHECKPOINTS), tag=tag,

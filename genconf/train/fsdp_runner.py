@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.all_reduce(total)
         extra = measure.first_step_memory(net, optimizer, cfg, d) if step == start else {}
         metrics.end_step(step, (total / (accum * d.world_size)).item(), float(norm), lr=lr, **extra)
+        runtime.maybe_inject_failure(step, d)
         if runtime.should_checkpoint(step, train):
             _save(net, optimizer, runtime.checkpoint_dir(args.run_dir, step + 1), d)
     dist.barrier()

@@ -282,6 +282,7 @@ def _train(cfg: runtime.RunConfig, args, *, use_te: bool) -> int:
         if step == start:
             extra.update(measure.first_step_memory(torch.nn.ModuleList(chunks), optimizer, cfg, d))
         metrics.end_step(step, loss, float(grad_norm) if grad_norm is not None else None, lr=lr, **extra)
+        runtime.maybe_inject_failure(step, d)
         if runtime.should_checkpoint(step, train):
             _save(runtime.checkpoint_dir(args.run_dir, step + 1), chunks, optimizer, d)
     dist.barrier()

@@ -241,3 +241,11 @@ def detect_gpu():
     major, _ = torch.cuda.get_device_capability()
     arch = {8: "ampere", 9: "hopper", 10: "blackwell", 12: "blackwell"}.get(major)
     return next((g for g in list_gpus() if g.arch == arch), None)
+
+
+def maybe_inject_failure(step: int, d: Dist) -> None:
+    """Test hook: GENCONF_FAIL_STEP=N (and GENCONF_FAIL_RANK=r, default 0) makes rank r raise after step N,
+    to exercise how launchers and Slurm report a dying job."""
+    fail_step = os.environ.get("GENCONF_FAIL_STEP")
+    if fail_step is not None and step == int(fail_step) and d.rank == int(os.environ.get("GENCONF_FAIL_RANK", "0")):
+        raise RuntimeError(f"injected failure on rank {d.rank} after step {step} (GENCONF_FAIL_STEP)")
