@@ -53,6 +53,10 @@ class StageMemory:
         return self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
 
 
+HEADROOM_FRACTION = 0.05
+"""A plan must leave 5% of the GPU's memory free: the estimate's own error (benchmarks/results/accuracy.md)."""
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryEstimate:
     stages: tuple[StageMemory, ...]
@@ -63,8 +67,13 @@ class MemoryEstimate:
         return max(self.stages, key=lambda s: s.total_bytes)
 
     @property
+    def usable_bytes(self) -> int:
+        """Capacity less the headroom a plan must leave free."""
+        return int(self.capacity_bytes * (1 - HEADROOM_FRACTION))
+
+    @property
     def fits(self) -> bool:
-        return self.peak.total_bytes <= self.capacity_bytes
+        return self.peak.total_bytes <= self.usable_bytes
 
 
 # --- parameters on one rank -----------------------------------------------------------------------

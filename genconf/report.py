@@ -30,7 +30,7 @@ def memory_dict(est: MemoryEstimate) -> dict:
         "params_gib": _gib(peak.params_bytes), "grads_gib": _gib(peak.grads_bytes),
         "optimizer_gib": _gib(peak.optimizer_bytes), "activations_gib": _gib(peak.activations_bytes),
         "other_gib": _gib(peak.other_bytes), "total_gib": _gib(peak.total_bytes),
-        "capacity_gib": _gib(est.capacity_bytes), "peak_stage": peak.stage,
+        "capacity_gib": _gib(est.capacity_bytes), "usable_gib": _gib(est.usable_bytes), "peak_stage": peak.stage,
         "other": {name: _gib(b) for name, b in peak.other},
         "stages": [{"stage": s.stage, "layers": s.layers, "total_gib": _gib(s.total_bytes),
                     "params_gib": _gib(s.params_bytes), "activations_gib": _gib(s.activations_bytes)}

@@ -299,7 +299,7 @@ def check(ctx: Context, *, first_error_only: bool = False) -> list[Violation]:
 def memory_violation(ctx: Context, mem: MemoryEstimate) -> Violation | None:
     """memory_fits: the busiest stage's need against the GPU's capacity, with the breakdown and what to try."""
     peak = mem.peak
-    if peak.total_bytes <= mem.capacity_bytes:
+    if peak.total_bytes <= mem.usable_bytes:
         return None
     p = ctx.plan
     parts = (f"params {peak.params_bytes / GIB:.1f} + grads {peak.grads_bytes / GIB:.1f} + optimizer "
@@ -317,4 +317,5 @@ def memory_violation(ctx: Context, mem: MemoryEstimate) -> Violation | None:
     tries.append("more GPUs or tp/pp")
     return Violation("memory_fits", ERROR,
                      f"stage {peak.stage} needs {peak.total_bytes / GIB:.1f} GiB ({parts}) > "
-                     f"{mem.capacity_bytes / GIB:.1f} GiB on {ctx.cluster.gpu.name}; try {', '.join(tries)}")
+                     f"{mem.usable_bytes / GIB:.1f} GiB usable of {mem.capacity_bytes / GIB:.1f} on "
+                     f"{ctx.cluster.gpu.name}; try {', '.join(tries)}")

@@ -22,7 +22,7 @@ def _check_all_rules(model, cluster, ev, num_gpus):
     errors = [v for v in rules.check(ctx) if v.severity == rules.ERROR]
     assert not errors, errors
     est = memory.estimate(model, plan, cluster)
-    assert est.fits and est.peak.total_bytes <= est.capacity_bytes
+    assert est.fits and est.peak.total_bytes <= est.usable_bytes < est.capacity_bytes
     # The rules spelled out once more, independently of the rule book:
     assert plan.tp * plan.pp * plan.cp * plan.dp == num_gpus
     assert model.num_attention_heads % plan.tp == 0 and model.num_query_groups % plan.tp == 0
