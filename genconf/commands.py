@@ -52,6 +52,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     verify.add_argument("--json", action="store_true")
     verify.set_defaults(handler=cmd_verify)
 
+    recipe = sub.add_parser("recipe", help="plan (and with -o render) a recipe from recipes/")
+    recipe.add_argument("name", metavar="NAME", nargs="?", help="recipe name (omit to list them)")
+    recipe.add_argument("--smoke", action="store_true", help="the recipe's CPU smoke variant instead of the full run")
+    recipe.add_argument("--json", action="store_true")
+    recipe.add_argument("--top", type=_positive, default=3)
+    add_artifact_arguments(recipe, output_required=False)
+    recipe.set_defaults(handler=cmd_recipe)
+
+    ci = sub.add_parser("ci", help="run the recipes' smoke variants and verify them against their golden files")
+    ci.add_argument("names", metavar="NAME", nargs="*", help="recipes to run (default: every recipe with a smoke variant)")
+    ci.add_argument("--update-golden", metavar="NAME", help="rewrite NAME's golden file from a fresh run (shows the diff)")
+    ci.add_argument("--work-dir", help="where the artifacts and runs go (default: a new temporary directory)")
+    ci.add_argument("--json", action="store_true")
+    ci.set_defaults(handler=cmd_ci)
+
 
 def _positive(text: str) -> int:
     from genconf.cli import _positive_int
@@ -269,3 +284,41 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         print(verify.render(verdict))
     return 0 if verdict.ok else 1
+
+
+# --- recipes --------------------------------------------------------------------------------------
+
+def cmd_recipe(args: argparse.Namespace) -> int:
+    from genconf import recipes, report
+    from genconf.cli import print_json
+
+    if not args.name:
+        for name in recipes.list_recipes():
+            r = recipes.load_recipe(name)
+            print(f"{name:<22} v{r.version}  {r.data.get('description', '')}")
+        return 0
+    recipe = recipes.load_recipe(args.name)
+    run = recipes.smoke_run(recipe) if args.smoke else recipes.full_run(recipe)
+    if args.output:
+        from genconf import artifacts
+
+        artifacts.write_from_run(run, args)
+    if args.json:
+        print_json(run)
+    else:
+        from genconf.search import evaluate
+        from genconf.catalog import calibration_for
+
+        model, cluster, plan, gpus = report.specs_from_dict(run)
+        best = evaluate(model, cluster, plan, gpus, calibration_for(cluster.gpu.name), check_rules=False)
+        print(f"recipe   {recipe.name} v{recipe.version} ({recipe.path.name}): {recipe.data.get('description', '')}")
+        print(f"         precision {run['recipe']['precision_recipe']}, {run['train']['train_steps']:,} steps, "
+              f"lr {run['train']['lr']:g}, seed {run['train']['seed']}")
+        print(report.render_text(run, best, top=args.top))
+    return 0
+
+
+def cmd_ci(args: argparse.Namespace) -> int:
+    from genconf import ci
+
+    return ci.main(args.names, update_golden=args.update_golden, as_json=args.json, work_dir=args.work_dir)

@@ -9,7 +9,9 @@ megatron-core's unfused local spec (`local`)).
 
 from __future__ import annotations
 
+import bisect
 import functools
+import math
 from dataclasses import dataclass
 
 from genconf.counting import (
@@ -137,33 +139,160 @@ def rank_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> RankParams:
     return RankParams(dense, expert, gemm, max(modules.values(), default=0))
 
 
+# --- sharding, padded as each framework pads ----------------------------------------------------------
+
+def _ceil_to(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _groups(model: ModelSpec, plan: ParallelPlan, stage: int, expert: bool) -> list[list[tuple[int, int]]]:
+    """The stage's parameters as the framework groups them for sharding: megatron one buffer per virtual
+    chunk; FSDP one flat parameter per wrapped unit (each block, then the root); DeepSpeed one group.
+    Each group is a list of (elements on this TP/EP rank, copies)."""
+    held = [(t.numel_per_rank(plan.tp, plan.ep), copies, t) for t, copies in stage_tensors(model, plan, stage)
+            if t.expert == expert]
+    layer_copies = stage_layers(model.num_layers, plan)[stage]
+    in_layer = [(n, t) for n, c, t in held if c == layer_copies and t.name.startswith(("input_", "self_", "pre_", "mlp"))]
+    rest = [(n, c) for n, c, t in held if not (c == layer_copies and t.name.startswith(("input_", "self_", "pre_", "mlp")))]
+    layer = [(n, 1) for n, _ in in_layer]
+    if plan.framework == "megatron":
+        per_chunk = layer_copies // plan.vp
+        chunks = [[(n, per_chunk) for n, _ in layer] for _ in range(plan.vp)]
+        first = [(n, c) for n, c, t in held if "embedding" in t.name and (stage == 0 or "word" not in t.name)]
+        last = [(n, c) for n, c, t in held if not t.name.startswith(("input_", "self_", "pre_", "mlp", "embedding"))]
+        if stage == 0:
+            chunks[0] += [x for x in first if stage == 0]
+        if stage == plan.pp - 1:
+            tied_copy = [(n, c) for n, c, t in held if "word_embeddings" in t.name] if stage != 0 else []
+            chunks[-1] += last + tied_copy
+        return chunks
+    if plan.framework == "fsdp":
+        return [layer] * layer_copies + ([rest] if rest else [])
+    return [[(n, c) for n, c, _ in held]]
+
+
+def shard_elements(model: ModelSpec, plan: ParallelPlan, stage: int, *, expert: bool = False) -> int:
+    """Elements of the optimizer's shard on the busiest rank, with the framework's padding:
+    megatron distributed optimizer: buckets whose parameters start 64-aligned and whose ends are padded to
+    lcm(d, 128), each split in d equal ranges (param_and_grad_buffer.py); DeepSpeed ZeRO-1/2: one flat group
+    padded to a multiple of 2*d (stage_1_and_2.py, nccl alignment); DeepSpeed ZeRO-3: each parameter
+    partitioned separately, ceil(n/d) each (partition_numel); FSDP: each unit's flat parameter padded to a
+    multiple of d (FlatParamHandle)."""
+    d = max(1, plan.dp * plan.cp // plan.ep) if expert else plan.shard_size
+    if plan.framework == "megatron":
+        return _megatron_shard(model, plan, stage, d, expert)
+    groups = _groups(model, plan, stage, expert)
+    if plan.framework == "deepspeed" and plan.zero_stage < 3:
+        real = sum(n * c for g in groups for n, c in g)
+        return _ceil_to(real, 2 * d) // d
+    if plan.framework == "deepspeed":
+        return sum(-(-n // d) * c for g in groups for n, c in g)
+    return sum(-(-sum(n * c for n, c in g) // d) for g in groups)
+
+
+MEGATRON_LAYER_ORDER = ("input_layernorm", "self_attention.linear_proj", "self_attention.linear_qkv",
+                        "self_attention.q_layernorm", "self_attention.k_layernorm", "pre_mlp_layernorm",
+                        "mlp.router", "mlp.experts", "mlp.linear_fc1", "mlp.linear_fc2")
+"""Module registration order inside a megatron-core TransformerLayer (Attention builds linear_proj before
+SelfAttention adds linear_qkv): the order of model.parameters(), which the gradient buffer walks backwards."""
+
+
+def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, expert: bool) -> int:
+    """Real parameter elements in the busiest data-parallel rank's range of every buffer of this stage."""
+    return _megatron_shard_cached(model, plan.tp, plan.ep, plan.pp, plan.vp, stage_layers(model.num_layers, plan)[stage],
+                                  stage == 0, stage == plan.pp - 1, vocab_rows(model, plan), d, expert)
+
+
+@functools.lru_cache(maxsize=4096)
+def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, pp: int, vp: int, stage_layer_count: int,
+                           first: bool, last: bool, rows: int, d: int, expert: bool) -> int:
+    megatron_model = as_built_by_megatron(model)
+    layer = sorted(layer_tensors(megatron_model, True),
+                   key=lambda t: next(i for i, m in enumerate(MEGATRON_LAYER_ORDER) if t.name.startswith(m)))
+    layer = [t.numel_per_rank(tp, ep) for t in layer if t.expert == expert]
+    layers = stage_layer_count // vp
+    shared = model.tie_embeddings and pp > 1
+    align_end = math.lcm(d, 128)
+    bucket_size = max(40_000_000, 1_000_000 * d)  # DistributedDataParallel's default with the distributed optimizer
+    total_width = 0
+    deficit: dict[int, int] = {}  # padding elements inside rank r's ranges
+    for chunk in range(vp):
+        params: list[tuple[int, bool]] = []  # (elements, needs its own bucket), in model.parameters() order
+        if not expert and first and chunk == 0:
+            params += [(t.numel_per_rank(tp, ep), shared and "word" in t.name)
+                       for t in embedding_tensors(megatron_model, rows)]
+        params += [(n, False) for _ in range(layers) for n in layer]
+        if not expert and last and chunk == vp - 1:
+            params += [(t.numel_per_rank(tp, ep), False) for t in final_norm_tensors(megatron_model)]
+            output = output_tensors(megatron_model, rows) or (
+                embedding_tensors(megatron_model, rows)[:1] if shared and not first else ())
+            params += [(t.numel_per_rank(tp, ep), shared) for t in output]
+        if not params:
+            continue
+        # Lay the parameters out as the buffer does (walking backwards), recording the padding gaps.
+        gaps: list[tuple[int, int]] = []
+        buckets: list[tuple[int, int]] = []
+        start = bucket_start = 0
+        for numel, own_bucket in reversed(params):
+            aligned = _ceil_to(start, 64)
+            if own_bucket and start > bucket_start:
+                aligned = _ceil_to(start, align_end)
+                buckets.append((bucket_start, aligned))
+                bucket_start = aligned
+            if aligned > start:
+                gaps.append((start, aligned))
+            start = aligned + numel
+            if start - bucket_start >= bucket_size or own_bucket:
+                end = _ceil_to(start, align_end)
+                gaps.append((start, end))
+                buckets.append((bucket_start, end))
+                start = bucket_start = end
+        if start > bucket_start:
+            end = _ceil_to(start, align_end)
+            gaps.append((start, end))
+            buckets.append((bucket_start, end))
+        # Rank r holds range r of every bucket; its real elements are the range's width less the gaps in it.
+        for b0, b1 in buckets:
+            width = (b1 - b0) // d
+            total_width += width
+            for g0, g1 in gaps:
+                lo, hi = max(g0, b0), min(g1, b1)
+                for r in range((lo - b0) // width, min(d, (hi - 1 - b0) // width + 1)) if hi > lo else ():
+                    deficit[r] = deficit.get(r, 0) + min(hi, b0 + (r + 1) * width) - max(lo, b0 + r * width)
+    return total_width - (min(deficit.get(r, 0) for r in range(d)) if len(deficit) == d else 0)
+
+
 # --- model states ---------------------------------------------------------------------------------
 
 def deepspeed_zero_buckets(hidden_size: int) -> dict[str, int]:
     """DeepSpeed bucket sizes (elements) sized from the hidden size, as HF's 'auto' values:
     reduce_bucket_size = h^2, stage3_prefetch_bucket_size = 0.9 h^2, stage3_param_persistence_threshold = 10 h
-    (transformers.integrations.deepspeed, HfTrainerDeepSpeedConfig.trainer_config_finalize)."""
-    h2 = hidden_size * hidden_size
+    (transformers.integrations.deepspeed, HfTrainerDeepSpeedConfig.trainer_config_finalize), rounded up to even
+    counts: ZeRO-1/2 assert the all-gather bucket is a multiple of nccl_start_alignment_factor (2)."""
+    h2 = _ceil_to(hidden_size * hidden_size, 2)
     return {
         "reduce_bucket_size": h2,
         "allgather_bucket_size": h2,
-        "stage3_prefetch_bucket_size": int(0.9 * h2),
+        "stage3_prefetch_bucket_size": _ceil_to(int(0.9 * h2), 2),
         "stage3_param_persistence_threshold": 10 * hidden_size,
         "stage3_max_live_parameters": max(10**9 // 10, 4 * h2),
         "stage3_max_reuse_distance": max(10**9 // 10, 4 * h2),
     }
 
 
-def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int) -> tuple[int, int, int, list[tuple[str, int]]]:
+def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int,
+                  pp_stage: int = 0) -> tuple[int, int, int, list[tuple[str, int]]]:
     """(params, grads, optimizer, other) bytes for one rank holding `rp` and `layers` transformer layers."""
-    shard = plan.shard_size
-    expert_shard = max(1, plan.dp * plan.cp // plan.ep)
     other: list[tuple[str, int]] = []
+    shard: int | None = None
 
     def sharded(per_param: float, on: bool) -> int:
+        nonlocal shard
         if not on:
             return int(per_param * rp.total)
-        return int(per_param * rp.dense / shard + per_param * rp.expert / expert_shard)
+        if shard is None:
+            shard = shard_elements(model, plan, pp_stage) + shard_elements(model, plan, pp_stage, expert=True)
+        return int(per_param * shard)
 
     if plan.framework == "megatron":
         # Megatron-LM docs, distributed optimizer table: bf16 params + fp32 grads = 18 bytes, or 6 + 12/d;
@@ -428,7 +557,7 @@ def _communicator_groups(plan: ParallelPlan) -> int:
 def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemory:
     layers = stage_layers(model.num_layers, plan)[stage]
     rp = rank_params(model, plan, stage)
-    params, grads, optimizer, other = _model_states(model, plan, rp, layers)
+    params, grads, optimizer, other = _model_states(model, plan, rp, layers, stage)
     chunks = inflight_chunks(plan, stage)
     # Each in-flight chunk holds layers/vp layers; Korthikanti 2022 eq. 5 for the first stage.
     per_layer = layer_activation_bytes(model, plan)

@@ -147,7 +147,9 @@ def _likely_cause(config: dict, versions: dict, ratio: float) -> str:
     return "kernel efficiency below the calibration for this GPU (first steps include warm-up: run more steps)"
 
 
-def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predicted: dict | None) -> list[Check]:
+def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predicted: dict | None,
+                           band: tuple[float, float] = THROUGHPUT_BAND,
+                           peak_memory_gib: float | None = None) -> list[Check]:
     device = (versions.get("device") or "cpu").lower()
     gpu = (config.get("prediction") or {}).get("gpu", "?")
     if device == "cpu" or predicted is None:
@@ -158,7 +160,7 @@ def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predi
     measured = statistics.median(r["tokens_per_s_per_gpu"] for r in steady)
     expected = predicted["tokens_per_s_per_gpu"]
     ratio = measured / expected
-    low, high = THROUGHPUT_BAND
+    low, high = band
     if low <= ratio <= high:
         speed = Check("throughput", "pass", f"{measured:,.0f} tokens/s/GPU vs predicted {expected:,.0f} "
                                             f"(x{ratio:.2f}, within band)", measured, expected)
@@ -170,7 +172,7 @@ def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predi
         speed = Check("throughput", "pass", f"{measured:,.0f} tokens/s/GPU vs predicted {expected:,.0f} "
                                             f"(x{ratio:.2f}, faster than predicted)", measured, expected)
     peak = max(r.get("peak_mem_gib", 0.0) for r in rows)
-    planned = predicted["peak_mem_gib"]
+    planned = min(predicted["peak_mem_gib"], peak_memory_gib) if peak_memory_gib else predicted["peak_mem_gib"]
     status = "pass" if peak <= planned * (1 + MEMORY_TOLERANCE) else "fail"
     mem = Check("peak memory", status, f"{peak:.2f} GiB allocated at peak vs planned {planned:.2f} GiB "
                                        f"(x{peak / planned:.2f})", peak, planned)
@@ -196,7 +198,8 @@ def predict_run(config: dict, gpu_name: str) -> dict | None:
 
 
 def verify(run: Path, *, golden: Path | None = None, tolerance: float | None = None,
-           min_drop: float = DEFAULT_MIN_DROP) -> Verdict:
+           min_drop: float = DEFAULT_MIN_DROP, band: tuple[float, float] = THROUGHPUT_BAND,
+           peak_memory_gib: float | None = None) -> Verdict:
     rows = read_metrics(run)
     config = json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
     versions = json.loads((run / "versions.json").read_text()) if (run / "versions.json").is_file() else {}
@@ -211,7 +214,7 @@ def verify(run: Path, *, golden: Path | None = None, tolerance: float | None = N
 
         name = gpu_for_device_name(device)
         predicted = predict_run(config, name) if name else None
-    verdict.checks += check_speed_and_memory(rows, config, versions, predicted)
+    verdict.checks += check_speed_and_memory(rows, config, versions, predicted, band, peak_memory_gib)
     return verdict
 
 

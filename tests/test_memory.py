@@ -51,7 +51,8 @@ def test_zero2_matches_deepspeed_estimator(name, nodes, per_node, offload):
     total = exact_param_count(model)
     _, ds_gpu = estimate_zero2_model_states_mem_needs(total, per_node, nodes, cpu_offload=offload)
     plan = _ds_plan(2, nodes * per_node, offload_optimizer=offload)
-    assert _model_states(model, plan) == pytest.approx(ds_gpu, abs=8)
+    # ZeRO-1/2 pad the flat group to a multiple of 2 x dp elements (stage_1_and_2.py); the estimator does not.
+    assert _model_states(model, plan) == pytest.approx(ds_gpu, rel=1e-5)
 
 
 @needs_deepspeed
@@ -70,7 +71,8 @@ def test_zero3_matches_deepspeed_estimator(name, nodes, per_node, offload_opt, o
     # The estimator's 18 bytes/param omit ZeRO-3's 16-bit gradient partition, which stage3.py allocates as
     # grad_partitions_flat_buffer (gradient_accumulation_dtype = bf16): 2 more bytes per parameter shard.
     grad_partition = 0 if offload_opt else 2 * total / (nodes * per_node)
-    assert _model_states(model, plan) == pytest.approx(ds_gpu + grad_partition, abs=8)
+    # ZeRO-3 partitions each parameter separately, ceil(numel / dp) elements (padding); the estimator does not.
+    assert _model_states(model, plan) == pytest.approx(ds_gpu + grad_partition, rel=1e-4)
 
 
 @needs_deepspeed
@@ -97,9 +99,10 @@ def test_megatron_distributed_optimizer_table():
         dist = stage_memory(model, ParallelPlan(dp=d, gbs=d, zero_stage=1, **base), 0)
         p = rank_params(model, ParallelPlan(dp=d, gbs=d, **base), 0).total
         assert plain.params_bytes + plain.grads_bytes + plain.optimizer_bytes == 18 * p
-        assert dist.params_bytes + dist.grads_bytes + dist.optimizer_bytes == pytest.approx((6 + 12 / d) * p, abs=2)
+        # (the distributed optimizer pads its buffer to lcm(d, 128) elements: a few bytes)
+        assert dist.params_bytes + dist.grads_bytes + dist.optimizer_bytes == pytest.approx((6 + 12 / d) * p, rel=1e-6)
         fp16 = stage_memory(model, ParallelPlan(dp=d, gbs=d, zero_stage=1, precision="fp16", **base), 0)
-        assert fp16.params_bytes + fp16.grads_bytes + fp16.optimizer_bytes == pytest.approx((4 + 16 / d) * p, abs=2)
+        assert fp16.params_bytes + fp16.grads_bytes + fp16.optimizer_bytes == pytest.approx((4 + 16 / d) * p, rel=1e-6)
 
 
 def _gpt(h=6144, a=64, layers=48, dropout=0.1) -> ModelSpec:

@@ -21,6 +21,7 @@ pytestmark = [needs_torch, pytest.mark.slow]
 
 TINY_GPT = str(REPO / "tests" / "data" / "tiny-gpt.yaml")
 TINY_LLAMA = str(REPO / "tests" / "data" / "tiny-llama.yaml")
+TINY_ODD = str(REPO / "tests" / "data" / "tiny-odd.yaml")  # hidden 63: every framework pads its shards
 SMOKE = ["--steps", "12", "--lr", "3e-3", "--vocab", "128"]
 
 
@@ -63,6 +64,11 @@ LAYOUTS = {
     "deepspeed-zero2": (TINY_GPT, 2, ["--framework", "deepspeed", "--zero", "2"]),
     "deepspeed-zero3": (TINY_LLAMA, 2, ["--framework", "deepspeed", "--zero", "3"]),
     "fsdp-full-shard": (TINY_LLAMA, 2, ["--framework", "fsdp", "--zero", "3"]),
+    # Odd sizes: the exact byte counts include each framework's padding of its shards.
+    "megatron-distopt-odd": (TINY_ODD, 2, ["--framework", "megatron", "--tp", "1", "--pp", "1", "--zero", "1"]),
+    "deepspeed-zero1-odd": (TINY_ODD, 2, ["--framework", "deepspeed", "--zero", "1"]),
+    "deepspeed-zero3-odd": (TINY_ODD, 2, ["--framework", "deepspeed", "--zero", "3"]),
+    "fsdp-full-shard-odd": (TINY_ODD, 2, ["--framework", "fsdp", "--zero", "3"]),
 }
 
 

@@ -1,0 +1,164 @@
+"""`genconf ci`: run every recipe's smoke variant (or those named), verify each against its golden loss file,
+and print a table. `--update-golden NAME` rewrites a golden file on purpose and shows the diff."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from genconf import launch, recipes, verify
+from genconf.errors import GenconfError
+
+VERSION_KEYS = ("torch", "deepspeed", "megatron-core", "genconf")
+
+
+@dataclass
+class Row:
+    recipe: str
+    layout: str = "-"
+    steps: int = 0
+    final_loss: float | None = None
+    golden_final: float | None = None
+    throughput: str = "n/a"
+    verdict: str = "FAIL"
+    detail: str = ""
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    run_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "PASS"
+
+
+def golden_versions(path: Path) -> dict[str, str]:
+    """The `# versions: torch=... deepspeed=...` header of a golden file."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# versions:"):
+            return dict(item.split("=", 1) for item in line.split(":", 1)[1].split())
+    return {}
+
+
+def version_mismatch(golden: Path, run: Path) -> list[str]:
+    """Library versions that differ between the golden file and this run: reported, never hidden."""
+    recorded = golden_versions(golden)
+    current = json.loads((run / "versions.json").read_text()) if (run / "versions.json").is_file() else {}
+    return [f"{k} {recorded.get(k)} (golden) vs {current.get(k)} (now)" for k in VERSION_KEYS
+            if recorded.get(k) != str(current.get(k))]
+
+
+def golden_text(recipe: recipes.Recipe, run: Path, layout: str) -> str:
+    rows = verify.read_metrics(run)
+    versions = json.loads((run / "versions.json").read_text())
+    header = [f"golden loss curve of recipe {recipe.name} v{recipe.version}, smoke variant ({layout})",
+              "versions: " + " ".join(f"{k}={versions.get(k)}" for k in VERSION_KEYS),
+              f"device: {versions.get('device')}; written by: genconf ci --update-golden {recipe.name}",
+              "format: step loss"]
+    return "".join(f"# {h}\n" for h in header) + "".join(f"{r['step']} {r['loss']:.6f}\n" for r in rows)
+
+
+def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
+    from genconf.artifacts import default_options, render_all, write_artifacts
+
+    start = time.monotonic()
+    recipe = recipes.load_recipe(name)
+    row = Row(recipe=name)
+    try:
+        run = recipes.smoke_run(recipe)
+        row.layout = run["layout"]
+        artifacts = work / name
+        options = default_options(run, artifacts)
+        write_artifacts(artifacts, render_all(run, options), True, run_dir=options.run_dir)
+        cfg = launch.run_config_from_artifacts(artifacts, {}, data=run["recipe"]["data"])
+        launch.refuse_unrunnable(cfg)
+        run_dir = artifacts / "runs" / "ci"
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        rc = launch.launch_local(cfg, run_dir, resume=False)
+        if rc != 0:
+            raise GenconfError(f"training exited with code {rc} (log above; run directory {run_dir})")
+        row.run_dir = str(run_dir)
+        rows = verify.read_metrics(run_dir)
+        row.steps, row.final_loss = len(rows), rows[-1]["loss"]
+        expect = recipe.section("expect")
+        golden = recipe.golden_path
+        if update_golden:
+            if golden is None:
+                raise GenconfError(f"{recipe.path}: expect.golden names no file to update")
+            new = golden_text(recipe, run_dir, row.layout)
+            old = golden.read_text() if golden.is_file() else ""
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_text(new)
+            diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), f"{golden.name} (old)",
+                                             f"{golden.name} (new)", lineterm=""))
+            print("\n".join(diff) if diff else f"{golden.name}: unchanged", flush=True)
+        has_golden = golden is not None and golden.is_file()
+        if has_golden:
+            row.notes += version_mismatch(golden, run_dir)
+            curve = verify.read_golden(golden)
+            row.golden_final = curve[max(curve)]
+        band = tuple(expect.get("throughput_band", verify.THROUGHPUT_BAND))
+        verdict = verify.verify(run_dir, golden=golden if has_golden else None,
+                                tolerance=float(expect.get("loss_tolerance", 1e-4)),
+                                min_drop=float(expect.get("min_loss_drop", verify.DEFAULT_MIN_DROP)), band=band,
+                                peak_memory_gib=expect.get("peak_memory_gib"))
+        speed = next(c for c in verdict.checks if c.name == "throughput")
+        row.throughput = speed.detail if speed.status != "n/a" else f"n/a ({speed.detail})"
+        failed = [c for c in verdict.checks if c.status == "fail"]
+        row.verdict = "PASS" if not failed else "FAIL"
+        row.detail = f"{failed[0].name}: {failed[0].detail}" if failed else \
+            next(c.detail for c in verdict.checks if c.name == "loss")
+        if not has_golden:
+            row.notes.append("no golden file: checked that the loss falls")
+        if run["recipe"].get("note"):
+            row.notes.append(run["recipe"]["note"])
+    except GenconfError as exc:
+        row.verdict, row.detail = "FAIL", str(exc)
+    row.seconds = time.monotonic() - start
+    return row
+
+
+def render_table(rows: list[Row]) -> str:
+    out = [f"{'recipe':<20}{'layout (smoke)':<58}{'steps':>6}{'final loss':>12}{'golden':>10}  {'verdict':<8}"
+           f"{'time':>7}  tokens/s vs predicted"]
+    for r in rows:
+        final = f"{r.final_loss:.4f}" if r.final_loss is not None else "-"
+        golden = f"{r.golden_final:.4f}" if r.golden_final is not None else "-"
+        out.append(f"{r.recipe:<20}{r.layout[:57]:<58}{r.steps:>6}{final:>12}{golden:>10}  {r.verdict:<8}"
+                   f"{r.seconds:>6.0f}s  {r.throughput}")
+        if not r.ok:
+            out.append(f"    {r.detail}")
+        for note in r.notes:
+            out.append(f"    note: {note}")
+    passed = sum(r.ok for r in rows)
+    out.append(f"{passed}/{len(rows)} recipes passed")
+    return "\n".join(out)
+
+
+def main(names: list[str], *, update_golden: str | None, as_json: bool, work_dir: str | None) -> int:
+    available = recipes.list_recipes()
+    if update_golden:
+        if update_golden not in available:
+            raise GenconfError(f"--update-golden: unknown recipe '{update_golden}' (one of: {', '.join(available)})")
+        names = [update_golden]
+    names = names or [n for n in available if recipes.load_recipe(n).section("smoke")]
+    for name in names:
+        if name not in available:
+            raise GenconfError(f"unknown recipe '{name}' (one of: {', '.join(available)})")
+    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="genconf-ci-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in names:
+        print(f"genconf ci: {name}", file=sys.stderr, flush=True)
+        rows.append(run_one(name, work, update_golden=name == update_golden))
+    if as_json:
+        print(json.dumps([r.__dict__ | {"ok": r.ok} for r in rows], indent=1, sort_keys=True))
+    else:
+        print(render_table(rows))
+    return 0 if all(r.ok for r in rows) else 1
