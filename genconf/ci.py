@@ -80,7 +80,7 @@ def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
         run_dir = artifacts / "runs" / "ci"
         if run_dir.exists():
             shutil.rmtree(run_dir)
-        rc = launch.launch_local(cfg, run_dir, resume=False)
+        rc = launch.launch_local(cfg, run_dir, resume=False, stdout=sys.stderr)  # stdout keeps the table/JSON
         if rc != 0:
             raise GenconfError(f"training exited with code {rc} (log above; run directory {run_dir})")
         row.run_dir = str(run_dir)
@@ -125,12 +125,12 @@ def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
 
 
 def render_table(rows: list[Row]) -> str:
-    out = [f"{'recipe':<20}{'layout (smoke)':<58}{'steps':>6}{'final loss':>12}{'golden':>10}  {'verdict':<8}"
+    out = [f"{'recipe':<20}{'layout (smoke)':<66}{'steps':>6}{'final loss':>12}{'golden':>10}  {'verdict':<8}"
            f"{'time':>7}  tokens/s vs predicted"]
     for r in rows:
         final = f"{r.final_loss:.4f}" if r.final_loss is not None else "-"
         golden = f"{r.golden_final:.4f}" if r.golden_final is not None else "-"
-        out.append(f"{r.recipe:<20}{r.layout[:57]:<58}{r.steps:>6}{final:>12}{golden:>10}  {r.verdict:<8}"
+        out.append(f"{r.recipe:<20}{r.layout[:65]:<66}{r.steps:>6}{final:>12}{golden:>10}  {r.verdict:<8}"
                    f"{r.seconds:>6.0f}s  {r.throughput}")
         if not r.ok:
             out.append(f"    {r.detail}")

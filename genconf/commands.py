@@ -64,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ci.add_argument("names", metavar="NAME", nargs="*", help="recipes to run (default: every recipe with a smoke variant)")
     ci.add_argument("--update-golden", metavar="NAME", help="rewrite NAME's golden file from a fresh run (shows the diff)")
     ci.add_argument("--work-dir", help="where the artifacts and runs go (default: a new temporary directory)")
+    ci.add_argument("--recipes-dir", help="run the recipes of another folder (default: genconf's recipes/)")
     ci.add_argument("--json", action="store_true")
     ci.set_defaults(handler=cmd_ci)
 
@@ -319,6 +320,10 @@ def cmd_recipe(args: argparse.Namespace) -> int:
 
 
 def cmd_ci(args: argparse.Namespace) -> int:
-    from genconf import ci
+    import os
 
+    from genconf import ci, recipes
+
+    if args.recipes_dir:
+        os.environ[recipes.RECIPES_DIR_ENV] = os.path.abspath(args.recipes_dir)
     return ci.main(args.names, update_golden=args.update_golden, as_json=args.json, work_dir=args.work_dir)

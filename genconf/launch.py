@@ -146,7 +146,8 @@ def entry_point(framework: str) -> Path:
     return resource_dir("launchers") / ENTRY_POINTS[framework]
 
 
-def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executable, extra_env: dict | None = None) -> int:
+def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executable, extra_env: dict | None = None,
+                 stdout=None) -> int:
     """torchrun --standalone with one process per rank of the plan (gloo on CPUs, NCCL on GPUs)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
@@ -158,7 +159,7 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                **(extra_env or {}))
     print(f"genconf: launching {' '.join(cmd)}", file=sys.stderr, flush=True)
-    return subprocess.call(cmd, env=env)
+    return subprocess.call(cmd, env=env, stdout=stdout)
 
 
 def sbatch_script(artifacts: Path, framework: str) -> Path:

@@ -54,7 +54,18 @@ class Recipe:
         return (self.path.parent / golden) if golden else None
 
 
+RECIPES_DIR_ENV = "GENCONF_RECIPES_DIR"
+"""Another recipes folder (for trying recipes out, and for tests); default: the package's recipes/."""
+
+
 def recipe_dir() -> Path:
+    import os
+
+    custom = os.environ.get(RECIPES_DIR_ENV)
+    if custom:
+        if not Path(custom).is_dir():
+            raise GenconfError(f"{RECIPES_DIR_ENV}={custom} is not a directory")
+        return Path(custom)
     return catalog.resource_dir("recipes")
 
 

@@ -12,7 +12,7 @@ from genconf import __version__
 from genconf.cost import StepCost, training_time_s
 from genconf.counting import chinchilla_tokens, exact_param_count, human_count, workshop_param_count
 from genconf.errors import GenconfError
-from genconf.memory import GIB, MemoryEstimate, StageMemory
+from genconf.memory import GIB, HEADROOM_FRACTION, MemoryEstimate, StageMemory
 from genconf.pipeline import inflight_chunks, stage_layers
 from genconf.search import Evaluation, SearchResult, describe
 from genconf.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
@@ -183,12 +183,12 @@ def _stage_memory_lines(stage: StageMemory, plan: ParallelPlan, capacity: int) -
         _row("parameters", f"{stage.params_bytes / GIB:8.2f}"),
         _row("gradients", f"{stage.grads_bytes / GIB:8.2f}"),
         _row(f"optimizer states{shard}", f"{stage.optimizer_bytes / GIB:8.2f}"),
-        _row(f"activations ({chunks} chunk{'s' if chunks > 1 else ''} in flight, {plan.recompute} recompute)",
-             f"{stage.activations_bytes / GIB:8.2f}"),
+        _row(f"activations ({chunks} chunk{'s' if chunks > 1 else ''} in flight)", f"{stage.activations_bytes / GIB:8.2f}"),
         _row("other", f"{stage.other_bytes / GIB:8.2f}"),
     ]
     lines += [_row(f"  {name}", f"{b / GIB:8.2f}") for name, b in stage.other if b >= 0.01 * GIB]
-    lines.append(_row("total", f"{stage.total_bytes / GIB:8.2f}  of {capacity / GIB:.1f} GiB"))
+    lines.append(_row("total", f"{stage.total_bytes / GIB:8.2f}  of {capacity / GIB:.1f} GiB "
+                               f"(plans keep {HEADROOM_FRACTION:.0%} free)"))
     return lines
 
 

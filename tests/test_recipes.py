@@ -1,0 +1,144 @@
+"""Recipes and recipe CI: every recipe loads and plans; extends merges; unknown keys are refused; a smoke
+recipe reproduces bit for bit on the CPU; a wrong golden value fails `genconf ci` with the recipe, the step
+and both values; a library-version mismatch with the golden file is reported; --update-golden shows the diff."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, needs_torch
+from genconf import recipes
+from genconf.errors import GenconfError
+
+ALL = recipes.list_recipes()
+
+
+def genconf(*args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "genconf", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, env=env)
+
+
+def test_the_recipes_the_project_promises_exist():
+    assert {"olmo-1b-ddp", "olmo-7b-fsdp", "olmo-70b", "gpt3-175b-megatron", "llama3-8b-bf16", "llama3-8b-fp8",
+            "llama3-70b-bf16", "llama3-70b-fp8"} <= set(ALL)
+    for name in ALL:
+        r = recipes.load_recipe(name)
+        assert r.section("smoke"), f"{name} has no smoke variant"
+        assert r.golden_path is not None and r.golden_path.is_file(), f"{name} has no golden file"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_recipe_plans_at_full_size(name):
+    out = genconf("recipe", name, "--json")
+    assert out.returncode == 0, out.stderr
+    run = json.loads(out.stdout)
+    r = recipes.load_recipe(name)
+    layout = r.section("layout")
+    for key in ("framework", "tp", "pp", "zero"):
+        if key in layout:
+            plan_key = "zero_stage" if key == "zero" else key
+            assert run["plan"][plan_key] == layout[key], (key, run["plan"][plan_key])
+    assert run["memory"]["total_gib"] <= run["memory"]["usable_gib"]
+    assert run["recipe"]["precision_recipe"] == r.precision_recipe.name
+    assert run["train"]["seed"] == r.data.get("seed", 1234)
+    assert run["cluster"]["name"] == r.data.get("cluster", "kempner-h100")
+
+
+def test_extends_changes_only_what_it_says():
+    base, fp8 = recipes.load_recipe("llama3-8b-bf16"), recipes.load_recipe("llama3-8b-fp8")
+    assert fp8.data["precision"] == "fp8-current" and base.data["precision"] == "bf16"
+    assert fp8.section("layout") == base.section("layout")
+    assert fp8.section("optimizer") == base.section("optimizer")
+    assert fp8.section("smoke")["layers"] == base.section("smoke")["layers"]
+    assert fp8.section("smoke")["precision"] == "bf16" and "precision" not in base.section("smoke")
+    full = recipes.full_run(fp8)
+    assert full["train"]["fp8_recipe"] == "current" and full["train"]["fp8_bf16_first_last_layers"] == 1
+    assert full["plan"]["precision"] == "fp8"
+
+
+def test_unknown_keys_are_refused_with_file_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nmodel: 1b\noptimizer: {lr: 1.0e-3, momentum: 0.9}\n")
+    with pytest.raises(GenconfError, match=r"bad.yaml: unknown key 'optimizer.momentum'"):
+        recipes.load_recipe(str(bad))
+    worse = tmp_path / "worse.yaml"
+    worse.write_text("name: worse\nmodle: 1b\n")
+    with pytest.raises(GenconfError, match=r"worse.yaml: unknown key 'modle'"):
+        recipes.load_recipe(str(worse))
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("name: loop\nextends: loop\n")
+    with pytest.raises(GenconfError, match="cycle"):
+        recipes.load_recipe(str(loop))
+
+
+def _private_recipes(tmp_path: Path, name: str) -> Path:
+    """A copy of one recipe (and whatever it extends) with its golden file, in a folder of its own."""
+    folder = tmp_path / "recipes"
+    (folder / "golden").mkdir(parents=True)
+    r = recipes.load_recipe(name)
+    chain = [r.path]
+    while "extends" in recipes.catalog.read_yaml(chain[-1]):
+        chain.append(chain[-1].parent / f"{recipes.catalog.read_yaml(chain[-1])['extends']}.yaml")
+    for path in chain:
+        shutil.copy(path, folder / path.name)
+    shutil.copy(r.golden_path, folder / "golden" / r.golden_path.name)
+    return folder
+
+
+@needs_torch
+@pytest.mark.slow
+def test_ci_reproduces_bit_for_bit_and_fails_on_a_wrong_golden(tmp_path):
+    name = "olmo-7b-fsdp"  # FSDP FULL_SHARD, 2 ranks: a few seconds
+    folder = _private_recipes(tmp_path, name)
+    golden = folder / "golden" / f"{name}.smoke.txt"
+    first = genconf("ci", name, "--recipes-dir", str(folder), "--json", "--work-dir", str(tmp_path / "a"))
+    second = genconf("ci", name, "--recipes-dir", str(folder), "--json", "--work-dir", str(tmp_path / "b"))
+    assert first.returncode == second.returncode == 0, first.stdout + first.stderr
+    rows = [json.loads(first.stdout)[0], json.loads(second.stdout)[0]]
+    runs = [Path(r["run_dir"]) / "metrics.jsonl" for r in rows]
+    losses = [[json.loads(line)["loss"] for line in p.read_text().splitlines()] for p in runs]
+    assert losses[0] == losses[1]  # bit-identical on the same machine
+    # The golden file holds the same curve to 6 decimals.
+    assert [round(x, 6) for x in losses[0]] == [v for _, v in sorted(
+        __import__("genconf.verify", fromlist=["read_golden"]).read_golden(golden).items())]
+
+    # A wrong golden value: the failure names the recipe, the step and both values.
+    lines = golden.read_text().splitlines()
+    step_line = next(i for i, line in enumerate(lines) if line.startswith("5 "))
+    true_value = float(lines[step_line].split()[1])
+    lines[step_line] = f"5 {true_value + 0.5:.6f}"
+    golden.write_text("\n".join(lines) + "\n")
+    bad = genconf("ci", name, "--recipes-dir", str(folder), "--work-dir", str(tmp_path / "c"))
+    assert bad.returncode == 1
+    assert name in bad.stdout and "FAIL" in bad.stdout
+    assert f"step 5: loss {true_value:.6f} vs golden {true_value + 0.5:.6f}" in bad.stdout
+    assert "0/1 recipes passed" in bad.stdout
+
+
+@needs_torch
+@pytest.mark.slow
+def test_version_mismatch_is_reported_and_update_golden_shows_the_diff(tmp_path):
+    name = "olmo-1b-ddp"
+    folder = _private_recipes(tmp_path, name)
+    golden = folder / "golden" / f"{name}.smoke.txt"
+    text = golden.read_text().replace("torch=2.13.0", "torch=2.12.1")
+    golden.write_text(text)
+    out = genconf("ci", name, "--recipes-dir", str(folder), "--work-dir", str(tmp_path / "a"))
+    assert out.returncode == 0, out.stdout + out.stderr  # reported, not a failure by itself
+    assert "note: torch 2.12.1" in out.stdout and "(golden) vs 2.13.0" in out.stdout
+    updated = genconf("ci", "--update-golden", name, "--recipes-dir", str(folder), "--work-dir", str(tmp_path / "b"))
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert "-# versions: torch=2.12.1" in updated.stdout and "+# versions: torch=2.13.0" in updated.stdout
+    assert "torch=2.13.0" in golden.read_text()
+
+
+def test_ci_refuses_unknown_recipes():
+    out = genconf("ci", "no-such-recipe")
+    assert out.returncode == 2 and "unknown recipe 'no-such-recipe'" in out.stderr
