@@ -258,7 +258,6 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     layer_s = lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s
     n = plan.mbs * plan.seq_length // plan.cp
     rows = vocab_rows(model, plan)
-    fp8 = plan.precision == "fp8"
     # Logits GEMM (kept in BF16 under FP8 recipes) and the fp32 cross entropy on the last stage.
     logits_s = _linear_s(gpu, cal, n, rows // plan.tp, model.hidden_size, False)
     logits_s += 3 * 4.0 * n * rows / plan.tp / (gpu.hbm_tbyte_per_s * 1e12 * cal.hbm_efficiency)

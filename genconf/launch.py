@@ -19,7 +19,6 @@ from pathlib import Path
 from genconf import precision, rules
 from genconf.catalog import resource_dir
 from genconf.errors import GenconfError
-from genconf.pipeline import stage_layers
 from genconf.report import specs_from_dict, train_from_dict
 from genconf.specs import ModelSpec, ParallelPlan, TrainSpec
 

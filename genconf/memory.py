@@ -9,7 +9,6 @@ megatron-core's unfused local spec (`local`)).
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 from dataclasses import dataclass

@@ -10,7 +10,7 @@ import dataclasses
 
 from genconf import __version__
 from genconf.cost import StepCost, training_time_s
-from genconf.counting import chinchilla_tokens, exact_param_count, human_count, workshop_param_count
+from genconf.counting import exact_param_count, human_count, workshop_param_count
 from genconf.errors import GenconfError
 from genconf.memory import GIB, HEADROOM_FRACTION, MemoryEstimate, StageMemory
 from genconf.pipeline import inflight_chunks, stage_layers

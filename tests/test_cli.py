@@ -4,7 +4,6 @@ import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

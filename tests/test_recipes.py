@@ -5,7 +5,6 @@ and both values; a library-version mismatch with the golden file is reported; --
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys

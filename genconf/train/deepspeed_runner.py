@@ -38,13 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     import deepspeed
 
-    cfg = runtime.load_run_config(args.run_dir, args.artifacts)
+    cfg = runtime.load_and_check(args.run_dir, args.artifacts, "deepspeed")
     plan, train, model_spec = cfg.plan, cfg.train, cfg.model
     recipe = precision.recipe(cfg.precision_recipe)
-    why = precision.unsupported_reason(recipe, gpu=runtime.detect_gpu(), framework="deepspeed", te_available=False,
-                                       cuda=torch.cuda.is_available())
-    if why:
-        runtime.fail(why)
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     d = runtime.init_distributed()
     if d.world_size != plan.dp:
@@ -72,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"genconf: DeepSpeed ZeRO-{plan.zero_stage} {type(optimizer).__name__}, dp={plan.dp}, "
               f"{accum} micro-batches of {plan.mbs}, {recipe.name}", flush=True)
     for step in range(start, train.train_steps):
-        lr = runtime.lr_at(step, train)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        lr = runtime.set_lr(optimizer, step, train)
         metrics.start_step()
         total = torch.zeros(1, dtype=torch.float64)
         for micro in range(accum):

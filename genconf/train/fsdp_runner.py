@@ -61,13 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     artifacts = args.artifacts or (args.config.parent if args.config else None)
-    cfg = runtime.load_run_config(args.run_dir, artifacts)
+    cfg = runtime.load_and_check(args.run_dir, artifacts, "fsdp")
     plan, train, spec = cfg.plan, cfg.train, cfg.model
     recipe = precision.recipe(cfg.precision_recipe)
-    why = precision.unsupported_reason(recipe, gpu=runtime.detect_gpu(), framework="fsdp", te_available=False,
-                                       cuda=torch.cuda.is_available())
-    if why:
-        runtime.fail(why)
     d = runtime.init_distributed()
     if d.world_size != plan.dp:
         runtime.fail(f"this FSDP plan has dp={plan.dp} but {d.world_size} processes were started")
@@ -88,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         kind = "DDP (NO_SHARD)" if plan.zero_stage == 0 else f"FSDP {plan.fsdp_sharding_strategy}"
         print(f"genconf: {kind}, dp={plan.dp}, {accum} micro-batches of {plan.mbs}, {recipe.name}", flush=True)
     for step in range(start, train.train_steps):
-        lr = runtime.lr_at(step, train)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        lr = runtime.set_lr(optimizer, step, train)
         metrics.start_step()
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros(1, dtype=torch.float64)

@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from genconf import precision
 from genconf.counting import padded_vocab_size
 from genconf.train import measure, runtime
 from genconf.train.data import micro_batch, source_from
@@ -196,14 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
-    cfg = runtime.load_run_config(args.run_dir, args.artifacts)
-    plan, train = cfg.plan, cfg.train
+    cfg = runtime.load_and_check(args.run_dir, args.artifacts, "megatron")
+    plan = cfg.plan
     cuda = torch.cuda.is_available()
     te = importlib.util.find_spec("transformer_engine") is not None
-    recipe = precision.recipe(cfg.precision_recipe)
-    why = precision.unsupported_reason(recipe, gpu=runtime.detect_gpu(), framework="megatron", te_available=te, cuda=cuda)
-    if why:
-        runtime.fail(why)
     if plan.cp > 1 and not (cuda and te):
         runtime.fail(f"context parallelism (cp={plan.cp}) needs Transformer Engine attention on a GPU")
 
@@ -261,9 +256,7 @@ def _train(cfg: runtime.RunConfig, args, *, use_te: bool) -> int:
               f"{plan.num_microbatches} micro-batches of {plan.mbs}, layer spec {spec_name}, {cfg.precision_recipe}"
               f"{', distributed optimizer' if plan.distributed_optimizer else ''}", flush=True)
     for step in range(start, train.train_steps):
-        lr = runtime.lr_at(step, train)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        lr = runtime.set_lr(optimizer, step, train)
         metrics.start_step()
         for m in chunks:
             m.zero_grad_buffer()

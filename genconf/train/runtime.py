@@ -249,3 +249,26 @@ def maybe_inject_failure(step: int, d: Dist) -> None:
     fail_step = os.environ.get("GENCONF_FAIL_STEP")
     if fail_step is not None and step == int(fail_step) and d.rank == int(os.environ.get("GENCONF_FAIL_RANK", "0")):
         raise RuntimeError(f"injected failure on rank {d.rank} after step {step} (GENCONF_FAIL_STEP)")
+
+
+def load_and_check(run_dir: Path, artifacts: Path | None, framework: str) -> RunConfig:
+    """The run's config, after refusing (one line, exit 2) a precision recipe this machine cannot run."""
+    import importlib.util
+
+    from genconf import precision
+
+    cfg = load_run_config(run_dir, artifacts)
+    te = importlib.util.find_spec("transformer_engine") is not None and framework == "megatron"
+    why = precision.unsupported_reason(precision.recipe(cfg.precision_recipe), gpu=detect_gpu(), framework=framework,
+                                       te_available=te, cuda=torch.cuda.is_available())
+    if why:
+        fail(why)
+    return cfg
+
+
+def set_lr(optimizer, step: int, train: TrainSpec) -> float:
+    """Apply the schedule's learning rate for `step` to every parameter group; returns it."""
+    lr = lr_at(step, train)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
