@@ -116,18 +116,24 @@ def saved_bytes(run_forward, params) -> tuple[int, int]:
     """(bytes of the storages still saved for backward after `run_forward()`, storages counted),
     each storage once, parameters excluded."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in params}
-    packed: dict[int, tuple[int, weakref.ref]] = {}
+    packed: dict[int, tuple[int, list[weakref.ref]]] = {}  # storage address -> (bytes, the tensors saved on it)
 
     def pack(t):
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
-        if ptr not in param_ptrs and ptr not in packed:
-            packed[ptr] = (storage.nbytes(), weakref.ref(t))
+        if ptr in param_ptrs:
+            return t
+        seen = packed.get(ptr)
+        if seen is None or not any(ref() is not None for ref in seen[1]):
+            # New storage, or the address of a freed transient reused by a new one.
+            packed[ptr] = (storage.nbytes(), [weakref.ref(t)])
+        else:
+            seen[1].append(weakref.ref(t))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         keep = run_forward()
-    alive = [(nbytes, ref) for nbytes, ref in packed.values() if ref() is not None]
+    alive = [(nbytes, refs) for nbytes, refs in packed.values() if any(ref() is not None for ref in refs)]
     del keep
     return sum(n for n, _ in alive), len(alive)
 
