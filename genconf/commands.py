@@ -267,7 +267,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     del dc
     rc = launch.launch_local(cfg, run_dir, resume=args.resume)
     if rc != 0:
-        raise GenconfError(f"training exited with code {rc}; see the output above (run directory {run_dir})")
+        killed = " (a rank was killed: out of memory?)" if rc in (-9, 137) else ""
+        raise GenconfError(f"training exited with code {rc}{killed}; see the output above (run directory {run_dir})")
     print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir})")
     return 0
 

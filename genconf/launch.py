@@ -139,6 +139,24 @@ def refuse_unrunnable(cfg) -> None:
         raise GenconfError(f"context parallelism (cp={cfg.plan.cp}) needs Transformer Engine attention on a GPU")
     if cfg.model.is_moe and cfg.plan.framework != "megatron":
         raise GenconfError(f"{cfg.model.name} is a mixture of experts: only the megatron launcher runs experts")
+    if not cuda:
+        refuse_too_big_for_host(cfg)
+
+
+def refuse_too_big_for_host(cfg) -> None:
+    """A CPU run of a full-size plan is killed by the OOM killer, not refused: say so before it starts."""
+    import dataclasses as dc
+
+    from genconf.memory import GIB, stage_memory
+
+    plan = dc.replace(cfg.plan, layer_spec="local", sequence_parallel=False)
+    per_rank = max(stage_memory(cfg.model, plan, s).total_bytes for s in {0, plan.pp - 1})
+    need = per_rank * plan.world_size
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > 0.8 * have:
+        raise GenconfError(f"on this CPU the plan needs about {need / GIB:,.0f} GiB ({plan.world_size} ranks x "
+                           f"{per_rank / GIB:,.1f} GiB) but the machine has {have / GIB:,.0f} GiB: shrink it for a "
+                           f"smoke test (--layers, --hidden, --vocab, --seq-len, --global-batch)")
 
 
 def entry_point(framework: str) -> Path:

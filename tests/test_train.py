@@ -236,3 +236,11 @@ def test_parameter_counts_equal_megatron_core_models_built_on_meta():
     assert result["llama3-8b"]["built"] == result["llama3-8b"]["checkpoint"] == 8_030_261_248
     assert result["mixtral-8x7b"]["built"] == 46_702_792_704
     assert result["gpt3-175b"]["built"] - result["gpt3-175b"]["checkpoint"] == (50304 - 50257) * 12288
+
+
+def test_a_full_size_plan_on_a_cpu_is_refused_before_it_starts(tmp_path):
+    artifacts = tmp_path / "big"
+    genconf("--model", "1b", "--gpus", "8", "-o", str(artifacts))
+    out = genconf("launch", str(artifacts), "--name", "big", "--steps", "1", check=False)
+    assert out.returncode == 2 and "shrink it for a smoke test" in out.stderr and "GiB" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (artifacts / "runs" / "big").exists()
