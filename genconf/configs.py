@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from genconf.counting import as_built_by_megatron
 from genconf.memory import deepspeed_zero_buckets
 from genconf.pipeline import stage_layers
 from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainSpec
@@ -291,6 +292,9 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     add("--seq-length", plan.seq_length)
     add("--max-position-embeddings", max(plan.seq_length, model.seq_length))
     add(f"# model: {model.name}")
+    if as_built_by_megatron(model) != model:
+        add("# megatron-core has no bias-free or non-parametric LayerNorm and normalises q/k per head: it builds")
+        add("# LayerNorm with weight and bias, and per-head q/k norms (genconf's memory model counts what it builds)")
     add("--num-layers", model.num_layers)
     add("--hidden-size", model.hidden_size)
     add("--ffn-hidden-size", model.ffn_hidden_size)
