@@ -41,6 +41,7 @@ def _norm(prefix: str, width: int, model: ModelSpec) -> list[ParamTensor]:
     return tensors
 
 
+@functools.lru_cache(maxsize=256)
 def as_built_by_megatron(model: ModelSpec) -> ModelSpec:
     """The model megatron-core actually builds for a spec: it has no bias-free or non-parametric LayerNorm
     (LayerNorm always has weight and bias) and normalises q and k per head (kv_channels wide), not over the

@@ -213,51 +213,78 @@ def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, pp: int, vp: int,
     shared = model.tie_embeddings and pp > 1
     align_end = math.lcm(d, 128)
     bucket_size = max(40_000_000, 1_000_000 * d)  # DistributedDataParallel's default with the distributed optimizer
+    # The repeated layer block as the buffer lays it out (walking backwards), from a 64-aligned start:
+    # where its last parameter ends, and the alignment gaps inside it.
+    block = list(reversed(layer))
+    offsets, block_gaps, end = [], [], 0
+    for i, numel in enumerate(block):
+        begin = _ceil_to(end, 64) if i else 0
+        if begin > end:
+            block_gaps.append((end, begin))
+        offsets.append(begin)
+        end = begin + numel
+    block_end = end
     total_width = 0
     deficit: dict[int, int] = {}  # padding elements inside rank r's ranges
     for chunk in range(vp):
-        params: list[tuple[int, bool]] = []  # (elements, needs its own bucket), in model.parameters() order
-        if not expert and first and chunk == 0:
-            params += [(t.numel_per_rank(tp, ep), shared and "word" in t.name)
-                       for t in embedding_tensors(megatron_model, rows)]
-        params += [(n, False) for _ in range(layers) for n in layer]
+        head: list[tuple[int, bool]] = []  # (elements, own bucket) laid out before the layers (walking backwards)
+        tail: list[tuple[int, bool]] = []
         if not expert and last and chunk == vp - 1:
-            params += [(t.numel_per_rank(tp, ep), False) for t in final_norm_tensors(megatron_model)]
             output = output_tensors(megatron_model, rows) or (
                 embedding_tensors(megatron_model, rows)[:1] if shared and not first else ())
-            params += [(t.numel_per_rank(tp, ep), shared) for t in output]
-        if not params:
+            head += [(t.numel_per_rank(tp, ep), shared) for t in reversed(output)]
+            head += [(t.numel_per_rank(tp, ep), False) for t in reversed(final_norm_tensors(megatron_model))]
+        if not expert and first and chunk == 0:
+            tail += [(t.numel_per_rank(tp, ep), shared and "word" in t.name)
+                     for t in reversed(embedding_tensors(megatron_model, rows))]
+        if not head and not tail and not (layers and layer):
             continue
-        # Lay the parameters out as the buffer does (walking backwards), recording the padding gaps.
-        gaps: list[tuple[int, int]] = []
+        gaps: list[tuple[int, int, int]] = []  # (start, end, bucket) of padding
         buckets: list[tuple[int, int]] = []
         start = bucket_start = 0
-        for numel, own_bucket in reversed(params):
+
+        def place(numel: int, own_bucket: bool) -> None:
+            nonlocal start, bucket_start
             aligned = _ceil_to(start, 64)
-            if own_bucket and start > bucket_start:
+            if own_bucket and start > bucket_start:  # close the open bucket: this gap belongs to it
                 aligned = _ceil_to(start, align_end)
+                gaps.append((start, aligned, len(buckets)))
                 buckets.append((bucket_start, aligned))
                 bucket_start = aligned
-            if aligned > start:
-                gaps.append((start, aligned))
+            elif aligned > start:
+                gaps.append((start, aligned, len(buckets)))
             start = aligned + numel
             if start - bucket_start >= bucket_size or own_bucket:
                 end = _ceil_to(start, align_end)
-                gaps.append((start, end))
+                gaps.append((start, end, len(buckets)))
                 buckets.append((bucket_start, end))
                 start = bucket_start = end
+
+        for numel, own in head:
+            place(numel, own)
+        for _ in range(layers if layer else 0):
+            aligned = _ceil_to(start, 64)
+            if aligned + block_end - bucket_start < bucket_size:  # no bucket closes inside this layer
+                if aligned > start:
+                    gaps.append((start, aligned, len(buckets)))
+                gaps += [(aligned + a, aligned + b, len(buckets)) for a, b in block_gaps]
+                start = aligned + block_end
+            else:
+                for numel in block:
+                    place(numel, False)
+        for numel, own in tail:
+            place(numel, own)
         if start > bucket_start:
             end = _ceil_to(start, align_end)
-            gaps.append((start, end))
+            gaps.append((start, end, len(buckets)))
             buckets.append((bucket_start, end))
         # Rank r holds range r of every bucket; its real elements are the range's width less the gaps in it.
-        for b0, b1 in buckets:
+        total_width += sum((b1 - b0) // d for b0, b1 in buckets)
+        for g0, g1, bucket in gaps:
+            b0, b1 = buckets[bucket]
             width = (b1 - b0) // d
-            total_width += width
-            for g0, g1 in gaps:
-                lo, hi = max(g0, b0), min(g1, b1)
-                for r in range((lo - b0) // width, min(d, (hi - 1 - b0) // width + 1)) if hi > lo else ():
-                    deficit[r] = deficit.get(r, 0) + min(hi, b0 + (r + 1) * width) - max(lo, b0 + r * width)
+            for r in range((g0 - b0) // width, min(d, (g1 - 1 - b0) // width + 1)):
+                deficit[r] = deficit.get(r, 0) + min(g1, b0 + (r + 1) * width) - max(g0, b0 + r * width)
     return total_width - (min(deficit.get(r, 0) for r in range(d)) if len(deficit) == d else 0)
 
 

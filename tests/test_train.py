@@ -69,7 +69,17 @@ LAYOUTS = {
     "deepspeed-zero1-odd": (TINY_ODD, 2, ["--framework", "deepspeed", "--zero", "1"]),
     "deepspeed-zero3-odd": (TINY_ODD, 2, ["--framework", "deepspeed", "--zero", "3"]),
     "fsdp-full-shard-odd": (TINY_ODD, 2, ["--framework", "fsdp", "--zero", "3"]),
+    # Tied embeddings across pipeline stages: the shared word embedding gets its own distributed-optimizer bucket.
+    "megatron-pp2-distopt-tied-odd": ("tiny-odd-tied", 4, ["--framework", "megatron", "--tp", "1", "--pp", "2",
+                                                           "--zero", "1"]),
 }
+
+
+def tiny_odd_tied(root: Path) -> str:
+    path = root / "tiny-odd-tied.yaml"
+    text = Path(TINY_ODD).read_text().replace("name: tiny-odd", "name: tiny-odd-tied")
+    path.write_text(text.replace("tie_embeddings: false", "tie_embeddings: true"))
+    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +91,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             continue
         if name.startswith("deepspeed") and not _has("deepspeed"):
             continue
+        if model == "tiny-odd-tied":
+            model = tiny_odd_tied(root)
         done[name] = launch(plan_dir(root, name, model, gpus, *pins))
     return done
 
