@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from genconf import precision, rules
+from genconf import cpu_numerics, precision, rules
 from genconf.catalog import resource_dir
 from genconf.errors import GenconfError
 from genconf.report import specs_from_dict, train_from_dict
@@ -113,6 +113,17 @@ def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | N
                      shrink={k: v for k, v in shrink_args.items() if v is not None}, artifacts=str(artifacts.resolve()))
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (False without torch)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def refuse_unrunnable(cfg) -> None:
     """Refuse, before anything starts, a precision recipe this machine cannot run (one line)."""
     import importlib.util
@@ -175,6 +186,8 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
         cmd.append("--resume")
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                **(extra_env or {}))
+    if not cuda_available():
+        env.update(cpu_numerics.pinned_env(env))  # the same loss curve on every x86 CPU (genconf.cpu_numerics)
     print(f"genconf: launching {' '.join(cmd)}", file=sys.stderr, flush=True)
     return subprocess.call(cmd, env=env, stdout=stdout)
 

@@ -361,8 +361,9 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
         elif stage >= 1:
             buckets = deepspeed_zero_buckets(model.hidden_size)
             other.append(("ZeRO reduce + all-gather buckets", 2 * (buckets["reduce_bucket_size"] + buckets["allgather_bucket_size"])))
-    else:  # fsdp, OLMo-style mixed precision: FP32 parameters, BF16 compute
+    else:  # fsdp, OLMo-style mixed precision: FP32 parameters, BF16 compute (FP32 compute for fp32 plans)
         stage = plan.zero_stage
+        c = 4 if plan.precision == "fp32" else 2  # bytes of the compute copy of a parameter
         params = sharded(4, stage >= 3)
         grads = sharded(4, stage >= 2)
         optimizer = sharded(8, stage >= 2)
@@ -372,19 +373,20 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
             # OLMo's DDP: torch DDP keeps a flat gradient bucket copy (gradient_as_bucket_view=False),
             # and autocast keeps BF16 casts of the weights alive for backward.
             other.append(("DDP gradient buckets (fp32)", 4 * rp.total))
-            other.append(("autocast bf16 weight casts", 2 * rp.total))
+            if plan.precision != "fp32":
+                other.append(("autocast bf16 weight casts", 2 * rp.total))
         elif stage == 2:
-            other.append(("SHARD_GRAD_OP unsharded bf16 params", 2 * rp.total))
+            other.append(("SHARD_GRAD_OP unsharded compute params", c * rp.total))
         elif plan.pp > 1:
             # With pipelining, FSDP keeps the stage's parameters gathered between micro-batches
             # (reshard_after_forward=False) and reduce-scatters fp32 gradients only after the last one.
-            other.append(("FSDP unsharded bf16 params (pipeline)", 2 * rp.total))
+            other.append(("FSDP unsharded compute params (pipeline)", c * rp.total))
             other.append(("FSDP unsharded fp32 gradients (pipeline)", 4 * rp.total))
         else:
             # by_block wrapping: root unit (embedding, output) + current and prefetched block, in bf16,
             # and one block's unsharded gradient (bf16, cast to fp32 for the reduce-scatter).
-            other.append(("FSDP gathered units (bf16, root + 2 blocks)", 2 * (root + 2 * unit)))
-            other.append(("FSDP unsharded block gradient", 6 * unit))
+            other.append(("FSDP gathered units (compute dtype, root + 2 blocks)", c * (root + 2 * unit)))
+            other.append(("FSDP unsharded block gradient", (c + 4) * unit))
     return params, grads, optimizer, other
 
 

@@ -242,8 +242,8 @@ def _precision(c: Context) -> str | None:
             return f"FP8 needs Hopper or Blackwell tensor cores; {gpu.display_name} has none (use --precision bf16)"
         if p.framework != "megatron" or p.layer_spec != "te":
             return "FP8 runs through Transformer Engine: needs --framework megatron and --layer-spec te"
-    if p.precision == "fp32" and p.framework != "megatron":
-        return "fp32 is for Megatron verification runs here; use bf16 with DeepSpeed or FSDP"
+    if p.precision == "fp32" and p.framework == "deepspeed":
+        return "fp32 is for Megatron and FSDP verification runs here; use bf16 with DeepSpeed"
     if p.precision == "fp16" and p.framework == "fsdp":
         return "fp16 with OLMo FSDP is not supported (no loss scaling there); use bf16"
     return None

@@ -119,7 +119,25 @@ def versions() -> dict:
             out[dist_name] = None
     out["cuda"] = torch.version.cuda if torch.cuda.is_available() else None
     out["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        from genconf import cpu_numerics
+
+        # What decides CPU numerics: the kernels ATen dispatched to and the pins in force (genconf.cpu_numerics).
+        out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        out["cpu_pins"] = cpu_numerics.effective_pins(os.environ)
+        out["cpu_model"] = _cpu_model()
     return out
+
+
+def _cpu_model() -> str:
+    """The processor's name from /proc/cpuinfo (Linux), else platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def peak_memory_gib(device: torch.device) -> tuple[float, str]:

@@ -6,6 +6,7 @@ parameter count is `genconf.counting.exact_param_count(spec)` exactly.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -69,9 +70,22 @@ class Attention(nn.Module):
             cos, sin = rope[0][:s], rope[1][:s]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         dropout = spec.attention_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
-                                             enable_gqa=spec.num_query_groups != spec.num_attention_heads)
+        with _cpu_attention_backend(q):
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
+                                                 enable_gqa=spec.num_query_groups != spec.num_attention_heads)
         return self.linear_proj(out.transpose(1, 2).reshape(b, s, spec.query_width))
+
+
+def _cpu_attention_backend(q: torch.Tensor):
+    """torch 2.13's CPU flash attention packs BF16/FP16 for AMX whenever oneDNN sees AMX, but the packing exists
+    only in ATen's AVX-512 build: with ATEN_CPU_CAPABILITY below avx512 on AMX hardware it raises 'pack_vnni2 is
+    only supported when avx512 is supported'. There the math backend runs instead."""
+    if (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
+            and not torch.backends.cpu.get_cpu_capability().startswith("AVX512")):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel(SDPBackend.MATH)
+    return contextlib.nullcontext()
 
 
 class MLP(nn.Module):
