@@ -28,6 +28,10 @@ SECTIONS = {
               "warmup_steps", "precision", "layout", "note"),
 }
 SMOKE_LAYOUT_KEYS = ("tp", "pp", "vp", "dp", "zero", "recompute")
+SMOKE_PRECISION = "fp32"
+"""Smoke variants compute in FP32 on the CPU: BF16 GEMMs there dispatch on the instruction set (AMX,
+AVX512-BF16, emulation) and their curves do not travel between machines; FP32 with the pins of
+genconf.cpu_numerics does. The recipe's own precision is what the full-size plan and artifacts use."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +220,7 @@ def smoke_run(recipe: Recipe) -> dict:
     model, cluster, plan, _ = report.specs_from_dict(full)
     smoke = recipe.section("smoke")
     layout = dict(smoke.get("layout") or {})
-    r = precision.recipe(smoke.get("precision", recipe.precision_recipe.name))
+    r = precision.recipe(smoke.get("precision", SMOKE_PRECISION))
     heads = smoke.get("heads", 4)
     hidden = smoke.get("hidden", 64)
     ratio = model.num_attention_heads // model.num_query_groups
@@ -247,7 +251,7 @@ def smoke_run(recipe: Recipe) -> dict:
         raise GenconfError(f"{recipe.path}: the smoke variant is invalid: {errors[0]}")
     ev = evaluate(tiny, cluster, small, world, catalog.calibration_for(cluster.gpu.name), check_rules=False)
     steps = int(smoke.get("steps", 12))
-    train = _train_spec(recipe, small, tiny, steps=steps, lr=smoke.get("lr", 3e-3), warmup=smoke.get("warmup_steps", 1))
+    train = _train_spec(recipe, small, tiny, steps=steps, lr=smoke.get("lr", 1e-3), warmup=smoke.get("warmup_steps", 3))
     train = dataclasses.replace(train, fp8_recipe={v: k for k, v in precision.FP8_BY_TRAIN_NAME.items()}.get(r.name),
                                 fp8_bf16_first_last_layers=r.bf16_first_last_layers, checkpoint_every_steps=steps)
     run = report.run_dict(tiny, None, cluster, world, ev, None, float(steps * gbs * seq), train)
