@@ -188,6 +188,12 @@ def cmd_models(args: argparse.Namespace) -> int:
     from genconf.cli import print_json
     from genconf.counting import exact_param_count, human_count
 
+    if args.from_hf:
+        from genconf import hf
+
+        return hf.write_catalog_yaml(args.from_hf, output=args.output, name=args.name, force=args.force)
+    if args.output or args.name:
+        raise GenconfError("-o/--name go with --from-hf FILE")
     models = catalog.list_models()
     aliases = catalog.model_aliases()
     by_model = {}
