@@ -72,6 +72,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top", type=_positive_int, default=3, help="show this many ranked plans (default 3)")
     g.add_argument("--explain", action="store_true", help="counts of rejected candidates per rule and the nearest misses")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument("--plot", metavar="DIR", help="draw memory.png (per pipeline stage) and schedule.png (the pipeline "
+                   "schedule), with their numbers in CSV, into DIR (needs the plot extra)")
     add_artifact_arguments(p)
 
 
