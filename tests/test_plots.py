@@ -217,3 +217,23 @@ def test_plot_flag_on_the_plain_command(tmp_path):
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["memory.csv", "memory.png", "schedule.csv",
                                                                    "schedule.png"]
+
+
+@pytest.mark.parametrize("args", [dict(model="70b", gpus=384), dict(model="llama3-70b", gpus=256),
+                                  dict(model="mixtral-8x7b", gpus=64), dict(model="1b", gpus=8)])
+def test_schedule_pass_times_add_up_to_the_cost_models_compute(args):
+    """The schedule's passes are the cost model's: the slowest stage's forward + backward over every chunk and
+    micro-batch is step_cost's compute time."""
+    from genconf import plots
+    from genconf.catalog import calibration_for, resolve_cluster, resolve_model
+    from genconf.cost import step_cost
+    from genconf.search import Pins, plan_or_explain
+
+    model, _ = resolve_model(args["model"])
+    cluster = resolve_cluster(None)
+    cal = calibration_for(cluster.gpu.name)
+    best = plan_or_explain(model, cluster, args["gpus"], cal, Pins(), keep=1).best
+    plan = best.plan
+    times = plots.pass_times(model, plan, cluster)
+    slowest = max(f + b for f, b in zip(times.forward_s, times.backward_s)) * plan.vp
+    assert plan.num_microbatches * slowest == pytest.approx(step_cost(model, plan, cluster, cal).compute_s, rel=1e-9)
