@@ -1,7 +1,8 @@
 """Catalog loading: models (``models/*.yaml``), GPUs (``hardware.yaml``) and cluster presets.
 
 Loaders reject unknown keys and name the file and the key. A ``--model`` may be a catalog name,
-a size alias (``70b``) or a path to a YAML file; a ``--cluster`` a preset name or a YAML file.
+a size alias (``70b``), a path to a YAML file or a Hugging Face ``config.json`` (or the directory holding one,
+read by ``genconf.hf``); a ``--cluster`` a preset name or a YAML file.
 """
 
 from __future__ import annotations
@@ -111,13 +112,18 @@ def model_aliases() -> dict[str, str]:
 
 
 def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
-    """Catalog name, size alias or YAML path -> (model, the alias used or None)."""
+    """Catalog name, size alias, YAML path or Hugging Face config.json (or its directory) -> (model, the alias
+    used or None)."""
     catalog = _model_catalog()
     key = ref.strip().lower()
     if key in catalog.models:
         return catalog.models[key], None
     if key in catalog.aliases:
         return catalog.models[catalog.aliases[key]], key
+    from genconf import hf
+
+    if hf.looks_like_hf(ref):
+        return hf.model_from_hf(ref).spec, None
     if ref.endswith((".yaml", ".yml")) or os.sep in ref:
         path = Path(ref)
         if not path.is_file():
@@ -125,7 +131,8 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
         return model_from_file(path), None
     near = sorted(n for n in list(catalog.models) + list(catalog.aliases) if key[:3] in n)[:6]
     hint = f"; did you mean {', '.join(near)}?" if near else ""
-    raise GenconfError(f"unknown model '{ref}': not a catalog name, size alias or YAML file (see 'genconf models'){hint}")
+    raise GenconfError(f"unknown model '{ref}': not a catalog name, size alias, YAML file or Hugging Face "
+                      f"config.json (see 'genconf models'){hint}")
 
 
 # --- GPUs and clusters ----------------------------------------------------------------------------

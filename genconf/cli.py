@@ -72,6 +72,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top", type=_positive_int, default=3, help="show this many ranked plans (default 3)")
     g.add_argument("--explain", action="store_true", help="counts of rejected candidates per rule and the nearest misses")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument("--plot", metavar="DIR", help="draw memory.png (per pipeline stage) and schedule.png (the pipeline "
+                   "schedule), with their numbers in CSV, into DIR (needs the plot extra)")
     add_artifact_arguments(p)
 
 
@@ -97,8 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     plan = sub.add_parser("plan", help="plan a run (the default command)")
     add_plan_arguments(plan)
-    models = sub.add_parser("models", help="list the model catalog")
+    models = sub.add_parser("models", help="list the model catalog, or import a Hugging Face config.json")
     models.add_argument("--json", action="store_true")
+    models.add_argument("--from-hf", metavar="FILE", help="write the catalog YAML of a Hugging Face config.json "
+                        "(or a directory holding one) to stdout, or to -o")
+    models.add_argument("-o", "--output", metavar="OUT.yaml", help="with --from-hf: write here; the model is named "
+                        "after the file, so it can go into models/")
+    models.add_argument("--name", help="with --from-hf: the model's name (default: the -o file's or the folder's)")
+    models.add_argument("--force", action="store_true", help="with --from-hf -o: replace an existing file")
     hardware = sub.add_parser("hardware", help="list GPUs and cluster presets")
     hardware.add_argument("--json", action="store_true")
     from genconf import commands

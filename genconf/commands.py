@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 from genconf import catalog
 from genconf.errors import GenconfError
@@ -50,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     verify.add_argument("--tolerance", type=float, help="absolute loss tolerance against the golden file (default 1e-4)")
     verify.add_argument("--min-drop", type=float, default=0.05, help="without a golden file: required loss drop (0.05)")
     verify.add_argument("--json", action="store_true")
+    verify.add_argument("--plot", metavar="DIR", help="draw verify.png (loss against the golden curve, tokens/s and peak "
+                        "memory per step against the prediction) with its numbers in verify.csv (needs the plot extra)")
     verify.set_defaults(handler=cmd_verify)
 
     recipe = sub.add_parser("recipe", help="plan (and with -o render) a recipe from recipes/")
@@ -143,11 +146,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from genconf import report
     from genconf.cli import print_json
 
+    if args.plot:
+        from genconf import plots
+
+        plots.require_matplotlib()  # before anything is written
     planned = plan_from_args(args)
     if args.output:
         from genconf import artifacts
 
         artifacts.write_from_run(planned.run, args)
+    if args.plot:
+        from genconf import plots
+
+        written = plots.plan_plots(planned.model, planned.best.plan, planned.cluster, args.plot)
+        print(f"genconf: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     if args.json:
         out = dict(planned.run)
         if args.explain:
@@ -188,6 +200,12 @@ def cmd_models(args: argparse.Namespace) -> int:
     from genconf.cli import print_json
     from genconf.counting import exact_param_count, human_count
 
+    if args.from_hf:
+        from genconf import hf
+
+        return hf.write_catalog_yaml(args.from_hf, output=args.output, name=args.name, force=args.force)
+    if args.output or args.name:
+        raise GenconfError("-o/--name go with --from-hf FILE")
     models = catalog.list_models()
     aliases = catalog.model_aliases()
     by_model = {}
@@ -279,8 +297,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from genconf import verify
     from genconf.cli import print_json
 
+    if args.plot:
+        from genconf import plots
+
+        plots.require_matplotlib()
     verdict = verify.verify(Path(args.run), golden=Path(args.golden) if args.golden else None,
                             tolerance=args.tolerance, min_drop=args.min_drop)
+    if args.plot:
+        from genconf import plots
+
+        written = plots.verify_plots(args.run, args.plot, golden=args.golden)
+        print(f"genconf: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     if args.json:
         print_json(verdict.to_dict())
     else:

@@ -43,7 +43,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--num-query-groups": (INT, ()),
     "--position-embedding-type": (STR, ("learned_absolute", "rope", "mrope", "relative", "none")),
     "--rotary-base": (INT, ()), "--normalization": (STR, ("LayerNorm", "RMSNorm")), "--norm-epsilon": (FLOAT, ()),
-    "--swiglu": (SWITCH, ()), "--disable-bias-linear": (SWITCH, ()),
+    "--swiglu": (SWITCH, ()), "--disable-bias-linear": (SWITCH, ()), "--add-qkv-bias": (SWITCH, ()),
     "--untie-embeddings-and-output-weights": (SWITCH, ()), "--qk-layernorm": (SWITCH, ()),
     "--hidden-dropout": (FLOAT, ()), "--attention-dropout": (FLOAT, ()),
     "--make-vocab-size-divisible-by": (INT, ()),
@@ -295,6 +295,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     if as_built_by_megatron(model) != model:
         add("# megatron-core has no bias-free or non-parametric LayerNorm and normalises q/k per head: it builds")
         add("# LayerNorm with weight and bias, and per-head q/k norms (genconf's memory model counts what it builds)")
+    if model.sandwich_norm:
+        add("# megatron-core has no post-sublayer (sandwich) norms: it builds two norms per layer, not four")
     add("--num-layers", model.num_layers)
     add("--hidden-size", model.hidden_size)
     add("--ffn-hidden-size", model.ffn_hidden_size)
@@ -312,6 +314,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--swiglu")
     if not model.add_bias_linear:
         add("--disable-bias-linear")
+        if model.add_qkv_bias:
+            add("--add-qkv-bias")
     if not model.tie_embeddings:
         add("--untie-embeddings-and-output-weights")
     if model.qk_layernorm:

@@ -44,16 +44,13 @@ def _norm(prefix: str, width: int, model: ModelSpec) -> list[ParamTensor]:
 @functools.lru_cache(maxsize=256)
 def as_built_by_megatron(model: ModelSpec) -> ModelSpec:
     """The model megatron-core actually builds for a spec: it has no bias-free or non-parametric LayerNorm
-    (LayerNorm always has weight and bias) and normalises q and k per head (kv_channels wide), not over the
-    full projection width as OLMo does."""
+    (LayerNorm always has weight and bias), normalises q and k per head (kv_channels wide), not over the
+    full projection width as OLMo does, and has no sandwich (post-sublayer) norms."""
     import dataclasses
 
-    if model.normalization == "rmsnorm" and not model.qk_layernorm:
-        return model
-    if model.normalization == "layernorm" and model.norm_bias and not model.qk_layernorm:
-        return model
     norm = "rmsnorm" if model.normalization == "rmsnorm" else "layernorm"
-    return dataclasses.replace(model, normalization=norm, norm_bias=norm == "layernorm")
+    built = dataclasses.replace(model, normalization=norm, norm_bias=norm == "layernorm", sandwich_norm=False)
+    return model if built == model else built
 
 
 @functools.lru_cache(maxsize=256)
@@ -65,16 +62,19 @@ def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[Par
     qkv = q + 2 * kv
     out: list[ParamTensor] = _norm("input_layernorm", h, model)
     out.append(ParamTensor("self_attention.linear_qkv.weight", qkv * h, True, gemm_weight=True))
-    if bias:
+    if model.qkv_bias:
         out.append(ParamTensor("self_attention.linear_qkv.bias", qkv, True))
     if model.qk_layernorm:
         # OLMo-2 and the Kempner OLMo configs normalise q and k over their full projected width;
-        # megatron-core normalises each head (kv_channels wide), sharing the weights across heads.
-        qn, kn = (model.kv_channels, model.kv_channels) if per_head_qk_norm else (q, kv)
+        # Qwen3 and megatron-core normalise each head (kv_channels wide), sharing the weights across heads.
+        per_head = per_head_qk_norm or model.qk_layernorm_per_head
+        qn, kn = (model.kv_channels, model.kv_channels) if per_head else (q, kv)
         out += _norm("self_attention.q_layernorm", qn, model) + _norm("self_attention.k_layernorm", kn, model)
     out.append(ParamTensor("self_attention.linear_proj.weight", h * q, True, gemm_weight=True))
     if bias:
         out.append(ParamTensor("self_attention.linear_proj.bias", h, False))
+    if model.sandwich_norm:
+        out += _norm("post_attention_layernorm", h, model)
     out += _norm("pre_mlp_layernorm", h, model)
     branches = 2 if model.gated else 1
     if model.is_moe:
@@ -94,6 +94,8 @@ def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[Par
         out.append(ParamTensor("mlp.linear_fc2.weight", h * f, True, gemm_weight=True))
         if bias:
             out.append(ParamTensor("mlp.linear_fc2.bias", h, False))
+    if model.sandwich_norm:
+        out += _norm("post_mlp_layernorm", h, model)
     return tuple(out)
 
 

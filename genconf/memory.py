@@ -482,9 +482,14 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
             terms.append(("proj input (fp8 cast)", 1.0 * n * d.q / t))
     else:
         terms += _local_attention_terms(model, d, recompute)
+    sandwich = model.sandwich_norm and plan.framework != "megatron"  # megatron-core builds no sandwich norms
+    if sandwich:
+        terms += _norm_terms(model, d, "post-attention norm")
     terms += hidden_mask
     terms += _norm_terms(model, d, "pre-mlp norm")
     terms += _mlp_terms(model, d, spec)
+    if sandwich:
+        terms += _norm_terms(model, d, "post-mlp norm")
     terms += hidden_mask
     return terms
 

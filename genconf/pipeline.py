@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from genconf.specs import ParallelPlan
 
 
@@ -75,3 +77,99 @@ def bubble_fraction(plan: ParallelPlan) -> float:
     if plan.pp == 1:
         return 0.0
     return (plan.pp - 1) / (plan.vp * max(1, plan.num_microbatches))
+
+
+# --- the schedule itself --------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class PipelineBlock:
+    """One forward or backward pass of one micro-batch through one model chunk on one pipeline rank."""
+
+    stage: int
+    """Pipeline rank, 0 = first."""
+    microbatch: int
+    chunk: int
+    """Virtual stage (model chunk) on this rank, 0..vp-1; the chunk runs layers of virtual stage chunk*pp+stage."""
+    forward: bool
+    start_s: float
+    end_s: float
+
+
+def _interleaved_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) of the k-th forward on a rank: megatron-core schedules.get_schedule_table, micro-batches
+    taken `group` (= pp) at a time through every chunk."""
+    table: list[tuple[int, int]] = []
+    for first in range(0, m, group):
+        last = m if first + group >= m else first + group
+        table += [(mb, chunk) for chunk in range(v) for mb in range(first, last)]
+    return table
+
+
+def schedule_order(plan: ParallelPlan, stage: int) -> list[tuple[bool, int, int]]:
+    """The (forward?, micro-batch, chunk) passes rank `stage` runs, in order: megatron-core's 1F1B
+    (forward_backward_pipelining_without_interleaving: p - i - 1 warm-up forwards, then one forward one backward,
+    then the cool-down backwards) or its interleaved schedule (warm-up (p - i - 1) * 2 + (v - 1) * p, capped at
+    m * v; megatron-core 0.16 get_pp_rank_microbatches and get_schedule_table), the counts `inflight_chunks` reads."""
+    p, v, m = plan.pp, plan.vp, plan.num_microbatches
+    if p == 1:
+        # forward_backward_no_pipelining: each micro-batch forward then backward (gradient accumulation).
+        return [(fwd, mb, chunk) for mb in range(m)
+                for fwd, chunk in [(True, c) for c in range(v)] + [(False, c) for c in reversed(range(v))]]
+    total = m * v
+    if v == 1:
+        warmup = min(p - stage - 1, m)
+        fwd = bwd = [(mb, 0) for mb in range(m)]
+    else:
+        warmup = min(total, (p - stage - 1) * 2 + (v - 1) * p)
+        fwd = _interleaved_table(m, v, p)
+        bwd = [(mb, v - 1 - chunk) for mb, chunk in fwd]
+    order: list[tuple[bool, int, int]] = [(True, *fwd[k]) for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [(True, *fwd[warmup + k]), (False, *bwd[k])]
+    order += [(False, *bwd[k]) for k in range(total - warmup, total)]
+    return order
+
+
+def simulate_schedule(plan: ParallelPlan, forward_s: list[float] | tuple[float, ...],
+                      backward_s: list[float] | tuple[float, ...], p2p_s: float = 0.0) -> tuple[PipelineBlock, ...]:
+    """Start and end of every pass when each rank runs `schedule_order` as soon as its inputs have arrived.
+
+    forward_s / backward_s: one model chunk's pass for one micro-batch on each rank (seconds, pp entries).
+    A forward needs the previous virtual stage's forward of that micro-batch, a backward the next virtual
+    stage's backward; a hand-off between ranks takes p2p_s. With equal stages the idle time this leaves is
+    the (p-1)/(v*m) bubble of `bubble_fraction` (Narayanan 2021, Sec. 2.2).
+    """
+    p, v = plan.pp, plan.vp
+    if len(forward_s) != p or len(backward_s) != p:
+        raise ValueError(f"need one forward and one backward time per stage ({p}), got {len(forward_s)}, {len(backward_s)}")
+    orders = [schedule_order(plan, r) for r in range(p)]
+    done: dict[tuple[bool, int, int], float] = {}  # (forward?, micro-batch, virtual stage) -> end time
+    free = [0.0] * p
+    nxt = [0] * p
+    blocks: list[PipelineBlock] = []
+    last_virtual = p * v - 1
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for r in range(p):
+            while nxt[r] < len(orders[r]):
+                forward, mb, chunk = orders[r][nxt[r]]
+                virtual = chunk * p + r
+                if forward:
+                    dep = (True, mb, virtual - 1) if virtual > 0 else None
+                else:
+                    dep = (False, mb, virtual + 1) if virtual < last_virtual else (True, mb, virtual)
+                if dep is not None and dep not in done:
+                    break
+                ready = 0.0 if dep is None else done[dep] + (p2p_s if dep[2] % p != r else 0.0)
+                start = max(free[r], ready)
+                end = start + (forward_s[r] if forward else backward_s[r])
+                done[(forward, mb, virtual)] = end
+                free[r] = end
+                blocks.append(PipelineBlock(stage=r, microbatch=mb, chunk=chunk, forward=forward, start_s=start, end_s=end))
+                nxt[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise ValueError(f"pipeline schedule deadlocks for pp={p} vp={v} m={plan.num_microbatches}")
+    return tuple(sorted(blocks, key=lambda b: (b.stage, b.start_s)))

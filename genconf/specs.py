@@ -76,8 +76,17 @@ class ModelSpec:
     """Output layer shares the input embedding matrix."""
     add_bias_linear: bool = True
     """Biases on every linear layer (GPT-2/3 style)."""
+    add_qkv_bias: bool = False
+    """A bias on the QKV projection only, none on the output projection or the MLP (Qwen2; megatron-core's
+    add_qkv_bias). Implied by add_bias_linear."""
     qk_layernorm: bool = False
-    """Normalise q and k over their full projected width (OLMo-2)."""
+    """Normalise q and k (OLMo-2, Qwen3); over their full projected width unless qk_layernorm_per_head."""
+    qk_layernorm_per_head: bool = False
+    """q/k norms one head wide (kv_channels), shared by every head (Qwen3, megatron-core), instead of over the
+    full projection width (OLMo-2). Only with qk_layernorm."""
+    sandwich_norm: bool = False
+    """A second norm on each sublayer's output before the residual add (Gemma-2: four h-wide norms per layer
+    instead of two). megatron-core has no such layer."""
     hidden_dropout: float = 0.1
     """Dropout after attention and MLP (megatron-core's default 0.1)."""
     attention_dropout: float = 0.1
@@ -121,9 +130,12 @@ class ModelSpec:
             object.__setattr__(self, "norm_bias", self.normalization == "layernorm")
         elif self.norm_bias and self.normalization != "layernorm":
             raise ValueError(f"ModelSpec {self.name}: norm_bias is only meaningful for layernorm, not {self.normalization}")
-        for name in ("tie_embeddings", "add_bias_linear", "qk_layernorm", "norm_bias"):
+        for name in ("tie_embeddings", "add_bias_linear", "add_qkv_bias", "qk_layernorm", "qk_layernorm_per_head",
+                     "sandwich_norm", "norm_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelSpec.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.qk_layernorm_per_head and not self.qk_layernorm:
+            raise ValueError(f"ModelSpec {self.name}: qk_layernorm_per_head needs qk_layernorm")
         if self.num_experts < 0 or (self.num_experts == 1):
             raise ValueError(f"ModelSpec {self.name}: num_experts must be 0 (dense) or >= 2, got {self.num_experts}")
         if self.num_experts and not 1 <= self.moe_top_k <= self.num_experts:
@@ -146,6 +158,11 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def qkv_bias(self) -> bool:
+        """The QKV projection has a bias (every linear layer has one, or only QKV does)."""
+        return self.add_bias_linear or self.add_qkv_bias
 
     @property
     def gated(self) -> bool:

@@ -51,20 +51,25 @@ class Attention(nn.Module):
         super().__init__()
         self.spec = spec
         h, q, kv = spec.hidden_size, spec.query_width, spec.kv_width
-        self.linear_qkv = nn.Linear(h, q + 2 * kv, bias=spec.add_bias_linear)
-        self.q_layernorm = Norm(spec, q) if spec.qk_layernorm else None
-        self.k_layernorm = Norm(spec, kv) if spec.qk_layernorm else None
+        self.linear_qkv = nn.Linear(h, q + 2 * kv, bias=spec.qkv_bias)
+        # Per-head q/k norms (Qwen3) are one head wide and shared by the heads; OLMo-2's span the projection.
+        per_head = spec.qk_layernorm_per_head
+        self.q_layernorm = Norm(spec, spec.kv_channels if per_head else q) if spec.qk_layernorm else None
+        self.k_layernorm = Norm(spec, spec.kv_channels if per_head else kv) if spec.qk_layernorm else None
         self.linear_proj = nn.Linear(q, h, bias=spec.add_bias_linear)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         spec = self.spec
         b, s, _ = x.shape
         q, k, v = self.linear_qkv(x).split([spec.query_width, spec.kv_width, spec.kv_width], dim=-1)
-        if self.q_layernorm is not None:
+        if self.q_layernorm is not None and not spec.qk_layernorm_per_head:
             q, k = self.q_layernorm(q), self.k_layernorm(k)
         d = spec.kv_channels
-        q = q.view(b, s, spec.num_attention_heads, d).transpose(1, 2)
-        k = k.view(b, s, spec.num_query_groups, d).transpose(1, 2)
+        q = q.view(b, s, spec.num_attention_heads, d)
+        k = k.view(b, s, spec.num_query_groups, d)
+        if self.q_layernorm is not None and spec.qk_layernorm_per_head:
+            q, k = self.q_layernorm(q), self.k_layernorm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(b, s, spec.num_query_groups, d).transpose(1, 2)
         if rope is not None:
             cos, sin = rope[0][:s], rope[1][:s]
@@ -113,13 +118,16 @@ class Block(nn.Module):
         super().__init__()
         self.input_layernorm = Norm(spec, spec.hidden_size)
         self.self_attention = Attention(spec)
+        # Gemma-2's sandwich norms: each sublayer's output is normalised again before the residual add.
+        self.post_attention_layernorm = Norm(spec, spec.hidden_size) if spec.sandwich_norm else nn.Identity()
         self.pre_mlp_layernorm = Norm(spec, spec.hidden_size)
         self.mlp = MLP(spec)
+        self.post_mlp_layernorm = Norm(spec, spec.hidden_size) if spec.sandwich_norm else nn.Identity()
         self.dropout = nn.Dropout(spec.hidden_dropout)
 
     def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
-        x = x + self.dropout(self.self_attention(self.input_layernorm(x), rope))
-        return x + self.dropout(self.mlp(self.pre_mlp_layernorm(x)))
+        x = x + self.dropout(self.post_attention_layernorm(self.self_attention(self.input_layernorm(x), rope)))
+        return x + self.dropout(self.post_mlp_layernorm(self.mlp(self.pre_mlp_layernorm(x))))
 
 
 class Decoder(nn.Module):
