@@ -60,7 +60,7 @@ def time_gemm(m: int, n: int, k: int, dtype: str, repeats: int = 20) -> float:
 
 
 def predicted_s(gpu, cal, m: int, n: int, k: int, dtype: str) -> float:
-    from genconf.cost import gemm_time_s
+    from genconf.plan.cost import gemm_time_s
 
     if dtype == "fp8":
         peak, eff, width = gpu.peak_tflops("fp8"), cal.fp8_gemm_efficiency, 1

@@ -21,7 +21,7 @@ import jinja2
 import yaml
 
 from genconf import __version__, catalog, configs, report
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 
 FILE_DESCRIPTIONS = {
     "plan.json": "the plan as `genconf --json` prints it; everything here is rendered from it",
@@ -305,8 +305,8 @@ def load_plan_json(path: Path) -> dict:
 
 def render_plan_file(args: argparse.Namespace) -> Path:
     """`genconf render PLAN.json -o DIR`: re-check the plan against the rule book, then write its artifacts."""
-    from genconf import rules
-    from genconf.memory import estimate
+    from genconf.plan import rules
+    from genconf.plan.memory import estimate
 
     run = load_plan_json(args.plan)
     model, cluster, plan, num_gpus = report.specs_from_dict(run)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from genconf.errors import GenconfError
-from genconf.specs import ClusterSpec, GPUSpec, ModelSpec
+from genconf.plan.errors import GenconfError
+from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -231,7 +231,7 @@ def resolve_cluster(ref: str | None = None, *, gpu: str | None = None, gpus_per_
 @functools.lru_cache(maxsize=16)
 def calibration_for(gpu_name: str):
     """The Calibration of a GPU: its architecture's values with the GPU's own overrides applied."""
-    from genconf.cost import Calibration
+    from genconf.plan.cost import Calibration
 
     path = _PACKAGE_DIR / "calibration.yaml"
     data = read_yaml(path)

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import yaml
 
-from genconf import configs, report, rules
-from genconf.errors import GenconfError
-from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainSpec
+from genconf import configs, report
+from genconf.plan import rules
+from genconf.plan.errors import GenconfError
+from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from genconf import cpu_numerics, launch, recipes, verify
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 
 VERSION_KEYS = ("torch", "deepspeed", "megatron-core", "genconf")
 SMOKE_LOSS_TOLERANCE = 5e-5

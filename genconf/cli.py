@@ -10,7 +10,7 @@ import json
 import sys
 
 from genconf import __version__
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 
 SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci")
 

@@ -7,7 +7,7 @@ import dataclasses
 import sys
 
 from genconf import catalog
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -103,7 +103,7 @@ class Planned:
 
 
 def pins_from_args(args: argparse.Namespace):
-    from genconf.search import Pins
+    from genconf.plan.search import Pins
 
     return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, mbs=args.mbs,
                 gbs=args.global_batch, seq_length=args.seq_len, zero_stage=args.zero, recompute=args.recompute,
@@ -114,9 +114,10 @@ def pins_from_args(args: argparse.Namespace):
 
 def plan_from_args(args: argparse.Namespace) -> Planned:
     """Resolve the model and cluster, search (or evaluate the pinned plan) and build the run dict."""
-    from genconf import report, rules
-    from genconf.counting import chinchilla_tokens
-    from genconf.search import plan_or_explain
+    from genconf import report
+    from genconf.plan import rules
+    from genconf.plan.counting import chinchilla_tokens
+    from genconf.plan.search import plan_or_explain
 
     model, alias = catalog.resolve_model(args.model)
     cluster = catalog.resolve_cluster(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
@@ -198,7 +199,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from genconf.cli import print_json
-    from genconf.counting import exact_param_count, human_count
+    from genconf.plan.counting import exact_param_count, human_count
 
     if args.from_hf:
         from genconf import hf
@@ -335,7 +336,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     if args.json:
         print_json(run)
     else:
-        from genconf.search import evaluate
+        from genconf.plan.search import evaluate
         from genconf.catalog import calibration_for
 
         model, cluster, plan, gpus = report.specs_from_dict(run)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from genconf.counting import as_built_by_megatron
-from genconf.memory import deepspeed_zero_buckets
-from genconf.pipeline import stage_layers
-from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainSpec
+from genconf.plan.counting import as_built_by_megatron
+from genconf.plan.memory import deepspeed_zero_buckets
+from genconf.plan.pipeline import stage_layers
+from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainSpec
 
 MEGATRON_LM_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
 """Where every Megatron-LM flag name, type and choice below was checked."""

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from genconf.errors import GenconfError
-from genconf.specs import ModelSpec
+from genconf.plan.errors import GenconfError
+from genconf.plan.specs import ModelSpec
 
 # Fields every transformers PretrainedConfig may carry (tokens, generation defaults, bookkeeping), and the
 # numerical knobs that change no parameter count, memory or FLOP: genconf reads past them.
@@ -421,7 +421,7 @@ def write_catalog_yaml(ref: str, *, output: str | None = None, name: str | None 
     import os
     import sys
 
-    from genconf.counting import exact_param_count
+    from genconf.plan.counting import exact_param_count
 
     out = Path(output) if output else None
     if out is not None and name is None:

@@ -16,11 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-from genconf import cpu_numerics, precision, rules
+from genconf import cpu_numerics
+from genconf.plan import precision, rules
 from genconf.catalog import resource_dir
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 from genconf.report import specs_from_dict, train_from_dict
-from genconf.specs import ModelSpec, ParallelPlan, TrainSpec
+from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
 ENTRY_POINTS = {"megatron": "train_megatron.py", "deepspeed": "train_deepspeed.py", "fsdp": "train_fsdp.py"}
 
@@ -158,7 +159,7 @@ def refuse_too_big_for_host(cfg) -> None:
     """A CPU run of a full-size plan is killed by the OOM killer, not refused: say so before it starts."""
     import dataclasses as dc
 
-    from genconf.memory import GIB, stage_memory
+    from genconf.plan.memory import GIB, stage_memory
 
     plan = dc.replace(cfg.plan, layer_spec="local", sequence_parallel=False)
     per_rank = max(stage_memory(cfg.model, plan, s).total_bytes for s in {0, plan.pp - 1})

@@ -18,10 +18,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from genconf.errors import GenconfError
-from genconf.memory import GIB, HEADROOM_FRACTION, stage_memory
-from genconf.pipeline import PipelineBlock, bubble_fraction, simulate_schedule, stage_layers
-from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan.errors import GenconfError
+from genconf.plan.memory import GIB, HEADROOM_FRACTION, stage_memory
+from genconf.plan.pipeline import PipelineBlock, bubble_fraction, simulate_schedule, stage_layers
+from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 DPI = 100
 MEMORY_SIZE_IN = (10.0, 6.0)
@@ -110,8 +110,8 @@ def pass_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> Pa
     chunk; the per-micro-batch overhead and, on the last stage, the logits and loss are spread over its chunks as
     step_cost adds them to the stage (Korthikanti 2022's 1:2 forward:backward for the logits GEMMs)."""
     from genconf.catalog import calibration_for
-    from genconf.cost import _linear_s, layer_time
-    from genconf.memory import vocab_rows
+    from genconf.plan.cost import _linear_s, layer_time
+    from genconf.plan.memory import vocab_rows
 
     cal = calibration_for(cluster.gpu.name)
     lt = layer_time(model, plan, cluster, cal)

@@ -10,9 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genconf import catalog, precision
-from genconf.errors import GenconfError
-from genconf.specs import ModelSpec, ParallelPlan, TrainSpec
+from genconf import catalog
+from genconf.plan import precision
+from genconf.plan.errors import GenconfError
+from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
 TOP_KEYS = ("name", "version", "description", "extends", "model", "cluster", "gpus", "precision", "layout",
             "optimizer", "batch", "seed", "data", "train", "expect", "smoke")
@@ -155,7 +156,7 @@ def _train_spec(recipe: Recipe, plan: ParallelPlan, model: ModelSpec, *, steps: 
     if steps is None:
         steps = run.get("steps")
         if steps is None:
-            from genconf.counting import chinchilla_tokens
+            from genconf.plan.counting import chinchilla_tokens
 
             tokens = float(run.get("tokens") or chinchilla_tokens(model))
             steps = max(1, round(tokens / (plan.gbs * plan.seq_length)))
@@ -178,7 +179,7 @@ def _train_spec(recipe: Recipe, plan: ParallelPlan, model: ModelSpec, *, steps: 
 
 
 def pins_of(recipe: Recipe):
-    from genconf.search import Pins
+    from genconf.plan.search import Pins
 
     layout = recipe.section("layout")
     batch = recipe.section("batch")
@@ -194,7 +195,7 @@ def pins_of(recipe: Recipe):
 def full_run(recipe: Recipe) -> dict:
     """Plan the recipe at full size: the run dict `genconf recipe` prints and renders."""
     from genconf import report
-    from genconf.search import plan_or_explain
+    from genconf.plan.search import plan_or_explain
 
     model = model_of(recipe)
     cluster = catalog.resolve_cluster(recipe.data.get("cluster"))
@@ -213,8 +214,9 @@ def full_run(recipe: Recipe) -> dict:
 def smoke_run(recipe: Recipe) -> dict:
     """The smoke variant: the full plan's framework, sharding, recompute and kinds of parallelism on a tiny model,
     with the degrees the smoke section gives (a 2-core CPU hosts a few ranks), planned for the recipe's cluster."""
-    from genconf import report, rules
-    from genconf.search import evaluate
+    from genconf import report
+    from genconf.plan import rules
+    from genconf.plan.search import evaluate
 
     full = full_run(recipe)
     model, cluster, plan, _ = report.specs_from_dict(full)

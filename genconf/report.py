@@ -9,13 +9,13 @@ from __future__ import annotations
 import dataclasses
 
 from genconf import __version__
-from genconf.cost import StepCost, training_time_s
-from genconf.counting import exact_param_count, human_count, workshop_param_count
-from genconf.errors import GenconfError
-from genconf.memory import GIB, HEADROOM_FRACTION, MemoryEstimate, StageMemory
-from genconf.pipeline import inflight_chunks, stage_layers
-from genconf.search import Evaluation, SearchResult, describe
-from genconf.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
+from genconf.plan.cost import StepCost, training_time_s
+from genconf.plan.counting import exact_param_count, human_count, workshop_param_count
+from genconf.plan.errors import GenconfError
+from genconf.plan.memory import GIB, HEADROOM_FRACTION, MemoryEstimate, StageMemory
+from genconf.plan.pipeline import inflight_chunks, stage_layers
+from genconf.plan.search import Evaluation, SearchResult, describe
+from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
 
 SCHEMA_VERSION = 1
 

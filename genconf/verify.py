@@ -12,7 +12,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 
 DEFAULT_MIN_DROP = 0.05
 """Without a golden file the final loss must be at least 5% below the first."""
@@ -182,9 +182,9 @@ def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predi
 def predict_run(config: dict, gpu_name: str) -> dict | None:
     """The planner's numbers for the run exactly as it ran (shrunk model and all) on `gpu_name`."""
     from genconf.catalog import calibration_for, resolve_cluster
-    from genconf.cost import step_cost
-    from genconf.memory import GIB, estimate
-    from genconf.specs import ModelSpec, ParallelPlan
+    from genconf.plan.cost import step_cost
+    from genconf.plan.memory import GIB, estimate
+    from genconf.plan.specs import ModelSpec, ParallelPlan
 
     try:
         model, plan = ModelSpec(**config["model"]), ParallelPlan(**config["plan"])

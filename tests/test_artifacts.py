@@ -142,7 +142,7 @@ def test_one_plan_drives_nodes_batches_and_degrees(rendered):
 
 
 def test_zero3_thresholds_come_from_the_hidden_size(rendered):
-    from genconf.memory import deepspeed_zero_buckets
+    from genconf.plan.memory import deepspeed_zero_buckets
 
     for name in ("ds_z3", "ds_z3_offload"):
         d = rendered[name]
@@ -411,7 +411,7 @@ def test_existing_dir_needs_force_and_force_keeps_runs(rendered, tmp_path):
 
 def test_a_failed_check_leaves_the_old_directory_in_place(rendered, tmp_path):
     from genconf import artifacts
-    from genconf.errors import GenconfError
+    from genconf.plan.errors import GenconfError
 
     target = tmp_path / "out"
     shutil.copytree(rendered["ds_z1"], target)

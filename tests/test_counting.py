@@ -6,8 +6,12 @@ import pytest
 
 from conftest import DATA
 from genconf.catalog import list_models, resolve_model
-from genconf.counting import (
-    active_param_count, exact_param_count, model_flops_per_token, recompute_flops_per_token, workshop_param_count,
+from genconf.plan.counting import (
+    active_param_count,
+    exact_param_count,
+    model_flops_per_token,
+    recompute_flops_per_token,
+    workshop_param_count,
 )
 
 # Exact parameter counts of the public checkpoints (sum of tensor sizes in the released weights).

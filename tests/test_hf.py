@@ -11,7 +11,7 @@ from conftest import REPO, genconf_cmd, needs_megatron, needs_torch
 from genconf import hf
 from genconf.catalog import MODEL_KEYS, model_from_file, resolve_model
 from genconf.cli import main
-from genconf.counting import active_param_count, exact_param_count, layer_tensors
+from genconf.plan.counting import active_param_count, exact_param_count, layer_tensors
 
 HF = REPO / "tests" / "data" / "hf"
 

@@ -8,13 +8,18 @@ import pytest
 
 from conftest import DATA, needs_deepspeed
 from genconf.catalog import resolve_cluster, resolve_model
-from genconf.counting import exact_param_count
-from genconf.memory import (
-    estimate, korthikanti_layer_bytes, layer_activation_bytes, layer_activation_terms, rank_params,
-    seed_model_bytes, stage_memory,
+from genconf.plan.counting import exact_param_count
+from genconf.plan.memory import (
+    estimate,
+    korthikanti_layer_bytes,
+    layer_activation_bytes,
+    layer_activation_terms,
+    rank_params,
+    seed_model_bytes,
+    stage_memory,
 )
-from genconf.pipeline import inflight_chunks, stage_layers
-from genconf.specs import ModelSpec, ParallelPlan
+from genconf.plan.pipeline import inflight_chunks, stage_layers
+from genconf.plan.specs import ModelSpec, ParallelPlan
 
 
 def test_seed_14p_rule_for_the_70b_exercise():

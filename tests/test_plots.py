@@ -16,8 +16,8 @@ import pytest
 
 from conftest import REPO, genconf_cmd, has_module
 from genconf.cli import main
-from genconf.pipeline import bubble_fraction, inflight_chunks, schedule_order, simulate_schedule
-from genconf.specs import ParallelPlan
+from genconf.plan.pipeline import bubble_fraction, inflight_chunks, schedule_order, simulate_schedule
+from genconf.plan.specs import ParallelPlan
 
 needs_matplotlib = pytest.mark.skipif(not has_module("matplotlib"), reason="matplotlib not installed "
                                       "(pip install -e '.[plot]')")
@@ -226,8 +226,8 @@ def test_schedule_pass_times_add_up_to_the_cost_models_compute(args):
     micro-batch is step_cost's compute time."""
     from genconf import plots
     from genconf.catalog import calibration_for, resolve_cluster, resolve_model
-    from genconf.cost import step_cost
-    from genconf.search import Pins, plan_or_explain
+    from genconf.plan.cost import step_cost
+    from genconf.plan.search import Pins, plan_or_explain
 
     model, _ = resolve_model(args["model"])
     cluster = resolve_cluster(None)

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO, needs_torch
 from genconf import ci, cpu_numerics, recipes, verify
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 
 ALL = recipes.list_recipes()
 

@@ -5,12 +5,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import needs_megatron
-from genconf import memory, rules
+from genconf.plan import memory, rules
 from genconf.catalog import calibration_for, list_clusters, list_models, resolve_cluster, resolve_model
-from genconf.errors import NoFeasiblePlan
-from genconf.pipeline import stage_layers
-from genconf.search import Pins, evaluate, plan_or_explain, search
-from genconf.specs import ParallelPlan
+from genconf.plan.errors import NoFeasiblePlan
+from genconf.plan.pipeline import stage_layers
+from genconf.plan.search import Pins, evaluate, plan_or_explain, search
+from genconf.plan.specs import ParallelPlan
 
 MODELS = [m for m in list_models()]
 CLUSTERS = list_clusters()

@@ -140,9 +140,9 @@ def saved_bytes(run_forward, params) -> tuple[int, int]:
 
 def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: str = "bf16") -> dict:
     """Build the launcher's megatron model for a one-GPU plan and compare saved bytes with the planner."""
-    from genconf import memory
+    from genconf.plan import memory
     from genconf.catalog import resolve_model
-    from genconf.specs import ParallelPlan, TrainSpec
+    from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat, runtime
     from genconf.train.megatron_runner import _loss_func, build, layer_spec, transformer_config_kwargs
 

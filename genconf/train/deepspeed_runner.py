@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from genconf import precision
+from genconf.plan import precision
 from genconf.train import measure, runtime
 from genconf.train.data import micro_batch, source_from
 from genconf.train.torch_model import GPT

@@ -16,7 +16,7 @@ from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from genconf import precision
+from genconf.plan import precision
 from genconf.train import measure, runtime
 from genconf.train.data import micro_batch, source_from
 from genconf.train.torch_model import GPT, Block

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from genconf.counting import padded_vocab_size
+from genconf.plan.counting import padded_vocab_size
 from genconf.train import measure, runtime
 from genconf.train.data import micro_batch, source_from
 

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from genconf.errors import GenconfError
-from genconf.specs import ModelSpec, ParallelPlan, TrainSpec
+from genconf.plan.errors import GenconfError
+from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
 RUN_CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -273,7 +273,7 @@ def load_and_check(run_dir: Path, artifacts: Path | None, framework: str) -> Run
     """The run's config, after refusing (one line, exit 2) a precision recipe this machine cannot run."""
     import importlib.util
 
-    from genconf import precision
+    from genconf.plan import precision
 
     cfg = load_run_config(run_dir, artifacts)
     te = importlib.util.find_spec("transformer_engine") is not None and framework == "megatron"

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from genconf.specs import ModelSpec
+from genconf.plan.specs import ModelSpec
 
 
 class Norm(nn.Module):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genconf.specs import GPUSpec
+from genconf.plan.specs import GPUSpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

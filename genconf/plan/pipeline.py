@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genconf.specs import ParallelPlan
+from genconf.plan.specs import ParallelPlan
 
 
 def stage_layers(num_layers: int, plan: ParallelPlan) -> tuple[int, ...]:

@@ -13,12 +13,17 @@ import functools
 import math
 from dataclasses import dataclass
 
-from genconf.counting import (
-    ParamTensor, as_built_by_megatron, embedding_tensors, final_norm_tensors, layer_tensors, output_tensors,
+from genconf.plan.counting import (
+    ParamTensor,
+    as_built_by_megatron,
+    embedding_tensors,
+    final_norm_tensors,
+    layer_tensors,
+    output_tensors,
     padded_vocab_size,
 )
-from genconf.pipeline import inflight_chunks, stage_layers
-from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan.pipeline import inflight_chunks, stage_layers
+from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 GIB = 2**30
 

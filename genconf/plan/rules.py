@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from genconf.counting import exact_param_count
-from genconf.memory import GIB, MemoryEstimate
-from genconf.pipeline import stage_layers
-from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan.counting import exact_param_count
+from genconf.plan.memory import GIB, MemoryEstimate
+from genconf.plan.pipeline import stage_layers
+from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 ERROR, WARNING = "error", "warning"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from genconf.specs import ModelSpec
+from genconf.plan.specs import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,12 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from genconf import memory as mem
-from genconf import rules
-from genconf.cost import Calibration, StepCost, step_cost
-from genconf.errors import NoFeasiblePlan
-from genconf.memory import GIB, MemoryEstimate
-from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan import memory as mem
+from genconf.plan import rules
+from genconf.plan.cost import Calibration, StepCost, step_cost
+from genconf.plan.errors import NoFeasiblePlan
+from genconf.plan.memory import GIB, MemoryEstimate
+from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
 """Default global batch: ~4M tokens per step (LLaMA, Llama-2/3 and OLMo pre-training batches)."""

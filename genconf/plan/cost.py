@@ -11,10 +11,10 @@ import functools
 import math
 from dataclasses import dataclass
 
-from genconf.counting import model_flops_per_token, recompute_flops_per_token
-from genconf.memory import rank_params, vocab_rows
-from genconf.pipeline import bubble_fraction, stage_layers
-from genconf.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
+from genconf.plan.counting import model_flops_per_token, recompute_flops_per_token
+from genconf.plan.memory import rank_params, vocab_rows
+from genconf.plan.pipeline import bubble_fraction, stage_layers
+from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
