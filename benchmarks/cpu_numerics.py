@@ -67,7 +67,7 @@ def main() -> int:
     parser.add_argument("recipes", nargs="*")
     parser.add_argument("--margin", type=float, default=25.0, help="tolerance = margin x the largest spread")
     args = parser.parse_args()
-    from genconf import recipes
+    from genconf.catalog import recipes
 
     names = args.recipes or recipes.list_recipes()
     curves: dict[str, dict[str, list[float]]] = {}

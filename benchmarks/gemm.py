@@ -80,7 +80,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks/gemm.py: needs a CUDA GPU", file=sys.stderr)
         return 2
-    from genconf.catalog import calibration_for, gpu_for_device_name, resolve_gpu
+    from genconf.catalog.hardware import calibration_for, gpu_for_device_name, resolve_gpu
 
     name = gpu_for_device_name(torch.cuda.get_device_name()) or "h100-sxm"
     gpu, cal = resolve_gpu(name), calibration_for(name)

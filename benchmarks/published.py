@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genconf.catalog import resolve_cluster
+from genconf.catalog.clusters import resolve_cluster
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 DATA = Path(__file__).resolve().parent / "data"

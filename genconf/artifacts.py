@@ -20,7 +20,8 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from genconf import __version__, catalog, configs, report
+from genconf import __version__, configs, report
+from genconf.catalog.files import resource_dir
 from genconf.plan.errors import GenconfError
 
 FILE_DESCRIPTIONS = {
@@ -79,7 +80,7 @@ def thousands(value: object) -> str:
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(catalog.resource_dir("templates"))),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
                              undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters.update(shquote=shquote, sbatch_quote=sbatch_quote, sbatch_path=sbatch_path, sbatch_token=sbatch_token,
@@ -109,7 +110,7 @@ def default_options(run: dict, out_dir: Path, *, job_name: str | None = None, ru
     try:
         return configs.SlurmOptions(
             job_name=job_name or f"genconf-{run['model']['name']}", run_dir=run_path, artifacts_dir=str(out_dir),
-            launchers_dir=str(catalog.resource_dir("launchers").resolve()),
+            launchers_dir=str(resource_dir("launchers").resolve()),
             python=os.path.abspath(python) if python else sys.executable, account=account, partition=partition,
             time=time or "24:00:00")
     except (KeyError, TypeError) as exc:

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genconf import cpu_numerics, launch, recipes, verify
+from genconf import cpu_numerics, launch, verify
+from genconf.catalog import recipes
 from genconf.plan.errors import GenconfError
 
 VERSION_KEYS = ("torch", "deepspeed", "megatron-core", "genconf")

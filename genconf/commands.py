@@ -6,7 +6,9 @@ import argparse
 import dataclasses
 import sys
 
-from genconf import catalog
+from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster
+from genconf.catalog.hardware import calibration_for, list_gpus
+from genconf.catalog.models import list_models, model_aliases, resolve_model
 from genconf.plan.errors import GenconfError
 
 
@@ -119,8 +121,8 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     from genconf.plan.counting import chinchilla_tokens
     from genconf.plan.search import plan_or_explain
 
-    model, alias = catalog.resolve_model(args.model)
-    cluster = catalog.resolve_cluster(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
+    model, alias = resolve_model(args.model)
+    cluster = resolve_cluster(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
     num_gpus = args.gpus or cluster.total_gpus
     if num_gpus is None:
         raise GenconfError(f"cluster {cluster.name} has no default size: give --gpus")
@@ -134,7 +136,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     if args.cp and seq % (2 * args.cp):
         raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
     pins = pins_from_args(args)
-    cal = catalog.calibration_for(cluster.gpu.name)
+    cal = calibration_for(cluster.gpu.name)
     result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
     best = result.best
     tokens = args.tokens or float(chinchilla_tokens(model))
@@ -202,13 +204,13 @@ def cmd_models(args: argparse.Namespace) -> int:
     from genconf.plan.counting import exact_param_count, human_count
 
     if args.from_hf:
-        from genconf import hf
+        from genconf.catalog import hf
 
         return hf.write_catalog_yaml(args.from_hf, output=args.output, name=args.name, force=args.force)
     if args.output or args.name:
         raise GenconfError("-o/--name go with --from-hf FILE")
-    models = catalog.list_models()
-    aliases = catalog.model_aliases()
+    models = list_models()
+    aliases = model_aliases()
     by_model = {}
     for alias, name in aliases.items():
         by_model.setdefault(name, []).append(alias)
@@ -229,13 +231,13 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_hardware(args: argparse.Namespace) -> int:
     from genconf.cli import print_json
 
-    gpus, clusters = catalog.list_gpus(), catalog.list_clusters()
+    gpus, clusters = list_gpus(), list_clusters()
     if args.json:
         print_json({"gpus": [dataclasses.asdict(g) for g in gpus],
                     "clusters": [{"name": c.name, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node,
                                   "nvlink_domain_gpus": c.nvlink_domain, "ib_gbit_per_s_per_gpu": c.ib_gbit_per_s_per_gpu,
                                   "total_gpus": c.total_gpus, "description": c.description} for c in clusters],
-                    "default_cluster": catalog.default_cluster_name()})
+                    "default_cluster": default_cluster_name()})
         return 0
     print("GPUs (dense peak TFLOP/s)")
     print(f"  {'name':<16}{'fp32':>7}{'tf32':>7}{'bf16':>8}{'fp8':>8}{'fp4':>8}{'HBM GiB':>9}{'TB/s':>6}{'NVLink GB/s':>12}  node sizes")
@@ -245,7 +247,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
         print(f"  {g.name:<16}{fmt(g.peak_fp32_tflops):>7}{fmt(g.peak_tf32_tflops):>7}{fmt(g.peak_bf16_tflops):>8}"
               f"{fmt(g.peak_fp8_tflops):>8}{fmt(g.peak_fp4_tflops):>8}{g.hbm_gib:>9g}{g.hbm_tbyte_per_s:>6g}"
               f"{g.nvlink_gbyte_per_s:>12g}  {'/'.join(map(str, g.node_sizes))}")
-    print("\nclusters" + f" (default: {catalog.default_cluster_name()})")
+    print("\nclusters" + f" (default: {default_cluster_name()})")
     for c in clusters:
         size = f"{c.total_gpus} GPUs" if c.total_gpus else "any size"
         print(f"  {c.name:<18}{c.gpu.name:<16}{c.gpus_per_node}/node  NVLink domain {c.nvlink_domain:<3} "
@@ -319,7 +321,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # --- recipes --------------------------------------------------------------------------------------
 
 def cmd_recipe(args: argparse.Namespace) -> int:
-    from genconf import recipes, report
+    from genconf.catalog import recipes
+    from genconf import report
     from genconf.cli import print_json
 
     if not args.name:
@@ -337,7 +340,6 @@ def cmd_recipe(args: argparse.Namespace) -> int:
         print_json(run)
     else:
         from genconf.plan.search import evaluate
-        from genconf.catalog import calibration_for
 
         model, cluster, plan, gpus = report.specs_from_dict(run)
         best = evaluate(model, cluster, plan, gpus, calibration_for(cluster.gpu.name), check_rules=False)
@@ -351,7 +353,8 @@ def cmd_recipe(args: argparse.Namespace) -> int:
 def cmd_ci(args: argparse.Namespace) -> int:
     import os
 
-    from genconf import ci, recipes
+    from genconf import ci
+    from genconf.catalog import recipes
 
     if args.recipes_dir:
         os.environ[recipes.RECIPES_DIR_ENV] = os.path.abspath(args.recipes_dir)

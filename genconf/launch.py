@@ -18,7 +18,7 @@ from pathlib import Path
 
 from genconf import cpu_numerics
 from genconf.plan import precision, rules
-from genconf.catalog import resource_dir
+from genconf.catalog.files import resource_dir
 from genconf.plan.errors import GenconfError
 from genconf.report import specs_from_dict, train_from_dict
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
@@ -86,7 +86,7 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
 
 def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None):
     """The RunConfig of DIR's plan, shrunk; GenconfError (one line) when the shrunk plan breaks a rule."""
-    from genconf.catalog import resolve_gpu
+    from genconf.catalog.hardware import resolve_gpu
     from genconf.train.runtime import RunConfig
 
     d = read_plan(artifacts)
@@ -136,7 +136,7 @@ def refuse_unrunnable(cfg) -> None:
 
         cuda = torch.cuda.is_available()
         if cuda:
-            from genconf.catalog import gpu_for_device_name, resolve_gpu
+            from genconf.catalog.hardware import gpu_for_device_name, resolve_gpu
 
             name = gpu_for_device_name(torch.cuda.get_device_name())
             gpu = resolve_gpu(name) if name else None

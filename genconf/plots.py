@@ -109,7 +109,7 @@ def pass_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> Pa
     """genconf.cost.layer_time per layer (TP/CP communication split like the compute), times the layers of a
     chunk; the per-micro-batch overhead and, on the last stage, the logits and loss are spread over its chunks as
     step_cost adds them to the stage (Korthikanti 2022's 1:2 forward:backward for the logits GEMMs)."""
-    from genconf.catalog import calibration_for
+    from genconf.catalog.hardware import calibration_for
     from genconf.plan.cost import _linear_s, layer_time
     from genconf.plan.memory import vocab_rows
 
@@ -307,7 +307,7 @@ def prediction_for(run: Path, config: dict, versions: dict) -> Prediction | None
     """The planner's numbers for the run as it ran: on its own GPU, or on the plan's GPU for a CPU run. Where
     plan.json carries an interval, the same relative interval around this prediction."""
     from genconf import verify
-    from genconf.catalog import gpu_for_device_name
+    from genconf.catalog.hardware import gpu_for_device_name
 
     device = (versions.get("device") or "cpu").lower()
     own = gpu_for_device_name(device) if device != "cpu" else None

@@ -181,7 +181,8 @@ def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predi
 
 def predict_run(config: dict, gpu_name: str) -> dict | None:
     """The planner's numbers for the run exactly as it ran (shrunk model and all) on `gpu_name`."""
-    from genconf.catalog import calibration_for, resolve_cluster
+    from genconf.catalog.hardware import calibration_for
+    from genconf.catalog.clusters import resolve_cluster
     from genconf.plan.cost import step_cost
     from genconf.plan.memory import GIB, estimate
     from genconf.plan.specs import ModelSpec, ParallelPlan
@@ -210,7 +211,7 @@ def verify(run: Path, *, golden: Path | None = None, tolerance: float | None = N
     predicted = None
     device = (versions.get("device") or "cpu").lower()
     if device != "cpu" and config:
-        from genconf.catalog import gpu_for_device_name
+        from genconf.catalog.hardware import gpu_for_device_name
 
         name = gpu_for_device_name(device)
         predicted = predict_run(config, name) if name else None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from genconf.catalog import resolve_cluster
+from genconf.catalog.clusters import resolve_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

@@ -5,7 +5,7 @@ import csv
 import pytest
 
 from conftest import DATA
-from genconf.catalog import list_models, resolve_model
+from genconf.catalog.models import list_models, resolve_model
 from genconf.plan.counting import (
     active_param_count,
     exact_param_count,

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from conftest import REPO, genconf_cmd, needs_megatron, needs_torch
-from genconf import hf
-from genconf.catalog import MODEL_KEYS, model_from_file, resolve_model
+from genconf.catalog import hf
+from genconf.catalog.models import MODEL_KEYS, model_from_file, resolve_model
 from genconf.cli import main
 from genconf.plan.counting import active_param_count, exact_param_count, layer_tensors
 
@@ -198,7 +198,7 @@ def test_bad_files_are_one_line(tmp_path, capsys):
 
 
 def test_hf_module_is_pure():
-    code = ("import sys; from genconf import hf; hf.model_from_hf(sys.argv[1]);"
+    code = ("import sys; from genconf.catalog import hf; hf.model_from_hf(sys.argv[1]);"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','transformers','jinja2','yaml')))")
     out = subprocess.run([sys.executable, "-c", code, str(HF / "gpt2")], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from conftest import DATA, needs_deepspeed
-from genconf.catalog import resolve_cluster, resolve_model
+from genconf.catalog.clusters import resolve_cluster
+from genconf.catalog.models import resolve_model
 from genconf.plan.counting import exact_param_count
 from genconf.plan.memory import (
     estimate,

@@ -225,7 +225,9 @@ def test_schedule_pass_times_add_up_to_the_cost_models_compute(args):
     """The schedule's passes are the cost model's: the slowest stage's forward + backward over every chunk and
     micro-batch is step_cost's compute time."""
     from genconf import plots
-    from genconf.catalog import calibration_for, resolve_cluster, resolve_model
+    from genconf.catalog.hardware import calibration_for
+    from genconf.catalog.clusters import resolve_cluster
+    from genconf.catalog.models import resolve_model
     from genconf.plan.cost import step_cost
     from genconf.plan.search import Pins, plan_or_explain
 

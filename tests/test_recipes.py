@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_torch
-from genconf import ci, cpu_numerics, recipes, verify
+from genconf import ci, cpu_numerics, verify
+from genconf.catalog import recipes
+from genconf.catalog.files import read_yaml
 from genconf.plan.errors import GenconfError
 
 ALL = recipes.list_recipes()
@@ -85,8 +87,8 @@ def _private_recipes(tmp_path: Path, name: str) -> Path:
     (folder / "golden").mkdir(parents=True)
     r = recipes.load_recipe(name)
     chain = [r.path]
-    while "extends" in recipes.catalog.read_yaml(chain[-1]):
-        chain.append(chain[-1].parent / f"{recipes.catalog.read_yaml(chain[-1])['extends']}.yaml")
+    while "extends" in read_yaml(chain[-1]):
+        chain.append(chain[-1].parent / f"{read_yaml(chain[-1])['extends']}.yaml")
     for path in chain:
         shutil.copy(path, folder / path.name)
     shutil.copy(r.golden_path, folder / "golden" / r.golden_path.name)

@@ -6,7 +6,9 @@ from hypothesis import strategies as st
 
 from conftest import needs_megatron
 from genconf.plan import memory, rules
-from genconf.catalog import calibration_for, list_clusters, list_models, resolve_cluster, resolve_model
+from genconf.catalog.hardware import calibration_for
+from genconf.catalog.clusters import list_clusters, resolve_cluster
+from genconf.catalog.models import list_models, resolve_model
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.pipeline import stage_layers
 from genconf.plan.search import Pins, evaluate, plan_or_explain, search

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from genconf.catalog import resource_dir
+from genconf.catalog.files import resource_dir
 from genconf.cli import main
-from genconf.recipes import list_recipes
+from genconf.catalog.recipes import list_recipes
 
 SNAPSHOTS = REPO / "tests" / "data" / "snapshots"
 UPDATE_ENV = "GENCONF_UPDATE_SNAPSHOTS"

@@ -141,7 +141,7 @@ def saved_bytes(run_forward, params) -> tuple[int, int]:
 def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: str = "bf16") -> dict:
     """Build the launcher's megatron model for a one-GPU plan and compare saved bytes with the planner."""
     from genconf.plan import memory
-    from genconf.catalog import resolve_model
+    from genconf.catalog.models import resolve_model
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat, runtime
     from genconf.train.megatron_runner import _loss_func, build, layer_spec, transformer_config_kwargs

@@ -18,7 +18,7 @@ def count(names: list[str]) -> dict[str, dict]:
     import torch
 
     from genconf.plan import memory
-    from genconf.catalog import resolve_model
+    from genconf.catalog.models import resolve_model
     from genconf.plan.counting import exact_param_count, padded_vocab_size
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat

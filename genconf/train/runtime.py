@@ -251,7 +251,7 @@ def detect_gpu():
     """The catalog GPUSpec of the local CUDA device (by name, else by compute capability), None on a CPU."""
     if not torch.cuda.is_available():
         return None
-    from genconf.catalog import gpu_for_device_name, list_gpus, resolve_gpu
+    from genconf.catalog.hardware import gpu_for_device_name, list_gpus, resolve_gpu
 
     name = gpu_for_device_name(torch.cuda.get_device_name())
     if name:

@@ -10,7 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genconf import catalog
+from genconf.catalog.clusters import resolve_cluster
+from genconf.catalog.files import read_yaml, resource_dir
+from genconf.catalog.hardware import calibration_for
+from genconf.catalog.models import MODEL_KEYS, resolve_model
 from genconf.plan import precision
 from genconf.plan.errors import GenconfError
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
@@ -71,7 +74,7 @@ def recipe_dir() -> Path:
         if not Path(custom).is_dir():
             raise GenconfError(f"{RECIPES_DIR_ENV}={custom} is not a directory")
         return Path(custom)
-    return catalog.resource_dir("recipes")
+    return resource_dir("recipes")
 
 
 def list_recipes() -> list[str]:
@@ -103,7 +106,7 @@ def _check(path: Path, data: dict) -> None:
         if sub not in SMOKE_LAYOUT_KEYS:
             raise GenconfError(f"{path}: unknown key 'smoke.layout.{sub}' (allowed: {', '.join(SMOKE_LAYOUT_KEYS)})")
     if "model" in data and isinstance(data["model"], dict):
-        allowed = catalog.MODEL_KEYS
+        allowed = MODEL_KEYS
         for sub in data["model"]:
             if sub not in allowed:
                 raise GenconfError(f"{path}: unknown key 'model.{sub}'")
@@ -117,7 +120,7 @@ def load_recipe(ref: str, _seen: tuple[str, ...] = ()) -> Recipe:
     path = Path(ref) if ref.endswith((".yaml", ".yml")) else recipe_dir() / f"{ref}.yaml"
     if not path.is_file():
         raise GenconfError(f"unknown recipe '{ref}' (one of: {', '.join(list_recipes())})")
-    data = catalog.read_yaml(path)
+    data = read_yaml(path)
     _check(path, data)
     name = data.get("name", path.stem)
     if name != path.stem:
@@ -146,7 +149,7 @@ def model_of(recipe: Recipe) -> ModelSpec:
             raise GenconfError(f"{recipe.path}: model: {exc}") from None
     if not ref:
         raise GenconfError(f"{recipe.path}: missing key 'model'")
-    return catalog.resolve_model(str(ref))[0]
+    return resolve_model(str(ref))[0]
 
 
 def _train_spec(recipe: Recipe, plan: ParallelPlan, model: ModelSpec, *, steps: int | None = None,
@@ -198,9 +201,9 @@ def full_run(recipe: Recipe) -> dict:
     from genconf.plan.search import plan_or_explain
 
     model = model_of(recipe)
-    cluster = catalog.resolve_cluster(recipe.data.get("cluster"))
+    cluster = resolve_cluster(recipe.data.get("cluster"))
     gpus = int(recipe.data.get("gpus") or cluster.total_gpus or cluster.gpus_per_node)
-    cal = catalog.calibration_for(cluster.gpu.name)
+    cal = calibration_for(cluster.gpu.name)
     result = plan_or_explain(model, cluster, gpus, cal, pins_of(recipe), keep=3)
     best = result.best
     train = _train_spec(recipe, best.plan, model)
@@ -251,7 +254,7 @@ def smoke_run(recipe: Recipe) -> dict:
     errors = [v for v in rules.check(ctx) if v.severity == rules.ERROR and v.rule != "whole_nodes"]
     if errors:
         raise GenconfError(f"{recipe.path}: the smoke variant is invalid: {errors[0]}")
-    ev = evaluate(tiny, cluster, small, world, catalog.calibration_for(cluster.gpu.name), check_rules=False)
+    ev = evaluate(tiny, cluster, small, world, calibration_for(cluster.gpu.name), check_rules=False)
     steps = int(smoke.get("steps", 12))
     train = _train_spec(recipe, small, tiny, steps=steps, lr=smoke.get("lr", 1e-3), warmup=smoke.get("warmup_steps", 3))
     train = dataclasses.replace(train, fp8_recipe={v: k for k, v in precision.FP8_BY_TRAIN_NAME.items()}.get(r.name),
