@@ -1,5 +1,6 @@
-"""`genconf ci`: run every recipe's smoke variant (or those named), verify each against its golden loss file,
-and print a table. `--update-golden NAME` rewrites a golden file on purpose and shows the diff."""
+"""`genconf ci`: run every recipe's smoke variant (or those named) and verify each against its golden loss file
+(genconf.cli.text.ci_table prints the table). `--update-golden NAME` rewrites a golden file on purpose and shows
+the diff."""
 
 from __future__ import annotations
 
@@ -156,24 +157,8 @@ def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
     return row
 
 
-def render_table(rows: list[Row]) -> str:
-    out = [f"{'recipe':<20}{'layout (smoke)':<66}{'steps':>6}{'final loss':>12}{'golden':>10}  {'verdict':<8}"
-           f"{'time':>7}  tokens/s vs predicted"]
-    for r in rows:
-        final = f"{r.final_loss:.4f}" if r.final_loss is not None else "-"
-        golden = f"{r.golden_final:.4f}" if r.golden_final is not None else "-"
-        out.append(f"{r.recipe:<20}{r.layout[:65]:<66}{r.steps:>6}{final:>12}{golden:>10}  {r.verdict:<8}"
-                   f"{r.seconds:>6.0f}s  {r.throughput}")
-        if not r.ok:
-            out.append(f"    {r.detail}")
-        for note in r.notes:
-            out.append(f"    note: {note}")
-    passed = sum(r.ok for r in rows)
-    out.append(f"{passed}/{len(rows)} recipes passed")
-    return "\n".join(out)
-
-
-def main(names: list[str], *, update_golden: str | None, as_json: bool, work_dir: str | None) -> int:
+def run(names: list[str], *, update_golden: str | None, work_dir: str | None) -> list[Row]:
+    """Run the named recipes' smoke variants (default: every recipe that has one) and verify each."""
     available = recipes.list_recipes()
     if update_golden:
         if update_golden not in available:
@@ -189,8 +174,4 @@ def main(names: list[str], *, update_golden: str | None, as_json: bool, work_dir
     for name in names:
         print(f"genconf ci: {name}", file=sys.stderr, flush=True)
         rows.append(run_one(name, work, update_golden=name == update_golden))
-    if as_json:
-        print(json.dumps([r.__dict__ | {"ok": r.ok} for r in rows], indent=1, sort_keys=True))
-    else:
-        print(render_table(rows))
-    return 0 if all(r.ok for r in rows) else 1
+    return rows

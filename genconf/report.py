@@ -1,4 +1,5 @@
-"""A planned run as a JSON-able dict (what `--json` prints and `plan.json` holds), and as text for people.
+"""A planned run as a JSON-able dict (what `--json` prints and `plan.json` holds); the text for people is
+genconf.cli.text.
 
 The dict carries the whole model spec, the cluster and the plan, so `genconf render plan.json` can
 rebuild every artifact without the catalog.
@@ -10,10 +11,10 @@ import dataclasses
 
 from genconf import __version__
 from genconf.plan.cost import StepCost, training_time_s
-from genconf.plan.counting import exact_param_count, human_count, workshop_param_count
+from genconf.plan.counting import exact_param_count, workshop_param_count
 from genconf.plan.errors import GenconfError
-from genconf.plan.memory import GIB, HEADROOM_FRACTION, MemoryEstimate, StageMemory
-from genconf.plan.pipeline import inflight_chunks, stage_layers
+from genconf.plan.memory import GIB, MemoryEstimate
+from genconf.plan.pipeline import stage_layers
 from genconf.plan.search import Evaluation, SearchResult, describe
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
 
@@ -168,82 +169,3 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
         reasons.append(f"{gain:.1%} faster than the runner-up ({describe(runner.plan)})")
     return reasons
-
-
-# --- text -----------------------------------------------------------------------------------------
-
-def _row(label: str, value: str, width: int = 44) -> str:
-    return f"  {label:<{width}}{value}"
-
-
-def _stage_memory_lines(stage: StageMemory, plan: ParallelPlan, capacity: int) -> list[str]:
-    chunks = inflight_chunks(plan, stage.stage)
-    shard = f", sharded over {plan.shard_size}" if plan.zero_stage else ""
-    lines = [
-        _row("parameters", f"{stage.params_bytes / GIB:8.2f}"),
-        _row("gradients", f"{stage.grads_bytes / GIB:8.2f}"),
-        _row(f"optimizer states{shard}", f"{stage.optimizer_bytes / GIB:8.2f}"),
-        _row(f"activations ({chunks} chunk{'s' if chunks > 1 else ''} in flight)", f"{stage.activations_bytes / GIB:8.2f}"),
-        _row("other", f"{stage.other_bytes / GIB:8.2f}"),
-    ]
-    lines += [_row(f"  {name}", f"{b / GIB:8.2f}") for name, b in stage.other if b >= 0.01 * GIB]
-    lines.append(_row("total", f"{stage.total_bytes / GIB:8.2f}  of {capacity / GIB:.1f} GiB "
-                               f"(plans keep {HEADROOM_FRACTION:.0%} free)"))
-    return lines
-
-
-def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:
-    m, c, p, perf, tr = d["model"], d["cluster"], d["plan"], d["perf"], d["training"]
-    alias = f"{m['alias']} -> " if m["alias"] else ""
-    lines = [
-        f"model    {alias}{m['name']}: {m['params']:,} parameters (workshop formula: {m['params_workshop']:,})",
-        f"         {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_attention_heads']} heads"
-        f" ({m['num_query_groups']} KV), ffn {m['ffn_hidden_size']} {m['activation']}, vocab {m['vocab_size']}, "
-        f"seq {p['seq_length']}",
-        f"cluster  {c['name']}: {c['num_gpus']} x {c['gpu_display_name']} ({c['num_nodes']} nodes of "
-        f"{c['gpus_per_node']}, NVLink inside a node, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
-        "",
-        f"plan     {d['layout']}",
-        f"         {p['num_microbatches']} micro-batches per step, {p['precision']}, layer spec {p['layer_spec']}, "
-        f"layers per stage {p['stage_layers'] if p['pp'] <= 8 else str(p['stage_layers'][:8])[:-1] + ', ...]'}",
-        "",
-        f"memory per GPU, stage {best.memory.peak.stage} (the busiest)           GiB",
-    ]
-    lines += _stage_memory_lines(best.memory.peak, best.plan, best.memory.capacity_bytes)
-    lines += [
-        "",
-        "performance (predicted)",
-        _row("step time", f"{perf['step_time_s']:.3f} s"),
-        _row("MFU / model TFLOP/s per GPU", f"{perf['mfu']:.1%} / {perf['tflops_per_gpu']:.0f} "
-             f"(peak {perf['peak_tflops_per_gpu']:g})"),
-        _row("tokens/s per GPU / whole job", f"{perf['tokens_per_s_per_gpu']:,.0f} / {perf['tokens_per_s']:,.0f}"),
-        _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
-        _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
-        _row(f"train {human_count(tr['tokens'])} tokens", f"{tr['days']:.1f} days, {tr['gpu_hours']:,.0f} GPU-hours"),
-        "",
-        "why this plan",
-    ]
-    lines += [f"  - {reason}" for reason in d["why"]]
-    for warning in d["warnings"]:
-        lines.append(f"  ! {warning}")
-    if d["alternatives"] and top > 1:
-        lines += ["", f"alternatives (best {min(top, len(d['alternatives']) + 1) - 1})",
-                  f"  {'layout':<72}{'GiB':>6}{'step s':>8}{'MFU':>7}{'tok/s/GPU':>11}"]
-        for alt in d["alternatives"][: top - 1]:
-            lines.append(f"  {alt['layout']:<72}{alt['memory']['total_gib']:>6.1f}{alt['perf']['step_time_s']:>8.2f}"
-                         f"{alt['perf']['mfu']:>7.1%}{alt['perf']['tokens_per_s_per_gpu']:>11,.0f}")
-    if explain is not None:
-        lines += explain_lines(explain)
-    return "\n".join(lines)
-
-
-def explain_lines(result: SearchResult) -> list[str]:
-    lines = ["", f"search: {result.considered} candidates, {len(result.ranked)} feasible layouts kept",
-             "  rejected by rule (first rule broken):"]
-    lines += [f"    {name:<28}{count:>7}" for name, count in result.rejected.items()] or ["    (none)"]
-    if result.nearest_misses:
-        lines.append("  nearest misses:")
-        for ev in result.nearest_misses:
-            lines.append(f"    {describe(ev.plan)}")
-            lines.append(f"      {ev.errors[0]}")
-    return lines

@@ -217,12 +217,3 @@ def verify(run: Path, *, golden: Path | None = None, tolerance: float | None = N
         predicted = predict_run(config, name) if name else None
     verdict.checks += check_speed_and_memory(rows, config, versions, predicted, band, peak_memory_gib)
     return verdict
-
-
-def render(verdict: Verdict) -> str:
-    lines = [f"run {verdict.run}: {'PASS' if verdict.ok else 'FAIL'}",
-             f"  {'check':<14}{'status':<8}{'ratio':>8}  detail"]
-    for c in verdict.checks:
-        ratio = f"{c.ratio:.3f}" if c.ratio is not None else "-"
-        lines.append(f"  {c.name:<14}{c.status:<8}{ratio:>8}  {c.detail}")
-    return "\n".join(lines)

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO, genconf_cmd, needs_deepspeed, needs_megatron, shellcheck_or_skip
 from genconf import check, configs
-from genconf.cli import main
+from genconf.cli.main import main
 
 # name -> plan flags. Every one is a plan genconf accepts; the comments say what each covers.
 PLANS = {

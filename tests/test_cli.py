@@ -135,7 +135,7 @@ PLAN_FLAGS = sorted([
 
 
 def test_cli_flags_are_frozen():
-    from genconf.cli import build_parser
+    from genconf.cli.parser import build_parser
 
     parser = build_parser()
     plan = parser._subparsers._group_actions[0].choices["plan"]
@@ -162,7 +162,7 @@ def test_core_is_pure(module):
 
 
 def test_planning_imports_nothing_heavy():
-    code = ("import sys; from genconf.cli import main; main(['--model','7b','--gpus','8','--json']);"
+    code = ("import sys; from genconf.cli.main import main; main(['--model','7b','--gpus','8','--json']);"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch','jinja2','deepspeed','megatron'));"
             "sys.stderr.write(repr(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)

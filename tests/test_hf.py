@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, genconf_cmd, needs_megatron, needs_torch
 from genconf.catalog import hf
 from genconf.catalog.models import MODEL_KEYS, model_from_file, resolve_model
-from genconf.cli import main
+from genconf.cli.main import main
 from genconf.plan.counting import active_param_count, exact_param_count, layer_tensors
 
 HF = REPO / "tests" / "data" / "hf"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, genconf_cmd, has_module
-from genconf.cli import main
+from genconf.cli.main import main
 from genconf.plan.pipeline import bubble_fraction, inflight_chunks, schedule_order, simulate_schedule
 from genconf.plan.specs import ParallelPlan
 
@@ -202,7 +202,7 @@ def test_verify_plot_without_a_prediction_or_golden(tmp_path):
 
 
 def test_without_matplotlib_plot_is_one_line(tmp_path):
-    code = ("import sys; sys.modules['matplotlib'] = None; from genconf.cli import main; "
+    code = ("import sys; sys.modules['matplotlib'] = None; from genconf.cli.main import main; "
             f"sys.exit(main(['--model', '1b', '--gpus', '8', '--plot', {str(tmp_path / 'p')!r}]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 2

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import REPO
 from genconf.catalog.files import resource_dir
-from genconf.cli import main
+from genconf.cli.main import main
 from genconf.catalog.recipes import list_recipes
 
 SNAPSHOTS = REPO / "tests" / "data" / "snapshots"

@@ -4,86 +4,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 
 from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster
 from genconf.catalog.hardware import calibration_for, list_gpus
 from genconf.catalog.models import list_models, model_aliases, resolve_model
+from genconf.cli import text
+from genconf.cli.text import print_json
 from genconf.plan.errors import GenconfError
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    """Subcommands beyond plan/models/hardware register here as they are built."""
-    from genconf.cli import add_artifact_arguments
-
-    render = sub.add_parser("render", help="write a plan.json's artifacts (configs, Slurm scripts) to a directory")
-    render.add_argument("plan", metavar="PLAN.json", help="a plan as `genconf --json` prints it")
-    add_artifact_arguments(render, output_required=True)
-    render.set_defaults(handler=cmd_render)
-    check = sub.add_parser("check", help="re-validate an artifacts directory and name the offending lines")
-    check.add_argument("dir", metavar="DIR", help="a directory written by genconf -o or genconf render")
-    check.add_argument("--slurm", action="store_true", help="also ask Slurm (sbatch --test-only) about each script")
-    check.set_defaults(handler=cmd_check)
-
-    launch = sub.add_parser("launch", help="train the plan in an artifacts directory (torchrun, or Slurm with --submit)")
-    launch.add_argument("dir", metavar="DIR", help="a directory written by genconf -o")
-    launch.add_argument("--run-dir", help="where metrics, checkpoints and logs go (default: DIR/runs/<name>)")
-    launch.add_argument("--name", help="run name under DIR/runs (default: a timestamp)")
-    launch.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"),
-                        help="run this framework's artifact (default: the plan's)")
-    launch.add_argument("--submit", action="store_true", help="submit the generated sbatch script instead")
-    launch.add_argument("--wait", action="store_true", help="with --submit: wait for the job and report its end")
-    launch.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the run directory")
-    g = launch.add_argument_group("smoke test: shrink the model, keep the parallel layout")
-    for flag, text in (("--layers", "transformer layers"), ("--hidden", "hidden size (MLP scaled alike)"),
-                       ("--heads", "attention heads"), ("--vocab", "vocabulary size"), ("--seq-len", "sequence length"),
-                       ("--global-batch", "global batch in sequences"), ("--mbs", "micro-batch size"),
-                       ("--steps", "optimizer steps")):
-        g.add_argument(flag, type=_positive, help=text)
-    g.add_argument("--checkpoint-every", type=_positive, help="save a checkpoint every N steps")
-    g.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), help="run with another precision recipe")
-    g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
-    g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
-    g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")
-    launch.set_defaults(handler=cmd_launch)
-
-    verify = sub.add_parser("verify", help="compare a run's loss, speed and memory with its expectations")
-    verify.add_argument("run", metavar="RUN", help="a run directory (with metrics.jsonl)")
-    verify.add_argument("--golden", help="golden loss file: 'step loss' per line")
-    verify.add_argument("--tolerance", type=float, help="absolute loss tolerance against the golden file (default 1e-4)")
-    verify.add_argument("--min-drop", type=float, default=0.05, help="without a golden file: required loss drop (0.05)")
-    verify.add_argument("--json", action="store_true")
-    verify.add_argument("--plot", metavar="DIR", help="draw verify.png (loss against the golden curve, tokens/s and peak "
-                        "memory per step against the prediction) with its numbers in verify.csv (needs the plot extra)")
-    verify.set_defaults(handler=cmd_verify)
-
-    recipe = sub.add_parser("recipe", help="plan (and with -o render) a recipe from recipes/")
-    recipe.add_argument("name", metavar="NAME", nargs="?", help="recipe name (omit to list them)")
-    recipe.add_argument("--smoke", action="store_true", help="the recipe's CPU smoke variant instead of the full run")
-    recipe.add_argument("--json", action="store_true")
-    recipe.add_argument("--top", type=_positive, default=3)
-    add_artifact_arguments(recipe, output_required=False)
-    recipe.set_defaults(handler=cmd_recipe)
-
-    ci = sub.add_parser("ci", help="run the recipes' smoke variants and verify them against their golden files")
-    ci.add_argument("names", metavar="NAME", nargs="*", help="recipes to run (default: every recipe with a smoke variant)")
-    ci.add_argument("--update-golden", metavar="NAME", help="rewrite NAME's golden file from a fresh run (shows the diff)")
-    ci.add_argument("--work-dir", help="where the artifacts and runs go (default: a new temporary directory)")
-    ci.add_argument("--recipes-dir", help="run the recipes of another folder (default: genconf's recipes/)")
-    ci.add_argument("--json", action="store_true")
-    ci.set_defaults(handler=cmd_ci)
-
-
-def _positive(text: str) -> int:
-    from genconf.cli import _positive_int
-
-    return _positive_int(text)
+from genconf.plan.search import describe
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    handler = {"plan": cmd_plan, "models": cmd_models, "hardware": cmd_hardware}.get(args.command)
-    if handler is None:
-        handler = getattr(args, "handler", None)
+    handler = HANDLERS.get(args.command)
     if handler is None:
         raise GenconfError(f"unknown command {args.command!r}")
     return handler(args)
@@ -146,9 +80,6 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from genconf import report
-    from genconf.cli import print_json
-
     if args.plot:
         from genconf import plots
 
@@ -167,12 +98,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out = dict(planned.run)
         if args.explain:
             out["explain"] = {"considered": planned.result.considered, "rejected": planned.result.rejected,
-                              "nearest_misses": [{"layout": report.describe(ev.plan), "reason": str(ev.errors[0])}
+                              "nearest_misses": [{"layout": describe(ev.plan), "reason": str(ev.errors[0])}
                                                  for ev in planned.result.nearest_misses]}
         print_json(out)
     else:
-        print(report.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
-                                 top=args.top))
+        print(text.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
+                               top=args.top))
     return 0
 
 
@@ -200,8 +131,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 # --- catalogs -------------------------------------------------------------------------------------
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from genconf.cli import print_json
-    from genconf.plan.counting import exact_param_count, human_count
+    from genconf.plan.counting import exact_param_count
 
     if args.from_hf:
         from genconf.catalog import hf
@@ -218,18 +148,11 @@ def cmd_models(args: argparse.Namespace) -> int:
         print_json([dict(dataclasses.asdict(m), params=exact_param_count(m), aliases=by_model.get(m.name, []))
                     for m in models])
         return 0
-    print(f"{'name':<18}{'params':>10}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'ffn':>8}{'vocab':>8}{'seq':>8}  "
-          f"{'arch':<28}aliases")
-    for m in sorted(models, key=exact_param_count):
-        arch = f"{m.activation}/{m.normalization}/{m.position_embedding}" + (f"/moe{m.num_experts}x{m.moe_top_k}" if m.is_moe else "")
-        print(f"{m.name:<18}{human_count(exact_param_count(m)):>10}{m.num_layers:>8}{m.hidden_size:>8}"
-              f"{m.num_attention_heads:>7}{m.num_query_groups:>5}{m.ffn_hidden_size:>8}{m.vocab_size:>8}{m.seq_length:>8}  "
-              f"{arch:<28}{', '.join(by_model.get(m.name, []))}")
+    print(text.models_table(models, by_model))
     return 0
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:
-    from genconf.cli import print_json
 
     gpus, clusters = list_gpus(), list_clusters()
     if args.json:
@@ -239,19 +162,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
                                   "total_gpus": c.total_gpus, "description": c.description} for c in clusters],
                     "default_cluster": default_cluster_name()})
         return 0
-    print("GPUs (dense peak TFLOP/s)")
-    print(f"  {'name':<16}{'fp32':>7}{'tf32':>7}{'bf16':>8}{'fp8':>8}{'fp4':>8}{'HBM GiB':>9}{'TB/s':>6}{'NVLink GB/s':>12}  node sizes")
-    for g in gpus:
-        def fmt(v):
-            return f"{v:g}" if v else "-"
-        print(f"  {g.name:<16}{fmt(g.peak_fp32_tflops):>7}{fmt(g.peak_tf32_tflops):>7}{fmt(g.peak_bf16_tflops):>8}"
-              f"{fmt(g.peak_fp8_tflops):>8}{fmt(g.peak_fp4_tflops):>8}{g.hbm_gib:>9g}{g.hbm_tbyte_per_s:>6g}"
-              f"{g.nvlink_gbyte_per_s:>12g}  {'/'.join(map(str, g.node_sizes))}")
-    print("\nclusters" + f" (default: {default_cluster_name()})")
-    for c in clusters:
-        size = f"{c.total_gpus} GPUs" if c.total_gpus else "any size"
-        print(f"  {c.name:<18}{c.gpu.name:<16}{c.gpus_per_node}/node  NVLink domain {c.nvlink_domain:<3} "
-              f"IB {c.ib_gbit_per_s_per_gpu:g} Gb/s/GPU  {size}")
+    print(text.hardware_table(gpus, clusters, default_cluster_name()))
     return 0
 
 
@@ -298,7 +209,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from genconf import verify
-    from genconf.cli import print_json
 
     if args.plot:
         from genconf import plots
@@ -314,7 +224,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print_json(verdict.to_dict())
     else:
-        print(verify.render(verdict))
+        print(text.verdict_text(verdict))
     return 0 if verdict.ok else 1
 
 
@@ -323,7 +233,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_recipe(args: argparse.Namespace) -> int:
     from genconf.catalog import recipes
     from genconf import report
-    from genconf.cli import print_json
 
     if not args.name:
         for name in recipes.list_recipes():
@@ -346,7 +255,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
         print(f"recipe   {recipe.name} v{recipe.version} ({recipe.path.name}): {recipe.data.get('description', '')}")
         print(f"         precision {run['recipe']['precision_recipe']}, {run['train']['train_steps']:,} steps, "
               f"lr {run['train']['lr']:g}, seed {run['train']['seed']}")
-        print(report.render_text(run, best, top=args.top))
+        print(text.render_text(run, best, top=args.top))
     return 0
 
 
@@ -358,4 +267,14 @@ def cmd_ci(args: argparse.Namespace) -> int:
 
     if args.recipes_dir:
         os.environ[recipes.RECIPES_DIR_ENV] = os.path.abspath(args.recipes_dir)
-    return ci.main(args.names, update_golden=args.update_golden, as_json=args.json, work_dir=args.work_dir)
+    rows = ci.run(args.names, update_golden=args.update_golden, work_dir=args.work_dir)
+    if args.json:
+        print(json.dumps([r.__dict__ | {"ok": r.ok} for r in rows], indent=1, sort_keys=True))
+    else:
+        print(text.ci_table(rows))
+    return 0 if all(r.ok for r in rows) else 1
+
+
+HANDLERS = {"plan": cmd_plan, "models": cmd_models, "hardware": cmd_hardware, "render": cmd_render, "check": cmd_check,
+            "launch": cmd_launch, "verify": cmd_verify, "recipe": cmd_recipe, "ci": cmd_ci}
+"""Subcommand -> its implementation (the parser's subcommands, genconf.cli.parser.SUBCOMMANDS)."""

@@ -1,13 +1,8 @@
-"""The `genconf` command. With no subcommand it plans (`genconf plan` is the same).
-
-Bad input is one line on stderr and exit code 2; a plan that cannot fit says why and what would.
-"""
+"""The command line's parser: every subcommand and flag (tests/cli freezes the plan flags)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from genconf import __version__
 from genconf.plan.errors import GenconfError
@@ -22,7 +17,7 @@ class _Parser(argparse.ArgumentParser):
         raise GenconfError(message)
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -32,7 +27,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _token_count(text: str) -> float:
+def token_count(text: str) -> float:
     """'2e12', '1.4T', '300B' -> tokens."""
     scale = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
     t = text.strip().lower()
@@ -46,10 +41,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that describe a run; shared by `plan` and the commands that plan first."""
     g = p.add_argument_group("model and cluster")
     g.add_argument("--model", "-m", default="70b", help="catalog name, size alias (1b, 7b, 70b) or YAML file (default: 70b)")
-    g.add_argument("--gpus", "-n", type=_positive_int, help="number of GPUs (default: the cluster's total)")
+    g.add_argument("--gpus", "-n", type=positive_int, help="number of GPUs (default: the cluster's total)")
     g.add_argument("--cluster", help="cluster preset or YAML file (default: kempner-h100, the seed's cluster)")
     g.add_argument("--gpu", help="override the cluster's GPU (see 'genconf hardware')")
-    g.add_argument("--gpus-per-node", type=_positive_int, help="override GPUs per node")
+    g.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
     g = p.add_argument_group("pinned choices (evaluate exactly these; the rest is searched)")
     g.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"))
     for flag, text in (("--tp", "tensor parallel"), ("--pp", "pipeline stages"), ("--vp", "virtual stages per pipeline rank"),
@@ -57,7 +52,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                        ("--global-batch", "global batch in sequences"), ("--seq-len", "sequence length"),
                        ("--first-stage-layers", "layers on the first pipeline stage"),
                        ("--last-stage-layers", "layers on the last pipeline stage")):
-        g.add_argument(flag, type=_positive_int, help=text)
+        g.add_argument(flag, type=positive_int, help=text)
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (megatron: 1 = distributed optimizer; "
                    "fsdp: 0 NO_SHARD, 2 SHARD_GRAD_OP, 3 FULL_SHARD)")
     g.add_argument("--recompute", choices=("none", "selective", "full"))
@@ -68,8 +63,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--offload", action="store_true", help="DeepSpeed ZeRO CPU offload of optimizer (and params at stage 3)")
     g.add_argument("--tp-comm-overlap", action="store_true", help="overlap TP communication with GEMMs (TE userbuffers)")
     g = p.add_argument_group("output")
-    g.add_argument("--tokens", type=_token_count, help="training tokens for the time estimate (default: 20 per parameter)")
-    g.add_argument("--top", type=_positive_int, default=3, help="show this many ranked plans (default 3)")
+    g.add_argument("--tokens", type=token_count, help="training tokens for the time estimate (default: 20 per parameter)")
+    g.add_argument("--top", type=positive_int, default=3, help="show this many ranked plans (default 3)")
     g.add_argument("--explain", action="store_true", help="counts of rejected candidates per rule and the nearest misses")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--plot", metavar="DIR", help="draw memory.png (per pipeline stage) and schedule.png (the pipeline "
@@ -109,30 +104,60 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--force", action="store_true", help="with --from-hf -o: replace an existing file")
     hardware = sub.add_parser("hardware", help="list GPUs and cluster presets")
     hardware.add_argument("--json", action="store_true")
-    from genconf import commands
-
-    commands.register(sub)
+    _add_shell_commands(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
-        argv.insert(0, "plan")
-    try:
-        args = build_parser().parse_args(argv)
-        from genconf import commands
+def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
+    """render, check, launch, verify, recipe, ci."""
 
-        return commands.dispatch(args)
-    except GenconfError as exc:
-        print(f"genconf: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("genconf: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+    render = sub.add_parser("render", help="write a plan.json's artifacts (configs, Slurm scripts) to a directory")
+    render.add_argument("plan", metavar="PLAN.json", help="a plan as `genconf --json` prints it")
+    add_artifact_arguments(render, output_required=True)
+    check = sub.add_parser("check", help="re-validate an artifacts directory and name the offending lines")
+    check.add_argument("dir", metavar="DIR", help="a directory written by genconf -o or genconf render")
+    check.add_argument("--slurm", action="store_true", help="also ask Slurm (sbatch --test-only) about each script")
 
+    launch = sub.add_parser("launch", help="train the plan in an artifacts directory (torchrun, or Slurm with --submit)")
+    launch.add_argument("dir", metavar="DIR", help="a directory written by genconf -o")
+    launch.add_argument("--run-dir", help="where metrics, checkpoints and logs go (default: DIR/runs/<name>)")
+    launch.add_argument("--name", help="run name under DIR/runs (default: a timestamp)")
+    launch.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"),
+                        help="run this framework's artifact (default: the plan's)")
+    launch.add_argument("--submit", action="store_true", help="submit the generated sbatch script instead")
+    launch.add_argument("--wait", action="store_true", help="with --submit: wait for the job and report its end")
+    launch.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the run directory")
+    g = launch.add_argument_group("smoke test: shrink the model, keep the parallel layout")
+    for flag, text in (("--layers", "transformer layers"), ("--hidden", "hidden size (MLP scaled alike)"),
+                       ("--heads", "attention heads"), ("--vocab", "vocabulary size"), ("--seq-len", "sequence length"),
+                       ("--global-batch", "global batch in sequences"), ("--mbs", "micro-batch size"),
+                       ("--steps", "optimizer steps")):
+        g.add_argument(flag, type=positive_int, help=text)
+    g.add_argument("--checkpoint-every", type=positive_int, help="save a checkpoint every N steps")
+    g.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), help="run with another precision recipe")
+    g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
+    g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
+    g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")
 
-def print_json(obj: object) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=True))
+    verify = sub.add_parser("verify", help="compare a run's loss, speed and memory with its expectations")
+    verify.add_argument("run", metavar="RUN", help="a run directory (with metrics.jsonl)")
+    verify.add_argument("--golden", help="golden loss file: 'step loss' per line")
+    verify.add_argument("--tolerance", type=float, help="absolute loss tolerance against the golden file (default 1e-4)")
+    verify.add_argument("--min-drop", type=float, default=0.05, help="without a golden file: required loss drop (0.05)")
+    verify.add_argument("--json", action="store_true")
+    verify.add_argument("--plot", metavar="DIR", help="draw verify.png (loss against the golden curve, tokens/s and peak "
+                        "memory per step against the prediction) with its numbers in verify.csv (needs the plot extra)")
+
+    recipe = sub.add_parser("recipe", help="plan (and with -o render) a recipe from recipes/")
+    recipe.add_argument("name", metavar="NAME", nargs="?", help="recipe name (omit to list them)")
+    recipe.add_argument("--smoke", action="store_true", help="the recipe's CPU smoke variant instead of the full run")
+    recipe.add_argument("--json", action="store_true")
+    recipe.add_argument("--top", type=positive_int, default=3)
+    add_artifact_arguments(recipe, output_required=False)
+
+    ci = sub.add_parser("ci", help="run the recipes' smoke variants and verify them against their golden files")
+    ci.add_argument("names", metavar="NAME", nargs="*", help="recipes to run (default: every recipe with a smoke variant)")
+    ci.add_argument("--update-golden", metavar="NAME", help="rewrite NAME's golden file from a fresh run (shows the diff)")
+    ci.add_argument("--work-dir", help="where the artifacts and runs go (default: a new temporary directory)")
+    ci.add_argument("--recipes-dir", help="run the recipes of another folder (default: genconf's recipes/)")
+    ci.add_argument("--json", action="store_true")
