@@ -19,8 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from genconf import configs, report
+from genconf import configs
 from genconf.plan import rules
+from genconf.plan.planfile import PlanFile, PlanFileError, decode, loads
 from genconf.plan.errors import GenconfError
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainSpec
 
@@ -40,18 +41,6 @@ class CheckResult:
     files: tuple[str, ...]
     """Files that were checked."""
     problems: tuple[Problem, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """What plan.json says: the specs every other file is held against."""
-
-    run: dict
-    model: ModelSpec
-    cluster: ClusterSpec
-    plan: ParallelPlan
-    num_gpus: int
-    train: TrainSpec
 
 
 # --- plan.json ------------------------------------------------------------------------------------
@@ -122,21 +111,19 @@ def _load_json(name: str, text: str) -> tuple[object, list[Problem]]:
         return None, [Problem(name, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})")]
 
 
-def check_plan(text: str) -> tuple[Planned | None, list[Problem]]:
-    run, problems = _load_json("plan.json", text)
-    if problems:
-        return None, problems
-    if not isinstance(run, dict):
-        return None, [Problem("plan.json", 1, "expected a JSON object")]
+def check_plan(text: str) -> tuple[PlanFile | None, list[Problem]]:
     try:
-        model, cluster, plan, num_gpus = report.specs_from_dict(run)
-        train = report.train_from_dict(run)
+        p = decode(loads(text))
+    except PlanFileError as exc:
+        column = f" (column {exc.column})" if exc.column else ""
+        return None, [Problem("plan.json", exc.line or 1, exc.detail + column)]
     except GenconfError as exc:
         return None, [Problem("plan.json", None, str(exc).removeprefix("plan.json "))]
-    for v in rules.check(rules.Context(model, cluster, plan, num_gpus)):
+    problems = []
+    for v in rules.check(rules.Context(p.model, p.cluster, p.plan, p.num_gpus)):
         if v.severity == rules.ERROR:
             problems.append(Problem("plan.json", json_line(text, *_RULE_PLAN_KEY.get(v.rule, ("plan",))), str(v)))
-    return Planned(run, model, cluster, plan, num_gpus, train), problems
+    return p, problems
 
 
 # --- ds_config.json -------------------------------------------------------------------------------
@@ -145,7 +132,7 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def check_ds_config(text: str, p: Planned) -> list[Problem]:
+def check_ds_config(text: str, p: PlanFile) -> list[Problem]:
     name = "ds_config.json"
     config, problems = _load_json(name, text)
     if problems:
@@ -464,7 +451,7 @@ def _megatron_lm_checks(args: dict[str, MegatronArg], name: str) -> list[Problem
     return out
 
 
-def check_megatron_args(text: str, p: Planned) -> list[Problem]:
+def check_megatron_args(text: str, p: PlanFile) -> list[Problem]:
     name = "megatron_args.txt"
     args, problems = parse_megatron_args(text, name)
     if problems:
@@ -525,7 +512,7 @@ _OLMO_ACTIVATION_CHECKPOINTING = (None, "whole_layer", "one_in_two", "one_in_thr
                                   "two_in_three", "three_in_four", "fine_grained")
 
 
-def check_olmo(text: str, p: Planned) -> list[Problem]:
+def check_olmo(text: str, p: PlanFile) -> list[Problem]:
     name = "olmo_fsdp.yaml"
     try:
         config = yaml.safe_load(text)
@@ -690,7 +677,7 @@ _GPU_COUNT = re.compile(r"^(?:[A-Za-z0-9_-]+:)*(\d+)$")
 _JOB_TOKEN = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-def check_sbatch(name: str, text: str, p: Planned) -> list[Problem]:
+def check_sbatch(name: str, text: str, p: PlanFile) -> list[Problem]:
     problems: list[Problem] = []
     nodes, per_node = configs.slurm_layout(p.cluster, p.num_gpus)
     if not text.startswith("#!"):

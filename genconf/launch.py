@@ -17,23 +17,20 @@ import time
 from pathlib import Path
 
 from genconf import cpu_numerics
-from genconf.plan import precision, rules
+from genconf.plan import planfile, precision, rules
 from genconf.catalog.files import resource_dir
 from genconf.plan.errors import GenconfError
-from genconf.report import specs_from_dict, train_from_dict
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
 ENTRY_POINTS = {"megatron": "train_megatron.py", "deepspeed": "train_deepspeed.py", "fsdp": "train_fsdp.py"}
 
 
-def read_plan(artifacts: Path) -> dict:
+def read_plan(artifacts: Path) -> planfile.PlanFile:
+    """The decoded plan.json of an artifacts directory."""
     path = artifacts / "plan.json"
     if not path.is_file():
         raise GenconfError(f"{artifacts} has no plan.json (write one with: genconf ... -o {artifacts})")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise GenconfError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    return planfile.decode(planfile.load(path))
 
 
 def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: int | None = None,
@@ -89,9 +86,8 @@ def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | N
     from genconf.catalog.hardware import resolve_gpu
     from genconf.train.runtime import RunConfig
 
-    d = read_plan(artifacts)
-    model, cluster, plan, num_gpus = specs_from_dict(d)
-    train = train_from_dict(d)
+    pf = read_plan(artifacts)
+    d, model, cluster, plan, num_gpus, train = pf.run, pf.model, pf.cluster, pf.plan, pf.num_gpus, pf.train
     try:
         model, plan, train = shrink(model, plan, train, **{k: v for k, v in shrink_args.items() if v is not None})
     except ValueError as exc:

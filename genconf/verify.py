@@ -185,10 +185,10 @@ def predict_run(config: dict, gpu_name: str) -> dict | None:
     from genconf.catalog.clusters import resolve_cluster
     from genconf.plan.cost import step_cost
     from genconf.plan.memory import GIB, estimate
-    from genconf.plan.specs import ModelSpec, ParallelPlan
+    from genconf.plan.planfile import model_from_dict, plan_from_dict
 
     try:
-        model, plan = ModelSpec(**config["model"]), ParallelPlan(**config["plan"])
+        model, plan = model_from_dict(config["model"]), plan_from_dict(config["plan"])
         cluster = resolve_cluster(None, gpu=gpu_name)
         cal = calibration_for(cluster.gpu.name)
         cost = step_cost(model, plan, cluster, cal)

@@ -101,9 +101,9 @@ def test_every_plan_renders_every_file_and_passes_its_own_check(rendered):
 
 
 def report_plan(run: dict):
-    from genconf.report import specs_from_dict
+    from genconf.plan.planfile import decode
 
-    return specs_from_dict(run)[2]
+    return decode(run).plan
 
 
 def test_plan_json_is_what_json_prints_and_rerenders_identically(rendered, tmp_path):

@@ -14,7 +14,7 @@ from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.files import read_yaml, resource_dir
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import MODEL_KEYS, resolve_model
-from genconf.plan import precision
+from genconf.plan import planfile, precision
 from genconf.plan.errors import GenconfError
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
@@ -197,7 +197,6 @@ def pins_of(recipe: Recipe):
 
 def full_run(recipe: Recipe) -> dict:
     """Plan the recipe at full size: the run dict `genconf recipe` prints and renders."""
-    from genconf import report
     from genconf.plan.search import plan_or_explain
 
     model = model_of(recipe)
@@ -208,7 +207,7 @@ def full_run(recipe: Recipe) -> dict:
     best = result.best
     train = _train_spec(recipe, best.plan, model)
     tokens = float(train.train_steps * best.plan.gbs * best.plan.seq_length)
-    run = report.run_dict(model, None, cluster, gpus, best, result, tokens, train)
+    run = planfile.encode(model, None, cluster, gpus, best, result, tokens, train)
     run["recipe"] = {"name": recipe.name, "version": recipe.version, "precision_recipe": recipe.precision_recipe.name,
                      "data": recipe.section("data") or {"kind": "synthetic"}}
     return run
@@ -217,12 +216,12 @@ def full_run(recipe: Recipe) -> dict:
 def smoke_run(recipe: Recipe) -> dict:
     """The smoke variant: the full plan's framework, sharding, recompute and kinds of parallelism on a tiny model,
     with the degrees the smoke section gives (a 2-core CPU hosts a few ranks), planned for the recipe's cluster."""
-    from genconf import report
     from genconf.plan import rules
     from genconf.plan.search import evaluate
 
     full = full_run(recipe)
-    model, cluster, plan, _ = report.specs_from_dict(full)
+    decoded = planfile.decode(full)
+    model, cluster, plan = decoded.model, decoded.cluster, decoded.plan
     smoke = recipe.section("smoke")
     layout = dict(smoke.get("layout") or {})
     r = precision.recipe(smoke.get("precision", SMOKE_PRECISION))
@@ -259,7 +258,7 @@ def smoke_run(recipe: Recipe) -> dict:
     train = _train_spec(recipe, small, tiny, steps=steps, lr=smoke.get("lr", 1e-3), warmup=smoke.get("warmup_steps", 3))
     train = dataclasses.replace(train, fp8_recipe={v: k for k, v in precision.FP8_BY_TRAIN_NAME.items()}.get(r.name),
                                 fp8_bf16_first_last_layers=r.bf16_first_last_layers, checkpoint_every_steps=steps)
-    run = report.run_dict(tiny, None, cluster, world, ev, None, float(steps * gbs * seq), train)
+    run = planfile.encode(tiny, None, cluster, world, ev, None, float(steps * gbs * seq), train)
     run["recipe"] = {"name": recipe.name, "version": recipe.version, "precision_recipe": r.name, "smoke": True,
                      "full_layout": full["layout"], "note": smoke.get("note", ""),
                      "data": recipe.section("data") or {"kind": "synthetic"}}

@@ -50,8 +50,7 @@ def pins_from_args(args: argparse.Namespace):
 
 def plan_from_args(args: argparse.Namespace) -> Planned:
     """Resolve the model and cluster, search (or evaluate the pinned plan) and build the run dict."""
-    from genconf import report
-    from genconf.plan import rules
+    from genconf.plan import planfile, rules
     from genconf.plan.counting import chinchilla_tokens
     from genconf.plan.search import plan_or_explain
 
@@ -74,7 +73,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
     best = result.best
     tokens = args.tokens or float(chinchilla_tokens(model))
-    run = report.run_dict(model, alias, cluster, num_gpus, best, result, tokens)
+    run = planfile.encode(model, alias, cluster, num_gpus, best, result, tokens)
     run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 
@@ -232,7 +231,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_recipe(args: argparse.Namespace) -> int:
     from genconf.catalog import recipes
-    from genconf import report
+    from genconf.plan import planfile
 
     if not args.name:
         for name in recipes.list_recipes():
@@ -250,8 +249,9 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     else:
         from genconf.plan.search import evaluate
 
-        model, cluster, plan, gpus = report.specs_from_dict(run)
-        best = evaluate(model, cluster, plan, gpus, calibration_for(cluster.gpu.name), check_rules=False)
+        pf = planfile.decode(run)
+        best = evaluate(pf.model, pf.cluster, pf.plan, pf.num_gpus, calibration_for(pf.cluster.gpu.name),
+                        check_rules=False)
         print(f"recipe   {recipe.name} v{recipe.version} ({recipe.path.name}): {recipe.data.get('description', '')}")
         print(f"         precision {run['recipe']['precision_recipe']}, {run['train']['train_steps']:,} steps, "
               f"lr {run['train']['lr']:g}, seed {run['train']['seed']}")

@@ -1,5 +1,6 @@
-"""A planned run as a JSON-able dict (what `--json` prints and `plan.json` holds); the text for people is
-genconf.cli.text.
+"""plan.json, the one codec: `encode` turns a planned run into the JSON-able dict that `--json` prints and
+plan.json holds, `dumps`/`loads`/`load` are its text, `decode` gives the specs back. Every reader of a plan
+(render, check, launch, verify, recipes) goes through here; the text for people is genconf.cli.text.
 
 The dict carries the whole model spec, the cluster and the plan, so `genconf render plan.json` can
 rebuild every artifact without the catalog.
@@ -8,6 +9,9 @@ rebuild every artifact without the catalog.
 from __future__ import annotations
 
 import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
 
 from genconf import __version__
 from genconf.plan.cost import StepCost, training_time_s
@@ -19,6 +23,10 @@ from genconf.plan.search import Evaluation, SearchResult, describe
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
 
 SCHEMA_VERSION = 1
+"""plan.json's format version, written as `schema_version`."""
+
+
+# --- encode ---------------------------------------------------------------------------------------
 
 
 def _gib(n: float) -> float:
@@ -86,8 +94,9 @@ def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
                      fp8_bf16_first_last_layers=1 if plan.precision == "fp8" else 0)
 
 
-def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
-             result: SearchResult | None, tokens: float, train: TrainSpec | None = None) -> dict:
+def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
+           result: SearchResult | None, tokens: float, train: TrainSpec | None = None) -> dict:
+    """The run dict of a plan: what `--json` prints and plan.json holds (`tokens` sets the training length)."""
     cost = best.cost
     alternatives = []
     if result is not None:
@@ -111,34 +120,90 @@ def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus
     }
 
 
-def train_from_dict(d: dict) -> TrainSpec:
+def dumps(run: dict) -> str:
+    """plan.json's text, as `genconf --json` prints it: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(run, indent=2, sort_keys=True) + "\n"
+
+
+# --- decode ---------------------------------------------------------------------------------------
+
+class PlanFileError(GenconfError):
+    """plan.json is not a JSON object; `line`/`column` (1-based) say where, when known."""
+
+    def __init__(self, source: str, detail: str, line: int | None = None, column: int | None = None) -> None:
+        self.source, self.detail, self.line, self.column = source, detail, line, column
+        super().__init__(f"{source}:{line}: {detail}" if line else f"{source}: {detail}")
+
+
+def loads(text: str, source: str = "plan.json") -> dict:
+    """The run dict in plan.json's text; PlanFileError (FILE:LINE: ...) when it is not a JSON object."""
     try:
-        return TrainSpec(**d["train"])
+        run = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanFileError(source, f"invalid JSON: {exc.msg}", exc.lineno, exc.colno) from None
+    if not isinstance(run, dict):
+        raise PlanFileError(source, "expected a JSON object")
+    return run
+
+
+def load(path: Path) -> dict:
+    """The run dict of a plan.json file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise GenconfError(f"cannot read {path}: {exc.strerror}") from None
+    return loads(text, str(path))
+
+
+def model_from_dict(d: dict) -> ModelSpec:
+    """A ModelSpec from its dict (plan.json's `model` also carries counts and the alias: those are skipped)."""
+    fields = {f.name for f in dataclasses.fields(ModelSpec)}
+    return ModelSpec(**{k: v for k, v in d.items() if k in fields})
+
+
+def plan_from_dict(d: dict) -> ParallelPlan:
+    """A ParallelPlan from its dict (plan.json's `plan` also carries derived values: those are skipped)."""
+    fields = {f.name for f in dataclasses.fields(ParallelPlan)}
+    return ParallelPlan(**{k: v for k, v in d.items() if k in fields})
+
+
+def cluster_from_dict(c: dict) -> ClusterSpec:
+    """The cluster of plan.json's `cluster`, GPU spec included."""
+    gpu = GPUSpec(**{**c["gpu_spec"], "node_sizes": tuple(c["gpu_spec"]["node_sizes"])})
+    cluster = ClusterSpec(name=c["name"], gpu=gpu, gpus_per_node=c["gpus_per_node"],
+                          nvlink_domain_gpus=c.get("nvlink_domain_gpus"),
+                          ib_gbit_per_s_per_gpu=c["ib_gbit_per_s_per_gpu"],
+                          cpu_mem_gib_per_node=c.get("cpu_mem_gib_per_node", 1024.0),
+                          nccl_env=tuple(sorted((c.get("nccl_env") or {}).items())))
+    return cluster
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFile:
+    """A decoded plan.json: the specs every artifact is rendered from and held against."""
+
+    run: dict
+    """The dict itself (layout, memory, perf and why are read from it as they are)."""
+    model: ModelSpec
+    cluster: ClusterSpec
+    plan: ParallelPlan
+    num_gpus: int
+    train: TrainSpec
+
+
+def decode(run: dict) -> PlanFile:
+    """The specs of a run dict; GenconfError naming what is missing or invalid."""
+    try:
+        model = model_from_dict(run["model"])
+        cluster = cluster_from_dict(run["cluster"])
+        plan = plan_from_dict(run["plan"])
+        num_gpus = int(run["cluster"]["num_gpus"])
+        train = TrainSpec(**run["train"])
     except KeyError as exc:
         raise GenconfError(f"plan.json is missing {exc}") from None
     except (TypeError, ValueError) as exc:
         raise GenconfError(f"plan.json is invalid: {exc}") from None
-
-
-def specs_from_dict(d: dict) -> tuple[ModelSpec, ClusterSpec, ParallelPlan, int]:
-    """Rebuild (model, cluster, plan, num_gpus) from a plan.json; GenconfError naming what is wrong."""
-    try:
-        model_fields = {f.name for f in dataclasses.fields(ModelSpec)}
-        model = ModelSpec(**{k: v for k, v in d["model"].items() if k in model_fields})
-        c = d["cluster"]
-        gpu = GPUSpec(**{**c["gpu_spec"], "node_sizes": tuple(c["gpu_spec"]["node_sizes"])})
-        cluster = ClusterSpec(name=c["name"], gpu=gpu, gpus_per_node=c["gpus_per_node"],
-                              nvlink_domain_gpus=c.get("nvlink_domain_gpus"),
-                              ib_gbit_per_s_per_gpu=c["ib_gbit_per_s_per_gpu"],
-                              cpu_mem_gib_per_node=c.get("cpu_mem_gib_per_node", 1024.0),
-                              nccl_env=tuple(sorted((c.get("nccl_env") or {}).items())))
-        plan_fields = {f.name for f in dataclasses.fields(ParallelPlan)}
-        plan = ParallelPlan(**{k: v for k, v in d["plan"].items() if k in plan_fields})
-        return model, cluster, plan, int(c["num_gpus"])
-    except KeyError as exc:
-        raise GenconfError(f"plan.json is missing {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise GenconfError(f"plan.json is invalid: {exc}") from None
+    return PlanFile(run, model, cluster, plan, num_gpus, train)
 
 
 # --- why this plan --------------------------------------------------------------------------------
