@@ -9,7 +9,6 @@ itself, through `sbatch_quote`/`sbatch_token`), so a name or path with spaces or
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import shutil

@@ -23,7 +23,7 @@ from genconf import configs
 from genconf.plan import rules
 from genconf.plan.planfile import PlanFile, PlanFileError, decode, loads
 from genconf.plan.errors import GenconfError
-from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainSpec
+from genconf.plan.specs import ModelSpec, ParallelPlan
 
 
 @dataclass(frozen=True, slots=True)

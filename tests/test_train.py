@@ -209,7 +209,7 @@ def test_pp2_with_virtual_stages_never_batches_p2p():
     from genconf.catalog.models import resolve_model
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train.megatron_runner import transformer_config_kwargs
-    from genconf.train.runtime import RunConfig
+    from genconf.plan.runconfig import RunConfig
 
     model, _ = resolve_model(TINY_GPT)
     plan = ParallelPlan(framework="megatron", pp=2, vp=2, dp=1, mbs=1, gbs=4, seq_length=64)

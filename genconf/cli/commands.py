@@ -190,9 +190,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.resume and not (run_dir / "config.json").is_file():
         raise GenconfError(f"--resume: {run_dir} has no config.json (give the --run-dir of the run to resume)")
     if args.resume:
-        from genconf.train.runtime import RunConfig
+        from genconf.plan.runconfig import RunConfig
 
-        cfg = RunConfig.from_dict(__import__("json").loads((run_dir / "config.json").read_text()))
+        cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise GenconfError(f"{run_dir} already holds a run; use --resume to continue it or another --run-dir/--name")
     del dc

@@ -3,7 +3,6 @@ progress line and metrics.jsonl, versions, peak memory, and checkpoint bookkeepi
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import importlib.metadata
 import json
@@ -21,42 +20,14 @@ import torch
 import torch.distributed as dist
 
 from genconf.plan.errors import GenconfError
-from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
+from genconf.plan import runconfig
+from genconf.plan.runconfig import RunConfig
+from genconf.plan.specs import TrainSpec
 
 RUN_CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 VERSIONS = "versions.json"
 CHECKPOINTS = "checkpoints"
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything a run needs, resolved: written to RUN/config.json by `genconf launch`."""
-
-    model: ModelSpec
-    plan: ParallelPlan
-    train: TrainSpec
-    num_gpus: int
-    data: dict
-    precision_recipe: str
-    prediction: dict
-    """What the planner predicted for the full-size plan: tokens_per_s_per_gpu, peak_mem_gib, gpu."""
-    shrink: dict
-    """Smoke-test overrides applied to the artifact's plan (layers, hidden, steps, ...)."""
-    artifacts: str
-
-    def to_dict(self) -> dict:
-        return {"model": dataclasses.asdict(self.model), "plan": dataclasses.asdict(self.plan),
-                "train": dataclasses.asdict(self.train), "num_gpus": self.num_gpus, "data": self.data,
-                "precision_recipe": self.precision_recipe, "prediction": self.prediction, "shrink": self.shrink,
-                "artifacts": self.artifacts}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
-        return cls(model=ModelSpec(**d["model"]), plan=ParallelPlan(**d["plan"]), train=TrainSpec(**d["train"]),
-                   num_gpus=int(d["num_gpus"]), data=d.get("data") or {"kind": "synthetic"},
-                   precision_recipe=d["precision_recipe"], prediction=d.get("prediction") or {},
-                   shrink=d.get("shrink") or {}, artifacts=d.get("artifacts", ""))
 
 
 def load_run_config(run_dir: Path, artifacts: Path | None) -> RunConfig:
@@ -66,9 +37,11 @@ def load_run_config(run_dir: Path, artifacts: Path | None) -> RunConfig:
         return RunConfig.from_dict(json.loads(path.read_text()))
     if artifacts is None:
         raise GenconfError(f"{path} does not exist and no --artifacts directory was given")
-    from genconf.launch import run_config_from_artifacts
+    from genconf.catalog.hardware import resolve_gpu
 
-    return run_config_from_artifacts(artifacts, {})
+    cfg = runconfig.from_artifacts(artifacts, {})
+    resolve_gpu(cfg.prediction["gpu"])
+    return cfg
 
 
 @dataclass
