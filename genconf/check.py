@@ -19,7 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from genconf import configs
+from genconf.plan.equivalent import equivalent_plan
+from genconf.render import deepspeed, megatron, olmo, slurm
+from genconf.render.files import artifact_names
 from genconf.plan import rules
 from genconf.plan.planfile import PlanFile, PlanFileError, decode, loads
 from genconf.plan.errors import GenconfError
@@ -143,8 +145,8 @@ def check_ds_config(text: str, p: PlanFile) -> list[Problem]:
     def at(*keys: str) -> int | None:
         return json_line(text, *keys)
 
-    expected = configs.deepspeed_config(p.model, p.plan, p.train)
-    ds_plan, _ = configs.equivalent_plan(p.plan, "deepspeed")
+    expected = deepspeed.deepspeed_config(p.model, p.plan, p.train)
+    ds_plan, _ = equivalent_plan(p.plan, "deepspeed")
     dp = ds_plan.dp
     values = {}
     for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
@@ -222,7 +224,7 @@ class MegatronArg:
 
 
 def parse_megatron_args(text: str, name: str = "megatron_args.txt") -> tuple[dict[str, MegatronArg], list[Problem]]:
-    """Every `--flag [value]` line (blank and `#` lines skipped), typed by configs.MEGATRON_FLAGS."""
+    """Every `--flag [value]` line (blank and `#` lines skipped), typed by megatron.MEGATRON_FLAGS."""
     args: dict[str, MegatronArg] = {}
     problems: list[Problem] = []
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -234,32 +236,32 @@ def parse_megatron_args(text: str, name: str = "megatron_args.txt") -> tuple[dic
         if not flag.startswith("--"):
             problems.append(Problem(name, number, f"expected '--flag [value]', got {line!r}"))
             continue
-        if flag not in configs.MEGATRON_FLAGS:
+        if flag not in megatron.MEGATRON_FLAGS:
             problems.append(Problem(name, number, f"unknown flag {flag} (not a Megatron-LM argument genconf checks; "
-                                                  f"see {configs.MEGATRON_LM_SOURCE})"))
+                                                  f"see {megatron.MEGATRON_LM_SOURCE})"))
             continue
         if flag in args:
             problems.append(Problem(name, number, f"{flag} given twice (first on line {args[flag].line})"))
             continue
-        kind, choices = configs.MEGATRON_FLAGS[flag]
+        kind, choices = megatron.MEGATRON_FLAGS[flag]
         shown = f"{flag} {' '.join(rest)}".strip()
-        if kind == configs.SWITCH:
+        if kind == megatron.SWITCH:
             if rest:
                 problems.append(Problem(name, number, f"{flag} is a switch and takes no value, got {' '.join(rest)!r}"))
                 continue
             args[flag] = MegatronArg(number, flag, None, True)
             continue
-        if not rest or (kind != configs.LIST and len(rest) > 1):
+        if not rest or (kind != megatron.LIST and len(rest) > 1):
             problems.append(Problem(name, number, f"{shown}: expected one value" if rest else f"{flag} needs a value"))
             continue
-        value: object = rest if kind == configs.LIST else rest[0]
+        value: object = rest if kind == megatron.LIST else rest[0]
         try:
-            if kind == configs.INT:
+            if kind == megatron.INT:
                 value = int(rest[0])
-            elif kind == configs.FLOAT:
+            elif kind == megatron.FLOAT:
                 value = float(rest[0])
         except ValueError:
-            wanted = "an integer" if kind == configs.INT else "a number"
+            wanted = "an integer" if kind == megatron.INT else "a number"
             problems.append(Problem(name, number, f"{shown}: expected {wanted}"))
             continue
         if choices and str(value) not in choices:
@@ -475,7 +477,7 @@ def check_megatron_args(text: str, p: PlanFile) -> list[Problem]:
         line, shown = _line_of(args, _RULE_FLAGS[v.rule])
         problems.append(Problem(name, line, f"{shown}: {v.message}" if shown else str(v)))
         reported.add(line)
-    expected, _ = parse_megatron_args(configs.megatron_args_text(configs.megatron_args(p.model, p.plan, p.train)))
+    expected, _ = parse_megatron_args(megatron.megatron_args_text(megatron.megatron_args(p.model, p.plan, p.train)))
     for flag in _LAYOUT_FLAGS:
         got, want = _get(args, flag, _DEFAULTS.get(flag)), _get(expected, flag, _DEFAULTS.get(flag))
         if got != want:
@@ -507,7 +509,7 @@ def yaml_lines(text: str) -> dict[tuple[str, ...], int]:
     return out
 
 
-_OLMO_WRAPPING = configs.FSDP_WRAPPING + ("one_in_two", "one_in_three", "one_in_four", "one_in_five")
+_OLMO_WRAPPING = olmo.FSDP_WRAPPING + ("one_in_two", "one_in_three", "one_in_four", "one_in_five")
 _OLMO_ACTIVATION_CHECKPOINTING = (None, "whole_layer", "one_in_two", "one_in_three", "one_in_four", "one_in_eight",
                                   "two_in_three", "three_in_four", "fine_grained")
 
@@ -523,7 +525,7 @@ def check_olmo(text: str, p: PlanFile) -> list[Problem]:
                         f"invalid YAML: {getattr(exc, 'problem', None) or str(exc).splitlines()[0]}")]
     if not isinstance(config, dict):
         return [Problem(name, 1, "expected a mapping (an OLMo TrainConfig)")]
-    expected = configs.olmo_config(p.model, p.plan, p.train, "check")
+    expected = olmo.olmo_config(p.model, p.plan, p.train, "check")
     problems: list[Problem] = []
 
     def get(*keys: str) -> object:
@@ -544,9 +546,9 @@ def check_olmo(text: str, p: PlanFile) -> list[Problem]:
         if get("model", key) != expected["model"][key]:
             bad(("model", key), f"model.{key} {get('model', key)!r} contradicts plan.json ({expected['model'][key]})")
     strategy = get("fsdp", "sharding_strategy")
-    if strategy not in configs.FSDP_SHARDING:
+    if strategy not in olmo.FSDP_SHARDING:
         bad(("fsdp", "sharding_strategy"), f"fsdp.sharding_strategy {strategy!r} is not one of "
-                                           f"{'|'.join(configs.FSDP_SHARDING)}")
+                                           f"{'|'.join(olmo.FSDP_SHARDING)}")
     elif strategy != expected["fsdp"]["sharding_strategy"]:
         bad(("fsdp", "sharding_strategy"), f"fsdp.sharding_strategy {strategy} contradicts plan.json "
                                            f"({expected['fsdp']['sharding_strategy']})")
@@ -580,7 +582,7 @@ def check_olmo(text: str, p: PlanFile) -> list[Problem]:
         bad(("activation_checkpointing",), f"activation_checkpointing {get('activation_checkpointing')!r} is not one of "
                                            f"{'|'.join(str(s) for s in _OLMO_ACTIVATION_CHECKPOINTING[1:])}")
     replicas = get("fsdp", "hybrid_sharding_num_model_replicas")
-    nodes, _ = configs.slurm_layout(p.cluster, p.num_gpus)
+    nodes, _ = slurm.slurm_layout(p.cluster, p.num_gpus)
     if replicas is not None and (_int(replicas) is None or replicas < 1 or nodes % replicas):
         bad(("fsdp", "hybrid_sharding_num_model_replicas"),
             f"fsdp.hybrid_sharding_num_model_replicas ({replicas}) must divide the number of nodes ({nodes})")
@@ -679,7 +681,7 @@ _JOB_TOKEN = re.compile(r"^[A-Za-z0-9._-]+$")
 
 def check_sbatch(name: str, text: str, p: PlanFile) -> list[Problem]:
     problems: list[Problem] = []
-    nodes, per_node = configs.slurm_layout(p.cluster, p.num_gpus)
+    nodes, per_node = slurm.slurm_layout(p.cluster, p.num_gpus)
     if not text.startswith("#!"):
         problems.append(Problem(name, 1, "the first line must be '#!' and an interpreter (sbatch refuses the script)"))
     options, ignored = sbatch_options(text)
@@ -704,7 +706,7 @@ def check_sbatch(name: str, text: str, p: PlanFile) -> list[Problem]:
         if option in options and not _JOB_TOKEN.match(options[option][1]):
             line, value = options[option]
             problems.append(Problem(name, line, f"#SBATCH {option}={value!r}: use letters, digits, '.', '_', '-'"))
-    if "--time" in options and not configs.SLURM_TIME.match(options["--time"][1]):
+    if "--time" in options and not slurm.SLURM_TIME.match(options["--time"][1]):
         line, value = options["--time"]
         problems.append(Problem(name, line, f"#SBATCH --time={value!r} is not a Slurm time (HH:MM:SS or D-HH:MM:SS)"))
     torchrun = _torchrun_flags(text)
@@ -754,7 +756,7 @@ def check_dir(path: Path, *, slurm: bool = False) -> CheckResult:
     if planned is None or problems:
         # Every other file derives from plan.json: with the plan itself broken there is nothing to hold them to.
         return CheckResult(tuple(checked), tuple(problems))
-    for name in configs.artifact_names(planned.plan):
+    for name in artifact_names(planned.plan):
         if name in ("plan.json", "README.md"):
             continue
         file = path / name

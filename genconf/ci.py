@@ -97,7 +97,8 @@ def golden_text(recipe: recipes.Recipe, run: Path, layout: str) -> str:
 
 
 def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
-    from genconf.artifacts import default_options, render_all, write_artifacts
+    from genconf.render.files import render_all
+    from genconf.run.artifacts_dir import default_options, write_artifacts
 
     start = time.monotonic()
     recipe = recipes.load_recipe(name)

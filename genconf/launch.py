@@ -21,9 +21,7 @@ from genconf.catalog.hardware import resolve_gpu
 from genconf.plan import precision, runconfig
 from genconf.plan.errors import GenconfError
 from genconf.plan.runconfig import RunConfig
-
-ENTRY_POINTS = {"megatron": "train_megatron.py", "deepspeed": "train_deepspeed.py", "fsdp": "train_fsdp.py"}
-
+from genconf.render.slurm import ENTRY_POINTS
 
 def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None) -> RunConfig:
     """The RunConfig of DIR's plan, shrunk (genconf.plan.runconfig), for a GPU the catalog knows."""

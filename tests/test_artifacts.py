@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, genconf_cmd, needs_deepspeed, needs_megatron, shellcheck_or_skip
-from genconf import check, configs
+from genconf import check
+from genconf.plan.equivalent import equivalent_plan
+from genconf.render.files import artifact_names
+from genconf.render.megatron import MEGATRON_FLAGS
+from genconf.render.olmo import FSDP_WRAPPING
+from genconf.render.slurm import sbatch_job_name
 from genconf.cli.main import main
 
 # name -> plan flags. Every one is a plan genconf accepts; the comments say what each covers.
@@ -92,7 +97,7 @@ def test_every_plan_renders_every_file_and_passes_its_own_check(rendered):
     for name, d in rendered.items():
         plan = plan_of(d)
         files = sorted(p.name for p in d.iterdir() if p.is_file())
-        want = sorted(configs.artifact_names(report_plan(plan)))
+        want = sorted(artifact_names(report_plan(plan)))
         assert files == want, name
         result = check.check_dir(d)
         assert result.problems == (), (name, [str(p) for p in result.problems])
@@ -164,7 +169,7 @@ def test_olmo_config_matches_the_seed_shapes(rendered):
     fsdp = yaml.safe_load((rendered["fsdp1b"] / "olmo_fsdp.yaml").read_text())
     assert fsdp["distributed_strategy"] == "fsdp" and fsdp["fsdp"]["sharding_strategy"] == "FULL_SHARD"
     assert fsdp["fsdp"]["precision"] == "mixed" and fsdp["model"]["d_model"] == 2048 and fsdp["model"]["n_layers"] == 16
-    assert fsdp["fsdp"]["wrapping_strategy"] in configs.FSDP_WRAPPING
+    assert fsdp["fsdp"]["wrapping_strategy"] in FSDP_WRAPPING
     ddp = yaml.safe_load((rendered["ddp1b"] / "olmo_fsdp.yaml").read_text())
     assert ddp["distributed_strategy"] == "ddp" and ddp["ddp"] == {"grad_sync_mode": "batch", "find_unused_params": False}
     assert ddp["fsdp"]["sharding_strategy"] == "NO_SHARD"
@@ -210,7 +215,7 @@ def test_deepspeed_accepts_every_ds_config_with_the_plans_world_size(rendered, d
     cfg = deepspeed_config_cls(raw, mpu=PlanMPU(world))
     assert cfg.world_size == world
     assert cfg.train_batch_size == cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * world
-    ds_plan, _ = configs.equivalent_plan(report_plan(run_), "deepspeed")
+    ds_plan, _ = equivalent_plan(report_plan(run_), "deepspeed")
     assert cfg.zero_optimization_stage == ds_plan.zero_stage
     assert cfg.float16_config.enabled == (ds_plan.precision == "fp16")
     assert cfg.bfloat16_config.enabled == (ds_plan.precision != "fp16")
@@ -260,7 +265,7 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
     args, problems = check.parse_megatron_args((d / "megatron_args.txt").read_text())
     assert problems == []  # every flag is a Megatron-LM argument, typed and within its choices
     cfg = transformer_config(args)
-    plan, _ = configs.equivalent_plan(report_plan(plan_of(d)), "megatron")
+    plan, _ = equivalent_plan(report_plan(plan_of(d)), "megatron")
     assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size,
             cfg.expert_model_parallel_size) == (plan.tp, plan.pp, plan.cp, plan.ep)
     assert cfg.virtual_pipeline_model_parallel_size == (plan.vp if plan.vp > 1 else None)
@@ -284,7 +289,7 @@ def test_emitted_flags_are_megatron_lm_arguments(rendered):
     for name, d in rendered.items():
         text = (d / "megatron_args.txt").read_text()
         flags = [line.split()[0] for line in text.splitlines() if line and not line.startswith("#")]
-        assert flags and all(flag in configs.MEGATRON_FLAGS for flag in flags), name
+        assert flags and all(flag in MEGATRON_FLAGS for flag in flags), name
         assert "--no-overlap-p2p-communication" not in flags and "--use-mcore-models" not in flags
 
 
@@ -410,7 +415,7 @@ def test_existing_dir_needs_force_and_force_keeps_runs(rendered, tmp_path):
 
 
 def test_a_failed_check_leaves_the_old_directory_in_place(rendered, tmp_path):
-    from genconf import artifacts
+    from genconf.run import artifacts_dir
     from genconf.plan.errors import GenconfError
 
     target = tmp_path / "out"
@@ -420,7 +425,7 @@ def test_a_failed_check_leaves_the_old_directory_in_place(rendered, tmp_path):
     files = {p.name: p.read_text() for p in rendered["ds_z3"].iterdir() if p.is_file()}
     files["ds_config.json"] = files["ds_config.json"].replace('"stage": 3', '"stage": 0')
     with pytest.raises(GenconfError, match="fail their own check: ds_config.json:.*zero_optimization.stage 0"):
-        artifacts.write_artifacts(target, files, force=True, run_dir=str(target / "runs"))
+        artifacts_dir.write_artifacts(target, files, force=True, run_dir=str(target / "runs"))
     assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
@@ -517,13 +522,13 @@ def test_injection_through_names_and_paths_runs_nothing(tmp_path):
     created = [p for p in tmp_path.rglob("pwned*")]
     assert created == [], created
     text = (out / "launch_megatron.sbatch").read_text()
-    assert f"#SBATCH --job-name={configs.sbatch_job_name(job)}\n" in text and '"' not in configs.sbatch_job_name(job)
+    assert f"#SBATCH --job-name={sbatch_job_name(job)}\n" in text and '"' not in sbatch_job_name(job)
     assert check.check_dir(out).problems == ()
 
 
 def test_sbatch_lines_parse_the_way_sbatch_parses_them():
     assert check.sbatch_arguments(' --output="/a b/\\"q\\"/%j.out" --x=1 # comment') == ['--output=/a b/"q"/%j.out', "--x=1"]
-    from genconf.artifacts import sbatch_quote
+    from genconf.render.templates import sbatch_quote
 
     for value in ("/plain", "/with space", '/quo"te', "/back\\slash", "/$(touch x)", "/hash#tag"):
         assert check.sbatch_arguments(f" --chdir={sbatch_quote(value)}") == [f"--chdir={value}"]
@@ -532,14 +537,15 @@ def test_sbatch_lines_parse_the_way_sbatch_parses_them():
 def test_rendering_uses_strict_undefined():
     import jinja2
 
-    from genconf.artifacts import environment
+    from genconf.render.templates import environment
 
     with pytest.raises(jinja2.UndefinedError):
         environment().get_template("launch.sbatch.j2").render()
 
 
 def test_configs_is_pure():
-    out = subprocess.run([sys.executable, "-c", "import sys, genconf.configs; "
+    out = subprocess.run([sys.executable, "-c", "import sys, genconf.render.megatron, genconf.render.deepspeed, "
+                          "genconf.render.slurm; "
                           "print(sorted(m for m in sys.modules if m.split('.')[0] in "
                           "('jinja2', 'yaml', 'torch', 'subprocess', 'deepspeed', 'megatron')))"],
                          capture_output=True, text=True, cwd=REPO)

@@ -145,7 +145,7 @@ def test_cli_flags_are_frozen():
     assert flags == PLAN_FLAGS
 
 
-CORE = ["specs", "counting", "memory", "cost", "rules", "search", "pipeline", "planfile", "errors", "precision", "configs"]
+CORE = ["specs", "counting", "memory", "cost", "rules", "search", "pipeline", "planfile", "errors", "precision", "equivalent"]
 FORBIDDEN = {"torch", "jinja2", "subprocess", "deepspeed", "megatron", "transformer_engine"}
 
 

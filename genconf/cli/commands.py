@@ -85,9 +85,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plots.require_matplotlib()  # before anything is written
     planned = plan_from_args(args)
     if args.output:
-        from genconf import artifacts
+        from genconf.run import artifacts_dir
 
-        artifacts.write_from_run(planned.run, args)
+        artifacts_dir.write_from_run(planned.run, args)
     if args.plot:
         from genconf import plots
 
@@ -109,9 +109,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # --- artifacts ------------------------------------------------------------------------------------
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from genconf import artifacts
+    from genconf.run import artifacts_dir
 
-    artifacts.render_plan_file(args)
+    artifacts_dir.render_plan_file(args)
     return 0
 
 
@@ -241,9 +241,9 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     recipe = recipes.load_recipe(args.name)
     run = recipes.smoke_run(recipe) if args.smoke else recipes.full_run(recipe)
     if args.output:
-        from genconf import artifacts
+        from genconf.run import artifacts_dir
 
-        artifacts.write_from_run(run, args)
+        artifacts_dir.write_from_run(run, args)
     if args.json:
         print_json(run)
     else:

@@ -19,7 +19,7 @@ from genconf.train.torch_model import GPT
 def runtime_ds_config(cfg: runtime.RunConfig) -> dict:
     """The artifact's ds_config for this (possibly shrunk) plan. On a CPU the optimizer is passed in as a
     torch.optim.AdamW with the same hyper-parameters (DeepSpeed's fused/CPU Adam need compiled ops)."""
-    from genconf.configs import deepspeed_config
+    from genconf.render.deepspeed import deepspeed_config
 
     config = deepspeed_config(cfg.model, cfg.plan, cfg.train)
     if not torch.cuda.is_available():

@@ -29,7 +29,7 @@ def transformer_config_kwargs(cfg: runtime.RunConfig, *, cpu: bool) -> dict:
     import torch.nn.functional as F
 
     from genconf.check import megatron_config_kwargs, parse_megatron_args
-    from genconf.configs import megatron_args, megatron_args_text
+    from genconf.render.megatron import megatron_args, megatron_args_text
 
     text = megatron_args_text(megatron_args(cfg.model, cfg.plan, cfg.train))
     args, problems = parse_megatron_args(text)
