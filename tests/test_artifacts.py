@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, genconf_cmd, needs_deepspeed, needs_megatron, shellcheck_or_skip
-from genconf import check
+from genconf.check.directory import check_dir
+from genconf.check.megatron import parse_megatron_args
+from genconf.check.slurm import sbatch_arguments
+from genconf.render.megatron import megatron_config_kwargs
 from genconf.plan.equivalent import equivalent_plan
 from genconf.render.files import artifact_names
 from genconf.render.megatron import MEGATRON_FLAGS
@@ -99,7 +102,7 @@ def test_every_plan_renders_every_file_and_passes_its_own_check(rendered):
         files = sorted(p.name for p in d.iterdir() if p.is_file())
         want = sorted(artifact_names(report_plan(plan)))
         assert files == want, name
-        result = check.check_dir(d)
+        result = check_dir(d)
         assert result.problems == (), (name, [str(p) for p in result.problems])
         assert ("launch_fsdp.sbatch" in files) == (plan["plan"]["framework"] == "fsdp")
         assert (d / "runs" / "logs").is_dir()
@@ -127,7 +130,7 @@ def test_one_plan_drives_nodes_batches_and_degrees(rendered):
     d = rendered["olmo70b"]
     p = plan_of(d)["plan"]
     assert (p["tp"], p["pp"], p["vp"], p["dp"]) == (4, 4, 4, 24)
-    args, problems = check.parse_megatron_args((d / "megatron_args.txt").read_text())
+    args, problems = parse_megatron_args((d / "megatron_args.txt").read_text())
     assert not problems
     assert args["--global-batch-size"].value == p["gbs"] and args["--micro-batch-size"].value == p["mbs"]
     for name in ("launch_megatron.sbatch", "launch_deepspeed.sbatch"):
@@ -251,7 +254,7 @@ def transformer_config(args: dict):
     import torch.nn.functional as F
     from megatron.core.transformer import TransformerConfig
 
-    kw = check.megatron_config_kwargs(args)
+    kw = megatron_config_kwargs({flag: a.value for flag, a in args.items()})
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
     kw.update(params_dtype=dtypes[kw["params_dtype"]], pipeline_dtype=dtypes[kw["pipeline_dtype"]],
               activation_func={"silu": F.silu, "gelu": F.gelu}[kw["activation_func"]])
@@ -262,7 +265,7 @@ def transformer_config(args: dict):
 @pytest.mark.parametrize("name", MEGATRON_PLANS)
 def test_megatron_core_accepts_every_argument_set(rendered, name):
     d = rendered[name]
-    args, problems = check.parse_megatron_args((d / "megatron_args.txt").read_text())
+    args, problems = parse_megatron_args((d / "megatron_args.txt").read_text())
     assert problems == []  # every flag is a Megatron-LM argument, typed and within its choices
     cfg = transformer_config(args)
     plan, _ = equivalent_plan(report_plan(plan_of(d)), "megatron")
@@ -316,7 +319,7 @@ def test_broken_plan_is_caught_by_genconf_not_by_megatron_core(rendered, tmp_pat
     path = edited / "megatron_args.txt"
     text = path.read_text().replace("--pipeline-model-parallel-size 4\n", "--pipeline-model-parallel-size 3\n")
     path.write_text(text)
-    args, problems = check.parse_megatron_args(text)
+    args, problems = parse_megatron_args(text)
     assert problems == []
     cfg = transformer_config(args)  # megatron-core alone does not catch it
     assert cfg.pipeline_model_parallel_size == 3 and cfg.num_layers == 80
@@ -523,15 +526,15 @@ def test_injection_through_names_and_paths_runs_nothing(tmp_path):
     assert created == [], created
     text = (out / "launch_megatron.sbatch").read_text()
     assert f"#SBATCH --job-name={sbatch_job_name(job)}\n" in text and '"' not in sbatch_job_name(job)
-    assert check.check_dir(out).problems == ()
+    assert check_dir(out).problems == ()
 
 
 def test_sbatch_lines_parse_the_way_sbatch_parses_them():
-    assert check.sbatch_arguments(' --output="/a b/\\"q\\"/%j.out" --x=1 # comment') == ['--output=/a b/"q"/%j.out', "--x=1"]
+    assert sbatch_arguments(' --output="/a b/\\"q\\"/%j.out" --x=1 # comment') == ['--output=/a b/"q"/%j.out', "--x=1"]
     from genconf.render.templates import sbatch_quote
 
     for value in ("/plain", "/with space", '/quo"te', "/back\\slash", "/$(touch x)", "/hash#tag"):
-        assert check.sbatch_arguments(f" --chdir={sbatch_quote(value)}") == [f"--chdir={value}"]
+        assert sbatch_arguments(f" --chdir={sbatch_quote(value)}") == [f"--chdir={value}"]
 
 
 def test_rendering_uses_strict_undefined():

@@ -116,9 +116,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from genconf import check
+    from genconf.check.directory import check_dir
 
-    result = check.check_dir(args.dir, slurm=args.slurm)
+    result = check_dir(args.dir, slurm=args.slurm)
     for problem in result.problems:
         print(problem)
     if result.problems:

@@ -3,6 +3,8 @@ against Megatron-LM's arguments.py (MEGATRON_FLAGS); the same table types the fl
 
 from __future__ import annotations
 
+import dataclasses
+
 from genconf.plan.counting import as_built_by_megatron
 from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.pipeline import stage_layers
@@ -230,3 +232,130 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
 def megatron_args_text(args: list[Arg]) -> str:
     """One `--flag value` (or `--flag`, or `# comment`) per line."""
     return "".join(f"{flag}\n" if value is None else f"{flag} {value}\n" for flag, value in args)
+
+
+# --- read back: typed values, TransformerConfig kwargs, the plan they describe ---------------------
+
+def typed_value(flag: str, words: list[str]) -> object:
+    """The value of `flag` from the words after it, typed by MEGATRON_FLAGS: True for a switch, int, float, str or
+    a list of str; ValueError when a number does not parse."""
+    kind = MEGATRON_FLAGS[flag][0]
+    if kind == SWITCH:
+        return True
+    if kind == LIST:
+        return list(words)
+    if kind == INT:
+        return int(words[0])
+    if kind == FLOAT:
+        return float(words[0])
+    return words[0]
+
+
+def arg_values(args: list[Arg]) -> dict[str, object]:
+    """flag -> typed value of an argument list (comment lines skipped), as Megatron-LM would read its text."""
+    return {flag: typed_value(flag, [] if value is None else value.split())
+            for flag, value in args if not flag.startswith("#")}
+
+
+def megatron_vp(values: dict[str, object]) -> int:
+    """Virtual pipeline size the way arguments.py derives it (1 = no interleaving)."""
+    if "--num-virtual-stages-per-pipeline-rank" in values:
+        return int(values.get("--num-virtual-stages-per-pipeline-rank"))
+    per_stage = values.get("--num-layers-per-virtual-pipeline-stage")
+    if per_stage:
+        layers = int(values.get("--num-layers", 0)) + int("--account-for-embedding-in-pipeline-split" in values) \
+            + int("--account-for-loss-in-pipeline-split" in values)
+        pp = int(values.get("--pipeline-model-parallel-size", 1))
+        if pp and layers % pp == 0 and (layers // pp) % per_stage == 0:
+            return (layers // pp) // per_stage
+    return 1
+
+
+def megatron_config_kwargs(values: dict[str, object]) -> dict:
+    """megatron-core TransformerConfig keyword arguments for parsed Megatron-LM arguments, the way
+    Megatron-LM's core_transformer_config_from_args builds them (MEGATRON_LM_SOURCE). Pure values: dtypes are
+    names ('bfloat16', 'float16', 'float32') and activation_func is 'silu' or 'gelu' for the caller to map."""
+    heads, hidden = int(values.get("--num-attention-heads")), int(values.get("--hidden-size"))
+    swiglu = "--swiglu" in values
+    dtype = "float16" if "--fp16" in values else "bfloat16" if "--bf16" in values else "float32"
+    vp = megatron_vp(values)
+    overlap_p2p = vp > 1 and "--no-overlap-p2p-communication" not in values  # arguments.py: off without interleaving
+    ffn = values.get("--ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
+    kw = {
+        "num_layers": values.get("--num-layers"), "hidden_size": hidden, "num_attention_heads": heads,
+        "ffn_hidden_size": ffn, "kv_channels": values.get("--kv-channels") or hidden // heads,
+        "num_query_groups": values.get("--num-query-groups", 1) if "--group-query-attention" in values else None,
+        "hidden_dropout": values.get("--hidden-dropout", 0.1), "attention_dropout": values.get("--attention-dropout", 0.1),
+        "add_bias_linear": "--disable-bias-linear" not in values, "add_qkv_bias": "--add-qkv-bias" in values,
+        "gated_linear_unit": swiglu,
+        "activation_func": "silu" if swiglu else "gelu", "normalization": values.get("--normalization", "LayerNorm"),
+        "layernorm_epsilon": values.get("--norm-epsilon", 1e-5), "qk_layernorm": "--qk-layernorm" in values,
+        "init_method_std": values.get("--init-method-std", 0.02),
+        "tensor_model_parallel_size": values.get("--tensor-model-parallel-size", 1),
+        "pipeline_model_parallel_size": values.get("--pipeline-model-parallel-size", 1),
+        "virtual_pipeline_model_parallel_size": vp if vp > 1 else None,
+        "context_parallel_size": values.get("--context-parallel-size", 1),
+        "expert_model_parallel_size": values.get("--expert-model-parallel-size", 1),
+        "sequence_parallel": "--sequence-parallel" in values and values.get("--tensor-model-parallel-size", 1) > 1,
+        "tp_comm_overlap": "--tp-comm-overlap" in values,
+        "num_layers_in_first_pipeline_stage": values.get("--decoder-first-pipeline-num-layers"),
+        "num_layers_in_last_pipeline_stage": values.get("--decoder-last-pipeline-num-layers"),
+        "account_for_embedding_in_pipeline_split": "--account-for-embedding-in-pipeline-split" in values,
+        "account_for_loss_in_pipeline_split": "--account-for-loss-in-pipeline-split" in values,
+        "overlap_p2p_comm": overlap_p2p, "batch_p2p_comm": not overlap_p2p, "deallocate_pipeline_outputs": True,
+        "recompute_granularity": values.get("--recompute-granularity"),
+        "recompute_method": values.get("--recompute-method"),
+        "recompute_num_layers": values.get("--recompute-num-layers"),
+        "fp16": "--fp16" in values, "bf16": "--bf16" in values, "params_dtype": dtype, "pipeline_dtype": dtype,
+        "fp8": values.get("--fp8-format"), "fp8_recipe": values.get("--fp8-recipe", "delayed"),
+        "first_last_layers_bf16": "--first-last-layers-bf16" in values,
+        "num_layers_at_start_in_bf16": values.get("--num-layers-at-start-in-bf16", 1),
+        "num_layers_at_end_in_bf16": values.get("--num-layers-at-end-in-bf16", 1),
+    }
+    if "--num-experts" in values:
+        kw.update(num_moe_experts=values.get("--num-experts"), moe_router_topk=values.get("--moe-router-topk", 2),
+                  moe_ffn_hidden_size=values.get("--moe-ffn-hidden-size") or ffn,
+                  moe_aux_loss_coeff=values.get("--moe-aux-loss-coeff", 0.0),
+                  moe_token_dispatcher_type=values.get("--moe-token-dispatcher-type", "allgather"))
+    return kw
+
+
+def config_kwargs(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> dict:
+    """TransformerConfig keyword arguments of the plan: exactly what megatron_args_text says, read as Megatron-LM
+    reads it (the megatron runner builds its model from these)."""
+    return megatron_config_kwargs(arg_values(megatron_args(model, plan, train)))
+
+
+def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) -> tuple[ModelSpec, ParallelPlan]:
+    """The model and ParallelPlan a set of Megatron arguments describes (ValueError if there is none)."""
+    g = lambda flag, default=None: values.get(flag, default)  # noqa: E731
+    heads = int(g("--num-attention-heads"))
+    experts = int(g("--num-experts", 0) or 0)
+    new_model = dataclasses.replace(
+        model, num_layers=int(g("--num-layers")), hidden_size=int(g("--hidden-size")), num_attention_heads=heads,
+        num_query_groups=int(g("--num-query-groups", 1)) if "--group-query-attention" in values else heads,
+        ffn_hidden_size=int(g("--ffn-hidden-size", model.ffn_hidden_size)),
+        kv_channels=int(g("--kv-channels", 0) or int(g("--hidden-size")) // heads),
+        num_experts=experts, moe_top_k=int(g("--moe-router-topk", 2)) if experts else 0,
+        moe_ffn_hidden_size=int(g("--moe-ffn-hidden-size", 0) or g("--ffn-hidden-size", model.ffn_hidden_size)))
+    tp, pp, cp = (int(g(f, 1)) for f in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                          "--context-parallel-size"))
+    if num_gpus % (tp * pp * cp):
+        raise ValueError(f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide the plan's "
+                         f"{num_gpus} GPUs")
+    dp = num_gpus // (tp * pp * cp)
+    mbs = int(g("--micro-batch-size"))
+    precision = ("fp8" if "--fp8-format" in values else "fp16" if "--fp16" in values
+                 else "bf16" if "--bf16" in values else "fp32")
+    plan = ParallelPlan(
+        framework="megatron", tp=tp, pp=pp, vp=megatron_vp(values), cp=cp, ep=int(g("--expert-model-parallel-size", 1)),
+        dp=dp, mbs=mbs, gbs=int(g("--global-batch-size", mbs * dp)), seq_length=int(g("--seq-length")),
+        zero_stage=1 if "--use-distributed-optimizer" in values else 0,
+        recompute=g("--recompute-granularity") or "none", sequence_parallel="--sequence-parallel" in values,
+        precision=precision, tp_comm_overlap="--tp-comm-overlap" in values,
+        layer_spec="local" if g("--transformer-impl") == "local" else "te",
+        pp_first_stage_layers=g("--decoder-first-pipeline-num-layers"),
+        pp_last_stage_layers=g("--decoder-last-pipeline-num-layers"),
+        pp_embedding_as_layer="--account-for-embedding-in-pipeline-split" in values,
+        pp_loss_as_layer="--account-for-loss-in-pipeline-split" in values)
+    return new_model, plan

@@ -50,7 +50,7 @@ def write_artifacts(out_dir: Path, files: dict[str, str], force: bool, *, run_di
     rename it into place. With `force` the old directory is renamed aside first and deleted last; the
     directories in it (runs/, with logs and checkpoints) move over to the new one. On any error nothing is
     left behind and an old directory is back in place."""
-    from genconf import check
+    from genconf.check.directory import check_dir
 
     out_dir = Path(os.path.abspath(out_dir))
     if out_dir.exists() or out_dir.is_symlink():
@@ -82,7 +82,7 @@ def write_artifacts(out_dir: Path, files: dict[str, str], force: bool, *, run_di
         inside = _inside(run_dir, out_dir)
         if inside is not None:
             (tmp / inside / "logs").mkdir(parents=True, exist_ok=True)  # Slurm opens --output before the job runs
-        problems = check.check_dir(tmp).problems
+        problems = check_dir(tmp).problems
         if problems:
             raise GenconfError(f"the rendered artifacts fail their own check: {problems[0]}")
         if out_dir.exists():

@@ -3,8 +3,8 @@ local spec otherwise), real TP/PP/interleaved PP/CP/EP, megatron's DistributedDa
 optimizer, driven by get_forward_backward_func(). On a CPU the compat layer (mcore_compat) redirects the
 few places megatron-core insists on CUDA.
 
-The TransformerConfig is built from the same megatron_args the artifacts hold (genconf.configs ->
-genconf.check.megatron_config_kwargs), so what runs is what the artifact says.
+The TransformerConfig is built from the same megatron_args the artifacts hold (genconf.render.megatron's
+config_kwargs reads them as Megatron-LM does), so what runs is what the artifact says.
 """
 
 from __future__ import annotations
@@ -28,14 +28,9 @@ def transformer_config_kwargs(cfg: runtime.RunConfig, *, cpu: bool) -> dict:
     them, plus what a CPU run needs (compat recommendations: fusions off, CPU initialisation)."""
     import torch.nn.functional as F
 
-    from genconf.check import megatron_config_kwargs, parse_megatron_args
-    from genconf.render.megatron import megatron_args, megatron_args_text
+    from genconf.render.megatron import config_kwargs
 
-    text = megatron_args_text(megatron_args(cfg.model, cfg.plan, cfg.train))
-    args, problems = parse_megatron_args(text)
-    if problems:
-        raise ValueError(f"generated megatron args do not parse: {problems[0]}")
-    kw = megatron_config_kwargs(args)
+    kw = config_kwargs(cfg.model, cfg.plan, cfg.train)
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
     kw["params_dtype"] = dtypes[kw["params_dtype"]]
     kw["pipeline_dtype"] = dtypes[kw["pipeline_dtype"]]
