@@ -172,10 +172,9 @@ def _train_spec(recipe: Recipe, plan: ParallelPlan, model: ModelSpec, *, steps: 
     if warmup is not None:
         values["warmup_steps"] = warmup
     values["warmup_steps"] = min(values.get("warmup_steps", 2000), steps)
-    fp8 = {v: k for k, v in precision.FP8_BY_TRAIN_NAME.items()}
     try:
         return TrainSpec(train_steps=int(steps), seed=int(recipe.data.get("seed", 1234)),
-                         fp8_recipe=fp8.get(r.name), fp8_bf16_first_last_layers=r.bf16_first_last_layers,
+                         fp8_recipe=r.train_fp8_recipe, fp8_bf16_first_last_layers=r.bf16_first_last_layers,
                          checkpoint_every_steps=int(run.get("checkpoint_every_steps", min(1000, int(steps)))), **values)
     except ValueError as exc:
         raise GenconfError(f"{recipe.path}: optimizer: {exc}") from None
@@ -256,7 +255,7 @@ def smoke_run(recipe: Recipe) -> dict:
     ev = evaluate(tiny, cluster, small, world, calibration_for(cluster.gpu.name), check_rules=False)
     steps = int(smoke.get("steps", 12))
     train = _train_spec(recipe, small, tiny, steps=steps, lr=smoke.get("lr", 1e-3), warmup=smoke.get("warmup_steps", 3))
-    train = dataclasses.replace(train, fp8_recipe={v: k for k, v in precision.FP8_BY_TRAIN_NAME.items()}.get(r.name),
+    train = dataclasses.replace(train, fp8_recipe=r.train_fp8_recipe,
                                 fp8_bf16_first_last_layers=r.bf16_first_last_layers, checkpoint_every_steps=steps)
     run = planfile.encode(tiny, None, cluster, world, ev, None, float(steps * gbs * seq), train)
     run["recipe"] = {"name": recipe.name, "version": recipe.version, "precision_recipe": r.name, "smoke": True,

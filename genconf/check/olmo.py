@@ -6,6 +6,7 @@ import yaml
 
 from genconf.check.common import Problem, as_int
 from genconf.plan.planfile import PlanFile
+from genconf.plan.precision import OLMO_PRECISION
 from genconf.render import olmo, slurm
 
 
@@ -93,8 +94,8 @@ def check_olmo(text: str, p: PlanFile) -> list[Problem]:
     elif gbs != expected["global_train_batch_size"]:
         bad(("global_train_batch_size",), f"global_train_batch_size ({gbs}) contradicts plan.json "
                                           f"({expected['global_train_batch_size']})")
-    if get("precision") not in ("amp_bf16", "amp_fp16", "fp32"):
-        bad(("precision",), f"precision {get('precision')!r} is not amp_bf16|amp_fp16|fp32")
+    if get("precision") not in OLMO_PRECISION.values():
+        bad(("precision",), f"precision {get('precision')!r} is not {'|'.join(OLMO_PRECISION.values())}")
     if get("activation_checkpointing") not in _OLMO_ACTIVATION_CHECKPOINTING:
         bad(("activation_checkpointing",), f"activation_checkpointing {get('activation_checkpointing')!r} is not one of "
                                            f"{'|'.join(str(s) for s in _OLMO_ACTIVATION_CHECKPOINTING[1:])}")

@@ -6,6 +6,7 @@ import argparse
 
 from genconf import __version__
 from genconf.plan.errors import GenconfError
+from genconf.plan.precision import PLAN_PRECISIONS
 
 SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci")
 
@@ -56,7 +57,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (megatron: 1 = distributed optimizer; "
                    "fsdp: 0 NO_SHARD, 2 SHARD_GRAD_OP, 3 FULL_SHARD)")
     g.add_argument("--recompute", choices=("none", "selective", "full"))
-    g.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), default="bf16",
+    g.add_argument("--precision", choices=PLAN_PRECISIONS, default="bf16",
                    help="fp32: Megatron verification runs (TP reproduces TP=1 exactly)")
     g.add_argument("--layer-spec", choices=("te", "local"), default="te",
                    help="te: Transformer Engine + flash attention (GPU clusters); local: megatron-core unfused (CPU)")
@@ -134,7 +135,7 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
                        ("--steps", "optimizer steps")):
         g.add_argument(flag, type=positive_int, help=text)
     g.add_argument("--checkpoint-every", type=positive_int, help="save a checkpoint every N steps")
-    g.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), help="run with another precision recipe")
+    g.add_argument("--precision", choices=PLAN_PRECISIONS, help="run with another precision recipe")
     g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
     g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
     g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")

@@ -3,6 +3,7 @@ the same GPUs, and notes say what differs (the artifacts README prints them)."""
 
 from __future__ import annotations
 
+from genconf.plan.precision import framework_precision
 from genconf.plan.specs import ParallelPlan
 
 
@@ -40,13 +41,9 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
         recompute = "full" if plan.recompute != "none" else "none"
         if plan.recompute == "selective":
             notes.append("selective recompute is Megatron's; full (whole-layer) checkpointing instead")
-    precision = plan.precision
-    if precision == "fp8" and framework != "megatron":
-        precision = "bf16"
-        notes.append("FP8 runs through Transformer Engine in Megatron only; bf16 here")
-    if precision == "fp16" and framework == "fsdp":
-        precision = "bf16"
-        notes.append("OLMo FSDP has no loss scaler; bf16 instead of fp16")
+    precision, why = framework_precision(plan.precision, framework)
+    if why:
+        notes.append(why)
     gbs = _round_batch(plan.gbs, plan.mbs * world)
     if gbs != plan.gbs:
         notes.append(f"global batch {plan.gbs} is not a multiple of mbs x GPUs ({plan.mbs} x {world}); {gbs} instead")

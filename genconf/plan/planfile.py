@@ -19,6 +19,7 @@ from genconf.plan.counting import exact_param_count, workshop_param_count
 from genconf.plan.errors import GenconfError
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import stage_layers
+from genconf.plan.precision import recipe_for
 from genconf.plan.search import Evaluation, SearchResult, describe
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
 
@@ -89,9 +90,9 @@ def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
 def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
     """Steps to see `tokens` at this batch; warm-up 1% of them (at most 2000); FP8 current scaling by default."""
     steps = max(1, round(tokens / (plan.gbs * plan.seq_length)))
+    recipe = recipe_for(plan.precision, None)
     return TrainSpec(train_steps=steps, warmup_steps=min(2000, max(1, steps // 100)),
-                     fp8_recipe="current" if plan.precision == "fp8" else None,
-                     fp8_bf16_first_last_layers=1 if plan.precision == "fp8" else 0)
+                     fp8_recipe=recipe.train_fp8_recipe, fp8_bf16_first_last_layers=recipe.bf16_first_last_layers)
 
 
 def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,

@@ -1,5 +1,8 @@
-"""Precision recipes as named objects: what each means for Transformer Engine, Megatron and DeepSpeed, and
-where it can run. Pure: the launcher turns `te_recipe_kwargs` into a transformer_engine recipe object.
+"""Precision, the one vocabulary: a recipe name (bf16, fp8-current, ...) is what a run asks for; the plan's dtype
+(ParallelPlan.precision: bf16 | fp16 | fp8 | fp32), TrainSpec.fp8_recipe (delayed | current | blockwise | mxfp8),
+the Transformer Engine recipe class, each framework's flags (Megatron-LM's, OLMo's, the loss scaling DeepSpeed and
+Megatron share) and which framework can train which dtype are derived here and nowhere else. Pure: the launcher
+turns `te_recipe_kwargs` into a transformer_engine recipe object.
 
 FP8 recipes follow NVIDIA's Transformer Engine recipes (seed 002_3767cc509e078c7e.txt, "New FP8 Recipes for
 Blackwell and Hopper"): delayed scaling (hybrid E4M3 forward / E5M2 backward, amax history), per-tensor
@@ -9,9 +12,13 @@ activations/gradients, 128x128 weights), and MXFP8 (blocks of 32, Blackwell only
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from genconf.plan.specs import GPUSpec
+from genconf.plan.specs import PRECISIONS, GPUSpec
+
+PLAN_PRECISIONS = PRECISIONS
+"""The plan's dtypes (ParallelPlan.precision), what --precision takes."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,6 +42,17 @@ class PrecisionRecipe:
     loss_scaling: bool = False
     """Dynamic loss scaling (FP16)."""
     description: str = ""
+
+    @property
+    def compute_dtype(self) -> str:
+        """torch dtype name of the parameters and activations the framework computes with: FP8 recipes keep
+        BF16 there (Transformer Engine casts GEMM inputs to FP8 on the fly)."""
+        return {"fp16": "float16", "fp32": "float32"}.get(self.plan_precision, "bfloat16")
+
+    @property
+    def train_fp8_recipe(self) -> str | None:
+        """The TrainSpec.fp8_recipe that names this recipe (None when it is not FP8)."""
+        return next((train for train, name in FP8_BY_TRAIN_NAME.items() if name == self.name), None)
 
 
 RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in (
@@ -77,10 +95,82 @@ def recipe(name: str) -> PrecisionRecipe:
 
 
 def recipe_for(precision: str, fp8_recipe: str | None) -> PrecisionRecipe:
-    """The recipe a plan precision (+ TrainSpec.fp8_recipe) names."""
+    """The recipe a plan precision (+ TrainSpec.fp8_recipe) names; an fp8 plan without one is fp8-current."""
     if precision == "fp8":
         return recipe(FP8_BY_TRAIN_NAME[fp8_recipe or "current"])
     return recipe(precision)
+
+
+# --- frameworks -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LossScaling:
+    """FP16 dynamic loss scaling, the same in ds_config.json, megatron_args.txt and the megatron runner."""
+
+    initial_power: int = 16
+    """The scale starts at 2**initial_power."""
+    window_steps: int = 1000
+    """Steps without overflow before the scale doubles."""
+    hysteresis: int = 2
+    """Overflowing steps tolerated before the scale halves."""
+    min_scale: int = 1
+
+    @property
+    def initial_scale(self) -> int:
+        return 2**self.initial_power
+
+
+FP16_LOSS_SCALING = LossScaling()
+
+_TE_LAYERS_ONLY = ("bf16", "FP8 runs through Transformer Engine in Megatron only; bf16 here",
+                   "{recipe} runs through Transformer Engine layers: use the megatron launcher, not {framework}")
+_FRAMEWORK_LIMITS: dict[tuple[str, str], tuple[str, str, str]] = {
+    # (plan dtype, framework) -> (the dtype that framework trains instead, the note in its artifact, the refusal
+    # when a run asks for it). FP8 needs Transformer Engine's layers, which only the Megatron path builds.
+    ("fp8", "deepspeed"): _TE_LAYERS_ONLY,
+    ("fp8", "fsdp"): _TE_LAYERS_ONLY,
+    ("fp16", "fsdp"): ("bf16", "OLMo FSDP has no loss scaler; bf16 instead of fp16",
+                       "fp16 with the OLMo-style FSDP launcher is not supported (no loss scaler there); use bf16"),
+}
+
+
+def framework_precision(plan_precision: str, framework: str) -> tuple[str, str | None]:
+    """(the dtype `framework` trains a `plan_precision` plan in, the note saying why when that differs)."""
+    limit = _FRAMEWORK_LIMITS.get((plan_precision, framework))
+    return (limit[0], limit[1]) if limit else (plan_precision, None)
+
+
+def megatron_flags(plan_precision: str, fp8_recipe: str | None, bf16_first_last_layers: int) -> list[tuple[str, object]]:
+    """Megatron-LM's precision arguments as (flag, value) pairs, value None for a switch."""
+    flags: list[tuple[str, object]] = []
+    if plan_precision == "fp16":
+        # Dynamic loss scaling (no --loss-scale), same start (2^16), window and hysteresis as ds_config.json.
+        ls = FP16_LOSS_SCALING
+        flags += [("--fp16", None), ("--initial-loss-scale", ls.initial_scale), ("--min-loss-scale", ls.min_scale),
+                  ("--loss-scale-window", ls.window_steps), ("--hysteresis", ls.hysteresis)]
+    elif plan_precision != "fp32":  # Megatron-LM trains in fp32 unless told otherwise
+        flags.append(("--bf16", None))
+    if plan_precision == "fp8":
+        r = recipe_for(plan_precision, fp8_recipe)
+        flags += [("--fp8-format", r.megatron_fp8_format), ("--fp8-recipe", r.megatron_fp8_recipe)]
+        if bf16_first_last_layers > 0:
+            flags += [("--first-last-layers-bf16", None), ("--num-layers-at-start-in-bf16", bf16_first_last_layers),
+                      ("--num-layers-at-end-in-bf16", bf16_first_last_layers)]
+    return flags
+
+
+def megatron_plan_precision(flags: Collection[str]) -> str:
+    """The plan dtype a set of Megatron-LM flags trains in."""
+    return "fp8" if "--fp8-format" in flags else "fp16" if "--fp16" in flags else "bf16" if "--bf16" in flags else "fp32"
+
+
+def megatron_dtype(flags: Collection[str]) -> str:
+    """torch dtype name of megatron-core's params_dtype/pipeline_dtype for a set of Megatron-LM flags."""
+    return "float16" if "--fp16" in flags else "bfloat16" if "--bf16" in flags else "float32"
+
+
+OLMO_PRECISION = {"bf16": "amp_bf16", "fp16": "amp_fp16", "fp32": "fp32"}
+"""Plan dtype -> OLMo TrainConfig.precision (OLMo's three values; anything else trains as amp_bf16)."""
 
 
 def unsupported_reason(r: PrecisionRecipe, *, gpu: GPUSpec | None, framework: str, te_available: bool,
@@ -94,10 +184,9 @@ def unsupported_reason(r: PrecisionRecipe, *, gpu: GPUSpec | None, framework: st
             return f"{r.name} needs {need} tensor cores; {gpu.display_name} is {gpu.arch.capitalize()}"
         if not te_available:
             return f"{r.name} needs Transformer Engine (pip install 'genconf[fp8]'), which is not installed"
-        if framework != "megatron":
-            return f"{r.name} runs through Transformer Engine layers: use the megatron launcher, not {framework}"
     if r.name == "fp16" and framework == "deepspeed" and not cuda:
         return "fp16 under DeepSpeed needs a GPU: DeepSpeed's FP16 optimizer does not run on the CPU (use bf16)"
-    if r.name == "fp16" and framework == "fsdp":
-        return "fp16 with the OLMo-style FSDP launcher is not supported (no loss scaler there); use bf16"
+    limit = _FRAMEWORK_LIMITS.get((r.plan_precision, framework))
+    if limit:
+        return limit[2].format(recipe=r.name, framework=framework)
     return None

@@ -8,9 +8,10 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from genconf.plan import precision, rules
+from genconf.plan import rules
 from genconf.plan.errors import GenconfError
 from genconf.plan.planfile import PlanFile, decode, load, model_from_dict, plan_from_dict
+from genconf.plan.precision import recipe_for
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
 
@@ -88,7 +89,7 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
         t = dataclasses.replace(t, checkpoint_every_steps=checkpoint_every)
     if precision is not None:
         p = dataclasses.replace(p, precision=precision)
-        t = dataclasses.replace(t, fp8_recipe=(t.fp8_recipe or "current") if precision == "fp8" else None)
+        t = dataclasses.replace(t, fp8_recipe=recipe_for(precision, t.fp8_recipe).train_fp8_recipe)
     return m, p, t
 
 
@@ -115,7 +116,7 @@ def from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None)
                   and v.rule not in ("whole_nodes", "world_size", "tp_inside_node")]
     if structural:
         raise GenconfError(f"the shrunk plan is invalid: {structural[0]}")
-    recipe = precision.recipe_for(plan.precision, train.fp8_recipe)
+    recipe = recipe_for(plan.precision, train.fp8_recipe)
     prediction = {"gpu": cluster.gpu.name, "num_gpus": num_gpus,
                   "tokens_per_s_per_gpu": d.get("perf", {}).get("tokens_per_s_per_gpu"),
                   "peak_mem_gib": d.get("memory", {}).get("total_gib"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.memory import deepspeed_zero_buckets
+from genconf.plan.precision import FP16_LOSS_SCALING
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
 
@@ -75,8 +76,9 @@ def deepspeed_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> 
     }
     if plan.precision == "fp16":
         # Dynamic loss scaling: start at 2^16, halve on overflow after 2 bad steps, double after 1000 good ones.
-        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
-                          "hysteresis": 2, "min_loss_scale": 1}
+        ls = FP16_LOSS_SCALING
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": ls.initial_power,
+                          "loss_scale_window": ls.window_steps, "hysteresis": ls.hysteresis, "min_loss_scale": ls.min_scale}
     elif plan.precision != "fp32":
         config["bf16"] = {"enabled": True}
         if plan.grad_accum_fp32:

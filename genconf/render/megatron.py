@@ -8,6 +8,7 @@ import dataclasses
 from genconf.plan.counting import as_built_by_megatron
 from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.pipeline import stage_layers
+from genconf.plan.precision import megatron_dtype, megatron_flags, megatron_plan_precision
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
 MEGATRON_LM_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
@@ -81,13 +82,6 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--manual-gc-interval": (INT, ()),
 }
 
-# Megatron-LM arguments.py: --lr-decay-style names; TrainSpec.lr_decay uses the same three.
-_MEGATRON_FP8 = {
-    # TrainSpec.fp8_recipe -> (--fp8-recipe, --fp8-format). "current" is Megatron's per-tensor "tensorwise";
-    # blockwise and MXFP8 scale E4M3 everywhere (Transformer Engine Float8BlockScaling / MXFP8BlockScaling).
-    "delayed": ("delayed", "hybrid"), "current": ("tensorwise", "hybrid"),
-    "blockwise": ("blockwise", "e4m3"), "mxfp8": ("mxfp8", "e4m3"),
-}
 
 
 Arg = tuple[str, "str | None"]
@@ -191,23 +185,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--recompute-method", "uniform")
         add("--recompute-num-layers", 1)
     add(f"# precision: {plan.precision}")
-    if plan.precision == "fp16":
-        # Dynamic loss scaling (no --loss-scale), same start (2^16), window and hysteresis as ds_config.json.
-        add("--fp16")
-        add("--initial-loss-scale", 65536)
-        add("--min-loss-scale", 1)
-        add("--loss-scale-window", 1000)
-        add("--hysteresis", 2)
-    elif plan.precision != "fp32":  # Megatron-LM trains in fp32 unless told otherwise
-        add("--bf16")
-    if plan.precision == "fp8":
-        recipe, fmt = _MEGATRON_FP8[train.fp8_recipe or "current"]
-        add("--fp8-format", fmt)
-        add("--fp8-recipe", recipe)
-        if train.fp8_bf16_first_last_layers > 0:
-            add("--first-last-layers-bf16")
-            add("--num-layers-at-start-in-bf16", train.fp8_bf16_first_last_layers)
-            add("--num-layers-at-end-in-bf16", train.fp8_bf16_first_last_layers)
+    for flag, value in megatron_flags(plan.precision, train.fp8_recipe, train.fp8_bf16_first_last_layers):
+        add(flag, value)
     add(f"# optimizer and schedule: {train.train_steps} steps")
     add("--optimizer", "adam")  # Megatron's adam is AdamW: decoupled weight decay
     add("--lr", train.lr)
@@ -277,7 +256,7 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
     names ('bfloat16', 'float16', 'float32') and activation_func is 'silu' or 'gelu' for the caller to map."""
     heads, hidden = int(values.get("--num-attention-heads")), int(values.get("--hidden-size"))
     swiglu = "--swiglu" in values
-    dtype = "float16" if "--fp16" in values else "bfloat16" if "--bf16" in values else "float32"
+    dtype = megatron_dtype(values)
     vp = megatron_vp(values)
     overlap_p2p = vp > 1 and "--no-overlap-p2p-communication" not in values  # arguments.py: off without interleaving
     ffn = values.get("--ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
@@ -345,8 +324,7 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
                          f"{num_gpus} GPUs")
     dp = num_gpus // (tp * pp * cp)
     mbs = int(g("--micro-batch-size"))
-    precision = ("fp8" if "--fp8-format" in values else "fp16" if "--fp16" in values
-                 else "bf16" if "--bf16" in values else "fp32")
+    precision = megatron_plan_precision(values)
     plan = ParallelPlan(
         framework="megatron", tp=tp, pp=pp, vp=megatron_vp(values), cp=cp, ep=int(g("--expert-model-parallel-size", 1)),
         dp=dp, mbs=mbs, gbs=int(g("--global-batch-size", mbs * dp)), seq_length=int(g("--seq-length")),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import yaml
 
 from genconf.plan.equivalent import equivalent_plan
+from genconf.plan.precision import OLMO_PRECISION
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 from genconf.render.templates import comment
 
@@ -57,7 +58,7 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
         # global 2048 = micro 2 x accumulation x world size (OLMo derives the accumulation itself)
         "global_train_batch_size": plan.gbs,
         "device_train_microbatch_size": plan.mbs,
-        "precision": {"fp16": "amp_fp16", "fp32": "fp32"}.get(plan.precision, "amp_bf16"),
+        "precision": OLMO_PRECISION.get(plan.precision, "amp_bf16"),
         "max_grad_norm": train.grad_clip or None, "max_grad_norm_ratio": None,
         "save_interval": train.checkpoint_every_steps or train.train_steps,
         "activation_checkpointing": "whole_layer" if plan.recompute != "none" else None,

@@ -40,12 +40,13 @@ def _shard_groups(plan, d: runtime.Dist):
 
 
 def wrap(model: GPT, cfg: runtime.RunConfig, d: runtime.Dist):
-    plan = cfg.plan
+    plan, recipe = cfg.plan, precision.recipe(cfg.precision_recipe)
     if plan.zero_stage == 0:
         return DDP(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
     # OLMo's amp_bf16: bf16 compute, fp32 reduction and buffers; fp32 plans (verification) compute in fp32.
-    mp = (None if plan.precision == "fp32" else
-          MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.float32))
+    mp = (None if recipe.compute_dtype == "float32" else
+          MixedPrecision(param_dtype=getattr(torch, recipe.compute_dtype), reduce_dtype=torch.float32,
+                         buffer_dtype=torch.float32))
     strategy = ShardingStrategy[plan.fsdp_sharding_strategy]
     kwargs = {}
     if strategy == ShardingStrategy.HYBRID_SHARD:
@@ -79,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         _load(net, optimizer, runtime.checkpoint_dir(args.run_dir, start), d)
     source = source_from(cfg.data, spec.vocab_size, train.seed)
     accum = plan.num_microbatches
-    autocast = (torch.autocast(d.device.type, dtype=torch.bfloat16) if plan.zero_stage == 0 and plan.precision != "fp32"
-                else contextlib.nullcontext())
+    autocast = (torch.autocast(d.device.type, dtype=getattr(torch, recipe.compute_dtype))
+                if plan.zero_stage == 0 and recipe.compute_dtype != "float32" else contextlib.nullcontext())
     metrics = runtime.Metrics(args.run_dir, d, plan.gbs * plan.seq_length, train.train_steps)
     if d.is_main:
         kind = "DDP (NO_SHARD)" if plan.zero_stage == 0 else f"FSDP {plan.fsdp_sharding_strategy}"

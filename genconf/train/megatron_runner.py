@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from genconf.plan import precision
 from genconf.plan.counting import padded_vocab_size
 from genconf.train import measure, runtime
 from genconf.train.data import micro_batch, source_from
@@ -31,9 +32,8 @@ def transformer_config_kwargs(cfg: runtime.RunConfig, *, cpu: bool) -> dict:
     from genconf.render.megatron import config_kwargs
 
     kw = config_kwargs(cfg.model, cfg.plan, cfg.train)
-    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-    kw["params_dtype"] = dtypes[kw["params_dtype"]]
-    kw["pipeline_dtype"] = dtypes[kw["pipeline_dtype"]]
+    kw["params_dtype"] = getattr(torch, kw["params_dtype"])
+    kw["pipeline_dtype"] = getattr(torch, kw["pipeline_dtype"])
     kw["activation_func"] = F.silu if kw["activation_func"] == "silu" else F.gelu
     if not kw.get("fp8"):
         for key in ("fp8", "fp8_recipe", "first_last_layers_bf16", "num_layers_at_start_in_bf16",
@@ -43,7 +43,7 @@ def transformer_config_kwargs(cfg: runtime.RunConfig, *, cpu: bool) -> dict:
         from genconf.train import mcore_compat
 
         kw.update(mcore_compat.recommended_config_kwargs(bf16=kw["bf16"], pipeline=cfg.plan.pp > 1))
-        if cfg.plan.precision == "fp16":
+        if precision.recipe(cfg.precision_recipe).compute_dtype == "float16":
             kw.update(fp16=True, bf16=False, params_dtype=torch.float16, pipeline_dtype=torch.float16)
         kw["tp_comm_overlap"] = False
     else:
@@ -74,7 +74,8 @@ def build(cfg: runtime.RunConfig, config, spec, d: runtime.Dist):
     from megatron.core.transformer.module import Float16Module
 
     plan, model_spec, train = cfg.plan, cfg.model, cfg.train
-    half = plan.precision in ("bf16", "fp16", "fp8")
+    recipe = precision.recipe(cfg.precision_recipe)
+    half = recipe.compute_dtype != "float32"
     chunks = []
     for vp_stage in range(plan.vp):
         vs = vp_stage if plan.vp > 1 else None
@@ -92,17 +93,19 @@ def build(cfg: runtime.RunConfig, config, spec, d: runtime.Dist):
             gpt = Float16Module(config, gpt)
         ddp = DistributedDataParallelConfig(
             # Megatron-LM accumulates and reduces bf16 gradients in fp32 (--accumulate-allreduce-grads-in-fp32).
-            grad_reduce_in_fp32=plan.precision != "fp16",
+            grad_reduce_in_fp32=not recipe.loss_scaling,
             overlap_grad_reduce=d.device.type == "cuda", overlap_param_gather=False,
             use_distributed_optimizer=plan.distributed_optimizer)
         chunks.append(DistributedDataParallel(config, ddp, gpt, disable_bucketing=vp_stage > 0))
+    loss = precision.FP16_LOSS_SCALING
     opt = OptimizerConfig(optimizer="adam", lr=train.lr, min_lr=train.min_lr, weight_decay=train.weight_decay,
                           adam_beta1=train.beta1, adam_beta2=train.beta2, adam_eps=train.eps,
-                          clip_grad=train.grad_clip, bf16=plan.precision in ("bf16", "fp8"),
-                          fp16=plan.precision == "fp16", params_dtype=config.params_dtype,
+                          clip_grad=train.grad_clip, bf16=recipe.compute_dtype == "bfloat16",
+                          fp16=recipe.loss_scaling, params_dtype=config.params_dtype,
                           use_distributed_optimizer=plan.distributed_optimizer,
-                          initial_loss_scale=2**16 if plan.precision == "fp16" else None,
-                          loss_scale_window=1000, hysteresis=2, min_loss_scale=1.0)
+                          initial_loss_scale=loss.initial_scale if recipe.loss_scaling else None,
+                          loss_scale_window=loss.window_steps, hysteresis=loss.hysteresis,
+                          min_loss_scale=float(loss.min_scale))
     optimizer = get_megatron_optimizer(opt, chunks)
     return chunks, optimizer
 
