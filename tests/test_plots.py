@@ -99,7 +99,7 @@ def test_schedule_refuses_wrong_stage_times():
     ["--model", "gpt3-125m", "--gpus", "8"],  # no pipeline
 ])
 def test_plan_plot_numbers_equal_the_plan(tmp_path, args, capsys):
-    from genconf import plots
+    from genconf.run import plots
 
     out = tmp_path / "plots"
     assert main(["plan", *args, "--json", "--plot", str(out)]) == 0
@@ -156,7 +156,7 @@ def _run_copy(tmp_path: Path, interval: bool) -> Path:
 @needs_matplotlib
 @pytest.mark.parametrize("interval", [False, True])
 def test_verify_plot_numbers(tmp_path, interval, capsys):
-    from genconf import plots, verify
+    from genconf.run import plots, verify
 
     run = _run_copy(tmp_path, interval)
     out = tmp_path / "plots"
@@ -224,7 +224,7 @@ def test_plot_flag_on_the_plain_command(tmp_path):
 def test_schedule_pass_times_add_up_to_the_cost_models_compute(args):
     """The schedule's passes are the cost model's: the slowest stage's forward + backward over every chunk and
     micro-batch is step_cost's compute time."""
-    from genconf import plots
+    from genconf.run import plots
     from genconf.catalog.hardware import calibration_for
     from genconf.catalog.clusters import resolve_cluster
     from genconf.catalog.models import resolve_model

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_torch
-from genconf import ci, cpu_numerics, verify
+from genconf.run import ci, verify
+from genconf.train import cpu_numerics
 from genconf.catalog import recipes
 from genconf.catalog.files import read_yaml
 from genconf.plan.errors import GenconfError

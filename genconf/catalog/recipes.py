@@ -35,7 +35,7 @@ SMOKE_LAYOUT_KEYS = ("tp", "pp", "vp", "dp", "zero", "recompute")
 SMOKE_PRECISION = "fp32"
 """Smoke variants compute in FP32 on the CPU: BF16 GEMMs there dispatch on the instruction set (AMX,
 AVX512-BF16, emulation) and their curves do not travel between machines; FP32 with the pins of
-genconf.cpu_numerics does. The recipe's own precision is what the full-size plan and artifacts use."""
+genconf.train.cpu_numerics does. The recipe's own precision is what the full-size plan and artifacts use."""
 
 
 @dataclass(frozen=True)

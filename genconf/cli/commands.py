@@ -80,7 +80,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.plot:
-        from genconf import plots
+        from genconf.run import plots
 
         plots.require_matplotlib()  # before anything is written
     planned = plan_from_args(args)
@@ -89,7 +89,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         artifacts_dir.write_from_run(planned.run, args)
     if args.plot:
-        from genconf import plots
+        from genconf.run import plots
 
         written = plots.plan_plots(planned.model, planned.best.plan, planned.cluster, args.plot)
         print(f"genconf: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
@@ -172,7 +172,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from genconf import launch
+    from genconf.run import launch
 
     artifacts = Path(args.dir)
     shrink = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
@@ -207,16 +207,16 @@ def cmd_launch(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from genconf import verify
+    from genconf.run import verify
 
     if args.plot:
-        from genconf import plots
+        from genconf.run import plots
 
         plots.require_matplotlib()
     verdict = verify.verify(Path(args.run), golden=Path(args.golden) if args.golden else None,
                             tolerance=args.tolerance, min_drop=args.min_drop)
     if args.plot:
-        from genconf import plots
+        from genconf.run import plots
 
         written = plots.verify_plots(args.run, args.plot, golden=args.golden)
         print(f"genconf: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
@@ -262,7 +262,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
 def cmd_ci(args: argparse.Namespace) -> int:
     import os
 
-    from genconf import ci
+    from genconf.run import ci
     from genconf.catalog import recipes
 
     if args.recipes_dir:

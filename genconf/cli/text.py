@@ -13,8 +13,8 @@ from genconf.plan.search import Evaluation, SearchResult, describe
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
 if TYPE_CHECKING:  # the shell's result types, named in signatures only: text output imports no shell module
-    from genconf.ci import Row
-    from genconf.verify import Verdict
+    from genconf.run.ci import Row
+    from genconf.run.verify import Verdict
 
 
 def print_json(obj: object) -> None:

@@ -93,9 +93,9 @@ def versions() -> dict:
     out["cuda"] = torch.version.cuda if torch.cuda.is_available() else None
     out["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     if not torch.cuda.is_available():
-        from genconf import cpu_numerics
+        from genconf.train import cpu_numerics
 
-        # What decides CPU numerics: the kernels ATen dispatched to and the pins in force (genconf.cpu_numerics).
+        # What decides CPU numerics: the kernels ATen dispatched to and the pins in force (genconf.train.cpu_numerics).
         out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         out["cpu_pins"] = cpu_numerics.effective_pins(os.environ)
         out["cpu_model"] = _cpu_model()

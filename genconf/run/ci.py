@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genconf import cpu_numerics, launch, verify
+from genconf.train import cpu_numerics
+from genconf.run import launch, verify
 from genconf.catalog import recipes
 from genconf.plan.errors import GenconfError
 
@@ -70,7 +71,7 @@ def golden_cpu(path: Path) -> dict[str, str]:
 
 
 def cpu_mismatch(golden: Path, run: Path) -> list[str]:
-    """CPU pins (genconf.cpu_numerics) that differ between the golden file and this run: reported, not failed
+    """CPU pins (genconf.train.cpu_numerics) that differ between the golden file and this run: reported, not failed
     (the curve is still held to the tolerance, which was measured across exactly such settings)."""
     recorded = golden_cpu(golden)
     versions = json.loads((run / "versions.json").read_text()) if (run / "versions.json").is_file() else {}

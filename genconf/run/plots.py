@@ -306,7 +306,7 @@ class Prediction:
 def prediction_for(run: Path, config: dict, versions: dict) -> Prediction | None:
     """The planner's numbers for the run as it ran: on its own GPU, or on the plan's GPU for a CPU run. Where
     plan.json carries an interval, the same relative interval around this prediction."""
-    from genconf import verify
+    from genconf.run import verify
     from genconf.catalog.hardware import gpu_for_device_name
 
     device = (versions.get("device") or "cpu").lower()
@@ -362,7 +362,7 @@ def verify_rows(rows: list[dict], golden: dict[int, float] | None, pred: Predict
 
 def verify_plots(run: str | Path, out_dir: str | Path, golden: str | Path | None = None) -> list[Path]:
     """verify.png/.csv for a run directory; returns the files written."""
-    from genconf import verify
+    from genconf.run import verify
 
     plt = _pyplot()
     run = Path(run)

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from genconf import cpu_numerics
+from genconf.train import cpu_numerics
 from genconf.catalog.files import resource_dir
 from genconf.catalog.hardware import resolve_gpu
 from genconf.plan import precision, runconfig
@@ -104,7 +104,7 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                **(extra_env or {}))
     if not cuda_available():
-        env.update(cpu_numerics.pinned_env(env))  # the same loss curve on every x86 CPU (genconf.cpu_numerics)
+        env.update(cpu_numerics.pinned_env(env))  # the same loss curve on every x86 CPU (genconf.train.cpu_numerics)
     print(f"genconf: launching {' '.join(cmd)}", file=sys.stderr, flush=True)
     return subprocess.call(cmd, env=env, stdout=stdout)
 
