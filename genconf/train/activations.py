@@ -145,7 +145,7 @@ def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: s
     from genconf.plan.runconfig import RunConfig
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat, runtime
-    from genconf.train.megatron_runner import _loss_func, build, layer_spec, transformer_config_kwargs
+    from genconf.train.runners.megatron import _loss_func, build, layer_spec, transformer_config_kwargs
 
     model, _ = resolve_model(model_path)
     plan = ParallelPlan(framework="megatron", dp=1, mbs=mbs, gbs=mbs, seq_length=seq, recompute=recompute,

@@ -23,7 +23,7 @@ def count(names: list[str]) -> dict[str, dict]:
     from genconf.plan.runconfig import RunConfig
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat
-    from genconf.train.megatron_runner import layer_spec, transformer_config_kwargs
+    from genconf.train.runners.megatron import layer_spec, transformer_config_kwargs
     from genconf.train.runtime import init_distributed
 
     compat = mcore_compat.install()

@@ -1,5 +1,5 @@
-"""What every training entry point shares: the run config, distributed start-up, seeding, the per-step
-progress line and metrics.jsonl, versions, peak memory, and checkpoint bookkeeping."""
+"""The training process (genconf.train.loop drives it): the run config and the precision check, distributed
+start-up, seeding, versions, peak memory, and the one-line exit for bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import platform
 import random
 import resource
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,6 @@ import torch.distributed as dist
 from genconf.plan.errors import GenconfError
 from genconf.plan import runconfig
 from genconf.plan.runconfig import RunConfig
-from genconf.plan.specs import TrainSpec
 
 RUN_CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -121,99 +119,6 @@ def peak_memory_gib(device: torch.device) -> tuple[float, str]:
     return rss_kib / 2**20, "cpu_max_rss"
 
 
-class Metrics:
-    """metrics.jsonl (one JSON object per step) and a progress line, written by rank 0 only."""
-
-    def __init__(self, run_dir: Path, d: Dist, tokens_per_step: int, total_steps: int) -> None:
-        self.run_dir, self.d, self.tokens_per_step, self.total_steps = run_dir, d, tokens_per_step, total_steps
-        self._t0 = time.perf_counter()
-
-    def start_step(self) -> None:
-        if self.d.device.type == "cuda":
-            torch.cuda.synchronize()
-        self._t0 = time.perf_counter()
-
-    def end_step(self, step: int, loss: float, grad_norm: float | None, **extra) -> dict:
-        if self.d.device.type == "cuda":
-            torch.cuda.synchronize()
-        step_time = time.perf_counter() - self._t0
-        mem, kind = peak_memory_gib(self.d.device)
-        row = {"step": step, "loss": loss, "grad_norm": grad_norm, "step_time_s": step_time,
-               "tokens_per_s": self.tokens_per_step / step_time,
-               "tokens_per_s_per_gpu": self.tokens_per_step / step_time / self.d.world_size,
-               "peak_mem_gib": mem, "peak_mem_kind": kind, **extra}
-        if self.d.is_main:
-            with open(self.run_dir / METRICS, "a") as f:
-                f.write(json.dumps(row, sort_keys=True) + "\n")
-            gn = f"{grad_norm:.3f}" if grad_norm is not None else "-"
-            print(f"step {step:>5}/{self.total_steps} | loss {loss:.4f} | grad norm {gn} | "
-                  f"{row['tokens_per_s']:,.0f} tok/s | {step_time:.3f} s | mem {mem:.2f} GiB", flush=True)
-        return row
-
-
-def prepare_run_dir(run_dir: Path, cfg: RunConfig, d: Dist, *, resume: bool) -> int:
-    """Write config/versions/seed (rank 0) and return the step to start from (after the last checkpoint
-    when resuming, else 0, truncating metrics.jsonl)."""
-    start = 0
-    if resume:
-        last = last_checkpoint(run_dir)
-        if last is None:
-            raise GenconfError(f"--resume: no checkpoint under {run_dir / CHECKPOINTS}")
-        start = last
-    if d.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / RUN_CONFIG).write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
-        (run_dir / VERSIONS).write_text(json.dumps(versions(), indent=1, sort_keys=True))
-        (run_dir / "seed").write_text(f"{cfg.train.seed}\n")
-        metrics = run_dir / METRICS
-        if metrics.exists():
-            kept = [line for line in metrics.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] < start] if resume else []
-            metrics.write_text("".join(line + "\n" for line in kept))
-    if dist.is_initialized():
-        dist.barrier()
-    return start
-
-
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / CHECKPOINTS / f"step_{step:07d}"
-
-
-def last_checkpoint(run_dir: Path) -> int | None:
-    """The step after the newest complete checkpoint (one with a 'done' marker)."""
-    root = run_dir / CHECKPOINTS
-    steps = sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if (p / "done").exists()) if root.is_dir() else []
-    return steps[-1] if steps else None
-
-
-def mark_checkpoint_done(path: Path, d: Dist) -> None:
-    if dist.is_initialized():
-        dist.barrier()
-    if d.is_main:
-        (path / "done").write_text("ok\n")
-
-
-def should_checkpoint(step: int, train: TrainSpec) -> bool:
-    """After step `step` (0-based) completes: every N steps and at the end."""
-    done = step + 1
-    return done == train.train_steps or (train.checkpoint_every_steps > 0 and done % train.checkpoint_every_steps == 0)
-
-
-def lr_at(step: int, train: TrainSpec) -> float:
-    """Linear warm-up then cosine/linear decay to min_lr, or constant (what the artifacts configure)."""
-    import math
-
-    if train.warmup_steps and step < train.warmup_steps:
-        return train.lr * (step + 1) / train.warmup_steps
-    if train.lr_decay == "constant":
-        return train.lr
-    span = max(1, train.train_steps - train.warmup_steps)
-    progress = min(1.0, (step - train.warmup_steps) / span)
-    if train.lr_decay == "linear":
-        return train.lr - (train.lr - train.min_lr) * progress
-    return train.min_lr + 0.5 * (train.lr - train.min_lr) * (1 + math.cos(math.pi * progress))
-
-
 def fail(message: str) -> None:
     """One line on stderr, exit code 2 (the launchers' bad-input path)."""
     print(f"genconf: error: {message}", file=sys.stderr, flush=True)
@@ -234,14 +139,6 @@ def detect_gpu():
     return next((g for g in list_gpus() if g.arch == arch), None)
 
 
-def maybe_inject_failure(step: int, d: Dist) -> None:
-    """Test hook: GENCONF_FAIL_STEP=N (and GENCONF_FAIL_RANK=r, default 0) makes rank r raise after step N,
-    to exercise how launchers and Slurm report a dying job."""
-    fail_step = os.environ.get("GENCONF_FAIL_STEP")
-    if fail_step is not None and step == int(fail_step) and d.rank == int(os.environ.get("GENCONF_FAIL_RANK", "0")):
-        raise RuntimeError(f"injected failure on rank {d.rank} after step {step} (GENCONF_FAIL_STEP)")
-
-
 def load_and_check(run_dir: Path, artifacts: Path | None, framework: str) -> RunConfig:
     """The run's config, after refusing (one line, exit 2) a precision recipe this machine cannot run."""
     import importlib.util
@@ -255,11 +152,3 @@ def load_and_check(run_dir: Path, artifacts: Path | None, framework: str) -> Run
     if why:
         fail(why)
     return cfg
-
-
-def set_lr(optimizer, step: int, train: TrainSpec) -> float:
-    """Apply the schedule's learning rate for `step` to every parameter group; returns it."""
-    lr = lr_at(step, train)
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    return lr

@@ -9,9 +9,9 @@ config_kwargs reads them as Megatron-LM does), so what runs is what the artifact
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import importlib.util
-import warnings
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -20,11 +20,12 @@ import torch.distributed as dist
 
 from genconf.plan import precision
 from genconf.plan.counting import padded_vocab_size
-from genconf.train import measure, runtime
-from genconf.train.data import micro_batch, source_from
+from genconf.plan.runconfig import RunConfig
+from genconf.train import loop, measure, runtime
+from genconf.train.data import micro_batch
 
 
-def transformer_config_kwargs(cfg: runtime.RunConfig, *, cpu: bool) -> dict:
+def transformer_config_kwargs(cfg: RunConfig, *, cpu: bool) -> dict:
     """TransformerConfig kwargs for this run: the artifact's Megatron-LM arguments, mapped as Megatron-LM maps
     them, plus what a CPU run needs (compat recommendations: fusions off, CPU initialisation)."""
     import torch.nn.functional as F
@@ -53,7 +54,7 @@ def transformer_config_kwargs(cfg: runtime.RunConfig, *, cpu: bool) -> dict:
     return kw
 
 
-def layer_spec(cfg: runtime.RunConfig, use_te: bool):
+def layer_spec(cfg: RunConfig, use_te: bool):
     """(ModuleSpec, name): Transformer Engine's where usable, megatron-core's local spec otherwise."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
@@ -65,7 +66,7 @@ def layer_spec(cfg: runtime.RunConfig, use_te: bool):
     return specs.get_gpt_layer_local_spec(num_experts=experts, qk_layernorm=m.qk_layernorm, normalization=norm), "local"
 
 
-def build(cfg: runtime.RunConfig, config, spec, d: runtime.Dist):
+def build(cfg: RunConfig, config, spec, d: runtime.Dist):
     """Model chunks (one per virtual stage) wrapped in Float16Module and megatron DDP, and the optimizer."""
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -162,124 +163,128 @@ def _state_tensors(chunks, optimizer) -> list[torch.Tensor]:
     return out
 
 
-def _save(path: Path, chunks, optimizer, d: runtime.Dist) -> None:
-    from megatron.core import tensor_parallel
+class MegatronRunner(loop.Runner):
+    """megatron-core's model chunks, DDP and (distributed) optimizer, stepped by get_forward_backward_func();
+    each rank saves every tensor a same-layout resume needs (parameters, fp32 masters, Adam state) with the torch
+    and megatron CUDA-tracker RNG states."""
 
-    path.mkdir(parents=True, exist_ok=True)
-    torch.save({"tensors": [t.detach().cpu() for t in _state_tensors(chunks, optimizer)],
-                "rng": torch.get_rng_state(), "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()},
-               path / f"rank{d.rank:05d}.pt")
-    runtime.mark_checkpoint_done(path, d)
+    framework = "megatron"
 
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        plan, cuda = self.cfg.plan, torch.cuda.is_available()
+        te = importlib.util.find_spec("transformer_engine") is not None
+        if plan.cp > 1 and not (cuda and te):
+            runtime.fail(f"context parallelism (cp={plan.cp}) needs Transformer Engine attention on a GPU")
+        self.use_te = cuda and te and plan.layer_spec == "te"
+        compat = None
+        if not cuda:
+            from genconf.train import mcore_compat
 
-def _load(path: Path, chunks, optimizer, d: runtime.Dist) -> None:
-    from megatron.core import tensor_parallel
+            compat = mcore_compat.install()
+        try:
+            yield
+        finally:
+            if compat is not None:
+                compat.uninstall()
 
-    state = torch.load(path / f"rank{d.rank:05d}.pt", weights_only=False)
-    ours = _state_tensors(chunks, optimizer)
-    if len(ours) != len(state["tensors"]):
-        runtime.fail(f"checkpoint {path} does not match this layout ({len(state['tensors'])} tensors, expected {len(ours)})")
-    with torch.no_grad():
-        for dst, src in zip(ours, state["tensors"]):
-            dst.copy_(src)
-    torch.set_rng_state(state["rng"])
-    tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+    def world_error(self, d: runtime.Dist) -> str | None:
+        plan = self.cfg.plan
+        if d.world_size != plan.world_size:
+            return (f"the plan needs {plan.world_size} ranks (tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp "
+                    f"{plan.dp}) but {d.world_size} were started")
+        return None
 
+    def setup(self, d: runtime.Dist) -> None:
+        from megatron.core import parallel_state as ps
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--artifacts", type=Path)
-    ap.add_argument("--run-dir", type=Path, required=True)
-    ap.add_argument("--resume", action="store_true")
-    args = ap.parse_args(argv)
-    warnings.filterwarnings("ignore")
-    cfg = runtime.load_and_check(args.run_dir, args.artifacts, "megatron")
-    plan = cfg.plan
-    cuda = torch.cuda.is_available()
-    te = importlib.util.find_spec("transformer_engine") is not None
-    if plan.cp > 1 and not (cuda and te):
-        runtime.fail(f"context parallelism (cp={plan.cp}) needs Transformer Engine attention on a GPU")
+        plan = self.cfg.plan
+        ps.initialize_model_parallel(tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
+                                     virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
+                                     context_parallel_size=plan.cp, expert_model_parallel_size=plan.ep)
 
-    compat = None
-    if not cuda:
-        from genconf.train import mcore_compat
+    def build(self, d: runtime.Dist, run_dir: Path) -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core import tensor_parallel
+        from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+        from megatron.core.transformer.transformer_config import TransformerConfig
 
-        compat = mcore_compat.install()
-    try:
-        return _train(cfg, args, use_te=cuda and te and plan.layer_spec == "te")
-    finally:
-        if compat is not None:
-            compat.uninstall()
+        cfg, plan = self.cfg, self.cfg.plan
+        if d.device.type == "cpu":
+            from genconf.train import mcore_compat
 
+            mcore_compat.model_parallel_manual_seed(cfg.train.seed)
+        else:
+            tensor_parallel.model_parallel_cuda_manual_seed(cfg.train.seed)
+        config = TransformerConfig(**transformer_config_kwargs(cfg, cpu=d.device.type == "cpu"))
+        spec, self.spec_name = layer_spec(cfg, self.use_te)
+        self.chunks, self.optimizer = build(cfg, config, spec, d)
+        self.model = torch.nn.ModuleList(self.chunks)
+        config.finalize_model_grads_func = finalize_model_grads
+        config.no_sync_func = [m.no_sync for m in self.chunks] if plan.vp > 1 else self.chunks[0].no_sync
+        config.grad_scale_func = self.optimizer.scale_loss
+        self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
+        self.fwd_bwd = get_forward_backward_func()
+        self.last_stage_reporter = ps.is_pipeline_last_stage(ignore_virtual=True) \
+            and ps.get_tensor_model_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
 
-def _train(cfg: runtime.RunConfig, args, *, use_te: bool) -> int:
-    from megatron.core import parallel_state as ps
-    from megatron.core import tensor_parallel
-    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    def describe(self) -> str:
+        plan = self.cfg.plan
+        return (f"megatron-core tp={plan.tp} pp={plan.pp} vp={plan.vp} cp={plan.cp} ep={plan.ep} dp={plan.dp}, "
+                f"{plan.num_microbatches} micro-batches of {plan.mbs}, layer spec {self.spec_name}, "
+                f"{self.cfg.precision_recipe}{', distributed optimizer' if plan.distributed_optimizer else ''}")
 
-    plan, train = cfg.plan, cfg.train
-    d = runtime.init_distributed()
-    if d.world_size != plan.world_size:
-        runtime.fail(f"the plan needs {plan.world_size} ranks (tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp "
-                     f"{plan.dp}) but {d.world_size} were started")
-    ps.initialize_model_parallel(tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
-                                 virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
-                                 context_parallel_size=plan.cp, expert_model_parallel_size=plan.ep)
-    runtime.seed_everything(train.seed)
-    if d.device.type == "cpu":
-        from genconf.train import mcore_compat
-
-        mcore_compat.model_parallel_manual_seed(train.seed)
-    else:
-        tensor_parallel.model_parallel_cuda_manual_seed(train.seed)
-    config = TransformerConfig(**transformer_config_kwargs(cfg, cpu=d.device.type == "cpu"))
-    spec, spec_name = layer_spec(cfg, use_te)
-    chunks, optimizer = build(cfg, config, spec, d)
-    config.finalize_model_grads_func = finalize_model_grads
-    config.no_sync_func = [m.no_sync for m in chunks] if plan.vp > 1 else chunks[0].no_sync
-    config.grad_scale_func = optimizer.scale_loss
-    start = runtime.prepare_run_dir(args.run_dir, cfg, d, resume=args.resume)
-    if args.resume:
-        _load(runtime.checkpoint_dir(args.run_dir, start), chunks, optimizer, d)
-    source = source_from(cfg.data, cfg.model.vocab_size, train.seed)
-    dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
-    fwd_bwd = get_forward_backward_func()
-    metrics = runtime.Metrics(args.run_dir, d, plan.gbs * plan.seq_length, train.train_steps)
-    last_stage_reporter = ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank() == 0 \
-        and ps.get_context_parallel_rank() == 0
-    if d.is_main:
-        print(f"genconf: megatron-core tp={plan.tp} pp={plan.pp} vp={plan.vp} cp={plan.cp} ep={plan.ep} dp={plan.dp}, "
-              f"{plan.num_microbatches} micro-batches of {plan.mbs}, layer spec {spec_name}, {cfg.precision_recipe}"
-              f"{', distributed optimizer' if plan.distributed_optimizer else ''}", flush=True)
-    for step in range(start, train.train_steps):
-        lr = runtime.set_lr(optimizer, step, train)
-        metrics.start_step()
+    def step(self, step: int, source, d: runtime.Dist) -> tuple[float, float | None]:
+        cfg, plan, chunks, optimizer = self.cfg, self.cfg.plan, self.chunks, self.optimizer
         for m in chunks:
             m.zero_grad_buffer()
         optimizer.zero_grad()
-        data = [_batches(cfg, source, step, dp_rank, dp_size, d.device) for _ in range(plan.vp)]
-        out = fwd_bwd(forward_step_func=_forward_step, data_iterator=data if plan.vp > 1 else data[0],
-                      model=chunks if plan.vp > 1 else chunks[0], num_microbatches=plan.num_microbatches,
-                      seq_length=plan.seq_length // plan.cp, micro_batch_size=plan.mbs, forward_only=False)
+        data = [_batches(cfg, source, step, self.dp_rank, self.dp_size, d.device) for _ in range(plan.vp)]
+        out = self.fwd_bwd(forward_step_func=_forward_step, data_iterator=data if plan.vp > 1 else data[0],
+                           model=chunks if plan.vp > 1 else chunks[0], num_microbatches=plan.num_microbatches,
+                           seq_length=plan.seq_length // plan.cp, micro_batch_size=plan.mbs, forward_only=False)
         _ok, grad_norm, _ = optimizer.step()
         local = torch.stack([o["lm loss"].float().cpu() for o in out]).mean().item() if out else 0.0
-        report = torch.tensor([local if last_stage_reporter else 0.0, 1.0 if last_stage_reporter else 0.0],
+        reporter = self.last_stage_reporter
+        report = torch.tensor([local if reporter else 0.0, 1.0 if reporter else 0.0],
                               dtype=torch.float64, device=d.device if d.backend == "nccl" else "cpu")
         dist.all_reduce(report)
-        loss = (report[0] / report[1]).item()
-        extra = {"layer_spec": spec_name}
-        if step == start:
-            extra.update(measure.first_step_memory(torch.nn.ModuleList(chunks), optimizer, cfg, d))
-        metrics.end_step(step, loss, float(grad_norm) if grad_norm is not None else None, lr=lr, **extra)
-        runtime.maybe_inject_failure(step, d)
-        if runtime.should_checkpoint(step, train):
-            _save(runtime.checkpoint_dir(args.run_dir, step + 1), chunks, optimizer, d)
-    dist.barrier()
-    ps.destroy_model_parallel()
-    dist.destroy_process_group()
-    return 0
+        return (report[0] / report[1]).item(), float(grad_norm) if grad_norm is not None else None
+
+    def step_metrics(self) -> dict:
+        return {"layer_spec": self.spec_name}
+
+    def save(self, path: Path, d: runtime.Dist) -> None:
+        from megatron.core import tensor_parallel
+
+        path.mkdir(parents=True, exist_ok=True)
+        torch.save({"tensors": [t.detach().cpu() for t in _state_tensors(self.chunks, self.optimizer)],
+                    "rng": torch.get_rng_state(), "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()},
+                   path / f"rank{d.rank:05d}.pt")
+
+    def load(self, path: Path, d: runtime.Dist) -> None:
+        from megatron.core import tensor_parallel
+
+        state = torch.load(path / f"rank{d.rank:05d}.pt", weights_only=False)
+        ours = _state_tensors(self.chunks, self.optimizer)
+        if len(ours) != len(state["tensors"]):
+            runtime.fail(f"checkpoint {path} does not match this layout ({len(state['tensors'])} tensors, "
+                         f"expected {len(ours)})")
+        with torch.no_grad():
+            for dst, src in zip(ours, state["tensors"]):
+                dst.copy_(src)
+        torch.set_rng_state(state["rng"])
+        tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+
+    def close(self) -> None:
+        from megatron.core import parallel_state as ps
+
+        ps.destroy_model_parallel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return loop.main(MegatronRunner, argv, description=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
