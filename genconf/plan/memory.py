@@ -463,7 +463,8 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     `te`: Transformer Engine fused LayerNorm+Linear and flash attention: no s^2 tensor; q, k, v, the
     output and the fp32 log-sum-exp are kept; GQA keeps k and v at their own width.
     `local`: megatron-core 0.16's unfused local spec (what runs on a CPU), as measured with
-    saved_tensors_hooks (tests/test_activations.py): the attention scores are kept, softmax in fp32 plus a
+    saved_tensors_hooks (tests/train/test_train.py, test_activation_bytes_match_the_local_spec_estimate, running
+    genconf/train/activations.py): the attention scores are kept, softmax in fp32 plus a
     bf16 copy (7 a s^2 b bytes with attention dropout instead of Korthikanti's 5), K and V are expanded to
     every head before the matmuls, RoPE copies q and k, and unfused SwiGLU keeps five ffn-wide tensors.
     Dropout masks are 1 byte per element and norm statistics fp32, as the CUDA kernels keep them.

@@ -4,7 +4,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import needs_megatron
 from genconf.plan import memory, rules
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.clusters import list_clusters, resolve_cluster
@@ -91,52 +90,12 @@ def test_no_fit_says_what_would_fit():
     assert "does not fit on 8 x h100-sxm" in text and "--gpus" in text and "GiB per GPU" in text
 
 
-def test_405b_uses_embedding_and_loss_as_layers_on_16_stages():
-    # Llama-3.1 405B: 126 layers on 16 stages = (126 + 2) / 16, first and last stages hold 7 layers.
-    plan = ParallelPlan(framework="megatron", tp=8, pp=16, dp=1, mbs=1, gbs=16, seq_length=8192,
-                        pp_embedding_as_layer=True, pp_loss_as_layer=True)
-    layers = stage_layers(126, plan)
-    assert layers[0] == layers[-1] == 7 and set(layers[1:-1]) == {8} and sum(layers) == 126
-
-
-def test_rules_name_the_numbers():
-    model, _ = resolve_model("llama3-8b")
-    cluster = resolve_cluster()
-    plan = ParallelPlan(framework="megatron", tp=8, pp=1, dp=48, mbs=3, gbs=100, seq_length=8192)
-    found = {v.rule: v.message for v in rules.check(rules.Context(model, cluster, plan, 384))}
-    assert "dp(48) * cp(1) * tp(8) * pp(1) = 384" not in found  # world size is right
-    assert "tp (8) must stay inside one NVLink domain of 4 GPUs" in found["tp_inside_node"]
-    assert "global batch (100) must be divisible by mbs x dp (3 x 48 = 144)" in found["batch_divisible"]
-
-
 def test_explain_counts_reasons():
     model, _ = resolve_model("70b")
     cluster = resolve_cluster()
     result = search(model, cluster, 384, calibration_for(cluster.gpu.name), Pins())
     assert result.rejected and all(name in rules.RULE_NAMES for name in result.rejected)
     assert result.nearest_misses and result.nearest_misses[0].errors
-
-
-@needs_megatron
-@pytest.mark.parametrize("num_layers,pp,vp,first,last,emb,loss", [
-    (80, 4, 1, None, None, False, False), (80, 6, 1, 12, 12, False, False), (126, 16, 1, None, None, True, True),
-    (32, 4, 2, None, None, False, False), (30, 4, 1, 6, 6, False, False), (48, 4, 3, None, None, False, False),
-])
-def test_stage_layers_match_megatron_core(num_layers, pp, vp, first, last, emb, loss):
-    from megatron.core.transformer.transformer_block import get_num_layers_to_build
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    config = TransformerConfig(num_layers=num_layers, hidden_size=64, num_attention_heads=4,
-                               pipeline_model_parallel_size=pp,
-                               virtual_pipeline_model_parallel_size=vp if vp > 1 else None,
-                               num_layers_in_first_pipeline_stage=first, num_layers_in_last_pipeline_stage=last,
-                               account_for_embedding_in_pipeline_split=emb, account_for_loss_in_pipeline_split=loss,
-                               pipeline_dtype=__import__("torch").float32)
-    plan = ParallelPlan(framework="megatron", pp=pp, vp=vp, dp=1, mbs=1, gbs=pp * 2, pp_first_stage_layers=first,
-                        pp_last_stage_layers=last, pp_embedding_as_layer=emb, pp_loss_as_layer=loss)
-    theirs = tuple(sum(get_num_layers_to_build(config, vp_stage=v if vp > 1 else None, pp_rank=r) for v in range(vp))
-                   for r in range(pp))
-    assert stage_layers(num_layers, plan) == theirs
 
 
 def test_evaluate_without_rules_for_published_runs():

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, genconf_cmd
-from test_artifacts import genconf_quiet, injection_dir
+from conftest import REPO, genconf_cmd, genconf_quiet, injection_dir
 
 pytestmark = pytest.mark.slurm
 

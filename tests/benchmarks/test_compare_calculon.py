@@ -20,7 +20,7 @@ import pytest
 
 from genconf.catalog.clusters import resolve_cluster
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import compare_calculon as cc  # noqa: E402

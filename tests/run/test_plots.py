@@ -1,8 +1,5 @@
-"""Pictures: the pipeline schedule genconf simulates, and the numbers beside each PNG (plan --plot, verify --plot).
-
-The schedule is checked against genconf's own pipeline model: with equal stages its idle time is the
-(p-1)/(v m) bubble, and the most forward passes a rank holds is what the memory model counts in flight.
-"""
+"""Pictures: the numbers beside each PNG (plan --plot, verify --plot) equal the plan's and the run's, and the
+schedule's pass times add up to the cost model's compute (the schedule itself: tests/plan/test_pipeline.py)."""
 
 import csv
 import json
@@ -16,8 +13,6 @@ import pytest
 
 from conftest import REPO, genconf_cmd, has_module
 from genconf.cli.main import main
-from genconf.plan.pipeline import bubble_fraction, inflight_chunks, schedule_order, simulate_schedule
-from genconf.plan.specs import ParallelPlan
 
 needs_matplotlib = pytest.mark.skipif(not has_module("matplotlib"), reason="matplotlib not installed "
                                       "(pip install -e '.[plot]')")
@@ -35,60 +30,6 @@ def png_size(path: Path) -> tuple[int, int]:
 def read_csv(path: Path) -> list[dict]:
     with path.open() as f:
         return list(csv.DictReader(f))
-
-
-def _plan(pp, vp, m):
-    return ParallelPlan(framework="megatron", pp=pp, vp=vp, dp=1, mbs=1, gbs=m, seq_length=128)
-
-
-GRID = [(2, 1, 1), (2, 1, 8), (4, 1, 8), (8, 1, 32), (2, 2, 4), (2, 2, 8), (4, 2, 4), (4, 2, 8), (4, 3, 12),
-        (4, 4, 44), (8, 2, 16), (1, 1, 4), (1, 1, 1)]
-
-
-@pytest.mark.parametrize("pp,vp,m", GRID)
-def test_schedule_with_equal_stages_has_the_formula_bubble(pp, vp, m):
-    plan = _plan(pp, vp, m)
-    forward, backward = 1.0, 2.0  # a backward costs two forwards
-    blocks = simulate_schedule(plan, [forward] * pp, [backward] * pp)
-    assert len(blocks) == pp * m * vp * 2
-    for r in range(pp):
-        mine = [b for b in blocks if b.stage == r]
-        assert sorted((b.microbatch, b.chunk, b.forward) for b in mine) == sorted(
-            (mb, c, f) for mb in range(m) for c in range(vp) for f in (True, False))
-        assert all(a.end_s <= b.start_s + 1e-12 for a, b in zip(mine, mine[1:]))  # one pass at a time
-    span = max(b.end_s for b in blocks)
-    ideal = m * vp * (forward + backward)
-    # Narayanan 2021, Sec. 2.2: bubble time / ideal time = (p-1)/(v m), exactly, for m a multiple of p.
-    assert span / ideal - 1 == pytest.approx(bubble_fraction(plan), abs=1e-12)
-
-
-@pytest.mark.parametrize("pp,vp,m", GRID)
-def test_schedule_holds_the_chunks_the_memory_model_counts(pp, vp, m):
-    plan = _plan(pp, vp, m)
-    for stage in range(pp):
-        held = peak = 0
-        for forward, _, _ in schedule_order(plan, stage):
-            held += 1 if forward else -1
-            peak = max(peak, held)
-        assert peak == inflight_chunks(plan, stage)
-
-
-def test_schedule_respects_every_dependency():
-    plan = _plan(4, 2, 8)
-    blocks = simulate_schedule(plan, [1.0, 1.5, 1.0, 2.0], [2.0, 3.0, 2.0, 4.0], p2p_s=0.25)
-    end = {(b.forward, b.microbatch, b.chunk * 4 + b.stage): b for b in blocks}
-    for b in blocks:
-        virtual = b.chunk * 4 + b.stage
-        before = (end.get((True, b.microbatch, virtual - 1)) if b.forward
-                  else end.get((False, b.microbatch, virtual + 1)) or end[(True, b.microbatch, virtual)])
-        if before is not None:
-            hop = 0.25 if before.stage != b.stage else 0.0
-            assert b.start_s >= before.end_s + hop - 1e-12
-
-
-def test_schedule_refuses_wrong_stage_times():
-    with pytest.raises(ValueError, match="one forward and one backward time per stage"):
-        simulate_schedule(_plan(4, 1, 8), [1.0] * 3, [2.0] * 4)
 
 
 @needs_matplotlib
