@@ -5,7 +5,7 @@
 
 For hidden sizes 2k-16k split by TP 1-8 and 2k-16k tokens per micro-batch, times the four GEMMs of a layer
 (QKV, output projection, MLP up, MLP down) with CUDA events and compares measured TFLOP/s with what
-genconf.cost.gemm_time_s predicts for that GPU's calibration. Writes benchmarks/results/gemm_<gpu>.{json,md}
+genconf.plan.cost.gemm_time_s predicts for that GPU's calibration. Writes benchmarks/results/gemm_<gpu>.{json,md}
 and prints the gemm_efficiency / gemm_k_half that would fit the measurements best, to calibrate with.
 Needs a CUDA GPU; exits 2 with one line elsewhere.
 """

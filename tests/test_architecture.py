@@ -148,3 +148,12 @@ def test_catalog_imports_plan_stdlib_and_yaml_only():
         for name in imports(module):
             assert name.split(".")[0] in STDLIB | {"yaml"} or name.startswith(("genconf.plan", "genconf.catalog")), \
                 f"{module} imports {name}"
+
+
+def test_every_room_is_installed():
+    """pyproject.toml lists packages explicitly: a new room missing there works in a checkout and is absent from
+    an installed genconf."""
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {module_name(p.parent / "__init__.py") for p in PACKAGE.rglob("__init__.py")}
+    assert packages <= listed, sorted(packages - listed)

@@ -2,7 +2,7 @@
 
 Each spec checks its own fields in ``__post_init__`` (one field at a time, ``ValueError`` with the
 value). Rules that span several specs (heads divisible by TP, layers by PP x VP, ...) live in
-``genconf.rules``. Variants come from ``dataclasses.replace``, which re-validates.
+``genconf.plan.rules``. Variants come from ``dataclasses.replace``, which re-validates.
 """
 
 from __future__ import annotations
