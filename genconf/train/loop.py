@@ -33,6 +33,8 @@ class Runner:
 
     framework = ""
     """megatron | deepspeed | fsdp: the precision checks and the launcher's name."""
+    label = ""
+    """How messages name the framework (DeepSpeed, FSDP)."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -54,7 +56,11 @@ class Runner:
         yield
 
     def world_error(self, d: runtime.Dist) -> str | None:
-        """Why the started processes do not fit the plan, or None."""
+        """Why the started processes do not fit the plan, or None: one process per data-parallel rank here (DeepSpeed
+        and FSDP plans are data-parallel only); megatron's runner counts every parallel dimension."""
+        plan = self.cfg.plan
+        if d.world_size != plan.dp:
+            return f"this {self.label} plan has dp={plan.dp} but {d.world_size} processes were started"
         return None
 
     def setup(self, d: runtime.Dist) -> None:

@@ -35,6 +35,7 @@ class DeepSpeedRunner(loop.Runner):
     RNG state as client state."""
 
     framework = "deepspeed"
+    label = "DeepSpeed"
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
@@ -42,12 +43,6 @@ class DeepSpeedRunner(loop.Runner):
 
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
         yield
-
-    def world_error(self, d: runtime.Dist) -> str | None:
-        plan = self.cfg.plan
-        if d.world_size != plan.dp:
-            return f"this DeepSpeed plan has dp={plan.dp} but {d.world_size} processes were started"
-        return None
 
     def build(self, d: runtime.Dist, run_dir: Path) -> None:
         import deepspeed

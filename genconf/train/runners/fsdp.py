@@ -60,6 +60,7 @@ class FSDPRunner(loop.Runner):
     dict), or rank 0 the whole model (DDP), with the optimizer and the torch RNG state."""
 
     framework = "fsdp"
+    label = "FSDP"
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,12 +69,6 @@ class FSDPRunner(loop.Runner):
     @staticmethod
     def artifacts_of(args: argparse.Namespace) -> Path | None:
         return args.artifacts or (args.config.parent if args.config else None)
-
-    def world_error(self, d: runtime.Dist) -> str | None:
-        plan = self.cfg.plan
-        if d.world_size != plan.dp:
-            return f"this FSDP plan has dp={plan.dp} but {d.world_size} processes were started"
-        return None
 
     def build(self, d: runtime.Dist, run_dir: Path) -> None:
         cfg, train = self.cfg, self.cfg.train
