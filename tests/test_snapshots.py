@@ -24,8 +24,8 @@ import pytest
 
 from conftest import REPO
 from genconf.catalog.files import resource_dir
-from genconf.cli.main import main
 from genconf.catalog.recipes import list_recipes
+from genconf.cli.main import main
 
 SNAPSHOTS = REPO / "tests" / "data" / "snapshots"
 UPDATE_ENV = "GENCONF_UPDATE_SNAPSHOTS"

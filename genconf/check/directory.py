@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from genconf.check.common import CheckResult, Problem
 from genconf.check.deepspeed import check_ds_config
 from genconf.check.megatron import check_megatron_args
 from genconf.check.olmo import check_olmo
-from genconf.check.slurm import check_sbatch, sbatch_test_only
-from genconf.check.common import CheckResult, Problem
 from genconf.check.plan import check_plan
+from genconf.check.slurm import check_sbatch, sbatch_test_only
 from genconf.plan.errors import GenconfError
 from genconf.render.files import artifact_names
 

@@ -262,8 +262,8 @@ def cmd_recipe(args: argparse.Namespace) -> int:
 def cmd_ci(args: argparse.Namespace) -> int:
     import os
 
-    from genconf.run import ci
     from genconf.catalog import recipes
+    from genconf.run import ci
 
     if args.recipes_dir:
         os.environ[recipes.RECIPES_DIR_ENV] = os.path.abspath(args.recipes_dir)

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genconf.train import cpu_numerics
-from genconf.run import launch, verify
 from genconf.catalog import recipes
 from genconf.plan.errors import GenconfError
+from genconf.run import launch, verify
+from genconf.train import cpu_numerics
 
 VERSION_KEYS = ("torch", "deepspeed", "megatron-core", "genconf")
 SMOKE_LOSS_TOLERANCE = 5e-5

@@ -15,13 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from genconf.train import cpu_numerics
 from genconf.catalog.files import resource_dir
 from genconf.catalog.hardware import resolve_gpu
 from genconf.plan import precision, runconfig
 from genconf.plan.errors import GenconfError
 from genconf.plan.runconfig import RunConfig
 from genconf.render.slurm import ENTRY_POINTS
+from genconf.train import cpu_numerics
 
 def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None) -> RunConfig:
     """The RunConfig of DIR's plan, shrunk (genconf.plan.runconfig), for a GPU the catalog knows."""

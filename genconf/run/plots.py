@@ -306,8 +306,8 @@ class Prediction:
 def prediction_for(run: Path, config: dict, versions: dict) -> Prediction | None:
     """The planner's numbers for the run as it ran: on its own GPU, or on the plan's GPU for a CPU run. Where
     plan.json carries an interval, the same relative interval around this prediction."""
-    from genconf.run import verify
     from genconf.catalog.hardware import gpu_for_device_name
+    from genconf.run import verify
 
     device = (versions.get("device") or "cpu").lower()
     own = gpu_for_device_name(device) if device != "cpu" else None

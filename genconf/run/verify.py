@@ -181,8 +181,8 @@ def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predi
 
 def predict_run(config: dict, gpu_name: str) -> dict | None:
     """The planner's numbers for the run exactly as it ran (shrunk model and all) on `gpu_name`."""
-    from genconf.catalog.hardware import calibration_for
     from genconf.catalog.clusters import resolve_cluster
+    from genconf.catalog.hardware import calibration_for
     from genconf.plan.cost import step_cost
     from genconf.plan.memory import GIB, estimate
     from genconf.plan.planfile import model_from_dict, plan_from_dict

@@ -140,8 +140,8 @@ def saved_bytes(run_forward, params) -> tuple[int, int]:
 
 def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: str = "bf16") -> dict:
     """Build the launcher's megatron model for a one-GPU plan and compare saved bytes with the planner."""
-    from genconf.plan import memory
     from genconf.catalog.models import resolve_model
+    from genconf.plan import memory
     from genconf.plan.runconfig import RunConfig
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat, runtime

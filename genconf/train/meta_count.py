@@ -17,8 +17,8 @@ import warnings
 def count(names: list[str]) -> dict[str, dict]:
     import torch
 
-    from genconf.plan import memory
     from genconf.catalog.models import resolve_model
+    from genconf.plan import memory
     from genconf.plan.counting import exact_param_count, padded_vocab_size
     from genconf.plan.runconfig import RunConfig
     from genconf.plan.specs import ParallelPlan, TrainSpec

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from genconf.plan.errors import GenconfError
 from genconf.plan import runconfig
+from genconf.plan.errors import GenconfError
 from genconf.plan.runconfig import RunConfig
 
 RUN_CONFIG = "config.json"

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from genconf.plan import memory, rules
-from genconf.catalog.hardware import calibration_for
 from genconf.catalog.clusters import list_clusters, resolve_cluster
+from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import list_models, resolve_model
+from genconf.plan import memory, rules
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.pipeline import stage_layers
 from genconf.plan.search import Pins, evaluate, plan_or_explain, search

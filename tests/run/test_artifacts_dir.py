@@ -31,8 +31,8 @@ def test_existing_dir_needs_force_and_force_keeps_runs(rendered, tmp_path):
     assert (stranger / "thesis.tex").exists()
 
 def test_a_failed_check_leaves_the_old_directory_in_place(rendered, tmp_path):
-    from genconf.run import artifacts_dir
     from genconf.plan.errors import GenconfError
+    from genconf.run import artifacts_dir
 
     target = tmp_path / "out"
     shutil.copytree(rendered["ds_z1"], target)

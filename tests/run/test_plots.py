@@ -165,12 +165,12 @@ def test_plot_flag_on_the_plain_command(tmp_path):
 def test_schedule_pass_times_add_up_to_the_cost_models_compute(args):
     """The schedule's passes are the cost model's: the slowest stage's forward + backward over every chunk and
     micro-batch is step_cost's compute time."""
-    from genconf.run import plots
-    from genconf.catalog.hardware import calibration_for
     from genconf.catalog.clusters import resolve_cluster
+    from genconf.catalog.hardware import calibration_for
     from genconf.catalog.models import resolve_model
     from genconf.plan.cost import step_cost
     from genconf.plan.search import Pins, plan_or_explain
+    from genconf.run import plots
 
     model, _ = resolve_model(args["model"])
     cluster = resolve_cluster(None)

@@ -207,9 +207,9 @@ def test_memmap_token_file(runs, tmp_path):
 def test_pp2_with_virtual_stages_never_batches_p2p():
     # Megatron-LM issues 750/1450: PP=2 + virtual stages + batch_p2p_comm trains silently wrong.
     from genconf.catalog.models import resolve_model
+    from genconf.plan.runconfig import RunConfig
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train.runners.megatron import transformer_config_kwargs
-    from genconf.plan.runconfig import RunConfig
 
     model, _ = resolve_model(TINY_GPT)
     plan = ParallelPlan(framework="megatron", pp=2, vp=2, dp=1, mbs=1, gbs=4, seq_length=64)
