@@ -254,4 +254,4 @@ def summarize(run_dir: Path, *, since: float = 0.0) -> str | None:
     detail = hung[0].hung.split("made no progress ", 1)[-1]
     lead = f"training hung: {', '.join(f'rank {r.rank}' for r in hung)} made no progress {detail}"
     places = "; ".join(f"rank {r.rank} in {r.where}" for r in ranks)
-    return f"{lead} ({detail}); {places}; stacks in {Path(run_dir) / STACKS}"
+    return f"{lead}; {places}; stacks in {Path(run_dir) / STACKS}"
