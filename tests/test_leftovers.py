@@ -1,0 +1,55 @@
+"""Leftovers of killed `-o` writes (issue 15 item 7): removed by the next write to the same parent when
+older than the current process; named, not deleted, when they hold run data; young ones left alone."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from genconf import leftovers
+
+
+def aged(path, seconds_ago: float):
+    t = time.time() - seconds_ago
+    os.utime(path, (t, t))
+    return path
+
+
+def test_process_start_time_is_before_now():
+    start = leftovers.process_start_time()
+    assert time.time() - 3600 * 24 < start <= time.time()
+
+
+def test_old_leftovers_are_removed_young_ones_and_others_kept(tmp_path):
+    target = tmp_path / "run1"
+    tmp = tmp_path / ".run1.tmp-abc123"
+    tmp.mkdir()
+    (tmp / "plan.json").write_text("{}")
+    (tmp / "runs" / "logs").mkdir(parents=True)  # the empty skeleton the writer creates
+    old = tmp_path / ".run1.old-xyz"
+    old.mkdir()
+    (old / "plan.json").write_text("{}")
+    young = tmp_path / ".run1.tmp-new"
+    young.mkdir()
+    other = tmp_path / ".run2.tmp-abc"
+    other.mkdir()
+    for p in (tmp, old, other):
+        aged(p, 60)
+    done = leftovers.clean(target, started_at=time.time() - 10)
+    assert done.removed == (old, tmp) and done.kept == () and done.note() is None
+    assert young.exists() and other.exists() and not tmp.exists() and not old.exists()
+
+
+def test_a_leftover_holding_run_data_is_named_not_deleted(tmp_path):
+    moved = tmp_path / ".run1.old-q1"
+    (moved / "runs" / "r1" / "checkpoints").mkdir(parents=True)
+    (moved / "runs" / "r1" / "metrics.jsonl").write_text("{}\n")
+    aged(moved, 60)
+    done = leftovers.clean(tmp_path / "run1", started_at=time.time())
+    assert done.removed == () and done.kept == (moved,) and moved.exists()
+    assert done.note() == (f"an interrupted write left {moved} holding run data (logs or checkpoints): move what you "
+                           f"need back into place, then delete it")
+
+
+def test_nothing_there(tmp_path):
+    assert leftovers.clean(tmp_path / "missing" / "run1").removed == ()
