@@ -238,3 +238,14 @@ def test_a_write_that_hits_enospc_leaves_the_older_checkpoint_intact(small_fs):
     store.abort(2)
     assert [s for s, _ in store.steps()] == [1] and store.newest_verified().step == 1
     assert json.loads((store.final_dir(1) / MANIFEST).read_text())["total_bytes"] == 100_000
+
+
+def test_the_store_the_watchdog_and_the_checks_import_no_torch():
+    """They run in `genconf launch` before any rank starts, and in tests without the train extra."""
+    import sys
+
+    code = ("import sys; import genconf.train.checkpoints, genconf.train.watchdog, genconf.datacheck, genconf.leftovers, "
+            "genconf.limits, genconf.checkpoint_size; "
+            "sys.stderr.write(repr(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'jinja2'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stderr.strip().endswith("[]"), out.stderr[-300:]

@@ -1,0 +1,27 @@
+"""Checkpoint sizes in the plan's output (issue 13 part 3): 14 bytes per parameter for 16-bit weights with
+FP32 masters and Adam (the seed's 'just loading weights' 14P), 12 for FP32 weights."""
+
+from __future__ import annotations
+
+from genconf.catalog import resolve_model
+from genconf.checkpoint_size import checkpoint_size
+from genconf.counting import exact_param_count
+from genconf.memory import seed_model_bytes
+from genconf.specs import ParallelPlan
+
+
+def test_sixteen_bit_weights_are_the_seeds_14p():
+    model, _ = resolve_model("70b")
+    size = checkpoint_size(model, ParallelPlan(framework="megatron", tp=4, pp=4, dp=24, precision="bf16"))
+    assert size.checkpoint_bytes == seed_model_bytes(exact_param_count(model)) == 14 * 65_250_926_592
+    assert size.disk_bytes == 3 * size.checkpoint_bytes  # keep 2, plus the one being written
+    ds = checkpoint_size(model, ParallelPlan(framework="deepspeed", dp=384, zero_stage=3, precision="bf16"), keep_last=5)
+    assert ds.checkpoint_bytes == size.checkpoint_bytes and ds.disk_bytes == 6 * ds.checkpoint_bytes
+
+
+def test_fp32_weights():
+    model, _ = resolve_model("1b")
+    n = exact_param_count(model)
+    assert checkpoint_size(model, ParallelPlan(framework="fsdp", dp=8, zero_stage=3)).checkpoint_bytes == 12 * n
+    assert checkpoint_size(model, ParallelPlan(framework="megatron", precision="fp32")).checkpoint_bytes == 12 * n
+    assert checkpoint_size(model, ParallelPlan(framework="deepspeed", precision="fp32")).checkpoint_bytes == 16 * n
