@@ -1,0 +1,77 @@
+"""Preemption the Slurm way: the sbatch script asks for SIGUSR1 some time before the time limit
+(`--signal=USR1@<seconds>`) and for `--requeue`; torchrun forwards the signal to the ranks
+(`--signals-to-handle ...,SIGUSR1`); every rank notes it, the ranks agree at the end of a step, save a
+checkpoint, write RUN/preempted and exit; the script then requeues the job, and the requeued job
+(SLURM_RESTART_COUNT > 0) resumes from that checkpoint by itself.
+
+Only SIGUSR1: SIGTERM is also what torchrun sends the surviving ranks when one fails, and a save then would
+wait for a rank that is gone. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+SIGNAL = signal.SIGUSR1
+SIGNAL_NAME = "USR1"
+MARKER = "preempted"
+"""RUN/preempted: written by rank 0 after the preemption checkpoint; the sbatch script requeues on it."""
+EXIT_PREEMPTED = 0
+"""A rank that checkpointed on the signal ends normally; the marker, not the exit code, says it stopped early."""
+
+
+class Preemption:
+    """The signal as a flag: set by the handler, read by the training loop at the end of each step."""
+
+    def __init__(self) -> None:
+        self.received_at: float | None = None
+        self._previous = None
+
+    @property
+    def requested(self) -> bool:
+        return self.received_at is not None
+
+    def install(self) -> "Preemption":
+        self._previous = signal.signal(SIGNAL, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(SIGNAL, self._previous)
+            self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        if self.received_at is None:
+            self.received_at = time.time()
+
+
+def write_marker(run_dir: Path, *, step: int, checkpoint: str | None) -> Path:
+    """RUN/preempted: where the run stopped and which checkpoint it left (None: checkpoints were off)."""
+    path = Path(run_dir) / MARKER
+    tmp = path.with_name(MARKER + ".tmp")
+    tmp.write_text(json.dumps({"step": step, "checkpoint": checkpoint, "time": time.time()}) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_marker(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def clear_marker(run_dir: Path) -> None:
+    (Path(run_dir) / MARKER).unlink(missing_ok=True)
+
+
+def requeued(environ=os.environ) -> bool:
+    """This is a requeued Slurm job (Slurm counts restarts in SLURM_RESTART_COUNT)."""
+    try:
+        return int(environ.get("SLURM_RESTART_COUNT", "0")) > 0
+    except ValueError:
+        return False
