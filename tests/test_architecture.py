@@ -28,7 +28,7 @@ THIRD_PARTY = {
     "render": {"yaml", "jinja2"},
     "check": {"yaml"},
     "train": {"torch", "numpy", "deepspeed", "megatron", "transformer_engine"},
-    "run": {"matplotlib", "torch"},
+    "run": {"matplotlib", "torch", "numpy"},  # numpy: run/datacheck scans token files (the train extra brings it)
     "cli": set(),
 }
 

@@ -31,7 +31,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 
 MANIFEST = "manifest.json"
 FORMAT = "genconf-checkpoint/1"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genconf.datacheck import CHUNK_TOKENS, check_token_file
-from genconf.errors import GenconfError
+from genconf.run.datacheck import CHUNK_TOKENS, check_token_file
+from genconf.plan.errors import GenconfError
 
 RUN = {"vocab_size": 1000, "seq_length": 16, "global_batch": 4}  # one step reads 4 x 16 + 1 = 65 tokens
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from genconf import leftovers
+from genconf.run import leftovers
 
 
 def aged(path, seconds_ago: float):

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 
 ITEM_BYTES = {"uint16": 2, "uint32": 4}
 """The token file formats genconf.train.data reads (Megatron/OLMo flat binaries)."""
@@ -37,7 +37,10 @@ class DataSummary:
 def check_token_file(path: str | os.PathLike, *, dtype: str, vocab_size: int, seq_length: int,
                      global_batch: int) -> DataSummary:
     """GenconfError (one line) when the file cannot feed this run; else what it holds."""
-    import numpy as np
+    try:
+        import numpy as np
+    except ImportError:
+        raise GenconfError("checking a token file needs numpy: pip install 'genconf[train]'") from None
 
     if dtype not in ITEM_BYTES:
         raise GenconfError(f"token file dtype must be uint16 or uint32, got {dtype!r}")

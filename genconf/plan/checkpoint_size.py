@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genconf.counting import exact_param_count
-from genconf.specs import ModelSpec, ParallelPlan
+from genconf.plan.counting import exact_param_count
+from genconf.plan.specs import ModelSpec, ParallelPlan
 
 ADAM_BYTES_PER_PARAM = 8
 """Adam's exp_avg and exp_avg_sq in FP32 (Kingma & Ba 2015; every framework here keeps them in FP32)."""

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from genconf import catalog, limits
+from genconf.catalog import clusters, hardware, models
+from genconf.plan import limits
 
 
 def brute_divisors(n: int) -> list[int]:
@@ -63,7 +64,7 @@ def test_yaml_fields_one_line_each():
 
 def test_everything_genconf_ships_is_inside_the_ranges():
     """The ranges are documented limits, not tight fits: every catalog model, GPU and cluster passes."""
-    for spec in catalog.list_models() + catalog.list_gpus() + catalog.list_clusters():
+    for spec in models.list_models() + hardware.list_gpus() + clusters.list_clusters():
         values = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
         assert limits.check_all(values, where=spec.name) == []
 

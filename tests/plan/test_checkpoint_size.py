@@ -3,11 +3,11 @@ FP32 masters and Adam (the seed's 'just loading weights' 14P), 12 for FP32 weigh
 
 from __future__ import annotations
 
-from genconf.catalog import resolve_model
-from genconf.checkpoint_size import checkpoint_size
-from genconf.counting import exact_param_count
-from genconf.memory import seed_model_bytes
-from genconf.specs import ParallelPlan
+from genconf.catalog.models import resolve_model
+from genconf.plan.checkpoint_size import checkpoint_size
+from genconf.plan.counting import exact_param_count
+from genconf.plan.memory import seed_model_bytes
+from genconf.plan.specs import ParallelPlan
 
 
 def test_sixteen_bit_weights_are_the_seeds_14p():

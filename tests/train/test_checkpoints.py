@@ -244,8 +244,8 @@ def test_the_store_the_watchdog_and_the_checks_import_no_torch():
     """They run in `genconf launch` before any rank starts, and in tests without the train extra."""
     import sys
 
-    code = ("import sys; import genconf.train.checkpoints, genconf.train.watchdog, genconf.datacheck, genconf.leftovers, "
-            "genconf.limits, genconf.checkpoint_size; "
+    code = ("import sys; import genconf.train.checkpoints, genconf.train.watchdog, genconf.run.datacheck, genconf.run.leftovers, "
+            "genconf.plan.limits, genconf.plan.checkpoint_size; "
             "sys.stderr.write(repr(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'jinja2'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stderr.strip().endswith("[]"), out.stderr[-300:]
