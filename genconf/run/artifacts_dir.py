@@ -19,6 +19,7 @@ from genconf.plan import planfile
 from genconf.plan.errors import GenconfError
 from genconf.render.files import render_all
 from genconf.render.slurm import SlurmOptions
+from genconf.run import leftovers
 
 
 def default_options(run: dict, out_dir: Path, *, job_name: str | None = None, run_dir: str | None = None,
@@ -53,6 +54,11 @@ def write_artifacts(out_dir: Path, files: dict[str, str], force: bool, *, run_di
     from genconf.check.directory import check_dir
 
     out_dir = Path(os.path.abspath(out_dir))
+    # A SIGKILL mid-write leaves .NAME.tmp-* (and with --force .NAME.old-*) beside DIR: remove the ones older
+    # than this process, name the ones that hold run data (issue 15 item 7).
+    note = leftovers.clean(out_dir).note()
+    if note:
+        print(f"genconf: note: {note}", file=sys.stderr)
     if out_dir.exists() or out_dir.is_symlink():
         if not out_dir.is_dir() or out_dir.is_symlink():
             raise GenconfError(f"{out_dir} exists and is not a directory")

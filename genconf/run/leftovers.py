@@ -29,13 +29,13 @@ class Cleaned:
 
 
 def process_start_time() -> float:
-    """When this process started (time.time() scale): /proc on Linux, else now."""
+    """When this process started (time.time() scale): its start in clock ticks since boot (/proc/self/stat) against
+    the uptime (/proc/uptime, 10 ms; /proc/stat's btime is whole seconds, too coarse here); now elsewhere."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
         return time.time()
 
 

@@ -53,3 +53,32 @@ def test_a_leftover_holding_run_data_is_named_not_deleted(tmp_path):
 
 def test_nothing_there(tmp_path):
     assert leftovers.clean(tmp_path / "missing" / "run1").removed == ()
+
+
+KILL_MID_WRITE = """
+import os, signal, sys
+import genconf.check.directory as directory
+
+def killed(*args, **kwargs):  # the files are in .NAME.tmp-*, the check has not run, nothing is renamed yet
+    os.kill(os.getpid(), signal.SIGKILL)
+
+directory.check_dir = killed
+from genconf.cli.main import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_sigkill_during_o_leaves_a_tmp_dir_that_the_next_write_removes(tmp_path):
+    """Issue 15 item 7: 21 of 110 SIGKILLs during -o left .NAME.tmp-* behind for good."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "run1"
+    args = ["--model", "1b", "--gpus", "8", "-o", str(target)]
+    killed = subprocess.run([sys.executable, "-c", KILL_MID_WRITE, *args], capture_output=True, text=True)
+    assert killed.returncode == -9
+    (left,) = [p for p in tmp_path.iterdir()]
+    assert left.name.startswith(".run1.tmp-") and (left / "plan.json").is_file() and not target.exists()
+    again = subprocess.run([sys.executable, "-m", "genconf", *args], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run1"]
