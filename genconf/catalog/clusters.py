@@ -32,7 +32,11 @@ def cluster_from_mapping(name: str, values: dict, where: str) -> ClusterSpec:
     values = dict(values)
     values.pop("name", None)
     values["gpu"] = resolve_gpu(str(values["gpu"]))
-    values["nccl_env"] = tuple((str(k), str(v)) for k, v in (values.get("nccl_env") or {}).items())
+    env = values.get("nccl_env") or {}
+    if not isinstance(env, dict):  # a list or a string raised AttributeError (issue 15 item 2)
+        raise GenconfError(f"{where}: nccl_env must be a mapping of variable names to values (NCCL_IB_HCA: mlx5), "
+                           f"got {type(env).__name__}")
+    values["nccl_env"] = tuple((str(k), str(v)) for k, v in env.items())
     return build(ClusterSpec, where, {"name": name, **values})
 
 

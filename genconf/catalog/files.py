@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from genconf.plan import limits
 from genconf.plan.errors import GenconfError
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -48,6 +49,11 @@ def check_keys(path: Path | str, data: dict, allowed: tuple[str, ...]) -> None:
 
 
 def build(cls, path: Path | str, values: dict):
+    """cls(**values), after every number is checked against its documented range (genconf.plan.limits; issue 15:
+    a 2**31 layer count made the search run for minutes); one line naming the file and field."""
+    bad = limits.check_all(values, where=str(path))
+    if bad:
+        raise GenconfError(bad[0])
     try:
         return cls(**values)
     except (TypeError, ValueError) as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from genconf.cli import commands
-from genconf.cli.parser import SUBCOMMANDS, build_parser
+from genconf.cli.parser import SUBCOMMANDS, build_parser, check_ranges
 from genconf.plan.errors import GenconfError
 
 
@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
         argv.insert(0, "plan")
     try:
         args = build_parser().parse_args(argv)
+        check_ranges(args)
         return commands.dispatch(args)
     except GenconfError as exc:
         print(f"genconf: error: {exc}", file=sys.stderr)

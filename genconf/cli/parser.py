@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from genconf import __version__
+from genconf.plan import limits
 from genconf.plan.errors import GenconfError
 from genconf.plan.precision import PLAN_PRECISIONS
 
@@ -26,6 +27,26 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def check_ranges(args: argparse.Namespace) -> None:
+    """Every numeric flag against its documented range (genconf.plan.limits), before anything is searched or
+    started: the first one out of range is one line."""
+    for flag in limits.FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        line = limits.check_flag(flag, value)
+        if line:
+            raise GenconfError(line)
 
 
 def token_count(text: str) -> float:
@@ -127,14 +148,19 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
                         help="run this framework's artifact (default: the plan's)")
     launch.add_argument("--submit", action="store_true", help="submit the generated sbatch script instead")
     launch.add_argument("--wait", action="store_true", help="with --submit: wait for the job and report its end")
-    launch.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the run directory")
+    launch.add_argument("--resume", action="store_true",
+                        help="continue the run in --run-dir from its newest verified checkpoint; with --steps N, "
+                             "extend (or shorten) it to N steps; other flags must agree with the saved run")
     g = launch.add_argument_group("smoke test: shrink the model, keep the parallel layout")
     for flag, text in (("--layers", "transformer layers"), ("--hidden", "hidden size (MLP scaled alike)"),
                        ("--heads", "attention heads"), ("--vocab", "vocabulary size"), ("--seq-len", "sequence length"),
                        ("--global-batch", "global batch in sequences"), ("--mbs", "micro-batch size"),
                        ("--steps", "optimizer steps")):
         g.add_argument(flag, type=positive_int, help=text)
-    g.add_argument("--checkpoint-every", type=positive_int, help="save a checkpoint every N steps")
+    g.add_argument("--checkpoint-every", type=non_negative_int,
+                   help="save a checkpoint every N steps and after the last (0: no checkpoints)")
+    g.add_argument("--keep-checkpoints", type=positive_int,
+                   help="keep the newest N checkpoints on disk (default 2); older ones are deleted")
     g.add_argument("--precision", choices=PLAN_PRECISIONS, help="run with another precision recipe")
     g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
     g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from genconf.plan import limits
 from genconf.plan.counting import exact_param_count
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import stage_layers
@@ -41,7 +42,7 @@ class Rule:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    return limits.divisors(n)  # O(sqrt n): range(1, n + 1) took minutes for --gpus 10**8 (issue 15)
 
 
 def _nearest(value: int, candidates: list[int]) -> int:

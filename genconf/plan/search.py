@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from genconf.plan import memory as mem
-from genconf.plan import rules
+from genconf.plan import limits, rules
 from genconf.plan.cost import Calibration, StepCost, step_cost
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
@@ -100,7 +100,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, num_gpu
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    return limits.divisors(n)  # O(sqrt n): range(1, n + 1) took minutes for --gpus 10**8 (issue 15)
 
 
 def _split_options(num_layers: int, pp: int) -> list[dict]:
