@@ -168,40 +168,49 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 # --- launch and verify ----------------------------------------------------------------------------
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    import dataclasses as dc
+    import shlex
     import time
     from pathlib import Path
 
+    from genconf.plan import runconfig
     from genconf.run import launch
 
     artifacts = Path(args.dir)
-    shrink = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
-              "seq_len": args.seq_len, "global_batch": args.global_batch, "mbs": args.mbs, "steps": args.steps,
-              "lr": args.lr, "checkpoint_every": args.checkpoint_every, "precision": args.precision}
+    flags = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
+             "seq_len": args.seq_len, "global_batch": args.global_batch, "mbs": args.mbs, "steps": args.steps,
+             "lr": args.lr, "checkpoint_every": args.checkpoint_every, "keep_checkpoints": args.keep_checkpoints,
+             "precision": args.precision}
     data = {"kind": "memmap", "path": str(Path(args.data).resolve()), "dtype": args.data_dtype} if args.data else None
-    cfg = launch.run_config_from_artifacts(artifacts, shrink, data)
-    if args.framework and args.framework != cfg.plan.framework:
-        raise GenconfError(f"--framework {args.framework}: this directory's plan is a {cfg.plan.framework} plan; "
-                           f"re-plan with --framework {args.framework} to get an exact {args.framework} layout")
     if args.submit:
-        return launch.submit(cfg, artifacts, wait=args.wait)
-    launch.refuse_unrunnable(cfg)
-    run_dir = Path(args.run_dir) if args.run_dir else artifacts / "runs" / (args.name or time.strftime("%Y%m%d-%H%M%S"))
-    if args.resume and not (run_dir / "config.json").is_file():
-        raise GenconfError(f"--resume: {run_dir} has no config.json (give the --run-dir of the run to resume)")
+        plan = runconfig.read_plan(artifacts).plan
+        run_dir = launch.script_run_dir(launch.sbatch_script(artifacts, args.framework or plan.framework))
+    else:
+        run_dir = Path(args.run_dir) if args.run_dir else artifacts / "runs" / (args.name or time.strftime("%Y%m%d-%H%M%S"))
     if args.resume:
-        from genconf.plan.runconfig import RunConfig
-
-        cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
-    elif run_dir.exists() and any(run_dir.iterdir()):
-        raise GenconfError(f"{run_dir} already holds a run; use --resume to continue it or another --run-dir/--name")
-    del dc
+        # The saved run is the run: the flags may extend it (--steps) or change its checkpoint policy; any other
+        # flag must agree with it, and the artifacts directory's plan is not read again.
+        if not (run_dir / "config.json").is_file():
+            raise GenconfError(f"--resume: {run_dir} has no config.json (give the --run-dir of the run to resume)")
+        saved = runconfig.RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+        cfg, notes = runconfig.resumed(saved, flags, data, args.framework)
+        launch.check_resumable(run_dir, cfg, args.steps)
+        for note in notes:
+            print(f"genconf: {note}", file=sys.stderr)
+    else:
+        cfg = launch.run_config_from_artifacts(artifacts, flags, data)
+        if args.framework and args.framework != cfg.plan.framework:
+            raise GenconfError(f"--framework {args.framework}: this directory's plan is a {cfg.plan.framework} plan; "
+                               f"re-plan with --framework {args.framework} to get an exact {args.framework} layout")
+        if not args.submit and run_dir.exists() and any(run_dir.iterdir()):
+            raise GenconfError(f"{run_dir} already holds a run; use --resume to continue it or another --run-dir/--name")
+    launch.check_data(cfg)
+    if args.submit:
+        return launch.submit(cfg, artifacts, wait=args.wait, resume=args.resume)
+    launch.refuse_unrunnable(cfg)
+    since = time.time()
     rc = launch.launch_local(cfg, run_dir, resume=args.resume)
-    if rc != 0:
-        killed = " (a rank was killed: out of memory?)" if rc in (-9, 137) else ""
-        raise GenconfError(f"training exited with code {rc}{killed}; see the output above (run directory {run_dir})")
-    print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir})")
-    return 0
+    hint = f"genconf launch {shlex.quote(str(artifacts))} --run-dir {shlex.quote(str(run_dir))} --resume"
+    return launch.report_end(run_dir, rc, since=since, resume_hint=hint)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -43,6 +43,14 @@ def _stage_memory_lines(stage: StageMemory, plan: ParallelPlan, capacity: int) -
     return lines
 
 
+def _checkpoint_lines(ck: dict | None) -> list[str]:
+    """One checkpoint's size and the disk keep-last-N takes (one more is written before the oldest goes)."""
+    if not ck:
+        return []
+    return [_row("checkpoint size / disk to keep", f"{ck['gib']:,.1f} GiB ({ck['holds']}) / {ck['disk_gib']:,.1f} GiB "
+                 f"(newest {ck['keep_last']} + 1 being written)")]
+
+
 def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:
     m, c, p, perf, tr = d["model"], d["cluster"], d["plan"], d["perf"], d["training"]
     alias = f"{m['alias']} -> " if m["alias"] else ""
@@ -71,6 +79,7 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
         _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
         _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
         _row(f"train {human_count(tr['tokens'])} tokens", f"{tr['days']:.1f} days, {tr['gpu_hours']:,.0f} GPU-hours"),
+        *_checkpoint_lines(d.get("checkpoint")),
         "",
         "why this plan",
     ]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genconf import __version__
+from genconf.plan.checkpoint_size import checkpoint_size
 from genconf.plan.cost import StepCost, training_time_s
 from genconf.plan.counting import exact_param_count, workshop_param_count
 from genconf.plan.errors import GenconfError
@@ -95,6 +96,14 @@ def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
                      fp8_recipe=recipe.train_fp8_recipe, fp8_bf16_first_last_layers=recipe.bf16_first_last_layers)
 
 
+def checkpoint_dict(model: ModelSpec, plan: ParallelPlan, keep_last: int) -> dict:
+    """What one checkpoint of this plan takes on disk, and the disk keep-last-N needs (issue 13: a run's
+    checkpoints filled the disk; the plan says so before the run starts)."""
+    size = checkpoint_size(model, plan, keep_last=keep_last)
+    return {"bytes": size.checkpoint_bytes, "gib": _gib(size.checkpoint_bytes), "bytes_per_param": size.bytes_per_param,
+            "holds": size.what, "keep_last": keep_last, "disk_bytes": size.disk_bytes, "disk_gib": _gib(size.disk_bytes)}
+
+
 def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
            result: SearchResult | None, tokens: float, train: TrainSpec | None = None) -> dict:
     """The run dict of a plan: what `--json` prints and plan.json holds (`tokens` sets the training length)."""
@@ -106,12 +115,14 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
                                  "memory": {"total_gib": _gib(ev.memory.peak.total_bytes)},
                                  "perf": {k: v for k, v in perf_dict(ev.cost).items() if k != "breakdown_s"}})
     train_s = training_time_s(cost, tokens)
+    train = train or default_train(best.plan, tokens)
     return {
         "genconf_version": __version__, "schema_version": SCHEMA_VERSION,
         "model": model_dict(model, alias), "cluster": cluster_dict(cluster, num_gpus),
         "plan": plan_dict(best.plan, model), "layout": describe(best.plan),
-        "train": dataclasses.asdict(train or default_train(best.plan, tokens)),
+        "train": dataclasses.asdict(train),
         "memory": memory_dict(best.memory), "perf": perf_dict(cost),
+        "checkpoint": checkpoint_dict(model, best.plan, train.keep_checkpoints),
         "training": {"tokens": tokens, "time_s": round(train_s, 1), "days": round(train_s / 86400, 2),
                      "gpu_hours": round(train_s * num_gpus / 3600, 1)},
         "why": why(best, result, cluster),

@@ -48,7 +48,7 @@ class RunConfig:
 def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: int | None = None,
            hidden: int | None = None, heads: int | None = None, vocab: int | None = None, seq_len: int | None = None,
            global_batch: int | None = None, mbs: int | None = None, steps: int | None = None,
-           lr: float | None = None, checkpoint_every: int | None = None,
+           lr: float | None = None, checkpoint_every: int | None = None, keep_checkpoints: int | None = None,
            precision: str | None = None) -> tuple[ModelSpec, ParallelPlan, TrainSpec]:
     """A smaller model and run with the same parallel layout (tp, pp, vp, cp, ep, dp, zero, recompute)."""
     m, p, t = model, plan, train
@@ -82,11 +82,13 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
         p = dataclasses.replace(p, gbs=gbs, mbs=micro)
     if steps is not None:
         t = dataclasses.replace(t, train_steps=steps, warmup_steps=min(t.warmup_steps, max(1, steps // 10)),
-                                checkpoint_every_steps=min(t.checkpoint_every_steps, steps) or steps)
+                                checkpoint_every_steps=min(t.checkpoint_every_steps, steps))
     if lr is not None:
         t = dataclasses.replace(t, lr=lr, min_lr=min(t.min_lr, lr / 10))
     if checkpoint_every is not None:
         t = dataclasses.replace(t, checkpoint_every_steps=checkpoint_every)
+    if keep_checkpoints is not None:
+        t = dataclasses.replace(t, keep_checkpoints=keep_checkpoints)
     if precision is not None:
         p = dataclasses.replace(p, precision=precision)
         t = dataclasses.replace(t, fp8_recipe=recipe_for(precision, t.fp8_recipe).train_fp8_recipe)
@@ -124,3 +126,54 @@ def from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None)
     return RunConfig(model=model, plan=plan, train=train, num_gpus=plan.world_size, data=data or {"kind": "synthetic"},
                      precision_recipe=recipe.name, prediction=prediction,
                      shrink={k: v for k, v in shrink_args.items() if v is not None}, artifacts=str(artifacts.resolve()))
+
+
+RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "keep_checkpoints")
+"""Flags a resumed run takes: its length (the schedule is then defined over the new length) and its checkpoint
+policy (when to save, how many to keep: nothing the loss curve depends on). Every other flag must agree."""
+
+
+def _saved_value(saved: RunConfig, flag: str):
+    m, p, t = saved.model, saved.plan, saved.train
+    return {"layers": m.num_layers, "hidden": m.hidden_size, "heads": m.num_attention_heads, "vocab": m.vocab_size,
+            "seq_len": p.seq_length, "global_batch": p.gbs, "mbs": p.mbs, "lr": t.lr, "precision": p.precision}[flag]
+
+
+def resumed(saved: RunConfig, flags: dict, data: dict | None = None,
+            framework: str | None = None) -> tuple[RunConfig, list[str]]:
+    """The saved run with the flags a resume may change applied, and what changed in words. Any other flag that
+    disagrees with the saved run is a GenconfError naming both values (a resumed run keeps its settings)."""
+    for flag, value in flags.items():
+        if value is None or flag in RESUME_MAY_CHANGE:
+            continue
+        was = _saved_value(saved, flag)
+        if value != was:
+            name = "--" + flag.replace("_", "-")
+            raise GenconfError(f"--resume: {name} {value} disagrees with the saved run ({name} {was}); a resumed run "
+                               f"keeps its settings: drop the flag, or start a new run (--name)")
+    if framework is not None and framework != saved.plan.framework:
+        raise GenconfError(f"--resume: --framework {framework} disagrees with the saved run (--framework "
+                           f"{saved.plan.framework})")
+    if data is not None and (data.get("path"), data.get("dtype")) != (saved.data.get("path"), saved.data.get("dtype")):
+        was = f"--data {saved.data['path']} --data-dtype {saved.data.get('dtype')}" if saved.data.get("path") else \
+            "synthetic tokens"
+        raise GenconfError(f"--resume: --data {data['path']} --data-dtype {data['dtype']} disagrees with the saved run "
+                           f"({was})")
+    t, notes = saved.train, []
+    steps = flags.get("steps")
+    if steps is not None and steps != t.train_steps:
+        verb = "extending" if steps > t.train_steps else "shortening"
+        notes.append(f"{verb} the run from {t.train_steps:,} to {steps:,} steps: the learning-rate schedule ({t.lr_decay}, "
+                     f"{t.warmup_steps:,} warm-up step{'' if t.warmup_steps == 1 else 's'}) is now defined over {steps:,} steps; the steps already trained "
+                     f"followed the {t.train_steps:,}-step schedule")
+        t = dataclasses.replace(t, train_steps=steps)
+    if flags.get("checkpoint_every") is not None and flags["checkpoint_every"] != t.checkpoint_every_steps:
+        every = flags["checkpoint_every"]
+        notes.append(f"checkpoints every {every:,} steps (was {t.checkpoint_every_steps:,})" if every else
+                     "checkpoints off (--checkpoint-every 0)")
+        t = dataclasses.replace(t, checkpoint_every_steps=every)
+    if flags.get("keep_checkpoints") is not None and flags["keep_checkpoints"] != t.keep_checkpoints:
+        notes.append(f"keeping the newest {flags['keep_checkpoints']} checkpoints (was {t.keep_checkpoints})")
+        t = dataclasses.replace(t, keep_checkpoints=flags["keep_checkpoints"])
+    shrink = dict(saved.shrink, **{k: flags[k] for k in RESUME_MAY_CHANGE if flags.get(k) is not None})
+    return dataclasses.replace(saved, train=t, shrink=shrink), notes

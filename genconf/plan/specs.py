@@ -416,10 +416,12 @@ class TrainSpec:
     fp8_bf16_first_last_layers: int = 0
     """Layers at each end kept in BF16 under FP8 (the current-scaling recipe keeps 1)."""
     checkpoint_every_steps: int = 1000
-    """Save a checkpoint every N steps (0 = only at the end)."""
+    """Save a checkpoint every N steps and after the last one; 0 = no checkpoints at all."""
+    keep_checkpoints: int = 2
+    """Complete checkpoints kept on disk, the newest (issue 13: a run's checkpoints filled a 64 GiB disk)."""
 
     def __post_init__(self) -> None:
-        _positive(self, "train_steps", "seed")
+        _positive(self, "train_steps", "seed", "keep_checkpoints")
         if self.warmup_steps < 0 or self.checkpoint_every_steps < 0 or self.fp8_bf16_first_last_layers < 0:
             raise ValueError("TrainSpec: warmup_steps, checkpoint_every_steps and fp8_bf16_first_last_layers must be >= 0")
         if not 0 <= self.min_lr <= self.lr:

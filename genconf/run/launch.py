@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -20,8 +21,8 @@ from genconf.catalog.hardware import resolve_gpu
 from genconf.plan import precision, runconfig
 from genconf.plan.errors import GenconfError
 from genconf.plan.runconfig import RunConfig
-from genconf.render.slurm import ENTRY_POINTS
-from genconf.train import cpu_numerics
+from genconf.render.slurm import ENTRY_POINTS, PREEMPT_SIGNAL_LEAD_S, TORCHRUN_SIGNALS
+from genconf.train import checkpoints, cpu_numerics, failure, preempt, watchdog
 
 def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None) -> RunConfig:
     """The RunConfig of DIR's plan, shrunk (genconf.plan.runconfig), for a GPU the catalog knows."""
@@ -93,11 +94,12 @@ def entry_point(framework: str) -> Path:
 
 def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executable, extra_env: dict | None = None,
                  stdout=None) -> int:
-    """torchrun --standalone with one process per rank of the plan (gloo on CPUs, NCCL on GPUs)."""
+    """torchrun --standalone with one process per rank of the plan (gloo on CPUs, NCCL on GPUs). SIGUSR1 to
+    torchrun reaches every rank, which checkpoints and stops (as a Slurm job does before its time limit)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
     cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={cfg.plan.world_size}",
+           f"--signals-to-handle={TORCHRUN_SIGNALS}", f"--shutdown-timeout={PREEMPT_SIGNAL_LEAD_S}",
            str(entry_point(cfg.plan.framework)), "--artifacts", cfg.artifacts, "--run-dir", str(run_dir)]
     if resume:
         cmd.append("--resume")
@@ -106,7 +108,67 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
     if not cuda_available():
         env.update(cpu_numerics.pinned_env(env))  # the same loss curve on every x86 CPU (genconf.train.cpu_numerics)
     print(f"genconf: launching {' '.join(cmd)}", file=sys.stderr, flush=True)
-    return subprocess.call(cmd, env=env, stdout=stdout)
+    proc = subprocess.Popen(cmd, env=env, stdout=stdout)
+    # SIGUSR1 to `genconf launch` (a preemption notice, or a user's kill -USR1) reaches torchrun, which forwards
+    # it to the ranks: they checkpoint at the end of the step and stop (genconf.train.preempt).
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: proc.send_signal(signum))
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def check_data(cfg) -> None:
+    """The run's token file checked before any rank starts (genconf.run.datacheck); one line on stderr."""
+    if (cfg.data or {}).get("kind") != "memmap":
+        return
+    from genconf.run.datacheck import check_token_file
+
+    summary = check_token_file(cfg.data["path"], dtype=cfg.data.get("dtype", "uint16"), vocab_size=cfg.model.vocab_size,
+                               seq_length=cfg.plan.seq_length, global_batch=cfg.plan.gbs)
+    print(f"genconf: {summary.line(cfg.model.vocab_size)}", file=sys.stderr, flush=True)
+
+
+def check_resumable(run_dir: Path, cfg, steps_flag: int | None) -> int:
+    """The newest checkpoint step a resume can start from (by its manifest, not yet verified: the ranks verify
+    the checksums and fall back to an older one), or one line saying why there is nothing to resume."""
+    store = checkpoints.CheckpointStore(run_dir / "checkpoints")
+    complete = [step for step, path in store.steps() if (path / checkpoints.MANIFEST).is_file()]
+    if not complete:
+        raise GenconfError(f"--resume: no checkpoint in {store.root} (checkpoints off, or the run stopped before "
+                           f"its first)")
+    newest = complete[-1]
+    # A finished run has nothing to resume, unless its last checkpoint is broken: then the ranks fall back to
+    # an older one (hashing it here costs a read of one checkpoint, and only in this case).
+    if newest >= cfg.train.train_steps and store.verify(store.final_dir(newest)) is None:
+        if steps_flag is not None:
+            raise GenconfError(f"--resume --steps {steps_flag}: the newest checkpoint is at step {newest}; give more "
+                               f"than {newest} steps")
+        raise GenconfError(f"--resume: the run finished at step {newest} of {cfg.train.train_steps}; give --steps N "
+                           f"(more than {newest}) to extend it")
+    return newest
+
+
+def report_end(run_dir: Path, rc: int, *, since: float, resume_hint: str) -> int:
+    """After the ranks are gone: 0 when the run finished or stopped for preemption (one line each), else a
+    GenconfError naming the cause: a hang (which ranks, where they waited), the first rank's failure (the disk
+    is full, out of memory, the exception), or the exit code."""
+    marker = preempt.read_marker(run_dir)
+    if marker and marker.get("time", 0) >= since:
+        saved = f"checkpoint {marker['checkpoint']}" if marker.get("checkpoint") else "no checkpoint (checkpoints off)"
+        print(f"genconf: preempted after step {marker['step']} ({saved}); continue with: {resume_hint}", flush=True)
+        return 0
+    if rc == 0:
+        print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir})")
+        return 0
+    hung = watchdog.summarize(run_dir, since=since)
+    if hung:
+        raise GenconfError(hung)
+    failed = failure.summarize(run_dir, since=since)
+    if failed:
+        raise GenconfError(f"training failed: {failed} (run directory {run_dir})")
+    killed = " (a rank was killed: out of memory?)" if rc in (-9, 137) else ""
+    raise GenconfError(f"training exited with code {rc}{killed}; see the output above (run directory {run_dir})")
 
 
 def sbatch_script(artifacts: Path, framework: str) -> Path:
@@ -137,16 +199,19 @@ def job_state(job_id: str) -> tuple[str, str]:
     return fields.get("JobState", "UNKNOWN"), fields.get("ExitCode", "?")
 
 
-def submit(cfg, artifacts: Path, *, wait: bool, timeout_s: float = 3600) -> int:
-    """sbatch the plan's script unchanged; with wait, poll until it ends and surface a failure with the job
-    id, its state and the tail of its log."""
+def submit(cfg, artifacts: Path, *, wait: bool, resume: bool = False, timeout_s: float = 3600) -> int:
+    """sbatch the plan's script unchanged; with wait, poll until it ends (through any requeues) and surface a
+    failure with the job id, its state, the cause the ranks recorded and the tail of its log. With resume the
+    job continues the run in the script's RUN_DIR (GENCONF_RESUME=1, which the script reads)."""
     if shutil.which("sbatch") is None:
         raise GenconfError("sbatch is not on PATH: --submit needs a Slurm client (or run without --submit)")
     script = sbatch_script(artifacts, cfg.plan.framework)
     run_dir = script_run_dir(script)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)  # Slurm opens --output there before the job runs
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
-    out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
+    since = time.time()
+    env = dict(os.environ, GENCONF_RESUME="1") if resume else None
+    out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise GenconfError(f"sbatch refused {script.name}: {(out.stderr or out.stdout).strip().splitlines()[-1]}")
     job_id = out.stdout.strip().split(";")[0]
@@ -165,7 +230,9 @@ def submit(cfg, artifacts: Path, *, wait: bool, timeout_s: float = 3600) -> int:
         return 0
     logs = sorted((run_dir / "logs").glob(f"*-{job_id}.*")) if (run_dir / "logs").is_dir() else []
     print("\n".join(log_excerpt(logs)), file=sys.stderr)
-    raise GenconfError(f"job {job_id} ended {state} (exit code {code}); logs: {', '.join(str(p) for p in logs) or run_dir}")
+    why = watchdog.summarize(run_dir, since=since) or failure.summarize(run_dir, since=since)
+    raise GenconfError(f"job {job_id} ended {state} (exit code {code})" + (f": {why}" if why else "")
+                       + f"; logs: {', '.join(str(p) for p in logs) or run_dir}")
 
 
 _EXCEPTION = re.compile(r"\b\w*(Error|Exception|error): ")

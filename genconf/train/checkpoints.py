@@ -264,6 +264,14 @@ class CheckpointStore:
                     removed.append(p)
         return removed
 
+    def clear(self) -> list[Path]:
+        """Remove every checkpoint and leftover (a run that starts over at step 0 in this directory)."""
+        removed = [path for _, path in self.steps()]
+        for path in removed:
+            self._remove(path)
+        self.clean_staging()
+        return removed
+
     def _remove(self, path: Path) -> None:
         """Rename aside, then delete: a kill in between leaves a .del directory, never a half-deleted step_N."""
         m = _STEP.match(path.name)

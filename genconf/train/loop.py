@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -18,10 +19,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from genconf.plan.errors import GenconfError
 from genconf.plan.runconfig import RunConfig
 from genconf.plan.specs import TrainSpec
-from genconf.train import measure, runtime
+from genconf.train import checkpoints, failure, measure, preempt, runtime, watchdog
 from genconf.train.data import source_from
 
 
@@ -91,50 +91,120 @@ class Runner:
         """After the last step, before the process group is destroyed."""
 
 
-def train(runner: Runner, run_dir: Path, *, resume: bool) -> int:
-    """Run `runner`'s plan from step 0, or from the last checkpoint in `run_dir` when resuming."""
+def train(runner: Runner, run_dir: Path, *, resume: bool | str) -> int:
+    """Run `runner`'s plan from step 0, or from the newest verified checkpoint in `run_dir` when resuming
+    (resume="auto": when there is one, else from step 0). Between steps: the hang watchdog's heartbeat, and
+    the preemption signal (all ranks agree, checkpoint and stop)."""
     cfg = runner.cfg
     plan, spec = cfg.plan, cfg.train
-    with runner.session():
-        d = runtime.init_distributed()
-        error = runner.world_error(d)
-        if error:
-            runtime.fail(error)
-        runner.setup(d)
-        runtime.seed_everything(spec.seed)
-        runner.build(d, run_dir)
-        start = prepare_run_dir(run_dir, cfg, d, resume=resume)
-        if resume:
-            runner.load(checkpoint_dir(run_dir, start), d)
-        source = source_from(cfg.data, cfg.model.vocab_size, spec.seed)
-        metrics = Metrics(run_dir, d, plan.gbs * plan.seq_length, spec.train_steps)
-        if d.is_main:
-            print(f"genconf: {runner.describe()}", flush=True)
-        for step in range(start, spec.train_steps):
-            lr = set_lr(runner.optimizer, step, spec)
-            metrics.start_step()
-            loss, grad_norm = runner.step(step, source, d)
-            extra = runner.step_metrics()
-            if step == start:
-                extra.update(measure.first_step_memory(runner.model, runner.optimizer, cfg, d))
-            metrics.end_step(step, loss, grad_norm, lr=lr, **extra)
-            maybe_inject_failure(step, d)
-            if should_checkpoint(step, spec):
-                path = checkpoint_dir(run_dir, step + 1)
-                runner.save(path, d)
-                mark_checkpoint_done(path, d)
-        dist.barrier()
-        runner.close()
-        dist.destroy_process_group()
+    store = checkpoints.CheckpointStore(run_dir / runtime.CHECKPOINTS, keep_last=spec.keep_checkpoints,
+                                        reserve_bytes=reserve_bytes())
+    preemption = preempt.install()
+    activity = "starting"
+    d = None
+    dog = None
+    try:
+        with runner.session():
+            d = runtime.init_distributed()
+            error = runner.world_error(d)
+            if error:
+                runtime.fail(error)
+            runner.setup(d)
+            runtime.seed_everything(spec.seed)
+            activity = "building the model"
+            runner.build(d, run_dir)
+            found = None
+            if resume:
+                activity = "verifying checkpoints"
+                found = store.newest_verified(rank=d.rank, world=d.world_size, agree=lambda why: _first(why, d))
+                if found.path is None and resume != "auto":
+                    runtime.fail(f"--resume: {found.summary()} under {store.root}")
+                if found.path is None:
+                    found = None
+            start = found.step if found else 0
+            if found:
+                refuse_other_run(found.manifest, cfg)
+                if start >= spec.train_steps and resume == "auto":  # a requeued job whose run had ended
+                    if d.is_main:
+                        print(f"genconf: the run already finished at step {start}; nothing to do", flush=True)
+                    dist.destroy_process_group()
+                    return 0
+                if start >= spec.train_steps:
+                    runtime.fail(f"--resume: the run finished at step {start} of {spec.train_steps}; give --steps N "
+                                 f"(more than {start}) to extend it")
+            prepare_run_dir(run_dir, cfg, d, start=start, store=store)
+            if found:
+                activity = f"loading {found.path.name}"
+                if d.is_main:
+                    print(f"genconf: {found.summary()}", flush=True)
+                runner.load(found.path, d)
+            source = source_from(cfg.data, cfg.model.vocab_size, spec.seed)
+            metrics = Metrics(run_dir, d, plan.gbs * plan.seq_length, spec.train_steps)
+            if d.is_main:
+                print(f"genconf: {runner.describe()}", flush=True)
+            dog = watchdog.Watchdog.from_env(run_dir, d.rank, predicted_step_s=predicted_step_s(cfg, d))
+            if dog is not None:
+                dog.start()
+            estimate = None
+            stopped = None
+            for step in range(start, spec.train_steps):
+                activity = f"in step {step}"
+                lr = set_lr(runner.optimizer, step, spec)
+                maybe_slow_down()  # before the step's clock starts: measured step times stay honest
+                metrics.start_step()
+                maybe_hang(step, d)
+                loss, grad_norm = runner.step(step, source, d)
+                extra = runner.step_metrics()
+                if step == start:
+                    extra.update(measure.first_step_memory(runner.model, runner.optimizer, cfg, d))
+                    estimate = checkpoint_estimate(runner, d)
+                metrics.end_step(step, loss, grad_norm, lr=lr, **extra)
+                preempted = _any(preemption.requested, d)
+                if should_checkpoint(step, spec) or (preempted and spec.checkpoint_every_steps > 0):
+                    activity = f"while saving checkpoint {checkpoints.step_name(step + 1)}"
+                    if dog is not None:
+                        dog.beat(step, activity, allow_s=save_allowance_s(estimate, d))
+                    save_checkpoint(store, runner, step + 1, d, estimate_bytes=estimate, cfg=cfg)
+                if dog is not None:
+                    dog.beat(step)
+                maybe_inject_failure(step, d)
+                if preempted and step + 1 < spec.train_steps:  # on the last step the run simply ends
+                    stopped = step + 1
+                    break
+            activity = "finishing"
+            dist.barrier()
+            if stopped is not None and d.is_main:
+                saved = store.final_dir(stopped)
+                preempt.write_marker(run_dir, step=stopped, checkpoint=saved.name if saved.is_dir() else None)
+                print(f"genconf: preempted ({preempt.SIGNAL_NAME}) after step {stopped}: "
+                      + (f"checkpoint {saved.name} saved; the requeued job resumes from it" if saved.is_dir() else
+                         "no checkpoint (checkpoints are off): a requeued job starts over"), flush=True)
+            if dog is not None:
+                dog.stop()
+                dog = None
+            runner.close()
+            dist.barrier()
+            dist.destroy_process_group()
+    except (SystemExit, KeyboardInterrupt):
+        if dog is not None:
+            dog.stop()
+        raise
+    except BaseException as exc:
+        line = failure.record(run_dir, d.rank if d is not None else int(os.environ.get("RANK", "0")),
+                              activity, exc)
+        print(f"genconf: error: {line}", file=sys.stderr, flush=True)
+        raise
     return 0
 
 
 def main(runner_class: type[Runner], argv: list[str] | None = None, *, description: str = "") -> int:
-    """A training entry point: `train_<framework>.py --artifacts DIR --run-dir RUN [--resume]`."""
+    """A training entry point: `train_<framework>.py --artifacts DIR --run-dir RUN [--resume[=auto]]`."""
+    preempt.install()  # before anything slow: a signal that comes early must not end the process
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--artifacts", type=Path, help="directory written by `genconf -o`")
     ap.add_argument("--run-dir", type=Path, required=True)
-    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--resume", nargs="?", const=True, default=False, choices=(True, "auto"),
+                    help="continue from the newest verified checkpoint (auto: if there is one; a requeued Slurm job)")
     runner_class.add_arguments(ap)
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -174,16 +244,17 @@ class Metrics:
         return row
 
 
-def prepare_run_dir(run_dir: Path, cfg: RunConfig, d: runtime.Dist, *, resume: bool) -> int:
-    """Write config/versions/seed (rank 0) and return the step to start from (after the last checkpoint
-    when resuming, else 0, truncating metrics.jsonl)."""
-    start = 0
-    if resume:
-        last = last_checkpoint(run_dir)
-        if last is None:
-            raise GenconfError(f"--resume: no checkpoint under {run_dir / runtime.CHECKPOINTS}")
-        start = last
+def prepare_run_dir(run_dir: Path, cfg: RunConfig, d: runtime.Dist, *, start: int,
+                    store: checkpoints.CheckpointStore | None = None) -> None:
+    """Write config/versions/seed (rank 0), keep metrics.jsonl's rows before `start`, and forget the preemption
+    marker of an earlier launch. Starting at step 0 in a directory that holds an earlier run's metrics and
+    checkpoints starts over: both are removed (the checkpoints with one line), so a later resume cannot mix runs."""
     if d.is_main:
+        if start == 0 and store is not None:
+            removed = store.clear()
+            if removed:
+                print(f"genconf: starting over in {run_dir}: removed {len(removed)} checkpoint(s) of an earlier run "
+                      f"(newest {removed[-1].name})", flush=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / runtime.RUN_CONFIG).write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
         (run_dir / runtime.VERSIONS).write_text(json.dumps(runtime.versions(), indent=1, sort_keys=True))
@@ -191,35 +262,119 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, d: runtime.Dist, *, resume: b
         metrics = run_dir / runtime.METRICS
         if metrics.exists():
             kept = [line for line in metrics.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] < start] if resume else []
+                    if line.strip() and json.loads(line)["step"] < start]
             metrics.write_text("".join(line + "\n" for line in kept))
+        preempt.clear_marker(run_dir)
     if dist.is_initialized():
         dist.barrier()
-    return start
 
 
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / runtime.CHECKPOINTS / f"step_{step:07d}"
+# --- checkpoints through genconf.train.checkpoints ------------------------------------------------
+
+RESERVE_ENV = "GENCONF_CHECKPOINT_RESERVE_MIB"
+SAVE_MIN_BYTES_PER_S = 50e6
+"""The slowest storage the watchdog allows for a save (50 MB/s, a busy network file system), on top of its usual timeout."""
 
 
-def last_checkpoint(run_dir: Path) -> int | None:
-    """The step after the newest complete checkpoint (one with a 'done' marker)."""
-    root = run_dir / runtime.CHECKPOINTS
-    steps = sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if (p / "done").exists()) if root.is_dir() else []
-    return steps[-1] if steps else None
+def reserve_bytes() -> int:
+    """Free space a save must leave: GENCONF_CHECKPOINT_RESERVE_MIB, default genconf.train.checkpoints.RESERVE_BYTES."""
+    value = os.environ.get(RESERVE_ENV)
+    return int(float(value) * 2**20) if value else checkpoints.RESERVE_BYTES
 
 
-def mark_checkpoint_done(path: Path, d: runtime.Dist) -> None:
-    if dist.is_initialized():
-        dist.barrier()
+def checkpoint_meta(cfg: RunConfig, world_size: int) -> dict:
+    """What a checkpoint must agree with to be loaded: the framework and every degree of the layout."""
+    p = cfg.plan
+    return {"framework": p.framework, "world_size": world_size, "model": cfg.model.name,
+            "layout": {"tp": p.tp, "pp": p.pp, "vp": p.vp, "cp": p.cp, "ep": p.ep, "dp": p.dp, "zero": p.zero_stage},
+            "train_steps": cfg.train.train_steps}
+
+
+def refuse_other_run(manifest: dict | None, cfg: RunConfig) -> None:
+    """One line, exit 2, when a checkpoint was written by another framework or layout."""
+    meta = (manifest or {}).get("meta") or {}
+    ours = checkpoint_meta(cfg, cfg.plan.world_size)
+    for key in ("framework", "world_size", "layout"):
+        if key in meta and meta[key] != ours[key]:
+            runtime.fail(f"--resume: the checkpoint was written with {key} {meta[key]}, this run has {ours[key]}")
+
+
+def checkpoint_estimate(runner: Runner, d: runtime.Dist) -> int:
+    """Bytes the first checkpoint will take: every rank's parameters and optimizer states, summed (what the
+    runners save, give or take the RNG state; DeepSpeed's 16-bit weights are saved once, so this errs high)."""
+    module = getattr(runner.model, "module", runner.model)
+    local = measure.param_bytes(module) + measure.optimizer_bytes(runner.optimizer)
+    total = torch.tensor([float(local)], dtype=torch.float64, device=_flag_device(d))
+    dist.all_reduce(total)
+    return int(total.item())
+
+
+def save_allowance_s(estimate: int | None, d: runtime.Dist) -> float:
+    """How long the watchdog lets a save take: this rank's share at the slowest storage we accept, hashing included."""
+    return 2 * (estimate or 0) / max(1, d.world_size) / SAVE_MIN_BYTES_PER_S
+
+
+def save_checkpoint(store: checkpoints.CheckpointStore, runner: Runner, step: int, d: runtime.Dist, *,
+                    estimate_bytes: int | None, cfg: RunConfig) -> None:
+    """Save step's checkpoint through the store: rank 0 checks the free space and stages, every rank writes and
+    hashes its share, rank 0 writes the manifest and renames. A save the disk cannot hold stops the run before
+    anything is written (issue 13: the disk filled and the run died with "exited with code 1"): one line naming
+    the free and the needed bytes, recorded for the launcher, exit 2 on every rank; the checkpoints before it
+    are intact, so the run resumes from the newest once space is freed."""
+    why = None
     if d.is_main:
-        (path / "done").write_text("ok\n")
+        try:
+            store.begin(step, expected_bytes=store.expected_bytes(estimate_bytes))
+        except checkpoints.NoSpaceError as exc:
+            why = str(exc)
+    why = _first(why, d)
+    if why:
+        line = f"rank {d.rank} stopped before checkpoint {checkpoints.step_name(step)}: {why}"
+        if d.is_main:
+            failure.record_line(store.root.parent, d.rank, line)
+            print(f"genconf: error: {line}", file=sys.stderr, flush=True)
+        dist.destroy_process_group()  # every rank is here (the reason was shared): end cleanly, not by abort
+        raise SystemExit(2)
+    runner.save(store.staging_dir(step), d)
+    dist.barrier()
+    entries = store.hash_share(step, d.rank, d.world_size)
+    gathered: list = [None] * d.world_size
+    dist.all_gather_object(gathered, entries)
+    if d.is_main:
+        store.commit(step, [e for part in gathered for e in part], checkpoint_meta(cfg, d.world_size))
+    dist.barrier()
+
+
+def _flag_device(d: runtime.Dist):
+    return d.device if d.backend == "nccl" else torch.device("cpu")
+
+
+def _any(flag: bool, d: runtime.Dist) -> bool:
+    """True on every rank when it is true on any (the preemption signal reaches ranks at different steps)."""
+    t = torch.tensor([1.0 if flag else 0.0], device=_flag_device(d))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def _first(value, d: runtime.Dist):
+    """The first rank's non-None value, on every rank (an all-gather of small Python objects)."""
+    if d.world_size == 1:
+        return value
+    gathered: list = [None] * d.world_size
+    dist.all_gather_object(gathered, value)
+    return next((v for v in gathered if v), None)
+
+
+def predicted_step_s(cfg: RunConfig, d: runtime.Dist) -> float | None:
+    """The planner's step time, for the watchdog, where it describes this run: the full-size plan on a GPU."""
+    step_s = (cfg.prediction or {}).get("step_time_s")
+    return float(step_s) if step_s and d.device.type == "cuda" and not cfg.shrink else None
 
 
 def should_checkpoint(step: int, train: TrainSpec) -> bool:
-    """After step `step` (0-based) completes: every N steps and at the end."""
+    """After step `step` (0-based) completes: every N steps and after the last one; never when N is 0."""
     done = step + 1
-    return done == train.train_steps or (train.checkpoint_every_steps > 0 and done % train.checkpoint_every_steps == 0)
+    return train.checkpoint_every_steps > 0 and (done == train.train_steps or done % train.checkpoint_every_steps == 0)
 
 
 def lr_at(step: int, train: TrainSpec) -> float:
@@ -241,6 +396,23 @@ def set_lr(optimizer, step: int, train: TrainSpec) -> float:
     for group in optimizer.param_groups:
         group["lr"] = lr
     return lr
+
+
+def maybe_hang(step: int, d: runtime.Dist) -> None:
+    """Test hook: GENCONF_HANG_STEP=N (and GENCONF_HANG_RANK=r, default 0) makes rank r stop making progress in
+    step N, to exercise the watchdog; the other ranks then wait for it in the step's first collective."""
+    hang = os.environ.get("GENCONF_HANG_STEP")
+    if hang is not None and step == int(hang) and d.rank == int(os.environ.get("GENCONF_HANG_RANK", "0")):
+        while True:
+            time.sleep(3600)
+
+
+def maybe_slow_down() -> None:
+    """Test hook: GENCONF_STEP_SLEEP_S=S makes every step S seconds longer (numerics unchanged), so that a short
+    Slurm time limit ends a tiny run in the middle (the preemption test)."""
+    delay = os.environ.get("GENCONF_STEP_SLEEP_S")
+    if delay:
+        time.sleep(float(delay))
 
 
 def maybe_inject_failure(step: int, d: runtime.Dist) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,9 @@ def runtime_ds_config(cfg: RunConfig) -> dict:
         config["zero_allow_untested_optimizer"] = True
         config.pop("flops_profiler", None)
     return config
+
+
+RECOVERY_SCRIPTS = ("zero_to_fp32.py", "zero_to_torch.py")
 
 
 class DeepSpeedRunner(loop.Runner):
@@ -82,7 +86,14 @@ class DeepSpeedRunner(loop.Runner):
         return (total / (accum * d.world_size)).item(), float(norm) if norm is not None else None
 
     def save(self, path: Path, d: runtime.Dist) -> None:
-        self.model.save_checkpoint(str(path.parent), tag=path.name, client_state={"rng": torch.get_rng_state()})
+        # The tag is the store's staging directory; no `latest` file: the checkpoint store knows the newest.
+        self.model.save_checkpoint(str(path.parent), tag=path.name, client_state={"rng": torch.get_rng_state()},
+                                   save_latest=False)
+        # Under ZeRO rank 0 copies zero_to_fp32.py / zero_to_torch.py beside the tags (engine._copy_recovery_script):
+        # into the checkpoint with them, so it is self-contained, covered by the manifest and pruned with it.
+        for script in RECOVERY_SCRIPTS:
+            if d.is_main and (path.parent / script).is_file():
+                os.replace(path.parent / script, path / script)
 
     def load(self, path: Path, d: runtime.Dist) -> None:
         _, client = self.model.load_checkpoint(str(path.parent), tag=path.name)
