@@ -3,7 +3,11 @@
 `genconf launch DIR` (or the generated launch_deepspeed.sbatch) starts it on every rank.
 """
 
-from genconf.train.runners.deepspeed import main
+from genconf.train import preempt
+
+preempt.install()  # first: Slurm's SIGUSR1 may come while torch is still importing
+
+from genconf.train.runners.deepspeed import main  # noqa: E402
 
 if __name__ == "__main__":
     raise SystemExit(main())

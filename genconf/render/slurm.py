@@ -11,6 +11,36 @@ from genconf.plan.specs import ClusterSpec, ParallelPlan
 
 ENTRY_POINTS = {"megatron": "train_megatron.py", "deepspeed": "train_deepspeed.py", "fsdp": "train_fsdp.py"}
 """The training entry point in launchers/ that torchrun starts, per framework."""
+PREEMPT_SIGNAL_LEAD_S = 180
+"""Seconds before the time limit Slurm sends SIGUSR1 (`--signal=USR1@180`): a step and a checkpoint must fit in
+it, and Slurm may send the signal up to a minute early (sbatch(1), --signal). torchrun waits as long for the
+ranks to save and exit before it kills them (--shutdown-timeout). A job shorter than 4x this gets a quarter of
+its time limit instead (preempt_signal_s)."""
+TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+"""What torchrun forwards to its ranks: its default four and SIGUSR1, the preemption signal."""
+
+def time_limit_s(time: str) -> int:
+    """Seconds in a Slurm time limit (sbatch(1), --time: "minutes", "minutes:seconds", "hours:minutes:seconds",
+    "days-hours", "days-hours:minutes", "days-hours:minutes:seconds")."""
+    days, _, rest = time.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+        return int(days) * 86400 + h * 3600 + m * 60 + sec
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def preempt_signal_s(time: str) -> int:
+    """When Slurm signals the job before its limit: PREEMPT_SIGNAL_LEAD_S, or a quarter of a short limit (a
+    2-minute job gets 30 s, not a signal at its start)."""
+    if time in ("UNLIMITED", "INFINITE"):
+        return PREEMPT_SIGNAL_LEAD_S
+    return max(1, min(PREEMPT_SIGNAL_LEAD_S, time_limit_s(time) // 4))
+
 
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
@@ -89,6 +119,7 @@ def slurm_settings(cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, opti
         "time": options.time, "run_dir": options.run_dir, "log_dir": options.run_dir.rstrip("/") + "/logs",
         "artifacts": options.artifacts_dir, "launchers": options.launchers_dir, "python": options.python,
         "master_port": options.master_port, "nccl_env": list(cluster.nccl_env), "cluster_name": cluster.name,
+        "preempt_signal_s": preempt_signal_s(options.time), "torchrun_signals": TORCHRUN_SIGNALS,
         # Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before Blackwell (arguments.py).
         "megatron_max_connections": megatron.tp > 1 or megatron.cp > 1,
     }

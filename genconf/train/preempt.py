@@ -49,6 +49,18 @@ class Preemption:
             self.received_at = time.time()
 
 
+_ACTIVE: Preemption | None = None
+
+
+def install() -> Preemption:
+    """The process's one Preemption, its handler installed on the first call (the entry points call this
+    before importing torch, so an early signal is noted, not fatal)."""
+    global _ACTIVE
+    if _ACTIVE is None:
+        _ACTIVE = Preemption().install()
+    return _ACTIVE
+
+
 def write_marker(run_dir: Path, *, step: int, checkpoint: str | None) -> Path:
     """RUN/preempted: where the run stopped and which checkpoint it left (None: checkpoints were off)."""
     path = Path(run_dir) / MARKER
