@@ -132,7 +132,7 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
 
 GPU_KEYS = tuple(f.name for f in fields(GPUSpec) if f.name != "name")
 CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "ib_gbit_per_s_per_gpu", "total_gpus",
-                "cpu_mem_gib_per_node", "nccl_env", "description", "name")
+                "host_link_gbyte_per_s_per_gpu", "cpu_mem_gib_per_node", "nccl_env", "description", "name")
 
 
 @functools.lru_cache(maxsize=1)
@@ -237,11 +237,18 @@ def calibration_for(gpu_name: str):
     return _build(Calibration, f"{path} [{gpu.name}]", values)
 
 
+def gpu_calibration_overrides(gpu_name: str) -> dict:
+    """The calibration values calibration.yaml sets for this GPU itself (beyond its architecture's)."""
+    data = read_yaml(_PACKAGE_DIR / "calibration.yaml")
+    return dict((data.get("gpus") or {}).get(resolve_gpu(gpu_name).name, {}))
+
+
 def gpu_for_device_name(device_name: str) -> str | None:
     """The catalog GPU for a CUDA device name (torch.cuda.get_device_name()), or None."""
     name = device_name.lower()
     for key, gpu in (("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"),
-                     ("a100-sxm4-40", "a100-40gb"), ("a100", "a100-80gb"), ("gb200", "gb200"), ("b200", "b200")):
+                     ("a100-sxm4-40", "a100-40gb"), ("a100", "a100-80gb"), ("gb300", "gb300"), ("b300", "b300"),
+                     ("gb200", "gb200"), ("b200", "b200")):
         if key in name:
             return gpu
     return None

@@ -230,7 +230,7 @@ def deepspeed_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> 
                           "hysteresis": 2, "min_loss_scale": 1}
     elif plan.precision != "fp32":
         config["bf16"] = {"enabled": True}
-        if plan.grad_accum_fp32:
+        if plan.grad_dtype == "fp32":
             config["data_types"] = {"grad_accum_dtype": "fp32"}
     if plan.recompute != "none":
         config["activation_checkpointing"] = {

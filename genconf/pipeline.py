@@ -75,3 +75,14 @@ def bubble_fraction(plan: ParallelPlan) -> float:
     if plan.pp == 1:
         return 0.0
     return (plan.pp - 1) / (plan.vp * max(1, plan.num_microbatches))
+
+
+def recomputed_layers(plan: ParallelPlan, stage_layer_count: int) -> int:
+    """Layers of a pipeline rank that full recompute re-runs: all of them, or recompute_layers of each of
+    its vp model chunks (megatron --recompute-method block --recompute-num-layers N)."""
+    if plan.recompute != "full":
+        return 0
+    if plan.recompute_layers is None:
+        return stage_layer_count
+    per_chunk = stage_layer_count // plan.vp
+    return min(plan.recompute_layers, per_chunk) * plan.vp

@@ -73,6 +73,7 @@ def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
         "num_nodes": max(1, num_gpus // cluster.gpus_per_node),
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "ib_gbit_per_s_per_gpu": cluster.ib_gbit_per_s_per_gpu,
         "hbm_gib": cluster.gpu.hbm_gib, "cpu_mem_gib_per_node": cluster.cpu_mem_gib_per_node,
+        "host_link_gbyte_per_s_per_gpu": cluster.host_link_gbyte_per_s_per_gpu,
         "nccl_env": dict(cluster.nccl_env), "gpu_spec": dataclasses.asdict(cluster.gpu),
     }
 
@@ -130,6 +131,7 @@ def specs_from_dict(d: dict) -> tuple[ModelSpec, ClusterSpec, ParallelPlan, int]
                               nvlink_domain_gpus=c.get("nvlink_domain_gpus"),
                               ib_gbit_per_s_per_gpu=c["ib_gbit_per_s_per_gpu"],
                               cpu_mem_gib_per_node=c.get("cpu_mem_gib_per_node", 1024.0),
+                              host_link_gbyte_per_s_per_gpu=c.get("host_link_gbyte_per_s_per_gpu", 55.0),
                               nccl_env=tuple(sorted((c.get("nccl_env") or {}).items())))
         plan_fields = {f.name for f in dataclasses.fields(ParallelPlan)}
         plan = ParallelPlan(**{k: v for k, v in d["plan"].items() if k in plan_fields})

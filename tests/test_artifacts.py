@@ -21,7 +21,9 @@ from genconf.cli import main
 
 # name -> plan flags. Every one is a plan genconf accepts; the comments say what each covers.
 PLANS = {
-    "olmo70b": ["--model", "70b", "--gpus", "384"],  # the main job: megatron tp4 pp4 vp4, sp, distributed optimizer
+    # the main job's model and cluster, pinned to a classic 3D layout: megatron tp4 pp4 vp4, sp, distributed optimizer
+    "olmo70b": ["--model", "70b", "--gpus", "384", "--framework", "megatron", "--tp", "4", "--pp", "4", "--vp", "4",
+                "--zero", "1", "--mbs", "1", "--recompute", "none"],
     "fsdp1b": ["--model", "1b", "--gpus", "4", "--gpus-per-node", "2", "--framework", "fsdp", "--zero", "3"],
     "ddp1b": ["--model", "1b", "--gpus", "8", "--framework", "fsdp", "--zero", "0"],
     "hsdp7b": ["--model", "7b", "--gpus", "16", "--framework", "fsdp", "--zero", "3", "--gpus-per-node", "4",

@@ -50,13 +50,17 @@ def test_seed_workshop_formula_for_the_1b_and_7b_configs():
 
 def test_every_catalog_model_is_near_its_name():
     # Honest names: the size in the name is within 20% of the exact count (public names are rounded:
-    # OLMo-1B has 1.18B parameters).
+    # OLMo-1B has 1.18B parameters); an MoE name's "aNb" is its active count (Qwen3-30B-A3B: 3.35B).
+    import re
+
     for model in list_models():
-        size = model.name.split("-")[-1]
-        if not size.endswith("b") or "x" in size:
+        total = re.search(r"-(\d+(?:\.\d+)?)b(?:-|$)", model.name)
+        if total is None or "x" in model.name.split("-")[-1]:
             continue
-        billions = float(size[:-1])
-        assert abs(exact_param_count(model) / 1e9 / billions - 1) < 0.20, model.name
+        assert abs(exact_param_count(model) / 1e9 / float(total.group(1)) - 1) < 0.20, model.name
+        active = re.search(r"-a(\d+(?:\.\d+)?)b$", model.name)
+        if active:
+            assert abs(active_param_count(model) / 1e9 / float(active.group(1)) - 1) < 0.20, model.name
 
 
 def test_moe_active_params():

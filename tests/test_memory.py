@@ -11,7 +11,7 @@ from genconf.catalog import resolve_cluster, resolve_model
 from genconf.counting import exact_param_count
 from genconf.memory import (
     estimate, korthikanti_layer_bytes, layer_activation_bytes, layer_activation_terms, rank_params,
-    seed_model_bytes, stage_memory,
+    seed_model_bytes, stage_memory, step_transient_bytes,
 )
 from genconf.pipeline import inflight_chunks, stage_layers
 from genconf.specs import ModelSpec, ParallelPlan
@@ -35,9 +35,12 @@ def _ds_plan(zero: int, n: int, **kw) -> ParallelPlan:
 
 
 def _model_states(model, plan) -> int:
+    # DeepSpeed's estimators count the fp32 gradient partition with the model states; genconf prices it as
+    # what it is, a buffer that exists only inside optimizer.step() (stage_1_and_2.py / stage3.py free it).
     stage = stage_memory(model, plan, 0)
     gathered = sum(b for name, b in stage.other if name.startswith("ZeRO-3 gathered"))
-    return stage.params_bytes + stage.grads_bytes + stage.optimizer_bytes + gathered
+    return (stage.params_bytes + stage.grads_bytes + stage.optimizer_bytes + gathered
+            + step_transient_bytes(model, plan, 0))
 
 
 @needs_deepspeed
