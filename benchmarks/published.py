@@ -21,7 +21,8 @@ from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan
 DATA = Path(__file__).resolve().parent / "data"
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
-         "megatron_bridge_perf_summary.csv")
+         "megatron_bridge_perf_summary.csv", "genconf_h100_issue13.csv")
+GENCONF_FILE = "genconf_h100_issue13.csv"
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv")
 
 CATALOG_KEYS = {
@@ -76,6 +77,8 @@ def _float(value: str) -> float | None:
 
 def _cluster(row: dict, file: str) -> tuple[ClusterSpec | None, str]:
     gpu = row["gpu"]
+    if file == GENCONF_FILE:
+        return resolve_cluster("kempner-h100", gpu="h100-sxm", gpus_per_node=1), ""
     if file == "bigscience_bloom_sweep.csv" or "bigscience" in row["source"]:
         return resolve_cluster("jean-zay-a100"), ""
     if gpu.startswith("A100"):
@@ -141,6 +144,8 @@ def _model(row: dict, file: str) -> ModelSpec:
     if key in CATALOG_KEYS:
         base = resolve_model(CATALOG_KEYS[key])[0]
         return replace(base, seq_length=seq)
+    if file == GENCONF_FILE:
+        return resolve_model(row["model"])[0]
     defaults = _family_defaults(row["model"]) if file in NVIDIA_FILES else {}
     llama = file == "torchtitan.csv"
     vocab = _int(row["vocab"]) or (250880 if "250k" in row["vocab"] else defaults.get("vocab_size", 51200))
@@ -197,7 +202,8 @@ def _group(row: dict, file: str) -> str:
         return "NeMo long-seq" if "long_sequence" in row["source"] else "NeMo 24.07"
     return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
             "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
-            "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers"}[file]
+            "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
+            GENCONF_FILE: "genconf H100 (issue 13)"}[file]
 
 
 def _framework_label(file: str, row: dict) -> str:
@@ -205,6 +211,8 @@ def _framework_label(file: str, row: dict) -> str:
         return "Megatron-Bridge" if file == "megatron_bridge_perf_summary.csv" else "NeMo"
     if file == "torchtitan.csv":
         return "torchtitan"
+    if file == GENCONF_FILE:
+        return "genconf " + re.search(r"framework=(\w+)", row["notes"]).group(1)
     if file == "bigscience_bloom_sweep.csv" or "BLOOM" in row["model"]:
         return "Megatron-DeepSpeed"
     if "ZeRO-3" in row["model"]:
@@ -247,7 +255,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     if why:
         return None, why
     key = _model_key(row["model"])
-    if key not in CATALOG_KEYS and (not _int(row["layers"]) or not _int(row["hidden"]) or not _int(row["heads"])):
+    if key not in CATALOG_KEYS and file != GENCONF_FILE and (
+            not _int(row["layers"]) or not _int(row["hidden"]) or not _int(row["heads"])):
         return None, "architecture not stated"
     num_gpus, tp, pp = _int(row["num_gpus"]), _int(row["tp"]), _int(row["pp"])
     if not num_gpus or not tp or not pp:
@@ -303,11 +312,17 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         if file == "nemo_perf_summary_24.07_and_longseq.csv":
             unknown.append("grad_dtype")  # NeMo 1.x perf configs reduce gradients in bf16 (grad_sync_dtype)
     modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv") + NVIDIA_FILES
+    if file == GENCONF_FILE:
+        # The run's own plan, as its notes give it: framework, ZeRO stage, layer spec.
+        fields = dict(re.findall(r"(framework|zero|layer_spec)=(\w+)", row["notes"]))
+        deepspeed, fsdp = fields["framework"] == "deepspeed", fields["framework"] == "fsdp"
+        zero = int(fields["zero"])
+        modern = fields.get("layer_spec", "te") == "te"
     task = "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
     plan = ParallelPlan(
         framework="fsdp" if fsdp else "deepspeed" if deepspeed else "megatron", tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, dp=dp,
         mbs=mbs, gbs=gbs, etp=1 if (model.is_moe and file in NVIDIA_FILES) else None,
-        seq_length=model.seq_length, zero_stage=3 if fsdp else zero, recompute=recompute,
+        seq_length=model.seq_length, zero_stage=3 if fsdp and file != GENCONF_FILE else zero, recompute=recompute,
         sequence_parallel=tp > 1 and (file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv")
                                       + NVIDIA_FILES and "no sequence parallel" not in row["recompute"]),
         grad_dtype="fp32" if ("BF16 optimizer" in row["notes"] or "BF16_Optimizer" in row["precision"]) else None,
@@ -316,8 +331,9 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
                          or "async TP" in row["notes"]) and tp > 1,
         fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
         torch_compile=fsdp and "compile" in row["notes"],
-        # Before PyTorch 2.1 there were no expandable segments (BLOOM 2022, Megatron 2021-22).
-        expandable_segments=file in ("torchtitan.csv",) + NVIDIA_FILES)
+        # PyTorch's default allocator: none of the sources says it set expandable segments (BLOOM 2022 and
+        # Megatron 2021-22 predate them; genconf's launcher did not set them before this change).
+        expandable_segments=False)
     tokens = _float(row["tokens_per_sec_per_gpu"])
     tflops = _float(row["tflops_per_gpu"])
     mfu = _float(row["mfu"])

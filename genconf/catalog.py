@@ -234,6 +234,13 @@ def calibration_for(gpu_name: str):
     values.update((data.get("gpus") or {}).get(gpu.name, {}))
     allowed = tuple(f.name for f in fields(Calibration))
     _check_keys(f"{path} [{gpu.name}]", values, allowed)
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    for key, value in values.items():
+        if isinstance(value, str):
+            try:
+                values[key] = float(value)  # YAML 1.1 reads '2e-05' as a string
+            except ValueError:
+                raise GenconfError(f"{path} [{gpu.name}]: {key} must be a number, got {value!r}") from None
     return _build(Calibration, f"{path} [{gpu.name}]", values)
 
 

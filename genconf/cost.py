@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from genconf import kernels
-from genconf.counting import model_flops_per_token, recompute_flops_per_token
+from genconf.counting import layer_tensors, model_flops_per_token, recompute_flops_per_token
 from genconf.memory import offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.pipeline import bubble_fraction, recomputed_layers, stage_layers
 from genconf.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
@@ -41,6 +41,21 @@ class Calibration:
     """Sequence length at which the forward's per-tile costs equal its work (efficiency halves)."""
     attention_bwd_seq_overhead: float = 1650.0
     """Same for the backward."""
+    local_score_bytes: tuple[float, float] = (38.0, 48.0)
+    """Bytes per attention-score element the unfused (local-spec) attention moves, forward and backward.
+    Without megatron's fused softmax kernels (a pip-installed megatron-core, genconf's launcher): baddbmm writes
+    bf16 scores (2); masked_fill reads them and the mask and writes (5); the fp32 softmax upcasts (2+4), takes
+    the row max and sum and normalises (4+4+4) and casts back (4+2); dropout reads, writes and keeps a 1-byte
+    mask (5); the AV bmm reads the probabilities (2). Backward: the probability gradient (2), dropout (5), the
+    fp32 softmax gradient with its row reduction (2+4, 4+4+4+4, 4+2), masked_fill (5), the two bmm gradients (4).
+    With Megatron-LM's fused scale-mask-softmax kernel (the published A100 runs) one pass each: about 11 / 15."""
+    local_elementwise_passes: float = 3.0
+    """Element-wise traffic of the local spec relative to TE's fused kernels: 3 without apex and megatron's
+    fused kernels (bias, dropout with its RNG and mask, and the add run apart); about 1.5 with them."""
+    compiled_attention_factor: float = 0.6
+    """Attention efficiency of torch.compile'd models (torchtitan) relative to TE/cuDNN's fused attention:
+    their SDPA ran FlashAttention-2, which reaches ~350 of the ~600-650 TFLOP/s FlashAttention-3 and cuDNN reach
+    on an H100 forward (Shah et al. 2024, FlashAttention-3, Fig. 5)."""
     hbm_efficiency: float = 0.9
     """Fraction of HBM bandwidth that memory-bound kernels reach."""
     nvlink_efficiency: float = 0.8
@@ -49,8 +64,12 @@ class Calibration:
     """NCCL bus bandwidth over InfiniBand as a fraction of the NIC rate."""
     collective_latency_s: float = 1.5e-5
     """Base start-up cost of one collective (grows with log2 of the group)."""
+    ring_hop_latency_s: float = 5.0e-6
+    """Latency of one step of a ring all-gather/reduce-scatter between nodes (a quarter of it inside an NVLink
+    domain): a ring over d ranks takes d - 1 steps."""
     kernel_launch_s: float = 4.0e-6
-    """Host time to launch one kernel from eager PyTorch: bounds layers whose kernels are shorter."""
+    """Host time per eager PyTorch op (Python, dispatcher, autocast, kernel launch): bounds layers whose GPU
+    work is shorter than their launches."""
     graph_launch_s: float = 1.0e-6
     """Same with fused Transformer Engine layers and CUDA graphs (Megatron with the te spec)."""
     step_overhead_s: float = 0.05
@@ -127,23 +146,25 @@ megatron-core's local spec (unfused: the attention scores go through HBM), genco
 DeepSpeed (bf16 weights, SDPA flash attention, eager element-wise ops) or under FSDP/DDP (fp32 weights,
 autocast to bf16: norms and the residual stream stay fp32), or either under torch.compile (torchtitan)."""
 
-ELEMENTWISE_PASSES = {"megatron-te": 1.0, "megatron-local": 2.0, "torch-bf16": 2.0, "torch-autocast": 3.0,
+ELEMENTWISE_PASSES = {"megatron-te": 1.0, "megatron-local": 3.0, "torch-bf16": 2.0, "torch-autocast": 3.0,
                       "torch-compiled": 1.2}
 """Memory traffic of the element-wise work (norms, residual adds, activation, RoPE, dropout) relative to TE's
 fused kernels. Counted op by op: TE fuses norm+cast, bias+activation and bias+dropout+add (one read and one
-write each); eager PyTorch runs each as its own kernel (about twice the passes), and under autocast the
-residual stream and the norms are fp32 (twice the bytes again for those)."""
+write each); eager PyTorch runs each as its own kernel (about twice the passes); under autocast the residual
+stream and the norms are fp32 (three times). The local spec's factor is a calibration term
+(Calibration.local_elementwise_passes): it depends on whether megatron's fused kernels were built."""
 
 KERNELS_PER_LAYER = {"megatron-te": 18, "megatron-local": 45, "torch-bf16": 40, "torch-autocast": 55,
                      "torch-compiled": 20}
 """Forward kernels per layer (backward launches about twice as many), counted from profiles of each stack."""
 
-UNFUSED_SCORE_BYTES = (34.0, 39.0)
-"""Bytes per attention-score element moved by megatron-core's unfused DotProductAttention, forward and
-backward: baddbmm writes bf16 scores (2); masked_fill reads them and the mask and writes (5); the fp32 softmax
-upcasts, normalises and casts back (2+4, 4+4, 4+2); dropout reads, writes and keeps a 1-byte mask (5); the AV
-bmm reads the probabilities (2). Backward: the same chain in reverse with fp32 softmax gradients."""
-
+PARAM_BYTES_PER_MICROBATCH = {"megatron-te": 0.0, "megatron-local": 10.0, "torch-bf16": 6.0, "torch-autocast": 16.0,
+                              "torch-compiled": 6.0}
+"""HBM traffic per parameter and micro-batch outside the GEMMs: megatron with TE accumulates weight gradients
+inside the GEMM into the fp32 main_grad (gradient_accumulation_fusion), its local spec adds a bf16 gradient
+into it (read 2 + 4, write 4); DeepSpeed's bf16 .grad accumulates (read 2 + 2, write 2); autocast over fp32
+weights (OLMo's FSDP/DDP) casts every weight to bf16 each forward (read 4, write 2) and adds bf16 weight
+gradients into fp32 .grad (read 2 + 4, write 4)."""
 
 def implementation(plan: ParallelPlan) -> str:
     if plan.framework == "megatron":
@@ -155,11 +176,21 @@ def implementation(plan: ParallelPlan) -> str:
     return "torch-bf16"
 
 
-def _bandwidth(cluster: ClusterSpec, cal: Calibration, group_span: int) -> float:
-    """Bus bandwidth in GB/s for a collective whose ranks span `group_span` consecutive GPUs."""
+def _bandwidth(cluster: ClusterSpec, cal: Calibration, group_span: int, ranks: int | None = None) -> float:
+    """Bus bandwidth in GB/s of a collective over `ranks` ranks spread evenly over `group_span` consecutive GPUs
+    (every group of the same kind runs its collective at the same time, as DP groups do).
+
+    Inside an NVLink domain: NVLink. Across domains, NCCL's rings enter and leave each domain once per ring and
+    spread the rings over the NICs: a group with k ranks in each domain drives k NICs (its share of the domain's
+    NICs, one per GPU), so its bus bandwidth is k x the NIC rate, capped by NVLink (8 ranks of a DGX node:
+    8 x 50 GB/s; one rank per node, as DP under tp=8: one NIC)."""
+    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
     if group_span <= cluster.nvlink_domain:
-        return cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
-    return cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency
+        return nvlink
+    ranks = ranks or group_span
+    stride = max(1, group_span // ranks)
+    per_domain = max(1, min(ranks, cluster.nvlink_domain // stride))
+    return min(nvlink, per_domain * cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency)
 
 
 def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, ranks: int, stride: int) -> float:
@@ -240,15 +271,16 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         qk_f, qk_b = linear_s(gpu, cal, batch * (seq // cp), keys, d, "bf16")
         av_f, av_b = linear_s(gpu, cal, batch * (seq // cp), d, keys, "bf16")
         scores = batch * (seq // cp) * keys
-        attn_f = qk_f + av_f + _mem_s(gpu, cal, UNFUSED_SCORE_BYTES[0] * scores)
-        attn_b = qk_b + av_b + _mem_s(gpu, cal, UNFUSED_SCORE_BYTES[1] * scores)
+        attn_f = qk_f + av_f + _mem_s(gpu, cal, cal.local_score_bytes[0] * scores)
+        attn_b = qk_b + av_b + _mem_s(gpu, cal, cal.local_score_bytes[1] * scores)
     else:
         bh = mbs * heads
+        backend = cal.compiled_attention_factor if impl == "torch-compiled" else 1.0
         attn_f = kernels.flash_attention_s(bh, seq / cp, keys, d, causal=causal, peak_tflops=peak16,
-                                           efficiency=cal.attention_fwd_efficiency,
+                                           efficiency=cal.attention_fwd_efficiency * backend,
                                            seq_overhead=cal.attention_fwd_seq_overhead)
         attn_b = kernels.flash_attention_s(bh, seq / cp, keys, d, causal=causal, peak_tflops=peak16,
-                                           efficiency=cal.attention_bwd_efficiency,
+                                           efficiency=cal.attention_bwd_efficiency * backend,
                                            seq_overhead=cal.attention_bwd_seq_overhead, backward=True)
 
     # Element-wise work: norms, residual adds, RoPE, activation, dropout (TE fused: one read + one write each).
@@ -256,7 +288,8 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     per_token = act * (10 * h / r + 2 * (q + kv) / t + (3 if model.gated else 2) * k_top * f / t)
     if model.is_moe:
         per_token += act * 4 * k_top * h / r  # token permute/unpermute around the experts
-    elem_f = _mem_s(gpu, cal, ELEMENTWISE_PASSES[impl] * n * per_token)
+    passes = cal.local_elementwise_passes if impl == "megatron-local" else ELEMENTWISE_PASSES[impl]
+    elem_f = _mem_s(gpu, cal, passes * n * per_token)
     elem_b = 2 * elem_f
 
     fwd = gemm_f + attn_f + elem_f + quant_f
@@ -285,7 +318,8 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if cp > 1:
         # Ring attention: cp - 1 steps, each sending this rank's K and V chunk while attending to the previous
         # one; exposed where a step's transfer outlasts its share of the attention (backward: dK, dV too).
-        bw = _bandwidth(cluster, cal, t * cp)
+        bw = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency if t * cp > cluster.nvlink_domain else \
+            _bandwidth(cluster, cal, t * cp)  # ring p2p between neighbours: one link each way
         kv_bytes = 2.0 * act * n * kv / t
         step = kernels.p2p_s(kv_bytes, gbyte_per_s=bw, latency_s=cal.collective_latency_s)
         steps = cp - 1
@@ -356,7 +390,7 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     d = plan.dp * plan.cp
     if d == 1:
         return 0.0
-    bw = _bandwidth(cluster, cal, plan.tp * d)
+    bw = _bandwidth(cluster, cal, plan.tp * d, d)
     lat = cal.collective_latency_s
     grad_bytes = plan.grad_bytes
     param_bytes = 1 if plan.fp8_param_gather else 2
@@ -369,13 +403,19 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     if sharded_params:
         # ZeRO-3 / FSDP / Megatron-FSDP: every micro-batch all-gathers the parameters (forward, and again for
         # the backward unless kept, as SHARD_GRAD_OP does) and reduce-scatters gradients, prefetched behind
-        # compute one unit ahead.
+        # compute one unit ahead. Each is a ring collective per unit (one flat parameter per layer for FSDP and
+        # Megatron-FSDP; one per parameter tensor for DeepSpeed ZeRO-3), and a ring walks all d ranks: at
+        # scale the hops' latency, not the bytes, bounds it (Narayanan 2021, Table 2: ZeRO-3 throughput halves
+        # each time the GPUs double at a fixed batch).
         regather = 0 if (plan.framework == "fsdp" and plan.zero_stage == 2) or plan.megatron_fsdp else 1
+        layers = -(-model.num_layers // max(1, plan.pp))
+        per_layer = len(layer_tensors(model, False)) if plan.framework == "deepspeed" else 1
+        collectives = (layers * per_layer + 1) * (2 + regather)
+        hop = cal.ring_hop_latency_s if plan.tp * d > cluster.nvlink_domain else cal.ring_hop_latency_s / 4
         gather = kernels.ring_gather_s(param_bytes * p, d, bus_gbyte_per_s=bw, latency_s=lat)
         scatter = kernels.ring_gather_s(grad_bytes * p, d, bus_gbyte_per_s=bw, latency_s=lat)
-        per_mb = gather * (1 + regather) + scatter
-        units = model.num_layers // max(1, plan.pp)
-        exposed = max(0.0, per_mb - eff * (fwd_window_s + bwd_window_s)) + (gather + scatter) / max(1, units)
+        per_mb = gather * (1 + regather) + scatter + collectives * (d - 1) * hop
+        exposed = max(0.0, per_mb - eff * (fwd_window_s + bwd_window_s)) + (gather + scatter) / max(1, layers)
         return m * exposed + 2 * lat * math.log2(d)
     if plan.zero_stage >= 1:
         # Distributed optimizer / ZeRO-1/2: reduce-scatter gradients during the last micro-batch's backward,
@@ -449,6 +489,10 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     offload_bytes = offload_bytes_per_layer(model, plan)
     link = cluster.host_link_gbyte_per_s_per_gpu * 1e9
     stage_s, recompute_s, offload_s = [], [], []
+    per_param = PARAM_BYTES_PER_MICROBATCH[implementation(plan)]
+    sharded = plan.zero_stage >= 3 or (plan.framework == "fsdp" and plan.zero_stage >= 2)
+    param_pass = [_mem_s(gpu, cal, per_param * rank_params(model, plan, i).total / (plan.shard_size if sharded else 1))
+                  if per_param else 0.0 for i in range(plan.pp)]
     for i, count in enumerate(layers):
         recomputed = recomputed_layers(plan, count) if plan.recompute == "full" else (count if plan.recompute == "selective" else 0)
         re = recomputed * recompute_per_layer
@@ -458,7 +502,7 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
             # backward, each direction hidden only behind that pass's compute (TE CPU offload: one copy stream).
             moved = min(plan.offload_activation_layers, count) * offload_bytes / link
             off = max(0.0, moved - count * layer_gpu["fwd_s"]) + max(0.0, moved - count * layer_gpu["bwd_s"])
-        t = count * (busy + host_wait) + re + off + plan.vp * cal.microbatch_overhead_s
+        t = count * (busy + host_wait) + re + off + plan.vp * cal.microbatch_overhead_s + param_pass[i]
         if i == 0:
             t += _embedding_s(model, plan, cluster, cal)
         if i == plan.pp - 1:
@@ -470,7 +514,9 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     slowest = stage_s[slowest_i]
     pp_comm = 0.0
     if plan.pp > 1:
-        bw = _bandwidth(cluster, cal, plan.tp * plan.cp * plan.dp * 2)
+        span = plan.tp * plan.cp * plan.dp * 2
+        bw = (cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency if span > cluster.nvlink_domain
+              else _bandwidth(cluster, cal, span))  # stage to stage: one GPU's link
         sp = plan.tp if plan.sequence_parallel else 1
         send = kernels.p2p_s(2.0 * n * model.hidden_size / sp, gbyte_per_s=bw, latency_s=cal.collective_latency_s)
         # Forward activations and backward gradients at every chunk boundary of a micro-batch.

@@ -26,15 +26,20 @@ CUDA_CONTEXT_BYTES = int(0.75 * GIB)
 """CUDA context plus cuBLAS/cuDNN handles and workspaces on Hopper (about 500-800 MiB measured)."""
 NCCL_BYTES_PER_GROUP = int(0.25 * GIB)
 """NCCL channel buffers for each communicator a rank is in (NCCL_BUFFSIZE 4 MiB x channels x peers)."""
-FRAGMENTATION_FRACTION = 0.30
-"""The classic caching allocator (fixed segments): blocks freed by one micro-batch's activations and
-temporaries are split and cached, and the next, differently sized requests cannot all reuse them, so the
-reserved memory runs above the live peak by about this fraction of the churning bytes (activations and
-transients; parameters, gradients and optimizer states are allocated once). Fitted to the published per-GPU
-memory (nvidia-smi for BLOOM, max reserved for torchtitan; benchmarks/results/accuracy.md)."""
+FRAGMENTATION_FRACTION = 0.25
+"""PyTorch's default caching allocator (fixed segments) reserves this fraction above the bytes live at the
+peak: blocks freed by initialisation (DeepSpeed/FSDP flattening), by the optimizer step's fp32 gradients and by
+each micro-batch's activations are split and cached, and later, differently sized requests cannot all reuse
+them. Fitted to the published per-GPU memory (BLOOM's nvidia-smi readings: median |error| 4%; torchtitan's
+max reserved), none of which set expandable segments."""
+UNRELEASABLE_FRACTION = 0.10
+"""Of that slack, what a plan must still budget for: before it reports out-of-memory PyTorch frees its cached
+blocks and retries (CUDACachingAllocator: release_cached_blocks on a failed cudaMalloc), so only blocks split by
+tensors that are still live stay lost to fragmentation (an allowance: about a tenth of the live bytes)."""
 EXPANDABLE_FRAGMENTATION_FRACTION = 0.05
-"""Same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (which genconf's launch scripts set): segments
-grow in place, so freed blocks are reused and only block rounding remains."""
+"""Same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (genconf's launch scripts set it): segments grow
+in place and freed blocks are reused, so only block rounding and a few cached blocks remain (an allowance, not
+fitted: no published run reports its reserved memory with expandable segments)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +55,16 @@ class StageMemory:
     other: tuple[tuple[str, int], ...]
     """Other tensors live at the peak, named: transient buffers, gathered ZeRO-3 params, FP8 weight caches, ..."""
     allocator_bytes: int = 0
-    """What the caching allocator reserves beyond the live tensors (fragmentation, block rounding)."""
+    """What the caching allocator reserves beyond the live tensors at the peak (cached and split blocks)."""
     runtime_bytes: int = 0
     """Outside PyTorch's allocator: the CUDA context, library workspaces and NCCL buffers."""
+    unreleasable_bytes: int = 0
+    """The part of allocator_bytes a plan must budget for (fragmentation PyTorch cannot release on demand)."""
 
     @property
     def other_bytes(self) -> int:
-        """The named other tensors plus the allocator's slack and the runtime (what the 'other' line prints)."""
-        return sum(b for _, b in self.other) + self.allocator_bytes + self.runtime_bytes
+        """The named other tensors plus the budgeted fragmentation and the runtime (the 'other' line)."""
+        return sum(b for _, b in self.other) + self.unreleasable_bytes + self.runtime_bytes
 
     @property
     def allocated_bytes(self) -> int:
@@ -71,9 +78,15 @@ class StageMemory:
         return self.allocated_bytes + self.allocator_bytes
 
     @property
-    def total_bytes(self) -> int:
-        """Device memory in use at the peak (nvidia-smi): reserved plus the runtime outside the allocator."""
+    def device_bytes(self) -> int:
+        """Device memory in use at the peak as nvidia-smi shows it: reserved plus the runtime."""
         return self.reserved_bytes + self.runtime_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """What the plan needs on the GPU: live tensors, the fragmentation that cannot be released, the runtime.
+        (The allocator may show more, device_bytes, while it caches freed blocks it would give back.)"""
+        return self.allocated_bytes + self.unreleasable_bytes + self.runtime_bytes
 
 
 HEADROOM_FRACTION = 0.05
@@ -365,6 +378,7 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
     # Model states do not depend on the micro-batch, the batch or recompute: one computation per layout.
     key = (model, rp, layers, pp_stage, plan.framework, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, plan.dp, plan.cp,
            plan.zero_stage, plan.shard_group_size, plan.precision, plan.quant_recipe, plan.fp8_param_gather,
+           plan.precision_aware_optimizer,
            plan.grad_bytes, plan.layer_spec, plan.offload_optimizer, plan.offload_params,
            stage_layers(model.num_layers, plan),
            plan.seq_length if model.position_embedding == "learned" else 0)
@@ -400,7 +414,7 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
         # fp16 params + fp16 grads = 20 bytes (fp32 main params, fp32 grad copy, Adam), or 4 + 16/d.
         # The gradient buffer holds plan.grad_bytes per element (fp32 unless --grad-reduce-in-bf16).
         grad_bytes = plan.grad_bytes
-        opt_bytes = 16 if plan.precision == "fp16" else 12
+        opt_bytes = 16 if plan.precision == "fp16" else (10 if plan.precision_aware_optimizer else 12)
         param_bytes = 2.0
         if plan.precision == "fp32":
             # fp32 params + fp32 grads: 16 bytes, or 8 + 8/d (same table): no separate master copy.
@@ -409,10 +423,15 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
         if recipe is not None and plan.layer_spec == "te":
             row, col = QUANT_WEIGHT_BYTES[recipe]
             gemm = rp.gemm
+            if plan.zero_stage >= 3:
+                # Megatron-FSDP keeps only the gathered units' quantized copies (two layers and the root).
+                unit_gemm = sum(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp)
+                                for t in layer_tensors(as_built_by_megatron(model), True) if t.gemm_weight)
+                gemm = min(gemm, 2 * unit_gemm + max(0, gemm - layers * unit_gemm))
             if plan.fp8_param_gather:
                 # TE fp8 model params: the matmul weights are stored quantized (row-wise); the column-wise copy
                 # the data gradient needs is cached beside them. No BF16 copy of those weights.
-                param_bytes_total = 2.0 * (rp.total - gemm) + row * gemm
+                param_bytes_total = 2.0 * (rp.total - rp.gemm) + row * rp.gemm
                 other.append((f"{recipe} column-wise weight copies (TE)", int(col * gemm)))
             else:
                 # BF16 weights, and TE's quantized copies kept across the micro-batches of a step.
@@ -432,7 +451,7 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
             if fsdp3:
                 root = rp.total - layers * unit
                 other.append(("Megatron-FSDP gathered parameters (root + 2 layers)", int(2 * (root + 2 * unit))))
-        elif plan.grad_bytes == 2 and plan.distributed_optimizer:
+        elif plan.grad_bytes == 2 and plan.distributed_optimizer and not plan.precision_aware_optimizer:
             # The optimizer step upcasts this rank's shard of the bf16 gradients to fp32.
             step_transient = sharded(4, True)
     elif plan.framework == "deepspeed":
@@ -741,14 +760,15 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemor
         # The optimizer step's fp32 gradients outgrow the activations, which are free by then.
         named.append(("optimizer-step fp32 gradients beyond the activation peak",
                       int(step_transient - activations - transient_bytes)))
-    # The caching allocator's slack grows with the bytes that are allocated and freed every micro-batch.
-    churn = activations + transient_bytes
+    allocated = params + grads + optimizer + activations + sum(b for _, b in named)
     fraction = EXPANDABLE_FRAGMENTATION_FRACTION if plan.expandable_segments else FRAGMENTATION_FRACTION
+    unreleasable = min(fraction, UNRELEASABLE_FRACTION)
     groups = _communicator_groups(plan)
     runtime = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
     return StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
                        optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(named),
-                       allocator_bytes=int(fraction * churn), runtime_bytes=runtime)
+                       allocator_bytes=int(fraction * allocated), runtime_bytes=runtime,
+                       unreleasable_bytes=int(unreleasable * allocated))
 
 
 def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> MemoryEstimate:

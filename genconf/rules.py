@@ -293,6 +293,9 @@ def _precision(c: Context) -> str | None:
             return "FP8 parameters (--fp8-param-gather) need an FP8 or FP4 precision"
         if p.framework != "megatron" or p.zero_stage < 1:
             return "FP8 parameters (--fp8-param-gather) need megatron's distributed optimizer or Megatron-FSDP (--zero >= 1)"
+    if p.precision_aware_optimizer and (p.framework != "megatron" or p.zero_stage < 1 or p.precision not in ("bf16", "fp8", "fp4")):
+        return ("the precision-aware optimizer (16-bit master-weight remainders) needs megatron's distributed "
+                "optimizer (--zero >= 1) and bf16 weights")
     if p.grad_dtype == "fp32" and p.framework == "deepspeed" and p.zero_stage == 0 and p.precision == "bf16":
         return ("DeepSpeed refuses bf16 weights with fp32 gradient accumulation at ZeRO-0 (engine.py: unsupported "
                 "mix); use --zero 1 (BF16_Optimizer) or bf16 gradients")

@@ -71,6 +71,8 @@ class Pins:
     offload_activation_layers: int | None = None
     etp: int | None = None
     """Expert tensor parallelism; None: tried as megatron's default (tp) and as 1 (whole experts)."""
+    precision_aware_optimizer: bool | None = None
+    """None: off, or on where it is what makes a plan fit."""
     """None: 0, or just enough layers to make a plan fit where the host link allows it."""
 
     def degrees_pinned(self) -> bool:
@@ -248,9 +250,10 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                         vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, pp, split)
                         if framework == "megatron":
                             # The distributed optimizer moves the same bytes as DDP's all-reduce (reduce-scatter +
-                            # all-gather) and holds less: DDP (0) only where there is nothing to shard over.
+                            # all-gather) and holds less: DDP (0) only where there is nothing to shard over (there the
+                            # distributed optimizer still enables FP8 parameters and the precision-aware optimizer).
                             zeros = ([pins.zero_stage] if pins.zero_stage is not None
-                                     else [0] if dp * cp == 1 else ([1, 3] if pp == 1 else [1]))
+                                     else [0, 1] if dp * cp == 1 else ([1, 3] if pp == 1 else [1]))
                         else:
                             zeros = ([pins.zero_stage] if pins.zero_stage is not None
                                      else ([1, 2, 3, 0] if framework == "deepspeed" else [3, 2, 0]))
@@ -259,7 +262,7 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                                 if (tp * cp * dp) % (ep * (etp or tp)):
                                     continue
                                 for zero in zeros:
-                                    if zero and dp * cp == 1 and pins.zero_stage is None:
+                                    if zero and dp * cp == 1 and pins.zero_stage is None and framework != "megatron":
                                         continue  # nothing to shard over
                                     groups = [None]
                                     if framework == "fsdp" and zero == 3 and dp > cluster.gpus_per_node:
@@ -289,6 +292,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         sequence_parallel=megatron and tp > 1, precision=pins.precision,
         fp8_recipe=pins.fp8_recipe if pins.precision == "fp8" else None, fp8_param_gather=fp8_param_gather,
         grad_dtype=pins.grad_dtype, layer_spec=pins.layer_spec, tp_comm_overlap=overlap,
+        precision_aware_optimizer=bool(pins.precision_aware_optimizer) and megatron and layout.zero >= 1,
         offload_optimizer=offload and framework == "deepspeed",
         offload_params=offload and framework == "deepspeed" and layout.zero == 3,
         offload_activation_layers=pins.offload_activation_layers or 0, **dict(layout.split))
@@ -384,34 +388,57 @@ def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offlo
 # --- memory savers ----------------------------------------------------------------------------------
 
 def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pins, estimate: MemoryEstimate) -> list[ParallelPlan]:
-    """Variants of a plan that does not fit, each with one memory saver a framework offers, sized to fit:
-    gradients accumulated and reduced in bf16; block recompute of just enough layers; activation offload."""
-    out = []
-    excess = estimate.peak.total_bytes - estimate.usable_bytes
-    if excess <= 0:
-        return out
-    if plan.framework == "megatron" and pins.grad_dtype is None and plan.grad_bytes == 4 and plan.precision != "fp32":
-        out.append(replace(plan, grad_dtype="bf16"))
-    if plan.recompute == "none" and pins.recompute is None and pins.recompute_layers is None and plan.framework == "megatron":
-        # Block recompute: each recomputed layer of a chunk frees (full - input-only) activations in every
-        # in-flight chunk of the busiest stage.
-        stage = estimate.peak.stage
-        chunks = mem.inflight_chunks(plan, stage)
-        saving = (mem.layer_activation_bytes(model, plan, recompute="none")
-                  - mem.layer_activation_bytes(model, plan, recompute="full")) * chunks
-        per_chunk = mem.stage_layers(model.num_layers, plan)[stage] // plan.vp
-        if saving > 0:
-            k = math.ceil(excess * 1.02 / saving)
-            if 0 < k < per_chunk:
-                out.append(replace(plan, recompute="full", recompute_layers=k))
-    if (plan.framework == "megatron" and plan.pp == 1 and plan.layer_spec == "te" and pins.offload_activation_layers is None
-            and plan.offload_activation_layers == 0):
-        per_layer = mem.offload_bytes_per_layer(model, plan)
-        if per_layer > 0:
-            k = math.ceil((excess + 2 * per_layer) * 1.02 / per_layer)
-            if 0 < k < model.num_layers:
-                out.append(replace(plan, offload_activation_layers=k))
-    return out
+    """For a plan that does not fit: the same plan with the framework's memory savers added one after another,
+    cheapest first, until it fits (each sized to the excess): the precision-aware optimizer (16-bit master
+    remainders, 2 bytes/param), gradients accumulated and reduced in bf16 (2 bytes/param), block recompute of just
+    enough layers, activation offload of just enough layers. Returns [] when even all of them do not fit."""
+    if estimate.peak.total_bytes <= estimate.usable_bytes or plan.framework != "megatron":
+        return []
+    current = plan
+    ladder = []
+    if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and current.precision in ("bf16", "fp8", "fp4"):
+        ladder.append(lambda m, p, est: replace(p, precision_aware_optimizer=True))
+    if pins.grad_dtype is None and current.grad_bytes == 4 and current.precision != "fp32":
+        ladder.append(lambda m, p, est: replace(p, grad_dtype="bf16"))
+    if current.recompute == "none" and pins.recompute is None and pins.recompute_layers is None:
+        ladder.append(_block_recompute)
+    if current.pp == 1 and current.layer_spec == "te" and pins.offload_activation_layers is None and current.recompute == "none":
+        ladder.append(_activation_offload)
+    est = estimate
+    for step in ladder:
+        nxt = step(model, current, est)
+        if nxt is None:
+            continue
+        current = nxt
+        est = mem.estimate(model, current, cluster)
+        if est.fits:
+            return [current]
+    return []
+
+
+def _block_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) -> ParallelPlan | None:
+    """Block recompute: each recomputed layer of a chunk frees (full - input-only) activations in every in-flight
+    chunk of the busiest stage; recompute just enough of them."""
+    excess = est.peak.total_bytes - est.usable_bytes
+    stage = est.peak.stage
+    chunks = mem.inflight_chunks(plan, stage)
+    saving = (mem.layer_activation_bytes(model, plan, recompute="none")
+              - mem.layer_activation_bytes(model, plan, recompute="full")) * chunks
+    per_chunk = mem.stage_layers(model.num_layers, plan)[stage] // plan.vp
+    if saving <= 0:
+        return None
+    k = math.ceil(excess * 1.05 / saving)
+    return replace(plan, recompute="full", recompute_layers=k) if 0 < k < per_chunk else None
+
+
+def _activation_offload(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) -> ParallelPlan | None:
+    """Activation offload: the offloaded layers' activations leave the GPU; offload just enough of them."""
+    excess = est.peak.total_bytes - est.usable_bytes
+    per_layer = mem.offload_bytes_per_layer(model, plan)
+    if per_layer <= 0:
+        return None
+    k = math.ceil((excess + 2 * per_layer) * 1.05 / per_layer)
+    return replace(plan, offload_activation_layers=k) if 0 < k < model.num_layers else None
 
 
 _RECOMPUTE_MEMORY = {"full": 0, "selective": 1, "none": 2}
@@ -440,10 +467,16 @@ def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, 
     floor = peak.total_bytes
     if plan.framework == "megatron" and pins.grad_dtype is None and plan.grad_bytes == 4:
         floor -= peak.grads_bytes / 2
+    if plan.framework == "megatron" and pins.precision_aware_optimizer is None and plan.zero_stage >= 1:
+        floor -= peak.optimizer_bytes / 6 + step_transient_bytes_or_zero(model, plan, peak.stage)
     if plan.framework == "megatron" and plan.pp == 1 and plan.layer_spec == "te" and pins.offload_activation_layers is None:
         floor -= peak.activations_bytes
     memo[core] = floor > usable
     return memo[core]
+
+
+def step_transient_bytes_or_zero(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
+    return mem.step_transient_bytes(model, plan, stage)
 
 
 def _complexity(plan: ParallelPlan) -> tuple:
@@ -452,7 +485,8 @@ def _complexity(plan: ParallelPlan) -> tuple:
     dims = sum(1 for d in (plan.tp, plan.pp, plan.cp, plan.ep) if d > 1) + (plan.vp > 1)
     sharding = {0: 0, 1: 0, 2: 1, 3: 2}[plan.zero_stage]
     recompute = {"none": 0, "selective": 1, "full": 2}[plan.recompute]
-    extras = int(plan.offload_activation_layers > 0) + int(plan.offload_optimizer) + int(plan.grad_dtype == "bf16")
+    extras = (int(plan.offload_activation_layers > 0) + int(plan.offload_optimizer) + int(plan.grad_dtype == "bf16")
+              + int(plan.precision_aware_optimizer))
     return (dims, sharding, recompute, extras, plan.pp * plan.vp, plan.tp, plan.cp)
 
 
@@ -672,6 +706,8 @@ def describe(plan: ParallelPlan) -> str:
         parts.append(plan.quant_recipe)
     if plan.grad_dtype == "bf16":
         parts.append("grads=bf16")
+    if plan.precision_aware_optimizer:
+        parts.append("precision-aware-optimizer")
     if plan.offload_activation_layers:
         parts.append(f"offload-activations={plan.offload_activation_layers}")
     if plan.offload_optimizer:

@@ -343,6 +343,11 @@ class ParallelPlan:
     fp8_param_gather: bool = False
     """Keep the model's weights in FP8 (TE fp8 model params, megatron --fp8-param-gather): no BF16 copy
     beside the FP8 one, and the distributed optimizer all-gathers FP8 parameters."""
+    precision_aware_optimizer: bool = False
+    """megatron --use-precision-aware-optimizer (TE FusedAdam): the fp32 master weights are kept as 16-bit
+    remainders beside the bf16 weights (store_param_remainders) and the update reads bf16 gradients directly:
+    10 optimizer bytes per parameter instead of 12, no fp32 gradient copy at the step (NeMo 1.x's
+    distributed_fused_adam did the same)."""
     grad_dtype: str | None = None
     """dtype gradients are accumulated and reduced in: fp32 | bf16. None = the framework's default:
     megatron fp32 for bf16/fp8 (Megatron-LM accumulates in fp32 unless --grad-reduce-in-bf16), DeepSpeed the
