@@ -53,13 +53,16 @@ def pins_for(run: Run) -> Pins | None:
     p = run.plan
     if p.framework != "megatron" and (p.tp > 1 or p.pp > 1 or p.cp > 1 or p.precision == "fp8" or p.torch_compile):
         return None
+    if p.framework == "fsdp" and p.recompute == "selective":
+        return None  # torchtitan's per-op selective checkpointing; genconf's FSDP renders whole-layer checkpointing
     return Pins(framework=p.framework if p.framework != "megatron" else "megatron", tp=p.tp, pp=p.pp,
                 vp=None if "vp" in run.unknown else p.vp, cp=p.cp, ep=p.ep, etp=p.etp,
                 mbs=None if "mbs" in run.unknown else p.mbs, gbs=p.gbs, seq_length=p.seq_length,
                 zero_stage=None if run.file.startswith(("nemo", "megatron_bridge")) else p.zero_stage,
                 recompute=None if "recompute" in run.unknown else p.recompute, precision=p.precision,
                 fp8_recipe=p.fp8_recipe, layer_spec=p.layer_spec,
-                tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None,
+                tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
+                expandable_segments=p.expandable_segments,
                 grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype)
 
 

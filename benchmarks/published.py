@@ -309,8 +309,15 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     megatron_fsdp = re.search(r"FSDP=(\d+)", row["notes"])
     if file in NVIDIA_FILES:
         zero = 3 if (megatron_fsdp and int(megatron_fsdp.group(1)) > 0) else 1
-        if file == "nemo_perf_summary_24.07_and_longseq.csv":
-            unknown.append("grad_dtype")  # NeMo 1.x perf configs reduce gradients in bf16 (grad_sync_dtype)
+    grad_dtype = "fp32" if ("BF16 optimizer" in row["notes"] or "BF16_Optimizer" in row["precision"]) else None
+    if file == "nemo_perf_summary_24.07_and_longseq.csv" and "long_sequence" not in row["source"]:
+        # NeMo 1.x's performance configs (NeMo-Framework-Launcher conf/training/*) reduce gradients in bf16:
+        # optim.grad_sync_dtype: bf16 with distributed_fused_adam.
+        grad_dtype = "bf16"
+    if file == "megatron_bridge_perf_summary.csv":
+        # Megatron-Bridge's performance scripts (scripts/performance/utils/helpers.py, set_basic_perf_overrides)
+        # set ddp.grad_reduce_in_fp32 = False: bf16 gradient buffers and reductions.
+        grad_dtype = "bf16"
     modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv") + NVIDIA_FILES
     if file == GENCONF_FILE:
         # The run's own plan, as its notes give it: framework, ZeRO stage, layer spec.
@@ -325,8 +332,10 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         seq_length=model.seq_length, zero_stage=3 if fsdp and file != GENCONF_FILE else zero, recompute=recompute,
         sequence_parallel=tp > 1 and (file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv")
                                       + NVIDIA_FILES and "no sequence parallel" not in row["recompute"]),
-        grad_dtype="fp32" if ("BF16 optimizer" in row["notes"] or "BF16_Optimizer" in row["precision"]) else None,
+        grad_dtype=grad_dtype,
         precision=precision, fp8_recipe=fp8_recipe, layer_spec="te" if modern else "local",
+        # Megatron-LM and Megatron-DeepSpeed (2021-22) built megatron's fused softmax/bias kernels at start-up.
+        fused_kernels=not modern and file != GENCONF_FILE,
         tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES or "AsyncTP" in row["notes"]
                          or "async TP" in row["notes"]) and tp > 1,
         fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),

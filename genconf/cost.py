@@ -48,10 +48,16 @@ class Calibration:
     the row max and sum and normalises (4+4+4) and casts back (4+2); dropout reads, writes and keeps a 1-byte
     mask (5); the AV bmm reads the probabilities (2). Backward: the probability gradient (2), dropout (5), the
     fp32 softmax gradient with its row reduction (2+4, 4+4+4+4, 4+2), masked_fill (5), the two bmm gradients (4).
-    With Megatron-LM's fused scale-mask-softmax kernel (the published A100 runs) one pass each: about 11 / 15."""
+    With megatron's fused scale-mask-softmax kernel see local_fused_score_bytes."""
+    local_fused_score_bytes: tuple[float, float] = (11.0, 15.0)
+    """Same with megatron's fused kernels (ParallelPlan.fused_kernels): the fused scale-mask-softmax reads the
+    bf16 scores and writes bf16 probabilities (4), dropout keeps a mask and writes (5), the bmms read and write
+    (2): about 11; backward about 15 (fitted on the published A100 Megatron-LM runs)."""
     local_elementwise_passes: float = 3.0
     """Element-wise traffic of the local spec relative to TE's fused kernels: 3 without apex and megatron's
-    fused kernels (bias, dropout with its RNG and mask, and the add run apart); about 1.5 with them."""
+    fused kernels (bias, dropout with its RNG and mask, and the add run apart)."""
+    local_fused_elementwise_passes: float = 1.5
+    """Same with megatron's fused bias-GeLU and bias-dropout-add kernels and apex's LayerNorm."""
     compiled_attention_factor: float = 0.6
     """Attention efficiency of torch.compile'd models (torchtitan) relative to TE/cuDNN's fused attention:
     their SDPA ran FlashAttention-2, which reaches ~350 of the ~600-650 TFLOP/s FlashAttention-3 and cuDNN reach
@@ -140,26 +146,29 @@ def _mem_s(gpu: GPUSpec, cal: Calibration, num_bytes: float) -> float:
     return kernels.memory_bound_s(num_bytes, hbm_tbyte_per_s=gpu.hbm_tbyte_per_s, efficiency=cal.hbm_efficiency)
 
 
-IMPLEMENTATIONS = ("megatron-te", "megatron-local", "torch-bf16", "torch-autocast", "torch-compiled")
+IMPLEMENTATIONS = ("megatron-te", "megatron-local", "megatron-local-fused", "torch-bf16", "torch-autocast",
+                   "torch-compiled")
 """How a plan's layers run: megatron-core with Transformer Engine (fused kernels, cuDNN flash attention),
-megatron-core's local spec (unfused: the attention scores go through HBM), genconf's PyTorch GPT under
+megatron-core's local spec (the attention scores go through HBM; with or without megatron's fused softmax and
+element-wise kernels), genconf's PyTorch GPT under
 DeepSpeed (bf16 weights, SDPA flash attention, eager element-wise ops) or under FSDP/DDP (fp32 weights,
 autocast to bf16: norms and the residual stream stay fp32), or either under torch.compile (torchtitan)."""
 
-ELEMENTWISE_PASSES = {"megatron-te": 1.0, "megatron-local": 3.0, "torch-bf16": 2.0, "torch-autocast": 3.0,
-                      "torch-compiled": 1.2}
+ELEMENTWISE_PASSES = {"megatron-te": 1.0, "megatron-local": 3.0, "megatron-local-fused": 1.5, "torch-bf16": 2.0,
+                      "torch-autocast": 3.0, "torch-compiled": 1.2}
 """Memory traffic of the element-wise work (norms, residual adds, activation, RoPE, dropout) relative to TE's
 fused kernels. Counted op by op: TE fuses norm+cast, bias+activation and bias+dropout+add (one read and one
 write each); eager PyTorch runs each as its own kernel (about twice the passes); under autocast the residual
-stream and the norms are fp32 (three times). The local spec's factor is a calibration term
-(Calibration.local_elementwise_passes): it depends on whether megatron's fused kernels were built."""
+stream and the norms are fp32 (three times). The local spec's factors are calibration terms
+(Calibration.local_elementwise_passes, local_fused_elementwise_passes)."""
 
-KERNELS_PER_LAYER = {"megatron-te": 18, "megatron-local": 45, "torch-bf16": 40, "torch-autocast": 55,
-                     "torch-compiled": 20}
-"""Forward kernels per layer (backward launches about twice as many), counted from profiles of each stack."""
+KERNELS_PER_LAYER = {"megatron-te": 18, "megatron-local": 45, "megatron-local-fused": 35, "torch-bf16": 40,
+                     "torch-autocast": 55, "torch-compiled": 20}
+"""Forward kernels per layer (backward launches about twice as many), counted from profiles of each stack
+(megatron's fused softmax, bias-GeLU and bias-dropout-add kernels replace about ten of the local spec's)."""
 
-PARAM_BYTES_PER_MICROBATCH = {"megatron-te": 0.0, "megatron-local": 10.0, "torch-bf16": 6.0, "torch-autocast": 16.0,
-                              "torch-compiled": 6.0}
+PARAM_BYTES_PER_MICROBATCH = {"megatron-te": 0.0, "megatron-local": 10.0, "megatron-local-fused": 10.0,
+                              "torch-bf16": 6.0, "torch-autocast": 16.0, "torch-compiled": 6.0}
 """HBM traffic per parameter and micro-batch outside the GEMMs: megatron with TE accumulates weight gradients
 inside the GEMM into the fp32 main_grad (gradient_accumulation_fusion), its local spec adds a bf16 gradient
 into it (read 2 + 4, write 4); DeepSpeed's bf16 .grad accumulates (read 2 + 2, write 2); autocast over fp32
@@ -167,8 +176,12 @@ weights (OLMo's FSDP/DDP) casts every weight to bf16 each forward (read 4, write
 gradients into fp32 .grad (read 2 + 4, write 4)."""
 
 def implementation(plan: ParallelPlan) -> str:
+    if plan.fused_kernels:
+        return "megatron-local-fused"  # megatron's layers, also under DeepSpeed (Megatron-DeepSpeed)
     if plan.framework == "megatron":
-        return "megatron-te" if plan.layer_spec == "te" else "megatron-local"
+        if plan.layer_spec == "te":
+            return "megatron-te"
+        return "megatron-local-fused" if plan.fused_kernels else "megatron-local"
     if plan.torch_compile:
         return "torch-compiled"
     if plan.framework == "fsdp":
@@ -265,14 +278,15 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if windowed and model.sliding_window and model.sliding_window < seq:
         keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving
     peak16 = gpu.peak_bf16_tflops * cal.clock_factor
-    if impl == "megatron-local":
+    if impl in ("megatron-local", "megatron-local-fused"):
+        score_bytes = cal.local_fused_score_bytes if impl == "megatron-local-fused" else cal.local_score_bytes
         # Unfused: batched QK^T and AV GEMMs over (mbs x heads) with K = head dim, scores through HBM.
         batch = mbs * heads
         qk_f, qk_b = linear_s(gpu, cal, batch * (seq // cp), keys, d, "bf16")
         av_f, av_b = linear_s(gpu, cal, batch * (seq // cp), d, keys, "bf16")
         scores = batch * (seq // cp) * keys
-        attn_f = qk_f + av_f + _mem_s(gpu, cal, cal.local_score_bytes[0] * scores)
-        attn_b = qk_b + av_b + _mem_s(gpu, cal, cal.local_score_bytes[1] * scores)
+        attn_f = qk_f + av_f + _mem_s(gpu, cal, score_bytes[0] * scores)
+        attn_b = qk_b + av_b + _mem_s(gpu, cal, score_bytes[1] * scores)
     else:
         bh = mbs * heads
         backend = cal.compiled_attention_factor if impl == "torch-compiled" else 1.0
@@ -288,7 +302,8 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     per_token = act * (10 * h / r + 2 * (q + kv) / t + (3 if model.gated else 2) * k_top * f / t)
     if model.is_moe:
         per_token += act * 4 * k_top * h / r  # token permute/unpermute around the experts
-    passes = cal.local_elementwise_passes if impl == "megatron-local" else ELEMENTWISE_PASSES[impl]
+    passes = {"megatron-local": cal.local_elementwise_passes,
+              "megatron-local-fused": cal.local_fused_elementwise_passes}.get(impl) or ELEMENTWISE_PASSES[impl]
     elem_f = _mem_s(gpu, cal, passes * n * per_token)
     elem_b = 2 * elem_f
 
@@ -407,7 +422,9 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
         # Megatron-FSDP; one per parameter tensor for DeepSpeed ZeRO-3), and a ring walks all d ranks: at
         # scale the hops' latency, not the bytes, bounds it (Narayanan 2021, Table 2: ZeRO-3 throughput halves
         # each time the GPUs double at a fixed batch).
-        regather = 0 if (plan.framework == "fsdp" and plan.zero_stage == 2) or plan.megatron_fsdp else 1
+        # SHARD_GRAD_OP and Megatron-FSDP's optim_grads (zero 2) keep the gathered parameters for the backward;
+        # FULL_SHARD, ZeRO-3 and optim_grads_params reshard after the forward and gather again.
+        regather = 0 if plan.zero_stage == 2 else 1
         layers = -(-model.num_layers // max(1, plan.pp))
         per_layer = len(layer_tensors(model, False)) if plan.framework == "deepspeed" else 1
         collectives = (layers * per_layer + 1) * (2 + regather)

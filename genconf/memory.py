@@ -604,7 +604,7 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
         if d.g < d.e:
             terms.append(("proj input (quantized copy)", d.g * n * d.q / t))
     else:
-        terms += _local_attention_terms(model, d, recompute)
+        terms += _local_attention_terms(model, d, recompute, plan.fused_kernels)
     terms += hidden_mask
     terms += _norm_terms(model, d, "pre-mlp norm")
     terms += _mlp_terms(model, d, spec)
@@ -612,7 +612,7 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     return terms
 
 
-def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str) -> list[tuple[str, float]]:
+def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bool) -> list[tuple[str, float]]:
     """megatron-core local spec, core attention. The fused QKV output stays alive while any saved tensor is a
     view of it: q, k without RoPE, and v whenever K/V are not expanded (no GQA); GQA expansion and RoPE make
     copies. Selective recompute checkpoints core attention, keeping only its inputs (before the expansion)."""
@@ -635,10 +635,15 @@ def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str) -> list[t
         terms.append(("qkv output (kept alive by views)", e * n * (d.q + 2 * d.kv) / t))
     if recompute != "selective":
         s2 = d.heads * n * d.s / t  # attention-score elements per micro-batch on this rank
-        terms += [("causal mask (bool)", 1.0 * d.s * d.s), ("softmax output (fp32)", 4.0 * s2)]
+        if fused:
+            # megatron's scaled_upper_triang_masked_softmax: no mask tensor, bf16 output saved for its backward
+            # (and read by the AV bmm when there is no dropout): Korthikanti 2022's 5as^2b with dropout.
+            terms.append(("softmax output (fused kernel, bf16)", e * s2))
+        else:
+            terms += [("causal mask (bool)", 1.0 * d.s * d.s), ("softmax output (fp32)", 4.0 * s2)]
         if model.attention_dropout > 0:
             terms += [("attention dropout mask", 1.0 * s2), ("attention probs after dropout", e * s2)]
-        else:
+        elif not fused:
             terms.append(("attention probs (bf16 copy)", e * s2))
     terms.append(("proj input (attention context)", e * n * d.q / t))
     return terms
@@ -647,15 +652,15 @@ def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str) -> list[t
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None) -> float:
     recompute = plan.recompute if recompute is None else recompute
     return _layer_activation_bytes(model, plan.mbs, plan.seq_length, plan.cp, plan.tp, plan.sequence_parallel,
-                                   plan.precision, plan.quant_recipe, plan.layer_spec, recompute)
+                                   plan.precision, plan.quant_recipe, plan.layer_spec, recompute, plan.fused_kernels)
 
 
 @functools.lru_cache(maxsize=16384)
 def _layer_activation_bytes(model: ModelSpec, mbs: int, seq: int, cp: int, tp: int, sp: bool, precision: str,
-                            recipe: str | None, layer_spec: str, recompute: str) -> float:
+                            recipe: str | None, layer_spec: str, recompute: str, fused: bool = False) -> float:
     plan = ParallelPlan(framework="megatron", tp=tp, cp=cp, mbs=mbs, gbs=mbs, seq_length=seq, sequence_parallel=sp,
                         precision=precision, fp8_recipe=recipe if precision == "fp8" else None,
-                        layer_spec=layer_spec, recompute=recompute)
+                        layer_spec=layer_spec, recompute=recompute, fused_kernels=fused)
     return sum(b for _, b in layer_activation_terms(model, plan, recompute=recompute))
 
 
@@ -699,8 +704,8 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
         # target mask and int64 masked targets, and the fp32 loss mask.
         saved += sum(b for _, b in _norm_terms(model, d, "final norm"))
         saved += d.e * d.n * d.h / d.r + 4.0 * d.n * rows / d.t + 13.0 * d.n
-        if plan.framework == "megatron":
-            # vocab_parallel_cross_entropy upcasts once and works in place: bf16 logits + one fp32 buffer.
+        if plan.framework == "megatron" or plan.fused_kernels:
+            # Megatron's model (also under DeepSpeed): vocab_parallel_cross_entropy upcasts once and works in place: bf16 logits + one fp32 buffer.
             transient.append(("bf16 logits before the fp32 loss", d.e * d.n * rows / d.t))
         else:
             # F.cross_entropy(logits.float()): bf16 logits, their fp32 copy and the fp32 log-softmax coexist.

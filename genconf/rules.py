@@ -357,11 +357,19 @@ def check(ctx: Context, *, first_error_only: bool = False) -> list[Violation]:
     return out
 
 
-def memory_violation(ctx: Context, mem: MemoryEstimate) -> Violation | None:
-    """memory_fits: the busiest stage's need against the GPU's capacity, with the breakdown and what to try."""
+def memory_violation(ctx: Context, mem: MemoryEstimate, *, pinned: bool = False) -> Violation | None:
+    """memory_fits: the busiest stage's need against the GPU's capacity, with the breakdown and what to try.
+    A plan the user pinned whole that fits the GPU but not the headroom (the estimate's own error) is kept
+    with a warning: published runs live there (Narayanan 2021's 530B ZeRO-3 run fitted on 640 GPUs, not 560)."""
     peak = mem.peak
     if peak.total_bytes <= mem.usable_bytes:
         return None
+    if pinned and peak.total_bytes <= mem.capacity_bytes:
+        return Violation("memory_fits", WARNING,
+                         f"tight: stage {peak.stage} needs {peak.total_bytes / GIB:.1f} GiB of "
+                         f"{mem.capacity_bytes / GIB:.1f} on {ctx.cluster.gpu.name}, inside the "
+                         f"{mem.capacity_bytes / GIB - mem.usable_bytes / GIB:.1f} GiB the estimate's error asks to keep "
+                         f"free: it may run out of memory")
     p = ctx.plan
     parts = (f"params {peak.params_bytes / GIB:.1f} + grads {peak.grads_bytes / GIB:.1f} + optimizer "
              f"{peak.optimizer_bytes / GIB:.1f} + activations {peak.activations_bytes / GIB:.1f} + other "

@@ -64,16 +64,20 @@ class Pins:
     """None: on wherever TP > 1 with Transformer Engine."""
     fp8_recipe: str | None = None
     grad_dtype: str | None = None
-    """None: the framework's default, or bf16 where that is what makes a plan fit."""
+    """None: the framework's default (fp32 for megatron's bf16/FP8 training)."""
     fp8_param_gather: bool | None = None
     """None: on for FP8/FP4 megatron plans with a sharded optimizer (as NeMo's FP8 recipes set it), off otherwise."""
     recompute_layers: int | None = None
     offload_activation_layers: int | None = None
+    """None: 0, or just enough layers to make a plan fit where the host link allows it."""
     etp: int | None = None
     """Expert tensor parallelism; None: tried as megatron's default (tp) and as 1 (whole experts)."""
     precision_aware_optimizer: bool | None = None
     """None: off, or on where it is what makes a plan fit."""
-    """None: 0, or just enough layers to make a plan fit where the host link allows it."""
+    fused_kernels: bool = False
+    """local spec: megatron's fused softmax and element-wise kernels were built (ParallelPlan.fused_kernels)."""
+    expandable_segments: bool = True
+    """False: price PyTorch's classic caching allocator (the run does not set expandable segments)."""
 
     def degrees_pinned(self) -> bool:
         return None not in (self.framework, self.tp, self.pp, self.mbs, self.zero_stage, self.recompute)
@@ -118,15 +122,18 @@ class SearchResult:
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, cal: Calibration,
-             *, check_rules: bool = True) -> Evaluation:
+             *, check_rules: bool = True, pinned: bool = False) -> Evaluation:
     """Rules, then memory, then cost. With check_rules=False (benchmarks of published runs) only the
-    layer split must be valid."""
+    layer split must be valid. pinned: the user fixed every degree (a plan between the headroom and the
+    GPU's capacity is kept, with a warning)."""
     ctx = rules.Context(model, cluster, plan, num_gpus)
     violations = rules.check(ctx) if check_rules else []
     if check_rules and any(v.severity == rules.ERROR for v in violations):
         return Evaluation(plan, tuple(violations))
     estimate = mem.estimate(model, plan, cluster)
-    too_big = rules.memory_violation(ctx, estimate) if check_rules else None
+    too_big = rules.memory_violation(ctx, estimate, pinned=pinned) if check_rules else None
+    if too_big is not None and too_big.severity == rules.WARNING:
+        violations, too_big = list(violations) + [too_big], None
     if too_big is not None:
         return Evaluation(plan, tuple(violations) + (too_big,), estimate)
     return Evaluation(plan, tuple(violations), estimate, step_cost(model, plan, cluster, cal))
@@ -295,7 +302,9 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         precision_aware_optimizer=bool(pins.precision_aware_optimizer) and megatron and layout.zero >= 1,
         offload_optimizer=offload and framework == "deepspeed",
         offload_params=offload and framework == "deepspeed" and layout.zero == 3,
-        offload_activation_layers=pins.offload_activation_layers or 0, **dict(layout.split))
+        offload_activation_layers=pins.offload_activation_layers or 0,
+        fused_kernels=pins.fused_kernels and pins.layer_spec == "local", expandable_segments=pins.expandable_segments,
+        **dict(layout.split))
 
 
 def _specs(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins):
@@ -306,6 +315,8 @@ def _specs(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins):
         recomputes = [r for r in recomputes_all if r != "selective" or layout.framework == "megatron" or pins.recompute]
         if pins.mbs:
             mbss = [pins.mbs]
+        elif layout.cp > 1:
+            mbss = [1]  # context parallelism is for sequences too long for one GPU: never paired with mbs > 1
         elif pins.gbs is not None:
             local = pins.gbs // max(1, layout.dp)
             mbss = [m for m in MICRO_BATCHES if local % m == 0] or [1]
@@ -344,7 +355,8 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
 
     megatron = layout.framework == "megatron"
     quant = "nvfp4" if pins.precision == "fp4" else ((pins.fp8_recipe or "current") if pins.precision == "fp8" else None)
-    probe = ParallelPlan(framework=layout.framework, layer_spec=pins.layer_spec, torch_compile=False)
+    probe = ParallelPlan(framework=layout.framework, layer_spec=pins.layer_spec, torch_compile=False,
+                         fused_kernels=pins.fused_kernels and pins.layer_spec == "local")
     try:
         lt = _layer_time(model, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
                          quant, implementation(probe), False, cluster, cal, False, layout.etp)
@@ -390,16 +402,15 @@ def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offlo
 def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pins, estimate: MemoryEstimate) -> list[ParallelPlan]:
     """For a plan that does not fit: the same plan with the framework's memory savers added one after another,
     cheapest first, until it fits (each sized to the excess): the precision-aware optimizer (16-bit master
-    remainders, 2 bytes/param), gradients accumulated and reduced in bf16 (2 bytes/param), block recompute of just
-    enough layers, activation offload of just enough layers. Returns [] when even all of them do not fit."""
+    remainders: bit-exact, 2 bytes/param), block recompute of just enough layers, activation offload of just
+    enough layers. Returns [] when even all of them do not fit. Gradients in bf16 change the numerics, so they
+    are the user's choice (--grad-dtype bf16), never a saver the search adds."""
     if estimate.peak.total_bytes <= estimate.usable_bytes or plan.framework != "megatron":
         return []
     current = plan
     ladder = []
     if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and current.precision in ("bf16", "fp8", "fp4"):
         ladder.append(lambda m, p, est: replace(p, precision_aware_optimizer=True))
-    if pins.grad_dtype is None and current.grad_bytes == 4 and current.precision != "fp32":
-        ladder.append(lambda m, p, est: replace(p, grad_dtype="bf16"))
     if current.recompute == "none" and pins.recompute is None and pins.recompute_layers is None:
         ladder.append(_block_recompute)
     if current.pp == 1 and current.layer_spec == "te" and pins.offload_activation_layers is None and current.recompute == "none":
@@ -465,8 +476,6 @@ def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, 
         memo[core] = False  # an invalid split: let the rules say why
         return False
     floor = peak.total_bytes
-    if plan.framework == "megatron" and pins.grad_dtype is None and plan.grad_bytes == 4:
-        floor -= peak.grads_bytes / 2
     if plan.framework == "megatron" and pins.precision_aware_optimizer is None and plan.zero_stage >= 1:
         floor -= peak.optimizer_bytes / 6 + step_transient_bytes_or_zero(model, plan, peak.stage)
     if plan.framework == "megatron" and plan.pp == 1 and plan.layer_spec == "te" and pins.offload_activation_layers is None:
@@ -516,7 +525,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
         bound = _optimistic_tokens_per_s(model, cluster, cal, pins, seq, layout, mbs, gbs, recompute)
         entries.append((-bound, order, layout, mbs, gbs, recompute))
     entries.sort(key=lambda e: (e[0], e[1]))
-    usable = cluster.gpu.hbm_gib * GIB * (1 - mem.HEADROOM_FRACTION)
+    pinned = pins.degrees_pinned()
+    usable = cluster.gpu.hbm_gib * GIB * (1 if pinned else 1 - mem.HEADROOM_FRACTION)
     core_memo: dict[tuple, bool] = {}
     failed: dict[_Layout, list[tuple[int, int]]] = {}  # (mbs, recompute level) that fit nowhere, per layout
     floored: list[tuple[float, ParallelPlan]] = []  # rejected on a memory bound without a full estimate
@@ -557,7 +567,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
             rejected["memory_fits"] += 1  # even its leanest variant does not fit: no need to look closer
             floored.append((floor, plan))
             continue
-        ev = evaluate(model, cluster, plan, num_gpus, cal)
+        ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned)
         found = [ev] if ev.ok else []
         if ev.ok:
             fits_at[key] = plan.recompute
@@ -567,7 +577,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
                     continue
                 seen.add(variant)
                 considered += 1
-                trial = evaluate(model, cluster, variant, num_gpus, cal)
+                trial = evaluate(model, cluster, variant, num_gpus, cal, pinned=pinned)
                 if trial.ok:
                     found.append(trial)
         for good in found:
@@ -611,7 +621,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
         # Everything was cut on a memory bound: estimate the closest few in full, for the error message.
         floored.sort(key=lambda f: f[0])
         for _, plan in floored[:5]:
-            ev = evaluate(model, cluster, plan, num_gpus, cal)
+            ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned)
             if ev.memory is not None and not ev.ok:
                 memory_misses.append(ev)
     memory_misses.sort(key=lambda e: e.overflow_ratio)

@@ -364,6 +364,11 @@ class ParallelPlan:
     allocator grows segments in place and fragments little. False prices the classic allocator."""
     layer_spec: str = "te"
     """te: Transformer Engine fused layers with flash attention. local: megatron-core's unfused layers."""
+    fused_kernels: bool = False
+    """local spec: megatron's fused scale-mask-softmax, bias-GeLU and bias-dropout-add CUDA kernels were built
+    (Megatron-LM with apex or Transformer Engine installed, as the published A100 runs were): the softmax keeps
+    its output in bf16 and each element-wise op is one pass. genconf's launcher pip-installs megatron-core
+    without them: the softmax runs in fp32 through PyTorch."""
     torch_compile: bool = False
     """DeepSpeed/FSDP: the model runs under torch.compile, its element-wise ops fused (as torchtitan runs it);
     genconf's own launchers run eager PyTorch."""
@@ -393,6 +398,8 @@ class ParallelPlan:
                 _positive(self, name)
         if not isinstance(self.offload_activation_layers, int) or self.offload_activation_layers < 0:
             raise ValueError(f"ParallelPlan.offload_activation_layers must be >= 0, got {self.offload_activation_layers!r}")
+        if self.fused_kernels and self.layer_spec != "local":
+            raise ValueError("ParallelPlan.fused_kernels describes the local spec's kernels; Transformer Engine fuses its own")
 
     @property
     def world_size(self) -> int:
