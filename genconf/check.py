@@ -299,6 +299,14 @@ def megatron_vp(args: dict[str, MegatronArg]) -> int:
     return 1
 
 
+def _window(text: str | None) -> tuple[int, int] | None:
+    """--window-size "w,0" as megatron-core's (left, right) tuple."""
+    if not text:
+        return None
+    left, right = (int(x) for x in str(text).strip("()\"' ").split(","))
+    return left, right
+
+
 def megatron_config_kwargs(args: dict[str, MegatronArg]) -> dict:
     """megatron-core TransformerConfig keyword arguments for parsed Megatron-LM arguments, the way
     Megatron-LM's core_transformer_config_from_args builds them (MEGATRON_LM_SOURCE). Pure values: dtypes are
@@ -339,6 +347,16 @@ def megatron_config_kwargs(args: dict[str, MegatronArg]) -> dict:
         "num_layers_at_start_in_bf16": _get(args, "--num-layers-at-start-in-bf16", 1),
         "num_layers_at_end_in_bf16": _get(args, "--num-layers-at-end-in-bf16", 1),
     }
+    # Set only when given: megatron-core versions without them keep their defaults.
+    optional = {"fp8_param": "--fp8-param-gather" in args, "fp4": _get(args, "--fp4-format"),
+                "fp4_recipe": _get(args, "--fp4-recipe") if "--fp4-format" in args else None,
+                "fp4_param": "--fp4-param-gather" in args,
+                "cpu_offloading": _get(args, "--cpu-offloading-num-layers", 0) > 0,
+                "cpu_offloading_num_layers": _get(args, "--cpu-offloading-num-layers"),
+                "expert_tensor_parallel_size": _get(args, "--expert-tensor-parallel-size"),
+                "window_size": _window(_get(args, "--window-size")),
+                "window_attn_skip_freq": _get(args, "--window-attn-skip-freq")}
+    kw.update({k: v for k, v in optional.items() if v})
     if "--num-experts" in args:
         kw.update(num_moe_experts=_get(args, "--num-experts"), moe_router_topk=_get(args, "--moe-router-topk", 2),
                   moe_ffn_hidden_size=_get(args, "--moe-ffn-hidden-size") or ffn,
@@ -375,7 +393,10 @@ _LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size
                  "--micro-batch-size", "--global-batch-size", "--seq-length", "--num-layers", "--hidden-size",
                  "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups", "--num-experts",
                  "--moe-router-topk", "--moe-ffn-hidden-size", "--use-distributed-optimizer", "--fp16", "--bf16",
-                 "--fp8-format", "--vocab-size")
+                 "--fp8-format", "--vocab-size", "--expert-tensor-parallel-size", "--use-megatron-fsdp",
+                 "--data-parallel-sharding-strategy", "--grad-reduce-in-bf16", "--fp8-param-gather", "--fp4-format",
+                 "--fp4-param-gather", "--use-precision-aware-optimizer", "--recompute-method", "--recompute-num-layers",
+                 "--cpu-offloading-num-layers")
 _DEFAULTS = {"--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
              "--expert-model-parallel-size": 1, "--num-virtual-stages-per-pipeline-rank": 1}
 _REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings",
@@ -409,14 +430,25 @@ def megatron_plan(args: dict[str, MegatronArg], model: ModelSpec, num_gpus: int)
                          f"{num_gpus} GPUs")
     dp = num_gpus // (tp * pp * cp)
     mbs = int(g("--micro-batch-size"))
-    precision = ("fp8" if "--fp8-format" in args else "fp16" if "--fp16" in args
+    precision = ("fp8" if "--fp8-format" in args else "fp4" if "--fp4-format" in args else "fp16" if "--fp16" in args
                  else "bf16" if "--bf16" in args else "fp32")
+    fp8_recipe = {"tensorwise": "current", "delayed": "delayed", "blockwise": "blockwise", "mxfp8": "mxfp8"}.get(
+        g("--fp8-recipe", "delayed")) if precision == "fp8" else None
+    sharding = g("--data-parallel-sharding-strategy", "optim_grads")
+    zero = ({"optim_grads_params": 3}.get(sharding, 2) if "--use-megatron-fsdp" in args
+            else 1 if "--use-distributed-optimizer" in args else 0)
+    block = g("--recompute-method") == "block"
     plan = ParallelPlan(
         framework="megatron", tp=tp, pp=pp, vp=megatron_vp(args), cp=cp, ep=int(g("--expert-model-parallel-size", 1)),
         dp=dp, mbs=mbs, gbs=int(g("--global-batch-size", mbs * dp)), seq_length=int(g("--seq-length")),
-        zero_stage=1 if "--use-distributed-optimizer" in args else 0,
+        zero_stage=zero, etp=g("--expert-tensor-parallel-size"),
         recompute=g("--recompute-granularity") or "none", sequence_parallel="--sequence-parallel" in args,
-        precision=precision, tp_comm_overlap="--tp-comm-overlap" in args,
+        recompute_layers=int(g("--recompute-num-layers")) if block else None,
+        offload_activation_layers=int(g("--cpu-offloading-num-layers", 0) or 0),
+        precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap="--tp-comm-overlap" in args,
+        fp8_param_gather="--fp8-param-gather" in args or "--fp4-param-gather" in args,
+        precision_aware_optimizer="--use-precision-aware-optimizer" in args,
+        grad_dtype="bf16" if "--grad-reduce-in-bf16" in args else None,
         layer_spec="local" if g("--transformer-impl") == "local" else "te",
         pp_first_stage_layers=g("--decoder-first-pipeline-num-layers"),
         pp_last_stage_layers=g("--decoder-last-pipeline-num-layers"),

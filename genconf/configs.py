@@ -34,6 +34,10 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--no-overlap-p2p-communication": (SWITCH, ()), "--distributed-backend": (STR, ("nccl", "gloo")),
     "--distributed-timeout-minutes": (INT, ()), "--ddp-bucket-size": (INT, ()),
     "--use-cpu-initialization": (SWITCH, ()), "--no-gradient-accumulation-fusion": (SWITCH, ()),
+    "--use-megatron-fsdp": (SWITCH, ()),
+    "--data-parallel-sharding-strategy": (STR, ("no_shard", "optim", "optim_grads", "optim_grads_params")),
+    "--grad-reduce-in-bf16": (SWITCH, ()), "--use-precision-aware-optimizer": (SWITCH, ()),
+    "--cpu-offloading-num-layers": (INT, ()),
     # batch and sequence
     "--micro-batch-size": (INT, ()), "--global-batch-size": (INT, ()), "--seq-length": (INT, ()),
     "--max-position-embeddings": (INT, ()),
@@ -48,6 +52,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--hidden-dropout": (FLOAT, ()), "--attention-dropout": (FLOAT, ()),
     "--make-vocab-size-divisible-by": (INT, ()),
     "--attention-backend": (STR, ("flash", "fused", "unfused", "local", "auto")), "--use-flash-attn": (SWITCH, ()),
+    "--window-size": (STR, ()), "--window-attn-skip-freq": (INT, ()),
     # mixture of experts
     "--num-experts": (INT, ()), "--moe-router-topk": (INT, ()), "--moe-ffn-hidden-size": (INT, ()),
     "--moe-token-dispatcher-type": (STR, ("allgather", "alltoall", "flex")), "--moe-aux-loss-coeff": (FLOAT, ()),
@@ -70,6 +75,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--fp8-recipe": (STR, ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
     "--first-last-layers-bf16": (SWITCH, ()), "--num-layers-at-start-in-bf16": (INT, ()),
     "--num-layers-at-end-in-bf16": (INT, ()), "--fp8-param-gather": (SWITCH, ()),
+    "--fp4-format": (STR, ("e2m1",)), "--fp4-recipe": (STR, ("nvfp4", "custom")), "--fp4-param-gather": (SWITCH, ()),
     # optimizer and schedule
     "--optimizer": (STR, ("adam", "sgd", "muon", "dist_muon")), "--lr": (FLOAT, ()), "--min-lr": (FLOAT, ()),
     "--lr-decay-style": (STR, ("constant", "linear", "cosine", "inverse-square-root", "WSD")),
@@ -135,9 +141,9 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
         if plan.recompute == "selective":
             notes.append("selective recompute is Megatron's; full (whole-layer) checkpointing instead")
     precision = plan.precision
-    if precision == "fp8" and framework != "megatron":
+    if precision in ("fp8", "fp4") and framework != "megatron":
+        notes.append(f"{precision.upper()} runs through Transformer Engine in Megatron only; bf16 here")
         precision = "bf16"
-        notes.append("FP8 runs through Transformer Engine in Megatron only; bf16 here")
     if precision == "fp16" and framework == "fsdp":
         precision = "bf16"
         notes.append("OLMo FSDP has no loss scaler; bf16 instead of fp16")
@@ -149,10 +155,15 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
     shard_group = plan.shard_group_size if zero == 3 and framework != "megatron" else None
     if plan.shard_group_size and shard_group is None:
         notes.append(f"hybrid sharding over groups of {plan.shard_group_size} is not available; plain sharding")
+    grad_dtype = plan.grad_dtype
+    if grad_dtype == "fp32" and framework == "deepspeed" and zero == 0 and precision == "bf16":
+        grad_dtype = None
+        notes.append("DeepSpeed ZeRO-0 with bf16 keeps 16-bit gradients (its BF16_Optimizer needs ZeRO-1); "
+                     "gradients in bf16 here")
     equivalent = ParallelPlan(
         framework=framework, tp=1, pp=1, vp=1, cp=1, ep=1, dp=world, mbs=plan.mbs, gbs=gbs, seq_length=plan.seq_length,
         zero_stage=zero, shard_group_size=shard_group, recompute=recompute, precision=precision,
-        layer_spec=plan.layer_spec)
+        layer_spec=plan.layer_spec, grad_dtype=grad_dtype, expandable_segments=plan.expandable_segments)
     return equivalent, tuple(notes)
 
 
@@ -230,8 +241,11 @@ def deepspeed_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> 
                           "hysteresis": 2, "min_loss_scale": 1}
     elif plan.precision != "fp32":
         config["bf16"] = {"enabled": True}
-        if plan.grad_dtype == "fp32":
-            config["data_types"] = {"grad_accum_dtype": "fp32"}
+        if plan.grad_dtype is not None:
+            # Gradient accumulation and reduction dtype (ParallelPlan.grad_dtype): fp32 selects DeepSpeed's
+            # BF16_Optimizer (fp32 accumulation buffer) at ZeRO-1, bf16 keeps 16-bit gradients end to end.
+            config["data_types"] = {"grad_accum_dtype": plan.grad_dtype}
+            config["communication_data_type"] = plan.grad_dtype
     if plan.recompute != "none":
         config["activation_checkpointing"] = {
             "partition_activations": False, "contiguous_memory_optimization": False, "cpu_checkpointing": False,
@@ -276,12 +290,23 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add(f"# layers per pipeline rank: {list(stage_layers(model.num_layers, plan))}")
     add("--context-parallel-size", plan.cp)
     add("--expert-model-parallel-size", plan.ep)
+    if plan.etp is not None:
+        add("--expert-tensor-parallel-size", plan.etp)
     if plan.sequence_parallel:
         add("--sequence-parallel")
     if plan.tp_comm_overlap:
         add("--tp-comm-overlap")
     if plan.distributed_optimizer:
         add("--use-distributed-optimizer")
+    if plan.megatron_fsdp:
+        # Megatron-FSDP (zero 2: optimizer + gradients sharded, zero 3: + parameters); arguments.py requires the
+        # fsdp_dtensor checkpoint format and CUDA_DEVICE_MAX_CONNECTIONS != 1 (the launch script leaves it unset).
+        add("--use-megatron-fsdp")
+        add("--data-parallel-sharding-strategy", "optim_grads_params" if plan.zero_stage == 3 else "optim_grads")
+        add("--ckpt-format", "fsdp_dtensor")
+    if plan.precision_aware_optimizer:
+        add("# precision-aware optimizer (TE FusedAdam): fp32 master weights kept as 16-bit remainders")
+        add("--use-precision-aware-optimizer")
     if plan.dp * plan.cp > 1:
         add("--overlap-grad-reduce")
         if plan.distributed_optimizer:
@@ -318,6 +343,12 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--qk-layernorm")
     add("--hidden-dropout", model.hidden_dropout)
     add("--attention-dropout", model.attention_dropout)
+    if model.sliding_window:
+        add(f"# sliding-window attention: {model.sliding_window} keys back; every "
+            f"{model.window_attn_skip_freq or 'no'} layer(s) one full-attention layer")
+        add("--window-size", f"{model.sliding_window},0")
+        if model.window_attn_skip_freq:
+            add("--window-attn-skip-freq", model.window_attn_skip_freq)
     if model.is_moe:
         add("--num-experts", model.num_experts)
         add("--moe-router-topk", model.moe_top_k)
@@ -333,10 +364,18 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     add("--transformer-impl", "transformer_engine" if plan.layer_spec == "te" else "local")
     if plan.recompute == "selective":
         add("--recompute-granularity", "selective")
+    elif plan.recompute == "full" and plan.recompute_layers is not None:
+        add(f"# block recompute: the first {plan.recompute_layers} layers of each model chunk keep only their input")
+        add("--recompute-granularity", "full")
+        add("--recompute-method", "block")
+        add("--recompute-num-layers", plan.recompute_layers)
     elif plan.recompute == "full":
         add("--recompute-granularity", "full")
         add("--recompute-method", "uniform")
         add("--recompute-num-layers", 1)
+    if plan.offload_activation_layers:
+        add("# Transformer Engine CPU offload of these layers' activations (arguments.py sets --cpu-offloading)")
+        add("--cpu-offloading-num-layers", plan.offload_activation_layers)
     add(f"# precision: {plan.precision}")
     if plan.precision == "fp16":
         # Dynamic loss scaling (no --loss-scale), same start (2^16), window and hysteresis as ds_config.json.
@@ -347,14 +386,26 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--hysteresis", 2)
     elif plan.precision != "fp32":  # Megatron-LM trains in fp32 unless told otherwise
         add("--bf16")
+        if plan.grad_dtype == "bf16":
+            # Megatron-LM accumulates and reduces bf16 gradients in fp32 main_grad buffers unless told otherwise.
+            add("# gradients accumulated and reduced in bf16 (half the buffer and the DP traffic)")
+            add("--grad-reduce-in-bf16")
     if plan.precision == "fp8":
-        recipe, fmt = _MEGATRON_FP8[train.fp8_recipe or "current"]
+        recipe, fmt = _MEGATRON_FP8[plan.fp8_recipe or train.fp8_recipe or "current"]
         add("--fp8-format", fmt)
         add("--fp8-recipe", recipe)
         if train.fp8_bf16_first_last_layers > 0:
             add("--first-last-layers-bf16")
             add("--num-layers-at-start-in-bf16", train.fp8_bf16_first_last_layers)
             add("--num-layers-at-end-in-bf16", train.fp8_bf16_first_last_layers)
+        if plan.fp8_param_gather:
+            add("--fp8-param-gather")
+    if plan.precision == "fp4":
+        # NVFP4 (Blackwell): E2M1 values, an E4M3 scale per 16 and a per-tensor FP32 scale (TE NVFP4BlockScaling).
+        add("--fp4-format", "e2m1")
+        add("--fp4-recipe", "nvfp4")
+        if plan.fp8_param_gather:
+            add("--fp4-param-gather")
     add(f"# optimizer and schedule: {train.train_steps} steps")
     add("--optimizer", "adam")  # Megatron's adam is AdamW: decoupled weight decay
     add("--lr", train.lr)
@@ -396,7 +447,9 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
     plan, _ = equivalent_plan(plan, "fsdp")
     strategy = plan.fsdp_sharding_strategy
     affine = model.normalization != "nonparametric"
-    fsdp: dict = {"wrapping_strategy": fsdp_wrapping(model), "precision": "mixed", "sharding_strategy": strategy}
+    # OLMo FSDPPrecision: mixed reduces gradients in fp32 (MixedPrecision.reduce_dtype), pure in bf16.
+    fsdp: dict = {"wrapping_strategy": fsdp_wrapping(model),
+                  "precision": "pure" if plan.grad_dtype == "bf16" else "mixed", "sharding_strategy": strategy}
     if strategy == "HYBRID_SHARD":
         fsdp["hybrid_sharding_num_model_replicas"] = plan.dp // plan.shard_group_size
     olmo_model = {
@@ -520,8 +573,11 @@ def slurm_settings(cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, opti
         "time": options.time, "run_dir": options.run_dir, "log_dir": options.run_dir.rstrip("/") + "/logs",
         "artifacts": options.artifacts_dir, "launchers": options.launchers_dir, "python": options.python,
         "master_port": options.master_port, "nccl_env": list(cluster.nccl_env), "cluster_name": cluster.name,
-        # Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before Blackwell (arguments.py).
-        "megatron_max_connections": megatron.tp > 1 or megatron.cp > 1,
+        # Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before Blackwell (arguments.py), and
+        # != 1 with Megatron-FSDP.
+        "megatron_max_connections": (megatron.tp > 1 or megatron.cp > 1) and not megatron.megatron_fsdp,
+        # PyTorch's caching allocator grows segments in place (the memory model's expandable_segments).
+        "expandable_segments": plan.expandable_segments,
     }
 
 

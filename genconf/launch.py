@@ -78,7 +78,8 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
     if checkpoint_every is not None:
         t = dataclasses.replace(t, checkpoint_every_steps=checkpoint_every)
     if precision is not None:
-        p = dataclasses.replace(p, precision=precision)
+        p = dataclasses.replace(p, precision=precision, fp8_recipe=p.fp8_recipe if precision == "fp8" else None,
+                                fp8_param_gather=p.fp8_param_gather and precision in ("fp8", "fp4"))
         t = dataclasses.replace(t, fp8_recipe=(t.fp8_recipe or "current") if precision == "fp8" else None)
     return m, p, t
 
@@ -102,7 +103,7 @@ def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | N
                   and v.rule not in ("whole_nodes", "world_size", "tp_inside_node")]
     if structural:
         raise GenconfError(f"the shrunk plan is invalid: {structural[0]}")
-    recipe = precision.recipe_for(plan.precision, train.fp8_recipe)
+    recipe = precision.recipe_for(plan.precision, plan.fp8_recipe or train.fp8_recipe)
     prediction = {"gpu": cluster.gpu.name, "num_gpus": num_gpus,
                   "tokens_per_s_per_gpu": d.get("perf", {}).get("tokens_per_s_per_gpu"),
                   "peak_mem_gib": d.get("memory", {}).get("total_gib"),
@@ -175,6 +176,9 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
         cmd.append("--resume")
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                **(extra_env or {}))
+    if cfg.plan.expandable_segments:
+        # As the launch scripts: the caching allocator grows segments in place (the memory estimate assumes it).
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     print(f"genconf: launching {' '.join(cmd)}", file=sys.stderr, flush=True)
     return subprocess.call(cmd, env=env, stdout=stdout)
 

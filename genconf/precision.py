@@ -17,9 +17,9 @@ from genconf.specs import GPUSpec
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PrecisionRecipe:
     name: str
-    """bf16 | fp16 | fp8-delayed | fp8-current | fp8-blockwise | mxfp8."""
+    """bf16 | fp16 | fp8-delayed | fp8-current | fp8-blockwise | mxfp8 | nvfp4."""
     plan_precision: str
-    """The planner's precision: bf16 | fp16 | fp8."""
+    """The planner's precision: bf16 | fp16 | fp8 | fp4."""
     te_recipe: str | None
     """transformer_engine.common.recipe class name, None for BF16/FP16."""
     te_recipe_kwargs: tuple[tuple[str, object], ...] = ()
@@ -62,6 +62,11 @@ RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in (
                     te_recipe_kwargs=(("fp8_format", "E4M3"),),
                     megatron_fp8_recipe="mxfp8", megatron_fp8_format="e4m3", needs_arch=("blackwell",),
                     description="MXFP8: one E8M0 scale per block of 32 values, E4M3 everywhere (Blackwell only)"),
+    PrecisionRecipe(name="nvfp4", plan_precision="fp4", te_recipe="NVFP4BlockScaling",
+                    needs_arch=("blackwell",), bf16_first_last_layers=1,
+                    description="NVFP4: E2M1 values, an E4M3 scale per 16 and an FP32 scale per tensor; 2D 16x16 "
+                                "weight scaling, random Hadamard transforms and stochastic rounding of gradients "
+                                "(Blackwell only; Megatron --fp4-format e2m1 --fp4-recipe nvfp4)"),
 )}
 """Every recipe genconf knows, by name."""
 
@@ -80,13 +85,15 @@ def recipe_for(precision: str, fp8_recipe: str | None) -> PrecisionRecipe:
     """The recipe a plan precision (+ TrainSpec.fp8_recipe) names."""
     if precision == "fp8":
         return recipe(FP8_BY_TRAIN_NAME[fp8_recipe or "current"])
+    if precision == "fp4":
+        return recipe("nvfp4")
     return recipe(precision)
 
 
 def unsupported_reason(r: PrecisionRecipe, *, gpu: GPUSpec | None, framework: str, te_available: bool,
                        cuda: bool) -> str | None:
     """One line saying why `r` cannot run here, or None. `gpu` None means no GPU (CPU run)."""
-    if r.plan_precision == "fp8":
+    if r.plan_precision in ("fp8", "fp4"):
         if not cuda or gpu is None:
             return f"{r.name} needs a Hopper or Blackwell GPU; this run has no GPU"
         if gpu.arch not in r.needs_arch:

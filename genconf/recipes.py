@@ -18,7 +18,7 @@ TOP_KEYS = ("name", "version", "description", "extends", "model", "cluster", "gp
             "optimizer", "batch", "seed", "data", "train", "expect", "smoke")
 SECTIONS = {
     "layout": ("framework", "tp", "pp", "vp", "cp", "ep", "zero", "mbs", "recompute", "layer_spec",
-               "first_stage_layers", "last_stage_layers", "tp_comm_overlap"),
+               "first_stage_layers", "last_stage_layers", "tp_comm_overlap", "grad_dtype"),
     "optimizer": ("lr", "min_lr", "warmup_steps", "lr_decay", "weight_decay", "beta1", "beta2", "eps", "grad_clip"),
     "batch": ("global_batch", "seq_length"),
     "data": ("kind", "path", "dtype", "branching"),
@@ -182,9 +182,10 @@ def pins_of(recipe: Recipe):
                 cp=layout.get("cp"), ep=layout.get("ep"), mbs=layout.get("mbs"), gbs=batch.get("global_batch"),
                 seq_length=batch.get("seq_length"), zero_stage=layout.get("zero"), recompute=layout.get("recompute"),
                 precision=recipe.precision_recipe.plan_precision, layer_spec=layout.get("layer_spec", "te"),
+                fp8_recipe={v: k for k, v in precision.FP8_BY_TRAIN_NAME.items()}.get(recipe.precision_recipe.name),
                 pp_first_stage_layers=layout.get("first_stage_layers"),
                 pp_last_stage_layers=layout.get("last_stage_layers"),
-                tp_comm_overlap=bool(layout.get("tp_comm_overlap", False)))
+                tp_comm_overlap=layout.get("tp_comm_overlap"), grad_dtype=layout.get("grad_dtype"))
 
 
 def full_run(recipe: Recipe) -> dict:

@@ -82,7 +82,7 @@ def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
     """Steps to see `tokens` at this batch; warm-up 1% of them (at most 2000); FP8 current scaling by default."""
     steps = max(1, round(tokens / (plan.gbs * plan.seq_length)))
     return TrainSpec(train_steps=steps, warmup_steps=min(2000, max(1, steps // 100)),
-                     fp8_recipe="current" if plan.precision == "fp8" else None,
+                     fp8_recipe=(plan.fp8_recipe or "current") if plan.precision == "fp8" else None,
                      fp8_bf16_first_last_layers=1 if plan.precision == "fp8" else 0)
 
 

@@ -96,8 +96,9 @@ def build(cfg: runtime.RunConfig, config, spec, d: runtime.Dist):
         if half:
             gpt = Float16Module(config, gpt)
         ddp = DistributedDataParallelConfig(
-            # Megatron-LM accumulates and reduces bf16 gradients in fp32 (--accumulate-allreduce-grads-in-fp32).
-            grad_reduce_in_fp32=plan.precision != "fp16",
+            # Megatron-LM accumulates and reduces bf16 gradients in fp32 (--accumulate-allreduce-grads-in-fp32)
+            # unless the plan reduces them in bf16 (--grad-reduce-in-bf16).
+            grad_reduce_in_fp32=plan.precision != "fp16" and plan.grad_dtype != "bf16",
             overlap_grad_reduce=d.device.type == "cuda", overlap_param_gather=False,
             use_distributed_optimizer=plan.distributed_optimizer)
         chunks.append(DistributedDataParallel(config, ddp, gpt, disable_bucketing=vp_stage > 0))
@@ -106,6 +107,7 @@ def build(cfg: runtime.RunConfig, config, spec, d: runtime.Dist):
                           clip_grad=train.grad_clip, bf16=plan.precision in ("bf16", "fp8"),
                           fp16=plan.precision == "fp16", params_dtype=config.params_dtype,
                           use_distributed_optimizer=plan.distributed_optimizer,
+                          **({"use_precision_aware_optimizer": True} if plan.precision_aware_optimizer else {}),
                           initial_loss_scale=2**16 if plan.precision == "fp16" else None,
                           loss_scale_window=1000, hysteresis=2, min_loss_scale=1.0)
     optimizer = get_megatron_optimizer(opt, chunks)
