@@ -92,6 +92,11 @@ class Calibration:
     all-reduce and parameter all-gather can hide behind."""
     pp_overlap_exposed: float = 0.25
     """Fraction of pipeline p2p time exposed under the interleaved schedule (overlap_p2p_comm)."""
+    throughput_band: tuple[float, float] = (0.8, 1.2)
+    """80% interval of measured / predicted tokens/s: the 10th and 90th percentiles of the residuals on
+    published runs the calibration was not fitted to (benchmarks/accuracy.py --loso --write-calibration)."""
+    memory_band: tuple[float, float] = (0.9, 1.1)
+    """Same for the measured / predicted peak memory per GPU."""
 
 
 # --- one transformer layer --------------------------------------------------------------------------------

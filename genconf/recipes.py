@@ -201,7 +201,8 @@ def full_run(recipe: Recipe) -> dict:
     best = result.best
     train = _train_spec(recipe, best.plan, model)
     tokens = float(train.train_steps * best.plan.gbs * best.plan.seq_length)
-    run = report.run_dict(model, None, cluster, gpus, best, result, tokens, train)
+    run = report.run_dict(model, None, cluster, gpus, best, result, tokens, train,
+                          cal=catalog.calibration_for(cluster.gpu.name))
     run["recipe"] = {"name": recipe.name, "version": recipe.version, "precision_recipe": recipe.precision_recipe.name,
                      "data": recipe.section("data") or {"kind": "synthetic"}}
     return run

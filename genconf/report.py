@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 
 from genconf import __version__
-from genconf.cost import StepCost, training_time_s
+from genconf.cost import Calibration, StepCost, training_time_s
 from genconf.counting import exact_param_count, human_count, workshop_param_count
 from genconf.errors import GenconfError
 from genconf.memory import GIB, HEADROOM_FRACTION, MemoryEstimate, StageMemory
 from genconf.pipeline import inflight_chunks, stage_layers
-from genconf.search import Evaluation, SearchResult, describe
+from genconf.search import TIE_FRACTION, Evaluation, SearchResult, describe
 from genconf.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
 
 SCHEMA_VERSION = 1
@@ -25,17 +25,26 @@ def _gib(n: float) -> float:
 
 
 def memory_dict(est: MemoryEstimate) -> dict:
+    """The busiest stage's memory, each figure in GiB (rounded) and exact bytes. allocated: live tensors at the
+    peak (torch.cuda.max_memory_allocated); reserved: what the caching allocator holds
+    (max_memory_reserved); device: reserved + CUDA context and NCCL (nvidia-smi); total: what the plan must
+    fit (allocated + fragmentation that cannot be released + runtime)."""
     peak = est.peak
-    return {
-        "params_gib": _gib(peak.params_bytes), "grads_gib": _gib(peak.grads_bytes),
-        "optimizer_gib": _gib(peak.optimizer_bytes), "activations_gib": _gib(peak.activations_bytes),
-        "other_gib": _gib(peak.other_bytes), "total_gib": _gib(peak.total_bytes),
-        "capacity_gib": _gib(est.capacity_bytes), "usable_gib": _gib(est.usable_bytes), "peak_stage": peak.stage,
-        "other": {name: _gib(b) for name, b in peak.other},
-        "stages": [{"stage": s.stage, "layers": s.layers, "total_gib": _gib(s.total_bytes),
-                    "params_gib": _gib(s.params_bytes), "activations_gib": _gib(s.activations_bytes)}
-                   for s in est.stages],
-    }
+    parts = (("params", peak.params_bytes), ("grads", peak.grads_bytes), ("optimizer", peak.optimizer_bytes),
+             ("activations", peak.activations_bytes), ("other", peak.other_bytes),
+             ("allocated", peak.allocated_bytes), ("reserved", peak.reserved_bytes), ("device", peak.device_bytes),
+             ("total", peak.total_bytes), ("capacity", est.capacity_bytes), ("usable", est.usable_bytes))
+    d: dict = {}
+    for name, value in parts:
+        d[f"{name}_gib"] = _gib(value)
+        d[f"{name}_bytes"] = int(value)
+    d.update(peak_stage=peak.stage, other={name: _gib(b) for name, b in peak.other},
+             other_bytes_by_name={name: int(b) for name, b in peak.other},
+             fragmentation_bytes=int(peak.unreleasable_bytes), runtime_bytes=int(peak.runtime_bytes),
+             stages=[{"stage": s.stage, "layers": s.layers, "total_gib": _gib(s.total_bytes),
+                      "total_bytes": int(s.total_bytes), "params_gib": _gib(s.params_bytes),
+                      "activations_gib": _gib(s.activations_bytes)} for s in est.stages])
+    return d
 
 
 def perf_dict(cost: StepCost) -> dict:
@@ -86,8 +95,23 @@ def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
                      fp8_bf16_first_last_layers=1 if plan.precision == "fp8" else 0)
 
 
+def intervals_dict(best: Evaluation, cal: Calibration) -> dict:
+    """80% intervals of step time, tokens/s and peak memory from the calibration's held-out residual bands."""
+    lo, hi = cal.throughput_band
+    m_lo, m_hi = cal.memory_band
+    cost, peak = best.cost, best.memory.peak
+    return {
+        "coverage": 0.8, "source": "leave-one-source-out residuals on published runs (benchmarks/results/accuracy.md)",
+        "step_time_s": [round(cost.step_time_s / hi, 4), round(cost.step_time_s / lo, 4)],
+        "tokens_per_s_per_gpu": [round(cost.tokens_per_s_per_gpu * lo, 1), round(cost.tokens_per_s_per_gpu * hi, 1)],
+        "peak_memory_gib": [_gib(peak.total_bytes * m_lo), _gib(peak.total_bytes * m_hi)],
+        "peak_memory_bytes": [int(peak.total_bytes * m_lo), int(peak.total_bytes * m_hi)],
+    }
+
+
 def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
-             result: SearchResult | None, tokens: float, train: TrainSpec | None = None) -> dict:
+             result: SearchResult | None, tokens: float, train: TrainSpec | None = None,
+             cal: Calibration | None = None) -> dict:
     cost = best.cost
     alternatives = []
     if result is not None:
@@ -104,6 +128,7 @@ def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus
         "memory": memory_dict(best.memory), "perf": perf_dict(cost),
         "training": {"tokens": tokens, "time_s": round(train_s, 1), "days": round(train_s / 86400, 2),
                      "gpu_hours": round(train_s * num_gpus / 3600, 1)},
+        "intervals_80": intervals_dict(best, cal) if cal is not None else None,
         "why": why(best, result, cluster),
         "warnings": [str(v) for v in best.violations if v.severity == "warning"],
         "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
@@ -164,11 +189,41 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
                        f"shards model states over {p.shard_size} GPUs")
     reasons.append({"none": "no activation recomputation needed: activations fit",
                     "selective": "selective recompute drops the attention-score activations for ~2% more FLOPs",
-                    "full": "full recompute: only layer inputs are kept, +33% forward FLOPs"}[p.recompute])
-    if result is not None and len(result.ranked) > 1:
+                    "full": "full recompute: only layer inputs are kept, +33% forward FLOPs"}[p.recompute]
+                   if not (p.recompute == "full" and p.recompute_layers) else
+                   f"block recompute of {p.recompute_layers} layer(s) per model chunk: just enough to fit")
+    grads = {"megatron": "fp32 main_grad buffers (Megatron-LM's default for bf16/FP8)",
+             "deepspeed": "DeepSpeed's default for its precision", "fsdp": "FSDP MixedPrecision reduce_dtype fp32"}
+    if p.grad_dtype is None:
+        reasons.append(f"gradients accumulated and reduced as the framework does by default: {grads[p.framework]}")
+    else:
+        reasons.append(f"gradients accumulated and reduced in {p.grad_dtype} (chosen): {p.grad_bytes} bytes per "
+                       f"parameter in the gradient buffer and the data-parallel traffic")
+    if p.precision_aware_optimizer:
+        reasons.append("precision-aware optimizer (16-bit master remainders, 10 instead of 12 bytes per parameter) "
+                       "is what makes this layout fit")
+    if p.offload_activation_layers:
+        reasons.append(f"{p.offload_activation_layers} layers' activations offloaded to host memory (Transformer Engine "
+                       f"CPU offload), hidden behind compute where the host link allows")
+    if p.precision in ("fp8", "fp4"):
+        recipe = p.quant_recipe
+        reasons.append(f"{'NVFP4' if p.precision == 'fp4' else 'FP8 ' + recipe} GEMMs priced at the GPU's "
+                       f"{p.precision.upper()} peak with the recipe's quantization passes"
+                       + ("; weights kept and all-gathered in FP8" if p.fp8_param_gather else ""))
+    if p.framework == "megatron" and p.layer_spec == "local":
+        reasons.append("megatron local spec: unfused attention (scores through HBM) and element-wise ops priced as "
+                       + ("megatron's fused kernels" if p.fused_kernels else "PyTorch ops without megatron's fused kernels"))
+    if result is not None and result.fastest is not None:
+        fast = result.fastest
+        gap = fast.cost.tokens_per_s / cost.tokens_per_s - 1
+        reasons.append(f"within {gap:.1%} of the fastest candidate ({describe(fast.plan)}), closer than the model can "
+                       f"tell apart: the simpler layout (fewer parallel dimensions, less sharding and recompute) "
+                       f"is ranked first")
+    elif result is not None and len(result.ranked) > 1:
         runner = result.ranked[1]
         gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
-        reasons.append(f"{gain:.1%} faster than the runner-up ({describe(runner.plan)})")
+        tied = " (a tie within the model's error; the simpler layout first)" if gain < TIE_FRACTION else ""
+        reasons.append(f"{gain:.1%} faster than the runner-up ({describe(runner.plan)}){tied}")
     return reasons
 
 
@@ -191,6 +246,9 @@ def _stage_memory_lines(stage: StageMemory, plan: ParallelPlan, capacity: int) -
     lines += [_row(f"  {name}", f"{b / GIB:8.2f}") for name, b in stage.other if b >= 0.01 * GIB]
     lines.append(_row("total", f"{stage.total_bytes / GIB:8.2f}  of {capacity / GIB:.1f} GiB "
                                f"(plans keep {HEADROOM_FRACTION:.0%} free)"))
+    allocator = ("expandable segments" if plan.expandable_segments else "classic caching allocator")
+    lines.append(_row("  allocated / reserved / nvidia-smi", f"{stage.allocated_bytes / GIB:8.2f} / "
+                      f"{stage.reserved_bytes / GIB:.2f} / {stage.device_bytes / GIB:.2f}  ({allocator})"))
     return lines
 
 
@@ -212,13 +270,25 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
         f"memory per GPU, stage {best.memory.peak.stage} (the busiest)           GiB",
     ]
     lines += _stage_memory_lines(best.memory.peak, best.plan, best.memory.capacity_bytes)
+    band = d.get("intervals_80")
+
+    def within(key: str, fmt: str) -> str:
+        if not band:
+            return ""
+        lo, hi = band[key]
+        return f"  (80%: {format(lo, fmt)} - {format(hi, fmt)})"
+
+    if band:
+        lines.append(_row("80% interval of the peak", f"{band['peak_memory_gib'][0]:8.2f} - "
+                                                      f"{band['peak_memory_gib'][1]:.2f}"))
     lines += [
         "",
         "performance (predicted)",
-        _row("step time", f"{perf['step_time_s']:.3f} s"),
+        _row("step time", f"{perf['step_time_s']:.3f} s{within('step_time_s', '.3f')}"),
         _row("MFU / model TFLOP/s per GPU", f"{perf['mfu']:.1%} / {perf['tflops_per_gpu']:.0f} "
              f"(peak {perf['peak_tflops_per_gpu']:g})"),
-        _row("tokens/s per GPU / whole job", f"{perf['tokens_per_s_per_gpu']:,.0f} / {perf['tokens_per_s']:,.0f}"),
+        _row("tokens/s per GPU / whole job", f"{perf['tokens_per_s_per_gpu']:,.0f} / {perf['tokens_per_s']:,.0f}"
+                                              f"{within('tokens_per_s_per_gpu', ',.0f')}"),
         _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
         _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
         _row(f"train {human_count(tr['tokens'])} tokens", f"{tr['days']:.1f} days, {tr['gpu_hours']:,.0f} GPU-hours"),

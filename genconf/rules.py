@@ -199,6 +199,10 @@ def _framework_zero(c: Context) -> str | None:
     if p.megatron_fsdp and p.pp > 1:
         return (f"zero {p.zero_stage} with megatron is Megatron-FSDP, which does not combine with pipeline "
                 f"parallelism (pp={p.pp}); use --zero 1 (distributed optimizer) with pipelining")
+    if p.megatron_fsdp and c.model.position_embedding not in ("rope", "none"):
+        # Megatron-LM arguments.py asserts it under --use-megatron-fsdp.
+        return (f"Megatron-FSDP (megatron zero {p.zero_stage}) needs rotary or no position embeddings; "
+                f"{c.model.name} has {c.model.position_embedding}: use --zero 1")
     if p.shard_group_size is not None:
         if p.zero_stage != 3:
             return "a shard group (hybrid sharding) needs zero stage 3"

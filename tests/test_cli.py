@@ -130,6 +130,9 @@ PLAN_FLAGS = sorted([
     "--model", "--gpus", "--cluster", "--gpu", "--gpus-per-node", "--framework", "--tp", "--pp", "--vp", "--cp", "--ep",
     "--mbs", "--global-batch", "--seq-len", "--first-stage-layers", "--last-stage-layers", "--zero", "--recompute",
     "--precision", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json",
+    "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
+    "--no-fp8-param-gather", "--precision-aware-optimizer", "--no-precision-aware-optimizer", "--no-tp-comm-overlap",
+    "--fused-kernels", "--expandable-segments", "--no-expandable-segments",
     "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
 ])
 
