@@ -240,8 +240,8 @@ FIT_GRID = {
     ("hopper", "clock_factor"): [0.75, 0.8, 0.85, 0.9, 0.95, 1.0],
     ("blackwell", "fp8_gemm_efficiency"): [0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75],
     ("blackwell", "fp4_gemm_efficiency"): [0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65],
-    ("blackwell", "attention_fwd_efficiency"): [0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8],
-    ("blackwell", "attention_bwd_efficiency"): [0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7],
+    ("blackwell", "attention_fwd_efficiency"): [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9],
+    ("blackwell", "attention_bwd_efficiency"): [0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85],
     ("all", "microbatch_overhead_s"): [0.0, 0.001, 0.002, 0.004, 0.008],
     ("all", "step_overhead_s"): [0.0, 0.01, 0.02, 0.05],
     ("all", "dp_overlap_efficiency"): [0.5, 0.7, 0.9],
@@ -348,7 +348,35 @@ def intervals(held_rows: list[dict], q_lo: float = 0.10, q_hi: float = 0.90) -> 
         inside += hit
         total += len(test)
     bands["coverage"] = {"all": inside / total if total else None, "by_source": per_source}
+    # Peak memory: one band for every generation (only Ampere and Hopper runs report memory).
+    mem = [math.log(1 + r["memory_error"]) for r in held_rows if r.get("memory_error") is not None]
+    if len(mem) >= 10:
+        bands["memory"] = {"low": math.exp(-_q(mem, q_hi)), "high": math.exp(-_q(mem, q_lo)), "rows": len(mem)}
+        hit = n = 0
+        for source in SOURCES:
+            test = [r for r in held_rows if r["source"] == source and r.get("memory_error") is not None]
+            rest = [math.log(1 + r["memory_error"]) for r in held_rows
+                    if r["source"] != source and r.get("memory_error") is not None]
+            if not test or len(rest) < 10:
+                continue
+            lo, hi = math.exp(-_q(rest, q_hi)), math.exp(-_q(rest, q_lo))
+            hit += sum(lo <= 1 / (1 + r["memory_error"]) <= hi for r in test)
+            n += len(test)
+        bands["memory"]["coverage_held_out"] = hit / n if n else None
     return bands
+
+
+def bands_for_calibration(bands: dict) -> dict:
+    """calibration.yaml values: each generation's throughput band (overall where it has too few rows) and the
+    memory band, rounded to what the data supports."""
+    out = {}
+    for arch in ARCHS:
+        b = bands.get(arch) or bands["all"]
+        values = {"throughput_band": [round(b["low"], 3), round(b["high"], 3)]}
+        if bands.get("memory"):
+            values["memory_band"] = [round(bands["memory"]["low"], 3), round(bands["memory"]["high"], 3)]
+        out[arch] = values
+    return out
 
 
 # --- output -------------------------------------------------------------------------------------------
@@ -366,7 +394,7 @@ def _table(title: str, facet: dict) -> list[str]:
     return lines + [""]
 
 
-def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None) -> str:
+def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None, bands: dict | None = None) -> str:
     a, f, m = summ["all"], summ["flat_baseline"], summ["memory"]
     lines = ["# Accuracy: predicted vs published throughput and memory", "",
              "Command: `python benchmarks/accuracy.py` (data: benchmarks/data, copied from shared/data). Rows are "
@@ -380,7 +408,26 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None) ->
              f"max {_pct(m['max_abs'])}; within 10%: {_pct(m['within_10pct'])}", ""]
     if held:
         lines += [f"- leave-one-source-out (each source scored by a calibration fitted without it): median |error| "
-                  f"**{_pct(held['all']['median_abs'])}**, p90 **{_pct(held['all']['p90_abs'])}**", ""]
+                  f"**{_pct(held['all']['median_abs'])}**, p90 **{_pct(held['all']['p90_abs'])}**; dense "
+                  f"{_pct(held['by_kind'].get('dense', {}).get('median_abs'))} / "
+                  f"{_pct(held['by_kind'].get('dense', {}).get('p90_abs'))}", ""]
+        lines += _table("Leave-one-source-out, by source held out", held["by_source"])
+    if bands:
+        cov = bands["coverage"]
+        lines += ["### 80% intervals (from the held-out residuals)", "",
+                  "| generation | measured / predicted tokens/s, 10th pct | 90th pct | rows |", "|---|---:|---:|---:|"]
+        for key in ("all",) + ARCHS:
+            b = bands.get(key)
+            if b:
+                lines.append(f"| {key} | {b['low']:.3f} | {b['high']:.3f} | {b['rows']} |")
+        lines += ["", f"- tokens/s: held-out rows inside a band built without their own source (nested "
+                      f"leave-one-source-out): **{_pct(cov['all'])}** (target 80%)"]
+        lines += [f"  - {s}: {_pct(v)}" for s, v in cov["by_source"].items()]
+        if bands.get("memory"):
+            mb = bands["memory"]
+            lines.append(f"- peak memory: measured / predicted {mb['low']:.3f} - {mb['high']:.3f} over {mb['rows']} rows; "
+                         f"inside a band built without their source: **{_pct(mb.get('coverage_held_out'))}**")
+        lines.append("")
     for facet, title in (("by_kind", "Dense and MoE models"), ("by_source", "By source"), ("by_generation", "By GPU generation"),
                          ("by_precision", "By precision"), ("by_framework", "By framework"), ("by_gpu", "By GPU")):
         lines += _table(title, summ[facet])
@@ -401,6 +448,8 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None) ->
 
 def _yaml_number(value) -> str:
     """A number YAML 1.1 reads back as one (PyYAML takes '2e-05' for a string: it wants '2.0e-05')."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_yaml_number(v) for v in value) + "]"
     if not isinstance(value, float):
         return str(value)
     text = f"{value:g}"
@@ -439,7 +488,8 @@ def _public(rows: list[dict]) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="refit the end-to-end calibration terms and print them")
-    ap.add_argument("--write-calibration", action="store_true", help="with --fit: write them into genconf/calibration.yaml")
+    ap.add_argument("--write-calibration", action="store_true",
+                    help="with --fit: write the fitted terms into genconf/calibration.yaml; with --loso: the 80%% bands")
     ap.add_argument("--loso", action="store_true", help="leave-one-source-out scores, intervals and coverage")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -461,10 +511,13 @@ def main() -> int:
                    loso_rows=_public(held_rows))
         print(json.dumps({"loso": held_summ["all"], "by_source": held_summ["by_source"],
                           "intervals": out["loso"]["intervals"]}, indent=1))
+        if args.write_calibration:
+            write_calibration(bands_for_calibration(out["loso"]["intervals"]))
     print(json.dumps({k: summ[k] for k in ("all", "flat_baseline", "memory", "by_kind", "by_source")}, indent=1))
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "accuracy.md").write_text(markdown(rows, summ, skipped, held_summ))
+        (RESULTS / "accuracy.md").write_text(markdown(rows, summ, skipped, held_summ,
+                                                      out.get("loso", {}).get("intervals")))
         out["rows"] = _public(rows)
         out["skipped"] = [{"file": f, "label": lab, "reason": why} for f, lab, why in skipped]
         (RESULTS / "accuracy.json").write_text(json.dumps(out, indent=1, default=str))

@@ -33,14 +33,14 @@ class Calibration:
     """Same for NVFP4 GEMMs (Blackwell), as a fraction of the FP4 peak."""
     gemm_tile_overhead_s: float = 0.5e-6
     """Fixed prologue/epilogue time per 128x128 output tile and wave."""
-    attention_fwd_efficiency: float = 0.66
-    """Flash-attention forward, fraction of BF16 peak at long sequences (causal blocks skipped)."""
-    attention_bwd_efficiency: float = 0.64
-    """Flash-attention backward, fraction of BF16 peak at long sequences."""
-    attention_fwd_seq_overhead: float = 225.0
-    """Sequence length at which the forward's per-tile costs equal its work (efficiency halves)."""
-    attention_bwd_seq_overhead: float = 1650.0
+    attention_fwd_efficiency: float = 0.65
+    """Flash-attention forward: fraction of the per-SM BF16 peak one 128 x 128 block runs at."""
+    attention_bwd_efficiency: float = 0.60
     """Same for the backward."""
+    attention_fwd_tile_s: float = 2.0e-6
+    """Fixed cost of each wave of query tiles in the forward (prologue, rescaling, epilogue)."""
+    attention_bwd_tile_s: float = 30.0e-6
+    """Same in the backward (dQ accumulation, the dO.O pre-pass)."""
     local_score_bytes: tuple[float, float] = (38.0, 48.0)
     """Bytes per attention-score element the unfused (local-spec) attention moves, forward and backward.
     Without megatron's fused softmax kernels (a pip-installed megatron-core, genconf's launcher): baddbmm writes
@@ -297,10 +297,10 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         backend = cal.compiled_attention_factor if impl == "torch-compiled" else 1.0
         attn_f = kernels.flash_attention_s(bh, seq / cp, keys, d, causal=causal, peak_tflops=peak16,
                                            efficiency=cal.attention_fwd_efficiency * backend,
-                                           seq_overhead=cal.attention_fwd_seq_overhead)
+                                           tile_overhead_s=cal.attention_fwd_tile_s, sms=gpu.num_sms)
         attn_b = kernels.flash_attention_s(bh, seq / cp, keys, d, causal=causal, peak_tflops=peak16,
                                            efficiency=cal.attention_bwd_efficiency * backend,
-                                           seq_overhead=cal.attention_bwd_seq_overhead, backward=True)
+                                           tile_overhead_s=cal.attention_bwd_tile_s, sms=gpu.num_sms, backward=True)
 
     # Element-wise work: norms, residual adds, RoPE, activation, dropout (TE fused: one read + one write each).
     r = t if sp else 1

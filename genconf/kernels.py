@@ -31,7 +31,8 @@ def gemm_s(m: int, n: int, k: int, *, peak_tflops: float, efficiency: float, til
     output (`tile_overhead_s`), so short reductions and thin slices run far below peak. The best tile shape
     and split-K factor are taken, as cuBLAS's heuristics do; a GEMM never runs faster than HBM can stream its
     operands (in_bytes per input element, out_bytes per output element).
-    Fitted to 1,152 measured H100 GEMMs: median |error| 4%, p90 12% (tests/test_kernels.py).
+    Fitted to 1,152 measured H100 GEMMs: median |error| 5%, p90 16% (tests/test_kernels.py; the table's
+    ~30 us per timed call added).
     """
     per_sm = peak_tflops * 1e12 * efficiency / sms
     best = math.inf
@@ -48,18 +49,33 @@ def gemm_s(m: int, n: int, k: int, *, peak_tflops: float, efficiency: float, til
     return max(best, memory)
 
 
+ATTENTION_TILE = 128
+"""Query and key block size of FlashAttention-2/3 and cuDNN's fused attention on Hopper and Blackwell."""
+
+
 def flash_attention_s(batch_heads: float, seq_q: float, seq_k: float, head_dim: int, *, causal: bool,
-                      peak_tflops: float, efficiency: float, seq_overhead: float, backward: bool = False) -> float:
+                      peak_tflops: float, efficiency: float, tile_overhead_s: float, sms: int,
+                      backward: bool = False) -> float:
     """Fused (flash) attention over `batch_heads` (batch x heads) independent problems, forward or backward.
 
-    FLOPs: 4 b h s_q s_k d forward (QK^T and AV), halved under a causal mask (fully masked blocks are
-    skipped), 2.5x that backward (FlashAttention-2, Dao 2023, Sec. 3). Each query tile walks its key blocks
-    with a fixed per-tile cost, so efficiency grows with the sequence as s / (s + seq_overhead).
-    Fitted to causal SDPA on an H100: forward 0.66 of BF16 peak with seq_overhead 225, backward 0.64 with
-    1650 (benchmarks/data/h100_kernels/attention.csv; tests/test_kernels.py).
+    Work is counted in 128 x 128 (query x key) blocks, each 4 x 128 x 128 x d FLOPs forward (QK^T and AV),
+    2.5x that backward (FlashAttention-2, Dao 2023, Sec. 3). Under a causal mask query tile i visits i key
+    blocks (fully masked blocks are skipped), so the work is b h T (T + 1) / 2 blocks for T tiles. Query tiles
+    are spread over the SMs longest first (FlashAttention-3's scheduler): the span is the larger of the
+    average load and the longest tile (T blocks), and every wave of query tiles pays a fixed cost (prologue,
+    softmax rescaling, epilogue; backward also the dQ accumulation). Fitted to causal attention on an H100
+    (head dim 128): forward 0.65 of the per-SM BF16 peak with 2 us per wave, backward 0.60 with 30 us
+    (benchmarks/data/h100_kernels/attention.csv; tests/test_kernels.py: median |error| 4% / 2%).
     """
-    flops = 4.0 * batch_heads * seq_q * seq_k * head_dim * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
-    return flops / (peak_tflops * 1e12 * efficiency) * (1.0 + seq_overhead / max(1.0, seq_k))
+    tiles_q = max(1.0, seq_q / ATTENTION_TILE)
+    tiles_k = max(1.0, seq_k / ATTENTION_TILE)
+    per_tile = (tiles_k + 1) / 2 if causal else tiles_k
+    total_blocks = batch_heads * tiles_q * per_tile
+    block_s = 4.0 * ATTENTION_TILE * ATTENTION_TILE * head_dim * (2.5 if backward else 1.0) \
+        / (peak_tflops * 1e12 * efficiency / sms)
+    span = max(total_blocks / sms, tiles_k) * block_s
+    waves = math.ceil(batch_heads * tiles_q / sms)
+    return span + waves * tile_overhead_s
 
 
 def memory_bound_s(num_bytes: float, *, hbm_tbyte_per_s: float, efficiency: float) -> float:
