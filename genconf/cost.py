@@ -295,12 +295,30 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     else:
         bh = mbs * heads
         backend = cal.compiled_attention_factor if impl == "torch-compiled" else 1.0
-        attn_f = kernels.flash_attention_s(bh, seq / cp, keys, d, causal=causal, peak_tflops=peak16,
-                                           efficiency=cal.attention_fwd_efficiency * backend,
-                                           tile_overhead_s=cal.attention_fwd_tile_s, sms=gpu.num_sms)
-        attn_b = kernels.flash_attention_s(bh, seq / cp, keys, d, causal=causal, peak_tflops=peak16,
-                                           efficiency=cal.attention_bwd_efficiency * backend,
-                                           tile_overhead_s=cal.attention_bwd_tile_s, sms=gpu.num_sms, backward=True)
+
+        def flash(seq_q: float, seq_k: float, is_causal: bool) -> tuple[float, float]:
+            f = kernels.flash_attention_s(bh, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
+                                          efficiency=cal.attention_fwd_efficiency * backend,
+                                          tile_overhead_s=cal.attention_fwd_tile_s, sms=gpu.num_sms)
+            b = kernels.flash_attention_s(bh, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
+                                          efficiency=cal.attention_bwd_efficiency * backend,
+                                          tile_overhead_s=cal.attention_bwd_tile_s, sms=gpu.num_sms, backward=True)
+            return f, b
+
+        if cp > 1 and causal:
+            # Ring attention with the load-balanced (zigzag) split (TE's context parallelism): step 0 is the
+            # causal attention of the local chunk, each of the cp - 1 others a full block against half the
+            # remote keys; every step is its own kernel (its own waves), and its partial output is merged
+            # into an fp32 accumulator with the log-sum-exp (read the bf16 step output 2 and the accumulator 4,
+            # write 4 per element), dQ likewise.
+            local = seq / cp
+            diag_f, diag_b = flash(local, local, True)
+            off_f, off_b = flash(local, local / 2, False)
+            merge = _mem_s(gpu, cal, 10.0 * bh * local * d)
+            attn_f = diag_f + (cp - 1) * (off_f + merge)
+            attn_b = diag_b + (cp - 1) * (off_b + 2 * merge)
+        else:
+            attn_f, attn_b = flash(seq / cp, keys, causal)
 
     # Element-wise work: norms, residual adds, RoPE, activation, dropout (TE fused: one read + one write each).
     r = t if sp else 1
