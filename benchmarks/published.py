@@ -247,6 +247,13 @@ def _not_modelled(row: dict) -> str | None:
     if "lora" in row["model"].lower() or "LoRA Perf" in row["notes"]:
         return ("LoRA fine-tuning (frozen base weights: no weight gradients or optimizer states for them); "
                 "genconf plans full-parameter training")
+    if "torchtitan" in row["source"] and "rowwise" in row["precision"]:
+        return ("torchao float8 with rowwise scales: its own quantization kernels and rowwise-scaled GEMMs, "
+                "measured slower than BF16 here; genconf prices Transformer Engine's FP8 recipes only")
+    if "torchtitan" in row["source"] and (_int(row["cp"]) or 1) > 1:
+        return ("PyTorch's experimental context parallelism (torch.distributed.tensor.experimental.context_parallel"
+                ", SDPA ring attention) under FSDP2: genconf models Transformer Engine's context parallelism, "
+                "which FSDP plans do not use")
     return None
 
 

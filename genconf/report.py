@@ -95,9 +95,9 @@ def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
                      fp8_bf16_first_last_layers=1 if plan.precision == "fp8" else 0)
 
 
-def intervals_dict(best: Evaluation, cal: Calibration) -> dict:
+def intervals_dict(best: Evaluation, cal: Calibration, *, moe: bool = False) -> dict:
     """80% intervals of step time, tokens/s and peak memory from the calibration's held-out residual bands."""
-    lo, hi = cal.throughput_band
+    lo, hi = cal.moe_throughput_band if moe else cal.throughput_band
     m_lo, m_hi = cal.memory_band
     cost, peak = best.cost, best.memory.peak
     return {
@@ -128,7 +128,7 @@ def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus
         "memory": memory_dict(best.memory), "perf": perf_dict(cost),
         "training": {"tokens": tokens, "time_s": round(train_s, 1), "days": round(train_s / 86400, 2),
                      "gpu_hours": round(train_s * num_gpus / 3600, 1)},
-        "intervals_80": intervals_dict(best, cal) if cal is not None else None,
+        "intervals_80": intervals_dict(best, cal, moe=model.is_moe) if cal is not None else None,
         "why": why(best, result, cluster),
         "warnings": [str(v) for v in best.violations if v.severity == "warning"],
         "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
