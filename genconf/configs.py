@@ -128,7 +128,8 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
         recompute = plan.recompute
     else:
         if plan.framework == "megatron":
-            zero = 3 if model_parallel else {0: 0, 1: 1 if framework == "deepspeed" else 2}[plan.zero_stage]
+            # Megatron-FSDP (zero 2/3) maps onto the same sharding stage.
+            zero = 3 if model_parallel else {0: 0, 1: 1 if framework == "deepspeed" else 2, 2: 2, 3: 3}[plan.zero_stage]
         else:
             zero = {0: 0, 1: 1 if framework == "deepspeed" else 2, 2: 2, 3: 3}[plan.zero_stage]
         if model_parallel:

@@ -44,11 +44,23 @@ PLANS = {
                   "--tp", "4", "--pp", "2", "--recompute", "selective"],
     "full_fp16_local": ["--model", "gpt3-2.7b", "--gpus", "8", "--cluster", "dgx-a100", "--framework", "megatron",
                         "--tp", "2", "--recompute", "full", "--precision", "fp16", "--layer-spec", "local"],
+    # the modern Megatron knobs: FP8 blockwise with FP8 parameters, bf16 gradients, precision-aware optimizer,
+    # block recompute of 2 layers per chunk
+    "fp8_block_knobs": ["--model", "llama3-8b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron",
+                        "--tp", "2", "--pp", "2", "--vp", "2", "--zero", "1", "--precision", "fp8-blockwise",
+                        "--fp8-param-gather", "--grad-dtype", "bf16", "--precision-aware-optimizer",
+                        "--recompute-layers", "2", "--global-batch", "256"],
+    # Megatron-FSDP (zero 3 = optim_grads_params)
+    "megatron_fsdp": ["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--framework", "megatron",
+                      "--tp", "1", "--pp", "1", "--zero", "3", "--mbs", "1"],
+    # DeepSpeed ZeRO-1 with an fp32 gradient accumulation buffer (BF16_Optimizer)
+    "ds_z1_fp32_grads": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "1",
+                         "--grad-dtype", "fp32"],
 }
 DS_PLANS = ["ds_z0", "ds_z1", "ds_z2_fp16", "ds_z3", "ds_z2_offload", "ds_z3_offload", "olmo70b", "fsdp1b", "hsdp7b",
-            "uneven_pp"]
+            "uneven_pp", "ds_z1_fp32_grads"]
 MEGATRON_PLANS = ["olmo70b", "gqa_fp8_pp2vp2", "moe_ep_cp", "uneven_pp", "selective", "full_fp16_local", "ds_z3",
-                  "fsdp1b"]
+                  "fsdp1b", "fp8_block_knobs", "megatron_fsdp"]
 
 
 def genconf_quiet(*args: str) -> int:
@@ -280,6 +292,28 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         assert (cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage) == (10, 10)
     if name == "full_fp16_local":
         assert cfg.fp16 and cfg.recompute_method == "uniform" and cfg.recompute_num_layers == 1
+    if name == "fp8_block_knobs":
+        assert (cfg.fp8, cfg.fp8_recipe, cfg.fp8_param) == ("e4m3", "blockwise", True)
+        assert cfg.recompute_method == "block" and cfg.recompute_num_layers == 2
+        text = (d / "megatron_args.txt").read_text()
+        assert "--grad-reduce-in-bf16\n" in text and "--use-precision-aware-optimizer\n" in text
+    if name == "megatron_fsdp":
+        text = (d / "megatron_args.txt").read_text()
+        assert "--use-megatron-fsdp\n" in text and "--data-parallel-sharding-strategy optim_grads_params" in text
+        assert "--ckpt-format fsdp_dtensor" in text
+        assert "CUDA_DEVICE_MAX_CONNECTIONS" not in (d / "launch_megatron.sbatch").read_text().replace("# ", "")
+
+
+def test_launch_scripts_set_expandable_segments(rendered):
+    script = (rendered["olmo70b"] / "launch_megatron.sbatch").read_text()
+    assert 'export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"' in script
+
+
+def test_gradient_dtype_reaches_every_framework(rendered):
+    ds = json.loads((rendered["ds_z1_fp32_grads"] / "ds_config.json").read_text())
+    assert ds["data_types"] == {"grad_accum_dtype": "fp32"} and ds["communication_data_type"] == "fp32"
+    olmo = (rendered["fp8_block_knobs"] / "olmo_fsdp.yaml").read_text()
+    assert "precision: pure" in olmo  # bf16 gradients: FSDP reduce_dtype bf16
 
 
 def test_emitted_flags_are_megatron_lm_arguments(rendered):
