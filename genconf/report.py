@@ -117,7 +117,8 @@ def run_dict(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus
     if result is not None:
         for ev in result.ranked[1:]:
             alternatives.append({"layout": describe(ev.plan), "plan": plan_dict(ev.plan, model),
-                                 "memory": {"total_gib": _gib(ev.memory.peak.total_bytes)},
+                                 "memory": {"total_gib": _gib(ev.memory.peak.total_bytes),
+                                            "total_bytes": int(ev.memory.peak.total_bytes)},
                                  "perf": {k: v for k, v in perf_dict(ev.cost).items() if k != "breakdown_s"}})
     train_s = training_time_s(cost, tokens)
     return {
