@@ -91,7 +91,10 @@ def _key(plan) -> tuple:
 def run_case(c: dict) -> dict:
     model, cluster = c["model"], c["cluster"]
     cal = calibration_for(cluster.gpu.name)
-    base = dict(gbs=c["gbs"], seq_length=model.seq_length, precision=c["precision"], fp8_recipe=c["fp8_recipe"])
+    # Both files' performance recipes reduce gradients in bf16 (Megatron-Bridge set_basic_perf_overrides and
+    # NeMo 2.0's performance optimisations: grad_reduce_in_fp32 = False): a recipe setting, typed for both searches.
+    base = dict(gbs=c["gbs"], seq_length=model.seq_length, precision=c["precision"], fp8_recipe=c["fp8_recipe"],
+                grad_dtype="bf16")
     pinned = Pins(framework="megatron", tp=c["tp"], pp=c["pp"], vp=c["vp"], cp=c["cp"], ep=1, mbs=c["mbs"], **base)
     t0 = time.perf_counter()
     res = search(model, cluster, c["gpus"], cal, pinned, keep=1)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from genconf import kernels
 from genconf.counting import layer_tensors, model_flops_per_token, recompute_flops_per_token
 from genconf.memory import offload_bytes_per_layer, rank_params, vocab_rows
-from genconf.pipeline import bubble_fraction, recomputed_layers, stage_layers
+from genconf.pipeline import bubble_fraction, dp_overlap_passes, recomputed_layers, stage_layers
 from genconf.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
 
@@ -570,8 +570,9 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     heaviest = max(range(plan.pp), key=lambda i: layers[i]) if plan.pp > 1 else 0
     rp = {i: rank_params(model, plan, i) for i in {0, plan.pp - 1, heaviest}}
     params = max(r.total for r in rp.values())
-    bwd_window = max(layers) * layer_gpu["bwd_s"]
-    fwd_window = max(layers) * layer_gpu["fwd_s"]
+    passes = dp_overlap_passes(plan)
+    bwd_window = passes * max(layers) * layer_gpu["bwd_s"]
+    fwd_window = passes * max(layers) * layer_gpu["fwd_s"]
     dp_comm = _dp_comm_s(model, plan, cluster, cal, params, bwd_window, fwd_window)
     optimizer = _optimizer_s(plan, cluster, cal, params) + _quant_weights_s(
         plan, cluster, cal, max(r.gemm for r in rp.values()), m)

@@ -77,6 +77,23 @@ def bubble_fraction(plan: ParallelPlan) -> float:
     return (plan.pp - 1) / (plan.vp * max(1, plan.num_microbatches))
 
 
+def dp_overlap_passes(plan: ParallelPlan) -> float:
+    """How many of a stage's per-micro-batch backward (or forward) passes the data-parallel gradient
+    reduce-scatter (or the next step's parameter all-gather) can hide behind.
+
+    megatron-core launches a chunk's gradient reduction when that chunk's last micro-batch backward fills its
+    buckets (DistributedDataParallel.overlap_grad_reduce; the schedules enable grad sync per model chunk). Without
+    interleaving that is the last micro-batch's backward: 1 pass. With v chunks the last round runs the backward
+    of p micro-batches on each chunk, v-1 .. 0, so chunk c's reduction hides behind the c x p chunk-backwards
+    after it: the stream has ((v - 1) p + 1) / v whole-stage passes to fill (megatron-core
+    pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving). The parameter all-gather of
+    overlap_param_gather mirrors it over the first round of forwards.
+    """
+    if plan.pp == 1 or plan.vp == 1:
+        return 1.0
+    return ((plan.vp - 1) * min(plan.pp, plan.num_microbatches) + 1) / plan.vp
+
+
 def recomputed_layers(plan: ParallelPlan, stage_layer_count: int) -> int:
     """Layers of a pipeline rank that full recompute re-runs: all of them, or recompute_layers of each of
     its vp model chunks (megatron --recompute-method block --recompute-num-layers N)."""

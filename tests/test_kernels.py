@@ -17,7 +17,7 @@ import pytest
 from genconf import kernels
 from genconf.catalog import calibration_for, resolve_cluster, resolve_gpu, resolve_model
 from genconf.cost import gemm_s
-from genconf.pipeline import bubble_fraction
+from genconf.pipeline import bubble_fraction, dp_overlap_passes
 from genconf.specs import ParallelPlan
 
 KERNELS = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h100_kernels"
@@ -133,6 +133,24 @@ def test_pipeline_bubble_is_p_minus_1_over_v_m():
     assert bubble_fraction(plan) == pytest.approx(3 / 8)
     assert bubble_fraction(dataclasses.replace(plan, vp=2)) == pytest.approx(3 / 16)
     assert bubble_fraction(dataclasses.replace(plan, pp=1)) == 0.0
+
+
+@pytest.mark.parametrize("pp,vp,m", [(4, 1, 8), (4, 12, 8), (4, 5, 16), (8, 4, 64), (2, 20, 2), (1, 1, 4)])
+def test_dp_overlap_window_follows_megatron_cores_interleaved_schedule(pp, vp, m):
+    """The gradient reduction of a chunk starts at its last backward; in megatron-core's interleaved schedule
+    (get_schedule_table: micro-batches in groups of pp, chunks in order, backward chunks reversed) the first
+    chunk to finish leaves the rest of the final group's chunk-backwards to hide behind, plus the bucket-level
+    overlap inside the final chunk's own backward: one chunk's worth."""
+    plan = ParallelPlan(framework="megatron", pp=pp, vp=vp, dp=2, mbs=1, gbs=2 * m, seq_length=2048)
+    if vp == 1:
+        assert dp_overlap_passes(plan) == 1.0  # the last micro-batch's backward (1F1B or no pipeline)
+        return
+    schedules = pytest.importorskip("megatron.core.pipeline_parallel.schedules")
+    table = schedules.get_schedule_table(m, vp, pp)
+    backward_chunks = [vp - 1 - chunk for _, chunk in table]  # the backward walks the chunks in reverse
+    last = {c: i for i, c in enumerate(backward_chunks)}
+    after_first_finish = len(backward_chunks) - 1 - min(last.values())
+    assert dp_overlap_passes(plan) == pytest.approx((after_first_finish + 1) / vp)
 
 
 def test_fp8_gemms_run_at_their_own_peak_but_not_twice_as_fast_when_small():
