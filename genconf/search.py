@@ -351,15 +351,14 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
     """An upper bound on a candidate's tokens/s from its layer time alone (no communication, no optimizer):
     (m + (p-1)/v) x layers per stage x (forward + backward [+ recompute]). Candidates whose bound cannot reach
     the ranking are never evaluated in full."""
-    from genconf.cost import _layer_time, implementation  # noqa: PLC0415 - cost internals, same package
+    from genconf.cost import _layer_time  # noqa: PLC0415 - cost internals, same package
 
     megatron = layout.framework == "megatron"
     quant = "nvfp4" if pins.precision == "fp4" else ((pins.fp8_recipe or "current") if pins.precision == "fp8" else None)
-    probe = ParallelPlan(framework=layout.framework, layer_spec=pins.layer_spec, torch_compile=False,
-                         fused_kernels=pins.fused_kernels and pins.layer_spec == "local")
     try:
         lt = _layer_time(model, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
-                         quant, implementation(probe), False, cluster, cal, False, layout.etp)
+                         quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels), False,
+                         cluster, cal, False, layout.etp)
     except (ValueError, ZeroDivisionError):
         return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
     per_layer = lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": lt.attn_fwd_s}.get(recompute, lt.fwd_s)
@@ -371,6 +370,15 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
     m = max(1, gbs // (mbs * layout.dp))
     step = (m + (layout.pp - 1) / layout.vp) * layers * per_layer
     return gbs * seq / step / num_gpus_of(layout)
+
+
+@functools.lru_cache(maxsize=64)
+def _implementation_of(framework: str, layer_spec: str, fused_kernels: bool) -> str:
+    """How a framework's layers run (genconf.cost.implementation), without building a plan per candidate."""
+    from genconf.cost import implementation  # noqa: PLC0415
+
+    return implementation(ParallelPlan(framework=framework, layer_spec=layer_spec, torch_compile=False,
+                                       fused_kernels=fused_kernels and layer_spec == "local"))
 
 
 def num_gpus_of(layout: _Layout) -> int:

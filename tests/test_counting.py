@@ -37,6 +37,20 @@ def test_seed_workshop_formula_for_the_70b_exercise():
     assert workshop_param_count(model) == 65_288_471_656
 
 
+def test_alias_index_agrees_with_parsing_every_catalog_file():
+    """resolve_model reads only each file's `aliases:` line to find a size alias; a full YAML parse of every
+    model file must give the same aliases, and each alias the same model as its file."""
+    import yaml
+
+    from genconf.catalog import model_aliases, resource_dir
+
+    parsed = {str(a): path.stem for path in sorted(resource_dir("models").glob("*.yaml"))
+              for a in (yaml.safe_load(path.read_text()).get("aliases") or [])}
+    assert model_aliases() == parsed and parsed["70b"] == "olmo-70b"
+    for alias, name in parsed.items():
+        assert resolve_model(alias) == (resolve_model(name)[0], alias)
+
+
 def test_seed_workshop_formula_for_the_1b_and_7b_configs():
     # The seed quotes P = 0.944 B (1B, D=2048 N=16 V=32100 T=2048) and 6.715 B (7B); our catalog stores the
     # padded embedding (32128 rows), so evaluate the formula with the seed's V.
