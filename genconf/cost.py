@@ -78,6 +78,15 @@ class Calibration:
     work is shorter than their launches."""
     graph_launch_s: float = 1.0e-6
     """Same with fused Transformer Engine layers and CUDA graphs (Megatron with the te spec)."""
+    moe_host_ops: float = 150.0
+    """Host-side operations of one dropless MoE layer, forward + backward, that run eagerly at kernel_launch_s
+    each: router GEMM, score function, top-k and the auxiliary losses (~15 forward), the permutation and its
+    index bookkeeping (~10), the dispatcher's token-count copy to the host and its synchronisation, the two
+    all-to-alls with their split preprocessing (~10), the activation and unpermute (~10): about 50 forward and
+    twice that backward (counted from megatron-core 0.16 moe/router.py, token_dispatcher.py, experts.py)."""
+    moe_host_ops_per_expert: float = 10.0
+    """Same per local expert: the grouped GEMM's per-expert GEMMs of fc1 and fc2 and, under FP8/FP4, the
+    quantisation of each expert's split (about 3 forward, 7 backward; Transformer Engine GroupedLinear)."""
     step_overhead_s: float = 0.05
     """Per-step host work: data loading, logging, optimizer launch, gradient-norm synchronisation."""
     microbatch_overhead_s: float = 0.0
@@ -366,9 +375,15 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         steps = cp - 1
         cp_comm = steps * (max(0.0, step - attn_f / cp) + max(0.0, 2 * step - attn_b / cp))
 
-    kernels_fwd = KERNELS_PER_LAYER[impl] + (6 if recipe else 0) + (8 if model.is_moe else 0)
+    kernels_fwd = KERNELS_PER_LAYER[impl] + (6 if recipe else 0)
     launch = cal.graph_launch_s if impl == "megatron-te" else cal.kernel_launch_s
     host = 3 * kernels_fwd * launch
+    if model.is_moe:
+        # Dropless MoE copies the token counts per expert to the host and synchronises in every layer's
+        # forward (megatron-core token_dispatcher.py, cuda_sync_point): the expert block runs eagerly, outside
+        # CUDA graphs, and the host cannot run ahead of the GPU past it, so its time per op bounds the layer
+        # when the experts' kernels are short (small micro-batches, many local experts).
+        host += (cal.moe_host_ops + cal.moe_host_ops_per_expert * local_experts) * cal.kernel_launch_s
     return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host)
 
 

@@ -210,6 +210,39 @@ def test_local_spec_costs_more_than_te():
     assert 0.4 < local / te < 0.7
 
 
+def test_dropless_moe_layers_pay_their_eager_host_ops():
+    """A dropless MoE layer synchronises with the host in every forward, so its router, dispatch and per-expert
+    ops run eagerly: host time = (ops per layer + ops per local expert x local experts) x host time per op, on
+    top of the graphed dense part; 128 experts over EP 8 leave 16 local experts."""
+    from genconf.cost import KERNELS_PER_LAYER, Calibration, layer_time
+
+    model, cluster = resolve_model("qwen3-30b-a3b")[0], resolve_cluster("dgx-b200")
+    cal = Calibration(gemm_efficiency=0.67, fp8_gemm_efficiency=0.65, moe_host_ops=200.0,
+                      moe_host_ops_per_expert=30.0, kernel_launch_s=2e-5, graph_launch_s=1e-6)
+    plan = ParallelPlan(framework="megatron", ep=8, dp=8, mbs=1, gbs=512, seq_length=4096, zero_stage=1,
+                        precision="fp8", fp8_recipe="mxfp8")
+    dense_part = 3 * (KERNELS_PER_LAYER["megatron-te"] + 6) * 1e-6
+    assert layer_time(model, plan, cluster, cal).host_s == pytest.approx(dense_part + (200 + 30 * 16) * 2e-5)
+    # The host's work does not grow with the micro-batch; with EP 32 only 4 experts are local.
+    assert layer_time(model, dataclasses.replace(plan, mbs=4), cluster, cal).host_s == \
+        layer_time(model, plan, cluster, cal).host_s
+    assert layer_time(model, dataclasses.replace(plan, ep=32, dp=32), cluster, cal).host_s == \
+        pytest.approx(dense_part + (200 + 30 * 4) * 2e-5)
+
+
+def test_small_micro_batches_of_a_dropless_moe_are_host_bound():
+    """Megatron-Bridge 26.02 / 26.04, Qwen3-30B-A3B MXFP8 on 8 B200, EP 8, the same layout at micro-batch 1 and 4:
+    9,691 and 26,859 tokens/s per GPU (2.8x), because the host's time per MoE layer does not shrink with the
+    micro-batch. The calibrated model must show most of that gap (a GPU-only model shows 1.1x)."""
+    model, cluster, cal = resolve_model("qwen3-30b-a3b")[0], resolve_cluster("dgx-b200"), calibration_for("b200")
+    speed = {}
+    for mbs in (1, 4):
+        plan = ParallelPlan(framework="megatron", ep=8, dp=8, mbs=mbs, gbs=512, seq_length=4096, zero_stage=1,
+                            precision="fp8", fp8_recipe="mxfp8", grad_dtype="bf16")
+        speed[mbs] = evaluate(model, cluster, plan, 8, cal, check_rules=False).cost.tokens_per_s_per_gpu
+    assert 2.0 < speed[4] / speed[1] < 4.0, speed
+
+
 def test_ties_prefer_the_simpler_layout_and_say_so(capsys):
     assert main(["--model", "1b", "--gpus", "8", "--cluster", "dgx-h100", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
