@@ -497,14 +497,17 @@ def step_transient_bytes_or_zero(model: ModelSpec, plan: ParallelPlan, stage: in
 
 
 def _complexity(plan: ParallelPlan) -> tuple:
-    """How much a plan asks of its users, for breaking ties: parallel dimensions in use, sharding beyond the
-    optimizer, recompute, offload, non-default gradient precision, micro-batch count per step."""
-    dims = sum(1 for d in (plan.tp, plan.pp, plan.cp, plan.ep) if d > 1) + (plan.vp > 1)
+    """How much a plan asks of its users, for breaking ties (the faster plan first among equals): sharding
+    beyond the distributed optimizer (ZeRO-3 / FSDP / Megatron-FSDP only where less sharding does not fit),
+    recompute (none where activations fit), offload and other memory savers, then parallel dimensions in use
+    (tp, pp, cp, ep; interleaving is a schedule of the pipeline, not a dimension of its own: Megatron's
+    convention is a shallow pipeline with virtual stages)."""
+    dims = sum(1 for d in (plan.tp, plan.pp, plan.cp, plan.ep) if d > 1)
     sharding = {0: 0, 1: 0, 2: 1, 3: 2}[plan.zero_stage]
     recompute = {"none": 0, "selective": 1, "full": 2}[plan.recompute]
     extras = (int(plan.offload_activation_layers > 0) + int(plan.offload_optimizer) + int(plan.grad_dtype == "bf16")
               + int(plan.precision_aware_optimizer))
-    return (dims, sharding, recompute, extras, plan.pp * plan.vp, plan.tp, plan.cp)
+    return (sharding, recompute, extras, dims)
 
 
 def _layout_key(plan: ParallelPlan) -> tuple:
