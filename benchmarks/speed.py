@@ -3,7 +3,7 @@
     python benchmarks/speed.py        # writes benchmarks/results/speed.md
 
 Targets (issue 12): the 70B model on 384 GPUs planned in under 0.3 s, a 1T-parameter model on 16,384 GPUs in
-under 2 s. Each case is timed twice: the search alone, in one process (the first, cold call: nothing cached),
+under 2 s, for the whole command (the verdict is on the CLI's median wall time). Each case is timed twice: the search alone, in one process (the first, cold call: nothing cached),
 and `genconf ... --json` as a fresh process (interpreter start, imports and YAML loading included).
 """
 
@@ -62,8 +62,9 @@ def main() -> int:
         times, out = wall(args, repeats=5)
         search_s = statistics.median(in_process(args) for _ in range(5))
         med = statistics.median(times)
-        verdict = "pass" if search_s < target else "FAIL"
-        ok &= search_s < target
+        # The target holds for what a user waits for: the whole command, interpreter start-up included.
+        verdict = "pass" if med < target else "FAIL"
+        ok &= med < target
         lines.append(f"| {label} | {out['search']['considered']} | {search_s:.3f} | {med:.3f} / {max(times):.3f} | "
                      f"{target:g} | {verdict} |")
         print(f"{label}: search {search_s:.3f} s, CLI median {med:.3f} s (max {max(times):.3f}), "
