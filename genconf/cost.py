@@ -440,21 +440,40 @@ class StepCost:
         return self.hardware_tflops_per_gpu / self.peak_tflops_per_gpu
 
 
-def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, params: int,
-               bwd_window_s: float, fwd_window_s: float) -> float:
-    """Exposed data-parallel communication per step, for the stage holding `params` parameters."""
+def _dp_groups(plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, dense: int, expert: int
+               ) -> list[tuple[int, int, float]]:
+    """(parameters, ranks, bus GB/s) of each data-parallel reduction of a stage: dense parameters over the
+    dp x cp ranks, expert parameters over their own expert-data-parallel group (the stage's tp x cp x dp ranks
+    over ep x etp, `ep x etp` apart: megatron-core's MoE parallel folding), which for wide EP is small and spans
+    the nodes one GPU each."""
     d = plan.dp * plan.cp
-    if d == 1:
+    span = plan.tp * d
+    groups = [(dense, d, _bandwidth(cluster, cal, span, d))]
+    if expert:
+        groups.append((expert, plan.expert_dp, _bandwidth(cluster, cal, span, plan.expert_dp)))
+    return [(p, n, bw) for p, n, bw in groups if p and n > 1]
+
+
+def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, dense: int,
+               expert: int, bwd_window_s: float, fwd_window_s: float) -> float:
+    """Exposed data-parallel communication per step, for the stage holding `dense` + `expert` parameters."""
+    groups = _dp_groups(plan, cluster, cal, dense, expert)
+    if not groups:
         return 0.0
-    bw = _bandwidth(cluster, cal, plan.tp * d, d)
+    d = plan.dp * plan.cp
     lat = cal.collective_latency_s
     grad_bytes = plan.grad_bytes
     param_bytes = 1 if plan.fp8_param_gather else 2
-    p = params
+    p = sum(g[0] for g in groups)
     bucket_elems = max(40_000_000, 1_000_000 * d)
     buckets = max(1, math.ceil(p / bucket_elems))
     eff = cal.dp_overlap_efficiency
     m = plan.num_microbatches
+
+    def gathers(bytes_per_param: float) -> float:
+        return sum(kernels.ring_gather_s(bytes_per_param * n, ranks, bus_gbyte_per_s=bw, latency_s=lat)
+                   for n, ranks, bw in groups)
+
     sharded_params = (plan.framework == "fsdp" and plan.zero_stage >= 2) or plan.zero_stage == 3
     if sharded_params:
         # ZeRO-3 / FSDP / Megatron-FSDP: every micro-batch all-gathers the parameters (forward, and again for
@@ -470,8 +489,8 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
         per_layer = len(layer_tensors(model, False)) if plan.framework == "deepspeed" else 1
         collectives = (layers * per_layer + 1) * (2 + regather)
         hop = cal.ring_hop_latency_s if plan.tp * d > cluster.nvlink_domain else cal.ring_hop_latency_s / 4
-        gather = kernels.ring_gather_s(param_bytes * p, d, bus_gbyte_per_s=bw, latency_s=lat)
-        scatter = kernels.ring_gather_s(grad_bytes * p, d, bus_gbyte_per_s=bw, latency_s=lat)
+        gather = gathers(param_bytes)
+        scatter = gathers(grad_bytes)
         per_mb = gather * (1 + regather) + scatter + collectives * (d - 1) * hop
         exposed = max(0.0, per_mb - eff * (fwd_window_s + bwd_window_s)) + (gather + scatter) / max(1, layers)
         return m * exposed + 2 * lat * math.log2(d)
@@ -479,12 +498,13 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
         # Distributed optimizer / ZeRO-1/2: reduce-scatter gradients during the last micro-batch's backward,
         # all-gather updated parameters during the next step's first forward (megatron overlap_param_gather;
         # DeepSpeed gathers after the step, unoverlapped).
-        reduce = kernels.ring_gather_s(grad_bytes * p, d, bus_gbyte_per_s=bw, latency_s=lat)
-        gather = kernels.ring_gather_s(param_bytes * p, d, bus_gbyte_per_s=bw, latency_s=lat)
+        reduce = gathers(grad_bytes)
+        gather = gathers(param_bytes)
         gather_window = 0.0 if plan.framework == "deepspeed" else fwd_window_s
         return (max(0.0, reduce - eff * bwd_window_s) + reduce / buckets
                 + max(0.0, gather - eff * gather_window) + buckets * lat)
-    allreduce = kernels.ring_all_reduce_s(grad_bytes * p, d, bus_gbyte_per_s=bw, latency_s=lat)
+    allreduce = sum(kernels.ring_all_reduce_s(grad_bytes * n, ranks, bus_gbyte_per_s=bw, latency_s=lat)
+                    for n, ranks, bw in groups)
     return max(0.0, allreduce - eff * bwd_window_s) + allreduce / buckets + buckets * lat
 
 
@@ -584,11 +604,12 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     tp_comm = m * max(layers) * (layer_gpu["tp_comm_s"] + layer_gpu["cp_comm_s"])
     heaviest = max(range(plan.pp), key=lambda i: layers[i]) if plan.pp > 1 else 0
     rp = {i: rank_params(model, plan, i) for i in {0, plan.pp - 1, heaviest}}
-    params = max(r.total for r in rp.values())
+    busiest = max(rp.values(), key=lambda r: r.total)
+    params = busiest.total
     passes = dp_overlap_passes(plan)
     bwd_window = passes * max(layers) * layer_gpu["bwd_s"]
     fwd_window = passes * max(layers) * layer_gpu["fwd_s"]
-    dp_comm = _dp_comm_s(model, plan, cluster, cal, params, bwd_window, fwd_window)
+    dp_comm = _dp_comm_s(model, plan, cluster, cal, busiest.dense, busiest.expert, bwd_window, fwd_window)
     optimizer = _optimizer_s(plan, cluster, cal, params) + _quant_weights_s(
         plan, cluster, cal, max(r.gemm for r in rp.values()), m)
     overhead = cal.step_overhead_s

@@ -127,6 +127,25 @@ def test_dp_bandwidth_crosses_nodes_at_the_nic_rate():
     assert inside > 5 * across
 
 
+def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
+    """megatron-core's MoE parallel folding: expert parameters are replicated over tp x cp x dp / (ep x etp) ranks,
+    `ep x etp` apart. With EP 8 on 64 GPUs of 8-GPU nodes that is 8 ranks, one per node, each on its own NIC;
+    the dense parameters reduce over all 64 (8 per node: 8 NICs, up to NVLink). With EP 64 each expert lives on
+    one rank and its gradients need no reduction at all."""
+    from genconf.cost import _dp_groups
+
+    cluster, cal = resolve_cluster("dgx-b200"), calibration_for("b200")
+    nic = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency
+    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
+    plan = ParallelPlan(framework="megatron", ep=8, etp=1, dp=64, mbs=4, gbs=1280, seq_length=4096, zero_stage=1)
+    assert plan.expert_dp == 8
+    (dense, d, dense_bw), (expert, e, expert_bw) = _dp_groups(plan, cluster, cal, 3_000_000_000, 14_000_000_000)
+    assert (dense, d, expert, e) == (3_000_000_000, 64, 14_000_000_000, 8)
+    assert dense_bw == pytest.approx(min(nvlink, 8 * nic)) and expert_bw == pytest.approx(nic)
+    wide = dataclasses.replace(plan, ep=64)
+    assert [g[1] for g in _dp_groups(wide, cluster, cal, 3_000_000_000, 1_800_000_000)] == [64]
+
+
 def test_pipeline_bubble_is_p_minus_1_over_v_m():
     """Narayanan et al. 2021 eq. (1)-(2): (p - 1) / m, and (p - 1) / (v m) interleaved."""
     plan = ParallelPlan(framework="megatron", pp=4, dp=1, mbs=1, gbs=8, seq_length=2048)
