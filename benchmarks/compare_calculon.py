@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import inspect
 import itertools
 import json
 import logging
@@ -263,12 +262,13 @@ def calculon_predict(calculon, root: Path, run) -> dict:
 
 
 def genconf_predict(accuracy, run):
-    """accuracy.predict(run[, calibration]) -> (tokens/s/GPU, peak GiB, plan) or None."""
-    if len(inspect.signature(accuracy.predict).parameters) >= 2:
-        from genconf.catalog.hardware import calibration_for
+    """accuracy.predict for one run -> (tokens/s/GPU, peak GiB as the source measured it, plan) or None."""
+    from genconf.catalog.hardware import calibration_for
 
-        return accuracy.predict(run, calibration_for(run.cluster.gpu.name))
-    return accuracy.predict(run)
+    got = accuracy.predict(run, calibration_for(run.cluster.gpu.name))
+    if got.tokens_per_s_per_gpu is None:
+        return None
+    return got.tokens_per_s_per_gpu, got.mem_gib, got.plan
 
 
 def _med(values):

@@ -5,8 +5,8 @@
 
 For hidden sizes 2k-16k split by TP 1-8 and 2k-16k tokens per micro-batch, times the four GEMMs of a layer
 (QKV, output projection, MLP up, MLP down) with CUDA events and compares measured TFLOP/s with what
-genconf.plan.cost.gemm_time_s predicts for that GPU's calibration. Writes benchmarks/results/gemm_<gpu>.{json,md}
-and prints the gemm_efficiency / gemm_k_half that would fit the measurements best, to calibrate with.
+genconf.plan.cost.gemm_s predicts for that GPU's calibration. Writes benchmarks/results/gemm_<gpu>.{json,md}
+and prints the gemm_efficiency that would fit the measurements best, to calibrate with.
 Needs a CUDA GPU; exits 2 with one line elsewhere.
 """
 
@@ -60,14 +60,11 @@ def time_gemm(m: int, n: int, k: int, dtype: str, repeats: int = 20) -> float:
 
 
 def predicted_s(gpu, cal, m: int, n: int, k: int, dtype: str) -> float:
-    from genconf.plan.cost import gemm_time_s
+    """The cost model's time for one GEMM (genconf.plan.cost.gemm_s: tiles in waves over the SMs, the HBM bound);
+    back-to-back calls hide the launch, as a training step's queued kernels do."""
+    from genconf.plan.cost import gemm_s
 
-    if dtype == "fp8":
-        peak, eff, width = gpu.peak_tflops("fp8"), cal.fp8_gemm_efficiency, 1
-    else:
-        peak, eff, width = gpu.peak_bf16_tflops, cal.gemm_efficiency, 2
-    return gemm_time_s(m, n, k, peak * cal.clock_factor, eff, cal.gemm_k_half, gpu.num_sms,
-                       gpu.hbm_tbyte_per_s * cal.hbm_efficiency, width, cal.kernel_launch_s)
+    return gemm_s(gpu, cal, m, n, k, dtype)
 
 
 def main() -> int:

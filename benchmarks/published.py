@@ -1,24 +1,44 @@
 """Published training runs (benchmarks/data, copied from shared/data) as genconf specs and measurements.
 
 Each usable CSV row becomes a `Run`: the model, the cluster, the published layout as a ParallelPlan (knobs the
-source does not state are listed in `unknown` and searched by the benchmark), and what was measured:
-tokens/s per GPU (converted from TFLOP/s with the source's own FLOP formula where only that is given) and
-per-GPU memory where reported. Rows that cannot be modelled are returned with the reason.
+source does not state are listed in `unknown` and searched by the benchmark, as their authors tuned them), and
+what was measured: tokens/s per GPU (converted from TFLOP/s with the source's own FLOP formula where only that
+is given) and per-GPU memory where reported. Rows genconf cannot model are returned with the reason; none is
+dropped silently.
 """
 
 from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from genconf.catalog.clusters import resolve_cluster
+from genconf.catalog.models import resolve_model
+from genconf.plan.counting import model_flops_per_token
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 DATA = Path(__file__).resolve().parent / "data"
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
-         "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv")
+         "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
+         "megatron_bridge_perf_summary.csv", "genconf_h100_issue13.csv")
+GENCONF_FILE = "genconf_h100_issue13.csv"
+NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv")
+
+CATALOG_KEYS = {
+    # Models the NVIDIA tables name without an architecture: the catalog entry with the public config.
+    "llama3_8b": "llama3-8b", "llama3_70b": "llama3-70b", "llama3.1_405b": "llama3.1-405b",
+    "qwen3_30b_a3b": "qwen3-30b-a3b", "qwen3_235b_a22b": "qwen3-235b-a22b", "gpt_oss_120b": "gpt-oss-120b",
+}
+NOT_MODELLED = {
+    # Models genconf cannot price faithfully, with the reason the benchmark prints.
+    "deepseekv3": "multi-head latent attention (MLA), shared experts, dense first layers and multi-token "
+                  "prediction are not in genconf's model (ModelSpec has GQA attention and uniform MoE layers)",
+    "deepseekv4": "DeepSeek-V4 architecture not public in the data (MLA-derived attention); not modelled",
+    "kimi_k2": "DeepSeek-V3 architecture (MLA, shared experts): not in genconf's model",
+    "nemotron_3": "hybrid Mamba-2 / attention MoE (Nemotron-H): state-space layers are not in genconf's model",
+}
 
 
 @dataclass
@@ -33,6 +53,17 @@ class Run:
     measured_mem_gib: float | None
     unknown: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    group: str = ""
+    """Leave-one-source-out unit: the publication (and, for Megatron-Bridge, the container release)."""
+    precision_label: str = ""
+    """Precision as the table names it (BF16, FP8-CS, MXFP8, NVFP4, ...)."""
+    framework_label: str = ""
+    """The stack that ran it (Megatron-LM, NeMo/Megatron-Bridge, Megatron-DeepSpeed, torchtitan)."""
+    task: str = "pretrain"
+
+    @property
+    def generation(self) -> str:
+        return self.cluster.gpu.arch
 
 
 def _int(value: str) -> int | None:
@@ -47,16 +78,26 @@ def _float(value: str) -> float | None:
 
 def _cluster(row: dict, file: str) -> tuple[ClusterSpec | None, str]:
     gpu = row["gpu"]
+    if file == GENCONF_FILE:
+        return resolve_cluster("kempner-h100", gpu="h100-sxm", gpus_per_node=1), ""
     if file == "bigscience_bloom_sweep.csv" or "bigscience" in row["source"]:
         return resolve_cluster("jean-zay-a100"), ""
     if gpu.startswith("A100"):
         return resolve_cluster("dgx-a100"), ""
-    if gpu.startswith("H100 (80GB)"):
+    if gpu.startswith(("H100 (80GB)", "H100-SXM 80GB")) or gpu == "H100":
         return resolve_cluster("dgx-h100"), ""
     if "Grand Teton" in gpu or "lower TDP" in gpu:
         return resolve_cluster("grand-teton-h100"), ""
     if gpu.startswith("H200"):
         return resolve_cluster("hgx-h200"), ""
+    if gpu.startswith("GB300"):
+        return resolve_cluster("gb300-nvl72"), ""
+    if gpu.startswith("GB200"):
+        return resolve_cluster("gb200-nvl72"), ""
+    if gpu.startswith("B300"):
+        return resolve_cluster("dgx-b300"), ""
+    if gpu.startswith("B200"):
+        return resolve_cluster("dgx-b200"), ""
     return None, f"unknown GPU {gpu!r}"
 
 
@@ -73,20 +114,50 @@ def _recompute(text: str) -> str | None:
     return None
 
 
+def _model_key(name: str) -> str:
+    return re.sub(r"\s*\(.*\)\s*", "", name).strip().lower().replace(" ", "_").replace("-", "_")
+
+
+def _family_defaults(name: str) -> dict:
+    """Architecture details a table omits, by model family (NeMo/Megatron config classes the rows cite)."""
+    n = name.lower()
+    if "llama" in n:
+        vocab = 32000 if ("llama2" in n or "llama 2" in n or "llama-2" in n) else 128256
+        return dict(activation="swiglu", normalization="rmsnorm", position_embedding="rope", tie_embeddings=False,
+                    add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0, vocab_size=vocab)
+    if "nemotron" in n:
+        # Nemotron-3/4: squared-ReLU MLP (not gated), LayerNorm1p, RoPE, no biases, 256k vocabulary.
+        return dict(activation="gelu", normalization="layernorm", position_embedding="rope", tie_embeddings=False,
+                    add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0, vocab_size=256000)
+    if n.startswith("gpt3"):
+        # NeMo GPTConfig5B/20B/175B: GELU, LayerNorm, learned positions, biases, GPT-2 BPE vocabulary.
+        return dict(activation="gelu", normalization="layernorm", position_embedding="learned", tie_embeddings=True,
+                    add_bias_linear=True, hidden_dropout=0.0, attention_dropout=0.0, vocab_size=50257)
+    return {}
+
+
 def _model(row: dict, file: str) -> ModelSpec:
     layers, h, heads = _int(row["layers"]), _int(row["hidden"]), _int(row["heads"])
     kv = _int(row["kv_heads"]) or heads
     ffn = _int(row["ffn_hidden"])
-    vocab = _int(row["vocab"]) or (250880 if "250k" in row["vocab"] else 51200)
     seq = _int(row["seq_len"]) or 2048
+    key = _model_key(row["model"])
+    if key in CATALOG_KEYS:
+        base = resolve_model(CATALOG_KEYS[key])[0]
+        return replace(base, seq_length=seq)
+    if file == GENCONF_FILE:
+        return resolve_model(row["model"])[0]
+    defaults = _family_defaults(row["model"]) if file in NVIDIA_FILES else {}
     llama = file == "torchtitan.csv"
+    vocab = _int(row["vocab"]) or (250880 if "250k" in row["vocab"] else defaults.get("vocab_size", 51200))
+    spec = dict(activation="swiglu" if llama else "gelu", normalization="rmsnorm" if llama else "layernorm",
+                position_embedding="rope" if llama else "learned", tie_embeddings=False, add_bias_linear=not llama,
+                hidden_dropout=0.0 if llama else 0.1, attention_dropout=0.0 if llama else 0.1)
+    spec.update({k: v for k, v in defaults.items() if k != "vocab_size"})
     return ModelSpec(
         name=re.sub(r"[^a-z0-9.]+", "-", row["model"].lower()).strip("-") or "run",
         num_layers=layers, hidden_size=h, num_attention_heads=heads, num_query_groups=kv,
-        ffn_hidden_size=ffn or 4 * h, vocab_size=vocab, seq_length=seq,
-        activation="swiglu" if llama else "gelu", normalization="rmsnorm" if llama else "layernorm",
-        position_embedding="rope" if llama else "learned", tie_embeddings=False, add_bias_linear=not llama,
-        hidden_dropout=0.0 if llama else 0.1, attention_dropout=0.0 if llama else 0.1)
+        ffn_hidden_size=ffn or 4 * h, vocab_size=vocab, seq_length=seq, **spec)
 
 
 def _flops_per_token(row: dict, file: str, model: ModelSpec) -> float | None:
@@ -94,11 +165,60 @@ def _flops_per_token(row: dict, file: str, model: ModelSpec) -> float | None:
     l, h, s, v = model.num_layers, model.hidden_size, model.seq_length, model.vocab_size
     if file == "megatron_narayanan2021.csv" or file == "bigscience_bloom_sweep.csv" or "BLOOM-176B" in row["model"]:
         return 96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))  # Narayanan 2021 eq. 3 (hardware, full recompute)
-    if file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv"):
-        from genconf.plan.counting import model_flops_per_token
-
-        return model_flops_per_token(model, s)  # eq. 7 / Megatron num_floating_point_operations
+    if "long_sequence" in row["source"]:
+        # NeMo 2.0's flops callback (nemo/utils/flops_formulas.py, causal_self_attn=True) halves the attention
+        # term; the 24.07 summary (NeMo 1.x) does not: its TFLOP/s and tokens/s agree with the unhalved count.
+        return model_flops_per_token(model, s) - 6.0 * l * s * model.query_width
+    if file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv") or file in NVIDIA_FILES:
+        # eq. 7 / Megatron num_floating_point_operations = the DGX Cloud convention NVIDIA's tables use
+        # (benchmarks/data/dgxc_model_flops_convention.csv): no causal halving.
+        return model_flops_per_token(model, s)
     return None
+
+
+def _precision(row: dict, file: str, gpu_arch: str) -> tuple[str, str | None]:
+    """(plan precision, fp8 recipe) from the table's precision label."""
+    p = row["precision"]
+    if "NVFP4" in p:
+        return "fp4", None
+    if "FP8" not in p and "fp8" not in p.lower():
+        return ("fp16" if p.startswith("FP16 (") else "bf16"), None
+    if "MX" in p:
+        return "fp8", "mxfp8"
+    if "alt quantization" in p:
+        # "MX 32x32 on GB200/B200; 128x128 w / 1x128 act on H100"
+        return "fp8", "mxfp8" if gpu_arch == "blackwell" else "blockwise"
+    if "rowwise" in p:
+        return "fp8", "blockwise"  # torchao rowwise scaling: a scale per row/column, both copies kept
+    if file == "nemo_perf_summary_24.07_and_longseq.csv":
+        return "fp8", "delayed"  # NeMo 1.x/2.0 default FP8 recipe (hybrid, amax history)
+    return "fp8", "current"      # Megatron-Bridge "FP8" / "FP8-CS": per-tensor current scaling; torchao tensorwise
+
+
+def _group(row: dict, file: str) -> str:
+    if file == "megatron_bridge_perf_summary.csv":
+        m = re.match(r"(\d+\.\d+)", row["notes"])
+        return f"Megatron-Bridge {m.group(1) if m else '?'}"
+    if file == "nemo_perf_summary_24.07_and_longseq.csv":
+        return "NeMo long-seq" if "long_sequence" in row["source"] else "NeMo 24.07"
+    return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
+            "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
+            "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
+            GENCONF_FILE: "genconf H100 (issue 13)"}[file]
+
+
+def _framework_label(file: str, row: dict) -> str:
+    if file in NVIDIA_FILES:
+        return "Megatron-Bridge" if file == "megatron_bridge_perf_summary.csv" else "NeMo"
+    if file == "torchtitan.csv":
+        return "torchtitan"
+    if file == GENCONF_FILE:
+        return "genconf " + re.search(r"framework=(\w+)", row["notes"]).group(1)
+    if file == "bigscience_bloom_sweep.csv" or "BLOOM" in row["model"]:
+        return "Megatron-DeepSpeed"
+    if "ZeRO-3" in row["model"]:
+        return "DeepSpeed"
+    return "Megatron-LM"
 
 
 def load_runs() -> tuple[list[Run], list[tuple[str, str, str]]]:
@@ -120,8 +240,31 @@ def load_runs() -> tuple[list[Run], list[tuple[str, str, str]]]:
     return runs, skipped
 
 
+def _not_modelled(row: dict) -> str | None:
+    key = _model_key(row["model"])
+    for prefix, why in NOT_MODELLED.items():
+        if key.startswith(prefix):
+            return why
+    if "lora" in row["model"].lower() or "LoRA Perf" in row["notes"]:
+        return ("LoRA fine-tuning (frozen base weights: no weight gradients or optimizer states for them); "
+                "genconf plans full-parameter training")
+    if "torchtitan" in row["source"] and "rowwise" in row["precision"]:
+        return ("torchao float8 with rowwise scales: its own quantization kernels and rowwise-scaled GEMMs, "
+                "measured slower than BF16 here; genconf prices Transformer Engine's FP8 recipes only")
+    if "torchtitan" in row["source"] and (_int(row["cp"]) or 1) > 1:
+        return ("PyTorch's experimental context parallelism (torch.distributed.tensor.experimental.context_parallel"
+                ", SDPA ring attention) under FSDP2: genconf models Transformer Engine's context parallelism, "
+                "which FSDP plans do not use")
+    return None
+
+
 def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
-    if not _int(row["layers"]) or not _int(row["hidden"]) or not _int(row["heads"]):
+    why = _not_modelled(row)
+    if why:
+        return None, why
+    key = _model_key(row["model"])
+    if key not in CATALOG_KEYS and file != GENCONF_FILE and (
+            not _int(row["layers"]) or not _int(row["hidden"]) or not _int(row["heads"])):
         return None, "architecture not stated"
     num_gpus, tp, pp = _int(row["num_gpus"]), _int(row["tp"]), _int(row["pp"])
     if not num_gpus or not tp or not pp:
@@ -132,40 +275,82 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     if cluster is None:
         return None, why
     model = _model(row, file)
+    notes: list[str] = []
     cp = _int(row["cp"]) or 1
-    dp = _int(row["dp"]) or num_gpus // (tp * pp * cp)
+    ep = _int(row["ep"]) or 1
+    long_seq = "long_sequence" in row["source"]
+    if long_seq:
+        # The long-sequence table's GPU column disagrees with its own TP x PP x CP x DP (and with its global
+        # batch) by 4x for the B200 rows: the layout is what the table states; per-GPU rates do not depend on it.
+        dp = _int(row["dp"]) or 1
+        if tp * pp * cp * dp != num_gpus:
+            notes.append(f"GPU count {num_gpus} != tp*pp*cp*dp {tp * pp * cp * dp}: layout taken as stated")
+            num_gpus = tp * pp * cp * dp
+    else:
+        dp = num_gpus // (tp * pp * cp) if file in NVIDIA_FILES else (_int(row["dp"]) or num_gpus // (tp * pp * cp))
     if tp * pp * cp * dp != num_gpus:
         return None, f"tp*pp*cp*dp = {tp * pp * cp * dp} != {num_gpus} GPUs"
     unknown = []
     mbs = _int(row["mbs"])
+    if mbs is None and long_seq:
+        mbs = 1
+        notes.append("micro-batch not given: 1, as every long-context recipe uses (global batch = dp x cp-ranks' 1)")
     if mbs is None:
         unknown.append("mbs")
         mbs = 1
     vp = _int(row["vp"])
     if vp is None:
         vp = 1
-        if pp > 1 and file in ("megatron_narayanan2021.csv", "megatron_core_h100_2024.csv"):
+        if pp > 1 and file in ("megatron_narayanan2021.csv", "megatron_core_h100_2024.csv") + NVIDIA_FILES:
             unknown.append("vp")
     recompute = _recompute(row["recompute"])
     if recompute is None:
         unknown.append("recompute")
-        recompute = "selective"
+        recompute = "selective" if file not in NVIDIA_FILES else "none"
     local = re.search(r"local batch size (\d+)", row["notes"])
     gbs = _int(row["gbs"]) or (int(local.group(1)) * dp if local else mbs * dp)
-    precision = "fp8" if "FP8" in row["precision"] else "fp16" if row["precision"].startswith("FP16 (") else "bf16"
+    precision, fp8_recipe = _precision(row, file, cluster.gpu.arch)
     fsdp = file == "torchtitan.csv"
     # DeepSpeed: Narayanan 2021 Table 2's ZeRO-3 runs, and Megatron-DeepSpeed (BLOOM) with ZeRO-0/1.
     deepspeed = "ZeRO-3" in row["model"] or "ZeRO" in row["precision"]
     zero = 3 if "ZeRO-3" in row["model"] else 0 if "ZeRO-0" in row["precision"] else 1
-    modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv")
+    megatron_fsdp = re.search(r"FSDP=(\d+)", row["notes"])
+    if file in NVIDIA_FILES:
+        zero = 3 if (megatron_fsdp and int(megatron_fsdp.group(1)) > 0) else 1
+    grad_dtype = "fp32" if ("BF16 optimizer" in row["notes"] or "BF16_Optimizer" in row["precision"]) else None
+    if file == "nemo_perf_summary_24.07_and_longseq.csv" and "long_sequence" not in row["source"]:
+        # NeMo 1.x's performance configs (NeMo-Framework-Launcher conf/training/*) reduce gradients in bf16:
+        # optim.grad_sync_dtype: bf16 with distributed_fused_adam.
+        grad_dtype = "bf16"
+    if file == "megatron_bridge_perf_summary.csv":
+        # Megatron-Bridge's performance scripts (scripts/performance/utils/helpers.py, set_basic_perf_overrides)
+        # set ddp.grad_reduce_in_fp32 = False: bf16 gradient buffers and reductions.
+        grad_dtype = "bf16"
+    modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv") + NVIDIA_FILES
+    if file == GENCONF_FILE:
+        # The run's own plan, as its notes give it: framework, ZeRO stage, layer spec.
+        fields = dict(re.findall(r"(framework|zero|layer_spec)=(\w+)", row["notes"]))
+        deepspeed, fsdp = fields["framework"] == "deepspeed", fields["framework"] == "fsdp"
+        zero = int(fields["zero"])
+        modern = fields.get("layer_spec", "te") == "te"
+    task = "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
     plan = ParallelPlan(
-        framework="fsdp" if fsdp else "deepspeed" if deepspeed else "megatron", tp=tp, pp=pp, vp=vp, cp=cp, dp=dp, mbs=mbs, gbs=gbs,
-        seq_length=model.seq_length, zero_stage=3 if fsdp else zero, recompute=recompute,
+        framework="fsdp" if fsdp else "deepspeed" if deepspeed else "megatron", tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, dp=dp,
+        mbs=mbs, gbs=gbs, etp=1 if (model.is_moe and file in NVIDIA_FILES) else None,
+        seq_length=model.seq_length, zero_stage=3 if fsdp and file != GENCONF_FILE else zero, recompute=recompute,
         sequence_parallel=tp > 1 and (file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv")
-                                      and "no sequence parallel" not in row["recompute"]),
-        grad_accum_fp32="BF16 optimizer" in row["notes"] or "BF16_Optimizer" in row["precision"],
-        precision=precision, layer_spec="te" if modern else "local",
-        tp_comm_overlap=file == "megatron_core_h100_2024.csv")
+                                      + NVIDIA_FILES and "no sequence parallel" not in row["recompute"]),
+        grad_dtype=grad_dtype,
+        precision=precision, fp8_recipe=fp8_recipe, layer_spec="te" if modern else "local",
+        # Megatron-LM and Megatron-DeepSpeed (2021-22) built megatron's fused softmax/bias kernels at start-up.
+        fused_kernels=not modern and file != GENCONF_FILE,
+        tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES or "AsyncTP" in row["notes"]
+                         or "async TP" in row["notes"]) and tp > 1,
+        fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
+        torch_compile=fsdp and "compile" in row["notes"],
+        # PyTorch's default allocator: none of the sources says it set expandable segments (BLOOM 2022 and
+        # Megatron 2021-22 predate them; genconf's launcher did not set them before this change).
+        expandable_segments=False)
     tokens = _float(row["tokens_per_sec_per_gpu"])
     tflops = _float(row["tflops_per_gpu"])
     mfu = _float(row["mfu"])
@@ -177,7 +362,9 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         if from_tflops is None:
             return None, "no tokens/s and no TFLOP/s with a known FLOP formula"
         tokens = from_tflops
-    elif from_tflops is not None and abs(tokens / from_tflops - 1) > 0.25:
+        if file in NVIDIA_FILES:
+            notes.append("tokens/s from the published TFLOP/s with the DGX Cloud model-FLOPs convention")
+    elif from_tflops is not None and abs(tokens / from_tflops - 1) > 0.25 and file not in NVIDIA_FILES:
         # The row's derived tokens/s (from s/iter and batch) contradicts its own TFLOP/s.
         return None, f"inconsistent row: tokens/s {tokens:.0f} vs {from_tflops:.0f} implied by its TFLOP/s"
     mem = _float(row["mem_gib_per_gpu"])
@@ -186,4 +373,6 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # selective recompute, which is what genconf models: compare throughput only.
         mem = None
     return Run(source=row["source"][:90], file=file, label=label, model=model, cluster=cluster, plan=plan,
-               measured_tokens_per_s_per_gpu=tokens, measured_mem_gib=mem, unknown=tuple(unknown)), ""
+               measured_tokens_per_s_per_gpu=tokens, measured_mem_gib=mem, unknown=tuple(unknown), notes=notes,
+               group=_group(row, file), precision_label=row["precision"].split(" (")[0][:24],
+               framework_label=_framework_label(file, row), task=task), ""

@@ -2,8 +2,9 @@
 
     python benchmarks/speed.py        # writes benchmarks/results/speed.md
 
-Targets (issue: the planner): `genconf --model 70b --gpus 384 --json` under 1 s wall including interpreter
-start; a 1T-parameter model on 16,384 GPUs searched in under 5 s.
+Targets (issue 12): the 70B model on 384 GPUs planned in under 0.3 s, a 1T-parameter model on 16,384 GPUs in
+under 2 s, for the whole command (the verdict is on the CLI's median wall time). Each case is timed twice: the search alone, in one process (the first, cold call: nothing cached),
+and `genconf ... --json` as a fresh process (interpreter start, imports and YAML loading included).
 """
 
 from __future__ import annotations
@@ -19,11 +20,23 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 CASES = [
-    ("70b on the seed cluster (384 x H100, 4/node)", ["--model", "70b", "--gpus", "384", "--json"], 1.0),
-    ("gpt-1t (1.0T params) on 16,384 x H100 (8/node)", ["--model", "gpt-1t", "--gpus", "16384", "--cluster", "dgx-h100", "--json"], 5.0),
-    ("llama3.1-405b on 16,384 x H100 (8/node)", ["--model", "llama3.1-405b", "--gpus", "16384", "--cluster", "dgx-h100", "--json"], 5.0),
-    ("mixtral-8x7b on 1,024 x H100 (8/node)", ["--model", "mixtral-8x7b", "--gpus", "1024", "--cluster", "dgx-h100", "--json"], 5.0),
+    ("70b on the seed cluster (384 x H100, 4/node)", ["--model", "70b", "--gpus", "384", "--json"], 0.3),
+    ("gpt-1t (1.0T params) on 16,384 x H100 (8/node)", ["--model", "gpt-1t", "--gpus", "16384", "--cluster", "dgx-h100", "--json"], 2.0),
+    ("llama3.1-405b on 16,384 x H100 (8/node)", ["--model", "llama3.1-405b", "--gpus", "16384", "--cluster", "dgx-h100", "--json"], 2.0),
+    ("llama3.1-405b FP8 on 1,024 x GB200 NVL72", ["--model", "llama3.1-405b", "--gpus", "1024", "--cluster", "gb200-nvl72", "--precision", "fp8", "--json"], 2.0),
+    ("mixtral-8x7b on 1,024 x H100 (8/node)", ["--model", "mixtral-8x7b", "--gpus", "1024", "--cluster", "dgx-h100", "--json"], 2.0),
 ]
+
+
+def in_process(args: list[str]) -> float:
+    """The search alone, cold: a fresh interpreter that imports genconf first, then times plan_from_args."""
+    code = ("import sys, time; from genconf.cli import build_parser; from genconf.commands import plan_from_args; "
+            "a = build_parser().parse_args(['plan'] + sys.argv[1:]); t = time.perf_counter(); plan_from_args(a); "
+            "print(time.perf_counter() - t)")
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        raise SystemExit(f"genconf {' '.join(args)} failed: {proc.stderr.strip()}")
+    return float(proc.stdout.strip().splitlines()[-1])
 
 
 def wall(args: list[str], repeats: int = 7) -> tuple[list[float], dict]:
@@ -41,17 +54,21 @@ def wall(args: list[str], repeats: int = 7) -> tuple[list[float], dict]:
 def main() -> int:
     lines = ["# Speed: planner wall time", "", "Command: `python benchmarks/speed.py` "
              f"(Python {platform.python_version()}, {platform.machine()}, {platform.processor() or 'cpu'}; "
-             "each case run 7 times as a fresh process, interpreter start included).", "",
-             "| case | candidates | median s | max s | target s | verdict |", "|---|---:|---:|---:|---:|---|"]
+             "each case 5 times; a machine shared with other jobs, so the medians are what counts).", "",
+             "| case | candidates | search s (median, cold process) | CLI wall s (median / max) | target s | verdict |",
+             "|---|---:|---:|---:|---:|---|"]
     ok = True
     for label, args, target in CASES:
-        times, out = wall(args)
+        times, out = wall(args, repeats=5)
+        search_s = statistics.median(in_process(args) for _ in range(5))
         med = statistics.median(times)
+        # The target holds for what a user waits for: the whole command, interpreter start-up included.
         verdict = "pass" if med < target else "FAIL"
         ok &= med < target
-        lines.append(f"| {label} | {out['search']['considered']} | {med:.3f} | {max(times):.3f} | {target:g} | {verdict} |")
-        print(f"{label}: median {med:.3f} s (max {max(times):.3f}), {out['search']['considered']} candidates -> "
-              f"{out['layout']}")
+        lines.append(f"| {label} | {out['search']['considered']} | {search_s:.3f} | {med:.3f} / {max(times):.3f} | "
+                     f"{target:g} | {verdict} |")
+        print(f"{label}: search {search_s:.3f} s, CLI median {med:.3f} s (max {max(times):.3f}), "
+              f"{out['search']['considered']} candidates -> {out['layout']}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "speed.md").write_text("\n".join(lines) + "\n")
     return 0 if ok else 1

@@ -90,7 +90,9 @@ import json  # noqa: E402
 
 # name -> plan flags. Every one is a plan genconf accepts; the comments say what each covers.
 PLANS = {
-    "olmo70b": ["--model", "70b", "--gpus", "384"],  # the main job: megatron tp4 pp4 vp4, sp, distributed optimizer
+    # the main job's model and cluster, pinned to a classic 3D layout: megatron tp4 pp4 vp4, sp, distributed optimizer
+    "olmo70b": ["--model", "70b", "--gpus", "384", "--framework", "megatron", "--tp", "4", "--pp", "4", "--vp", "4",
+                "--zero", "1", "--mbs", "1", "--recompute", "none"],
     "fsdp1b": ["--model", "1b", "--gpus", "4", "--gpus-per-node", "2", "--framework", "fsdp", "--zero", "3"],
     "ddp1b": ["--model", "1b", "--gpus", "8", "--framework", "fsdp", "--zero", "0"],
     "hsdp7b": ["--model", "7b", "--gpus", "16", "--framework", "fsdp", "--zero", "3", "--gpus-per-node", "4",
@@ -111,13 +113,25 @@ PLANS = {
                   "--tp", "4", "--pp", "2", "--recompute", "selective"],
     "full_fp16_local": ["--model", "gpt3-2.7b", "--gpus", "8", "--cluster", "dgx-a100", "--framework", "megatron",
                         "--tp", "2", "--recompute", "full", "--precision", "fp16", "--layer-spec", "local"],
+    # the modern Megatron knobs: FP8 blockwise with FP8 parameters, bf16 gradients, precision-aware optimizer,
+    # block recompute of 2 layers per chunk
+    "fp8_block_knobs": ["--model", "llama3-8b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron",
+                        "--tp", "2", "--pp", "2", "--vp", "2", "--zero", "1", "--precision", "fp8-blockwise",
+                        "--fp8-param-gather", "--grad-dtype", "bf16", "--precision-aware-optimizer",
+                        "--recompute-layers", "2", "--global-batch", "256"],
+    # Megatron-FSDP (zero 3 = optim_grads_params)
+    "megatron_fsdp": ["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--framework", "megatron",
+                      "--tp", "1", "--pp", "1", "--zero", "3", "--mbs", "1"],
+    # DeepSpeed ZeRO-1 with an fp32 gradient accumulation buffer (BF16_Optimizer)
+    "ds_z1_fp32_grads": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "1",
+                         "--grad-dtype", "fp32"],
 }
 
 DS_PLANS = ["ds_z0", "ds_z1", "ds_z2_fp16", "ds_z3", "ds_z2_offload", "ds_z3_offload", "olmo70b", "fsdp1b", "hsdp7b",
-            "uneven_pp"]
+            "uneven_pp", "ds_z1_fp32_grads"]
 
 MEGATRON_PLANS = ["olmo70b", "gqa_fp8_pp2vp2", "moe_ep_cp", "uneven_pp", "selective", "full_fp16_local", "ds_z3",
-                  "fsdp1b"]
+                  "fsdp1b", "fp8_block_knobs", "megatron_fsdp"]
 
 
 def genconf_quiet(*args: str) -> int:

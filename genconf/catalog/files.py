@@ -13,7 +13,8 @@ _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 """genconf/: the checkout's top-level folders sit beside it, an installed copy's under genconf/_data."""
 CATALOG_DIR = Path(__file__).resolve().parent
 """genconf/catalog/: hardware.yaml, clusters.yaml, calibration.yaml."""
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""The C YAML parser where PyYAML has it (much faster start-up), else the pure-Python one."""
 
 
 def resource_dir(name: str) -> Path:
@@ -31,7 +32,7 @@ def read_yaml(path: Path) -> dict:
     except OSError as exc:
         raise GenconfError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=YAML_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

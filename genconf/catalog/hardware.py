@@ -54,14 +54,28 @@ def calibration_for(gpu_name: str):
     values.update((data.get("gpus") or {}).get(gpu.name, {}))
     allowed = tuple(f.name for f in fields(Calibration))
     check_keys(f"{path} [{gpu.name}]", values, allowed)
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    for key, value in values.items():
+        if isinstance(value, str):
+            try:
+                values[key] = float(value)  # YAML 1.1 reads '2e-05' as a string
+            except ValueError:
+                raise GenconfError(f"{path} [{gpu.name}]: {key} must be a number, got {value!r}") from None
     return build(Calibration, f"{path} [{gpu.name}]", values)
+
+
+def gpu_calibration_overrides(gpu_name: str) -> dict:
+    """The calibration values calibration.yaml sets for this GPU itself (beyond its architecture's)."""
+    data = read_yaml(CATALOG_DIR / "calibration.yaml")
+    return dict((data.get("gpus") or {}).get(resolve_gpu(gpu_name).name, {}))
 
 
 def gpu_for_device_name(device_name: str) -> str | None:
     """The catalog GPU for a CUDA device name (torch.cuda.get_device_name()), or None."""
     name = device_name.lower()
     for key, gpu in (("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"),
-                     ("a100-sxm4-40", "a100-40gb"), ("a100", "a100-80gb"), ("gb200", "gb200"), ("b200", "b200")):
+                     ("a100-sxm4-40", "a100-40gb"), ("a100", "a100-80gb"), ("gb300", "gb300"), ("b300", "b300"),
+                     ("gb200", "gb200"), ("b200", "b200")):
         if key in name:
             return gpu
     return None

@@ -12,7 +12,9 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from genconf.catalog.files import build, check_keys, read_yaml, resource_dir
+import yaml
+
+from genconf.catalog.files import YAML_LOADER, build, check_keys, read_yaml, resource_dir
 from genconf.plan.errors import GenconfError
 from genconf.plan.specs import ModelSpec
 
@@ -41,20 +43,39 @@ class _ModelCatalog:
     aliases: dict[str, str]
 
 
+@functools.lru_cache(maxsize=64)
+def _catalog_model(path: Path) -> ModelSpec:
+    """One catalog file's model, whose name must be the file's."""
+    model = model_from_file(path)
+    if model.name != path.stem:
+        raise GenconfError(f"{path}: name '{model.name}' must equal the file name '{path.stem}'")
+    return model
+
+
 @functools.lru_cache(maxsize=1)
 def _model_catalog() -> _ModelCatalog:
-    models: dict[str, ModelSpec] = {}
-    aliases: dict[str, str] = {}
+    models = {path.stem: _catalog_model(path) for path in sorted(resource_dir("models").glob("*.yaml"))}
+    return _ModelCatalog(models, {alias: path.stem for alias, path in _alias_index().items()})
+
+
+@functools.lru_cache(maxsize=1)
+def _alias_index() -> dict[str, Path]:
+    """Alias -> catalog file, read from each file's one `aliases:` line: resolving a name parses only the
+    model it names (the whole catalog is 30 YAML files, most of the CLI's start-up time)."""
+    aliases: dict[str, Path] = {}
     for path in sorted(resource_dir("models").glob("*.yaml")):
-        model = model_from_file(path)
-        if model.name != path.stem:
-            raise GenconfError(f"{path}: name '{model.name}' must equal the file name '{path.stem}'")
-        models[model.name] = model
-        for alias in read_yaml(path).get("aliases", []) or []:
-            if alias in aliases:
-                raise GenconfError(f"{path}: alias '{alias}' is also claimed by {aliases[alias]}")
-            aliases[str(alias)] = model.name
-    return _ModelCatalog(models, aliases)
+        line = next((ln for ln in path.read_text().splitlines() if ln.startswith("aliases:")), None)
+        if line is None:
+            continue
+        try:
+            found = yaml.load(line, Loader=YAML_LOADER)["aliases"] or []
+        except (yaml.YAMLError, TypeError):
+            raise GenconfError(f"{path}: 'aliases' must be a one-line list like [70b, olmo-70b]") from None
+        for alias in found:
+            if str(alias) in aliases:
+                raise GenconfError(f"{path}: alias '{alias}' is also claimed by {aliases[str(alias)].stem}")
+            aliases[str(alias)] = path
+    return aliases
 
 
 def list_models() -> list[ModelSpec]:
@@ -69,12 +90,13 @@ def model_aliases() -> dict[str, str]:
 def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     """Catalog name, size alias, YAML path or Hugging Face config.json (or its directory) -> (model, the alias
     used or None)."""
-    catalog = _model_catalog()
     key = ref.strip().lower()
-    if key in catalog.models:
-        return catalog.models[key], None
-    if key in catalog.aliases:
-        return catalog.models[catalog.aliases[key]], key
+    own = resource_dir("models") / f"{key}.yaml"
+    if key and "/" not in key and own.is_file():
+        return _catalog_model(own), None
+    aliases = _alias_index()
+    if key in aliases:
+        return _catalog_model(aliases[key]), key
     from genconf.catalog import hf
 
     if hf.looks_like_hf(ref):
@@ -84,6 +106,7 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
         if not path.is_file():
             raise GenconfError(f"model file {ref} does not exist")
         return model_from_file(path), None
+    catalog = _model_catalog()
     near = sorted(n for n in list(catalog.models) + list(catalog.aliases) if key[:3] in n)[:6]
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise GenconfError(f"unknown model '{ref}': not a catalog name, size alias, YAML file or Hugging Face "

@@ -22,7 +22,7 @@ TOP_KEYS = ("name", "version", "description", "extends", "model", "cluster", "gp
             "optimizer", "batch", "seed", "data", "train", "expect", "smoke")
 SECTIONS = {
     "layout": ("framework", "tp", "pp", "vp", "cp", "ep", "zero", "mbs", "recompute", "layer_spec",
-               "first_stage_layers", "last_stage_layers", "tp_comm_overlap"),
+               "first_stage_layers", "last_stage_layers", "tp_comm_overlap", "grad_dtype"),
     "optimizer": ("lr", "min_lr", "warmup_steps", "lr_decay", "weight_decay", "beta1", "beta2", "eps", "grad_clip"),
     "batch": ("global_batch", "seq_length"),
     "data": ("kind", "path", "dtype", "branching"),
@@ -189,9 +189,10 @@ def pins_of(recipe: Recipe):
                 cp=layout.get("cp"), ep=layout.get("ep"), mbs=layout.get("mbs"), gbs=batch.get("global_batch"),
                 seq_length=batch.get("seq_length"), zero_stage=layout.get("zero"), recompute=layout.get("recompute"),
                 precision=recipe.precision_recipe.plan_precision, layer_spec=layout.get("layer_spec", "te"),
+                fp8_recipe=recipe.precision_recipe.train_fp8_recipe,
                 pp_first_stage_layers=layout.get("first_stage_layers"),
                 pp_last_stage_layers=layout.get("last_stage_layers"),
-                tp_comm_overlap=bool(layout.get("tp_comm_overlap", False)))
+                tp_comm_overlap=layout.get("tp_comm_overlap"), grad_dtype=layout.get("grad_dtype"))
 
 
 def full_run(recipe: Recipe) -> dict:
@@ -206,7 +207,7 @@ def full_run(recipe: Recipe) -> dict:
     best = result.best
     train = _train_spec(recipe, best.plan, model)
     tokens = float(train.train_steps * best.plan.gbs * best.plan.seq_length)
-    run = planfile.encode(model, None, cluster, gpus, best, result, tokens, train)
+    run = planfile.encode(model, None, cluster, gpus, best, result, tokens, train, cal=cal)
     run["recipe"] = {"name": recipe.name, "version": recipe.version, "precision_recipe": recipe.precision_recipe.name,
                      "data": recipe.section("data") or {"kind": "synthetic"}}
     return run
@@ -244,9 +245,10 @@ def smoke_run(recipe: Recipe) -> dict:
         plan, tp=tp, pp=pp, vp=vp, cp=1, dp=dp, mbs=mbs, gbs=gbs, seq_length=seq,
         zero_stage=layout.get("zero", plan.zero_stage), recompute=layout.get("recompute", plan.recompute),
         sequence_parallel=plan.framework == "megatron" and tp > 1, shard_group_size=None,
-        precision=r.plan_precision, pp_first_stage_layers=None, pp_last_stage_layers=None,
+        pp_first_stage_layers=None, pp_last_stage_layers=None,
         pp_embedding_as_layer=False, pp_loss_as_layer=False, offload_optimizer=False, offload_params=False,
         ep=min(plan.ep, dp))
+    small = precision.plan_in_precision(small, r.plan_precision)
     world = small.world_size
     ctx = rules.Context(tiny, cluster, small, world)
     errors = [v for v in rules.check(ctx) if v.severity == rules.ERROR and v.rule != "whole_nodes"]

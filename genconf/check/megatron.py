@@ -102,7 +102,10 @@ _LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size
                  "--micro-batch-size", "--global-batch-size", "--seq-length", "--num-layers", "--hidden-size",
                  "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups", "--num-experts",
                  "--moe-router-topk", "--moe-ffn-hidden-size", "--use-distributed-optimizer", "--fp16", "--bf16",
-                 "--fp8-format", "--vocab-size")
+                 "--fp8-format", "--vocab-size", "--expert-tensor-parallel-size", "--use-megatron-fsdp",
+                 "--data-parallel-sharding-strategy", "--grad-reduce-in-bf16", "--fp8-param-gather", "--fp4-format",
+                 "--fp4-param-gather", "--use-precision-aware-optimizer", "--recompute-method", "--recompute-num-layers",
+                 "--cpu-offloading-num-layers")
 _DEFAULTS = {"--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
              "--expert-model-parallel-size": 1, "--num-virtual-stages-per-pipeline-rank": 1}
 _REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings",

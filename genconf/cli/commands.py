@@ -39,11 +39,22 @@ class Planned:
 
 
 def pins_from_args(args: argparse.Namespace):
+    from genconf.plan.precision import plan_precision_of
     from genconf.plan.search import Pins
 
-    return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, mbs=args.mbs,
-                gbs=args.global_batch, seq_length=args.seq_len, zero_stage=args.zero, recompute=args.recompute,
-                precision=args.precision, layer_spec=args.layer_spec, offload=args.offload or None,
+    precision, fp8_recipe = plan_precision_of(args.precision)
+    if args.recompute_layers and args.recompute not in (None, "full"):
+        raise GenconfError("--recompute-layers recomputes whole layers: it needs --recompute full")
+    if args.fused_kernels and args.layer_spec != "local":
+        raise GenconfError("--fused-kernels describes the local spec's kernels: add --layer-spec local")
+    return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, etp=args.etp,
+                mbs=args.mbs, gbs=args.global_batch, seq_length=args.seq_len, zero_stage=args.zero,
+                recompute="full" if args.recompute_layers else args.recompute,
+                recompute_layers=args.recompute_layers, offload_activation_layers=args.offload_activations,
+                precision=precision, fp8_recipe=fp8_recipe, grad_dtype=args.grad_dtype,
+                fp8_param_gather=args.fp8_param_gather, precision_aware_optimizer=args.precision_aware_optimizer,
+                layer_spec=args.layer_spec, offload=args.offload or None, fused_kernels=args.fused_kernels,
+                expandable_segments=args.expandable_segments,
                 pp_first_stage_layers=args.first_stage_layers, pp_last_stage_layers=args.last_stage_layers,
                 tp_comm_overlap=args.tp_comm_overlap)
 
@@ -73,7 +84,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
     best = result.best
     tokens = args.tokens or float(chinchilla_tokens(model))
-    run = planfile.encode(model, alias, cluster, num_gpus, best, result, tokens)
+    run = planfile.encode(model, alias, cluster, num_gpus, best, result, tokens, cal=cal)
     run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 

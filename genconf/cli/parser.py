@@ -7,7 +7,7 @@ import argparse
 from genconf import __version__
 from genconf.plan import limits
 from genconf.plan.errors import GenconfError
-from genconf.plan.precision import PLAN_PRECISIONS
+from genconf.plan.precision import PLAN_PRECISIONS, PRECISION_NAMES
 
 SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci")
 
@@ -73,17 +73,34 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                        ("--cp", "context parallel"), ("--ep", "expert parallel"), ("--mbs", "micro-batch size"),
                        ("--global-batch", "global batch in sequences"), ("--seq-len", "sequence length"),
                        ("--first-stage-layers", "layers on the first pipeline stage"),
-                       ("--last-stage-layers", "layers on the last pipeline stage")):
+                       ("--last-stage-layers", "layers on the last pipeline stage"),
+                       ("--etp", "expert tensor parallel (MoE; default: tried as tp and as 1)"),
+                       ("--recompute-layers", "with --recompute full: layers per model chunk recomputed "
+                                              "(megatron --recompute-method block)"),
+                       ("--offload-activations", "layers whose activations Transformer Engine offloads to the host")):
         g.add_argument(flag, type=positive_int, help=text)
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (megatron: 1 = distributed optimizer; "
                    "fsdp: 0 NO_SHARD, 2 SHARD_GRAD_OP, 3 FULL_SHARD)")
     g.add_argument("--recompute", choices=("none", "selective", "full"))
-    g.add_argument("--precision", choices=PLAN_PRECISIONS, default="bf16",
-                   help="fp32: Megatron verification runs (TP reproduces TP=1 exactly)")
+    g.add_argument("--precision", choices=PRECISION_NAMES, default="bf16",
+                   help="bf16 | fp16 | fp32 (Megatron verification: TP reproduces TP=1 exactly) | fp8 (= fp8-current) "
+                        "| fp8-delayed | fp8-current | fp8-blockwise | mxfp8 (Blackwell) | nvfp4 (Blackwell; = fp4)")
+    g.add_argument("--grad-dtype", choices=("fp32", "bf16"),
+                   help="gradient accumulation/reduction dtype (default: the framework's; fp32 for megatron)")
+    g.add_argument("--fp8-param-gather", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep weights in FP8/FP4 and all-gather them so (default: on for megatron FP8 with zero >= 1)")
+    g.add_argument("--precision-aware-optimizer", action=argparse.BooleanOptionalAction, default=None,
+                   help="megatron TE FusedAdam with 16-bit master remainders (default: only where it makes a plan fit)")
     g.add_argument("--layer-spec", choices=("te", "local"), default="te",
                    help="te: Transformer Engine + flash attention (GPU clusters); local: megatron-core unfused (CPU)")
     g.add_argument("--offload", action="store_true", help="DeepSpeed ZeRO CPU offload of optimizer (and params at stage 3)")
-    g.add_argument("--tp-comm-overlap", action="store_true", help="overlap TP communication with GEMMs (TE userbuffers)")
+    g.add_argument("--tp-comm-overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="overlap TP communication with GEMMs (TE userbuffers; default: on for megatron te with tp > 1)")
+    g.add_argument("--fused-kernels", action="store_true",
+                   help="local spec: megatron's fused softmax/bias kernels were built (apex or TE installed)")
+    g.add_argument("--expandable-segments", action=argparse.BooleanOptionalAction, default=True,
+                   help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in launch scripts (default) or the classic "
+                        "caching allocator (budgets more fragmentation)")
     g = p.add_argument_group("output")
     g.add_argument("--tokens", type=token_count, help="training tokens for the time estimate (default: 20 per parameter)")
     g.add_argument("--top", type=positive_int, default=3, help="show this many ranked plans (default 3)")

@@ -40,6 +40,9 @@ def _stage_memory_lines(stage: StageMemory, plan: ParallelPlan, capacity: int) -
     lines += [_row(f"  {name}", f"{b / GIB:8.2f}") for name, b in stage.other if b >= 0.01 * GIB]
     lines.append(_row("total", f"{stage.total_bytes / GIB:8.2f}  of {capacity / GIB:.1f} GiB "
                                f"(plans keep {HEADROOM_FRACTION:.0%} free)"))
+    allocator = ("expandable segments" if plan.expandable_segments else "classic caching allocator")
+    lines.append(_row("  allocated / reserved / nvidia-smi", f"{stage.allocated_bytes / GIB:8.2f} / "
+                      f"{stage.reserved_bytes / GIB:.2f} / {stage.device_bytes / GIB:.2f}  ({allocator})"))
     return lines
 
 
@@ -47,7 +50,10 @@ def _checkpoint_lines(ck: dict | None) -> list[str]:
     """One checkpoint's size and the disk keep-last-N takes (one more is written before the oldest goes)."""
     if not ck:
         return []
-    return [_row("checkpoint size / disk to keep", f"{ck['gib']:,.1f} GiB ({ck['holds']}) / {ck['disk_gib']:,.1f} GiB "
+    def size(n: int) -> str:
+        return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+    return [_row("checkpoint size / disk to keep", f"{size(ck['bytes'])} ({ck['holds']}) / {size(ck['disk_bytes'])} "
                  f"(newest {ck['keep_last']} + 1 being written)")]
 
 
@@ -69,13 +75,25 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
         f"memory per GPU, stage {best.memory.peak.stage} (the busiest)           GiB",
     ]
     lines += _stage_memory_lines(best.memory.peak, best.plan, best.memory.capacity_bytes)
+    band = d.get("intervals_80")
+
+    def within(key: str, fmt: str) -> str:
+        if not band:
+            return ""
+        lo, hi = band[key]
+        return f"  (80%: {format(lo, fmt)} - {format(hi, fmt)})"
+
+    if band:
+        lines.append(_row("80% interval of the peak", f"{band['peak_memory_gib'][0]:8.2f} - "
+                                                      f"{band['peak_memory_gib'][1]:.2f}"))
     lines += [
         "",
         "performance (predicted)",
-        _row("step time", f"{perf['step_time_s']:.3f} s"),
+        _row("step time", f"{perf['step_time_s']:.3f} s{within('step_time_s', '.3f')}"),
         _row("MFU / model TFLOP/s per GPU", f"{perf['mfu']:.1%} / {perf['tflops_per_gpu']:.0f} "
              f"(peak {perf['peak_tflops_per_gpu']:g})"),
-        _row("tokens/s per GPU / whole job", f"{perf['tokens_per_s_per_gpu']:,.0f} / {perf['tokens_per_s']:,.0f}"),
+        _row("tokens/s per GPU / whole job", f"{perf['tokens_per_s_per_gpu']:,.0f} / {perf['tokens_per_s']:,.0f}"
+                                              f"{within('tokens_per_s_per_gpu', ',.0f')}"),
         _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
         _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
         _row(f"train {human_count(tr['tokens'])} tokens", f"{tr['days']:.1f} days, {tr['gpu_hours']:,.0f} GPU-hours"),

@@ -1,8 +1,11 @@
-"""Step time, MFU and throughput of a plan: compute from FLOPs at a shape-dependent efficiency, plus the
-exposed part of every collective, the pipeline bubble and the optimizer step. Seconds throughout.
+"""Step time, MFU and throughput of a plan, built from kernel physics (genconf.plan.kernels): every GEMM of a layer
+at its real shape and dtype, flash or unfused attention, the memory-bound passes (norms, activations, FP8
+quantization), the exposed part of every collective (TP, CP, EP, PP, DP) on the link it crosses, the pipeline
+bubble, host-side launch limits and the optimizer step. Seconds throughout.
 
-Peak FLOP/s come from the GPU table (GPUSpec); achievable fractions come from `Calibration`, fitted
-by benchmarks/accuracy.py against the published runs in shared/data.
+Peak rates come from the GPU table (GPUSpec); kernel efficiencies from `Calibration` (genconf/catalog/calibration.yaml):
+the GEMM and attention terms are fitted to measured kernels (benchmarks/data/h100_kernels), the few
+end-to-end terms (sustained clock, overlap, per-micro-batch host time) to published runs (benchmarks/accuracy.py).
 """
 
 from __future__ import annotations
@@ -11,152 +14,377 @@ import functools
 import math
 from dataclasses import dataclass
 
-from genconf.plan.counting import model_flops_per_token, recompute_flops_per_token
-from genconf.plan.memory import rank_params, vocab_rows
-from genconf.plan.pipeline import bubble_fraction, stage_layers
+from genconf.plan import kernels
+from genconf.plan.counting import layer_tensors, model_flops_per_token, recompute_flops_per_token
+from genconf.plan.memory import offload_bytes_per_layer, rank_params, vocab_rows
+from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, recomputed_layers, stage_layers
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Calibration:
-    """Achievable fractions of the datasheet rates, per GPU architecture."""
+    """Achievable fractions of the datasheet rates and the host-side costs, per GPU architecture."""
 
     gemm_efficiency: float
-    """Fraction of dense peak a large, well-shaped BF16 GEMM reaches (cuBLAS)."""
+    """BF16 GEMM main loop: fraction of the per-SM dense peak a full wave of tiles reaches (cuBLAS)."""
     fp8_gemm_efficiency: float
     """Same for FP8 GEMMs, as a fraction of the FP8 peak."""
-    gemm_k_half: int
-    """Reduction length at which a GEMM reaches half its large-K efficiency."""
-    attention_fwd_efficiency: float
-    """Flash-attention forward, fraction of BF16 peak (causal blocks skipped)."""
-    attention_bwd_efficiency: float
-    """Flash-attention backward, fraction of BF16 peak."""
-    hbm_efficiency: float
+    fp4_gemm_efficiency: float = 0.6
+    """Same for NVFP4 GEMMs (Blackwell), as a fraction of the FP4 peak."""
+    gemm_tile_overhead_s: float = 0.5e-6
+    """Fixed prologue/epilogue time per 128x128 output tile and wave."""
+    attention_fwd_efficiency: float = 0.65
+    """Flash-attention forward: fraction of the per-SM BF16 peak one 128 x 128 block runs at."""
+    attention_bwd_efficiency: float = 0.60
+    """Same for the backward."""
+    attention_fwd_tile_s: float = 2.0e-6
+    """Fixed cost of each wave of query tiles in the forward (prologue, rescaling, epilogue)."""
+    attention_bwd_tile_s: float = 30.0e-6
+    """Same in the backward (dQ accumulation, the dO.O pre-pass)."""
+    local_score_bytes: tuple[float, float] = (38.0, 48.0)
+    """Bytes per attention-score element the unfused (local-spec) attention moves, forward and backward.
+    Without megatron's fused softmax kernels (a pip-installed megatron-core, genconf's launcher): baddbmm writes
+    bf16 scores (2); masked_fill reads them and the mask and writes (5); the fp32 softmax upcasts (2+4), takes
+    the row max and sum and normalises (4+4+4) and casts back (4+2); dropout reads, writes and keeps a 1-byte
+    mask (5); the AV bmm reads the probabilities (2). Backward: the probability gradient (2), dropout (5), the
+    fp32 softmax gradient with its row reduction (2+4, 4+4+4+4, 4+2), masked_fill (5), the two bmm gradients (4).
+    With megatron's fused scale-mask-softmax kernel see local_fused_score_bytes."""
+    local_fused_score_bytes: tuple[float, float] = (11.0, 15.0)
+    """Same with megatron's fused kernels (ParallelPlan.fused_kernels): the fused scale-mask-softmax reads the
+    bf16 scores and writes bf16 probabilities (4), dropout keeps a mask and writes (5), the bmms read and write
+    (2): about 11; backward about 15 (fitted on the published A100 Megatron-LM runs)."""
+    local_elementwise_passes: float = 3.0
+    """Element-wise traffic of the local spec relative to TE's fused kernels: 3 without apex and megatron's
+    fused kernels (bias, dropout with its RNG and mask, and the add run apart)."""
+    local_fused_elementwise_passes: float = 1.5
+    """Same with megatron's fused bias-GeLU and bias-dropout-add kernels and apex's LayerNorm."""
+    compiled_attention_factor: float = 0.6
+    """Attention efficiency of torch.compile'd models (torchtitan) relative to TE/cuDNN's fused attention:
+    their SDPA ran FlashAttention-2, which reaches ~350 of the ~600-650 TFLOP/s FlashAttention-3 and cuDNN reach
+    on an H100 forward (Shah et al. 2024, FlashAttention-3, Fig. 5)."""
+    hbm_efficiency: float = 0.9
     """Fraction of HBM bandwidth that memory-bound kernels reach."""
-    nvlink_efficiency: float
+    nvlink_efficiency: float = 0.8
     """NCCL bus bandwidth over NVLink as a fraction of one-way link bandwidth."""
-    ib_efficiency: float
+    ib_efficiency: float = 0.85
     """NCCL bus bandwidth over InfiniBand as a fraction of the NIC rate."""
-    collective_latency_s: float
-    """Fixed cost of one collective call."""
-    kernel_launch_s: float
-    """Host time to launch one kernel: bounds tiny layers."""
-    step_overhead_s: float
-    """Per-step host work: data loading, logging, optimizer launch."""
-    microbatch_overhead_s: float = 0.002
-    """Per micro-batch and stage: schedule bookkeeping, p2p handshakes, Python dispatch."""
+    collective_latency_s: float = 1.5e-5
+    """Base start-up cost of one collective (grows with log2 of the group)."""
+    ring_hop_latency_s: float = 5.0e-6
+    """Latency of one step of a ring all-gather/reduce-scatter between nodes (a quarter of it inside an NVLink
+    domain): a ring over d ranks takes d - 1 steps."""
+    kernel_launch_s: float = 4.0e-6
+    """Host time per eager PyTorch op (Python, dispatcher, autocast, kernel launch): bounds layers whose GPU
+    work is shorter than their launches."""
+    graph_launch_s: float = 1.0e-6
+    """Same with fused Transformer Engine layers and CUDA graphs (Megatron with the te spec)."""
+    moe_host_ops: float = 150.0
+    """Host-side operations of one dropless MoE layer, forward + backward, that run eagerly at kernel_launch_s
+    each: router GEMM, score function, top-k and the auxiliary losses (~15 forward), the permutation and its
+    index bookkeeping (~10), the dispatcher's token-count copy to the host and its synchronisation, the two
+    all-to-alls with their split preprocessing (~10), the activation and unpermute (~10): about 50 forward and
+    twice that backward (counted from megatron-core 0.16 moe/router.py, token_dispatcher.py, experts.py)."""
+    moe_host_ops_per_expert: float = 10.0
+    """Same per local expert: the grouped GEMM's per-expert GEMMs of fc1 and fc2 and, under FP8/FP4, the
+    quantisation of each expert's split (about 3 forward, 7 backward; Transformer Engine GroupedLinear)."""
+    step_overhead_s: float = 0.05
+    """Per-step host work: data loading, logging, optimizer launch, gradient-norm synchronisation."""
+    microbatch_overhead_s: float = 0.0
+    """Per micro-batch and model chunk: schedule bookkeeping, p2p handshakes, Python dispatch."""
     clock_factor: float = 1.0
-    """Sustained clock relative to the datasheet's (power-limited parts < 1)."""
+    """Sustained tensor-core clock under a training load relative to the one the kernels were measured at
+    (power and thermal limits; < 1 for power-capped parts)."""
     tp_overlap_exposed: float = 0.25
-    """Fraction of TP communication still exposed with --tp-comm-overlap."""
+    """Fraction of TP communication still exposed with --tp-comm-overlap (userbuffers, split pipelined GEMMs)."""
     dp_overlap_efficiency: float = 0.9
-    """Fraction of the backward that gradient reduce-scatter/all-reduce can hide behind."""
+    """Fraction of the overlap window (a micro-batch's backward or forward) gradient reduce-scatter /
+    all-reduce and parameter all-gather can hide behind."""
+    pp_overlap_exposed: float = 0.25
+    """Fraction of pipeline p2p time exposed under the interleaved schedule (overlap_p2p_comm)."""
+    throughput_band: tuple[float, float] = (0.8, 1.2)
+    """80% interval of measured / predicted tokens/s: the 10th and 90th percentiles of the residuals on
+    published runs the calibration was not fitted to (benchmarks/accuracy.py --loso --write-calibration)."""
+    moe_throughput_band: tuple[float, float] = (0.6, 1.3)
+    """Same for mixture-of-experts models (one source, Megatron-Bridge, whose MoE throughput moved by up to 1.6x
+    between container releases at the same layout)."""
+    memory_band: tuple[float, float] = (0.9, 1.1)
+    """Same for the measured / predicted peak memory per GPU."""
 
 
-# --- kernels --------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=65536)
-def gemm_time_s(m: int, n: int, k: int, peak_tflops: float, efficiency: float, k_half: int, sms: int,
-                hbm_tbyte_per_s: float, bytes_per_elem: int, launch_s: float) -> float:
-    """One (m x k) @ (k x n) GEMM: tensor-core time at an efficiency reduced by wave quantization
-    (128x128 output tiles scheduled over the SMs) and short reductions, or HBM time if memory-bound."""
-    tiles = math.ceil(m / 128) * math.ceil(n / 128)
-    waves = math.ceil(tiles / sms)
-    utilisation = tiles / (waves * sms)
-    eff = efficiency * utilisation * k / (k + k_half)
-    compute = 2.0 * m * n * k / (peak_tflops * 1e12 * eff)
-    memory = bytes_per_elem * (m * k + k * n + m * n) / (hbm_tbyte_per_s * 1e12)
-    return max(compute, memory) + launch_s
-
-
-def _linear_s(gpu: GPUSpec, cal: Calibration, m: int, n: int, k: int, fp8: bool) -> float:
-    """Forward + backward (dgrad, wgrad) of one linear layer: three GEMMs."""
-    if fp8:
-        peak, eff, width = gpu.peak_tflops("fp8") * cal.clock_factor, cal.fp8_gemm_efficiency, 1
-    else:
-        peak, eff, width = gpu.peak_bf16_tflops * cal.clock_factor, cal.gemm_efficiency, 2
-    hbm = gpu.hbm_tbyte_per_s * cal.hbm_efficiency
-    args = (peak, eff, cal.gemm_k_half, gpu.num_sms, hbm, width, cal.kernel_launch_s)
-    return gemm_time_s(m, n, k, *args) + gemm_time_s(m, k, n, *args) + gemm_time_s(k, n, m, *args)
-
+# --- one transformer layer --------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class LayerTime:
     fwd_s: float
-    """Forward compute of one layer for one micro-batch (GEMMs, attention, element-wise)."""
+    """Forward of one layer for one micro-batch on one rank (GEMMs, attention, memory-bound passes)."""
     bwd_s: float
-    """Backward compute, recomputation included."""
+    """Backward of the same (data and weight gradients), without recomputation."""
     tp_comm_s: float
-    """Exposed TP (and EP) communication, forward + backward."""
+    """Exposed TP (sequence-parallel all-gather/reduce-scatter or all-reduce) and EP (all-to-all) time,
+    forward + backward."""
     cp_comm_s: float
-    """Exposed context-parallel ring traffic."""
+    """Exposed context-parallel ring traffic, forward + backward."""
+    attn_fwd_s: float
+    """The core-attention part of fwd_s (what selective recompute repeats)."""
+    tp_fwd_comm_s: float
+    """The forward part of tp_comm_s (what full recompute repeats)."""
+    host_s: float
+    """Host time to launch the layer's kernels, forward + backward (the GPU waits when this is longer)."""
 
 
-def _bandwidth(cluster: ClusterSpec, cal: Calibration, group_span: int) -> tuple[float, float]:
-    """(bytes/s, latency) for a collective whose ranks span `group_span` consecutive GPUs."""
+def _peak(gpu: GPUSpec, cal: Calibration, dtype: str) -> tuple[float, float, float]:
+    """(peak TFLOP/s at the sustained clock, main-loop efficiency, bytes per input element) for GEMMs in dtype."""
+    if dtype == "fp4":
+        return gpu.peak_tflops("fp4") * cal.clock_factor, cal.fp4_gemm_efficiency, 0.5
+    if dtype == "fp8":
+        return gpu.peak_tflops("fp8") * cal.clock_factor, cal.fp8_gemm_efficiency, 1.0
+    if dtype == "fp32":
+        return gpu.peak_tflops("tf32") * cal.clock_factor, cal.gemm_efficiency, 4.0
+    return gpu.peak_bf16_tflops * cal.clock_factor, cal.gemm_efficiency, 2.0
+
+
+def gemm_s(gpu: GPUSpec, cal: Calibration, m: int, n: int, k: int, dtype: str) -> float:
+    peak, eff, width = _peak(gpu, cal, dtype)
+    return kernels.gemm_s(max(1, m), max(1, n), max(1, k), peak_tflops=peak, efficiency=eff,
+                          tile_overhead_s=cal.gemm_tile_overhead_s, sms=gpu.num_sms,
+                          hbm_tbyte_per_s=gpu.hbm_tbyte_per_s * cal.hbm_efficiency, in_bytes=width,
+                          out_bytes=4.0 if dtype == "fp32" else 2.0)
+
+
+def linear_s(gpu: GPUSpec, cal: Calibration, m: int, n: int, k: int, dtype: str, *, groups: int = 1) -> tuple[float, float]:
+    """(forward, backward) of `groups` linear layers of one (m x k) @ (k x n) each: forward, then the data
+    gradient (m x n) @ (n x k) and the weight gradient (k x m) @ (m x n)."""
+    fwd = gemm_s(gpu, cal, m, n, k, dtype)
+    bwd = gemm_s(gpu, cal, m, k, n, dtype) + gemm_s(gpu, cal, k, n, m, dtype)
+    return groups * fwd, groups * bwd
+
+
+def _mem_s(gpu: GPUSpec, cal: Calibration, num_bytes: float) -> float:
+    return kernels.memory_bound_s(num_bytes, hbm_tbyte_per_s=gpu.hbm_tbyte_per_s, efficiency=cal.hbm_efficiency)
+
+
+IMPLEMENTATIONS = ("megatron-te", "megatron-local", "megatron-local-fused", "torch-bf16", "torch-autocast",
+                   "torch-compiled")
+"""How a plan's layers run: megatron-core with Transformer Engine (fused kernels, cuDNN flash attention),
+megatron-core's local spec (the attention scores go through HBM; with or without megatron's fused softmax and
+element-wise kernels), genconf's PyTorch GPT under
+DeepSpeed (bf16 weights, SDPA flash attention, eager element-wise ops) or under FSDP/DDP (fp32 weights,
+autocast to bf16: norms and the residual stream stay fp32), or either under torch.compile (torchtitan)."""
+
+ELEMENTWISE_PASSES = {"megatron-te": 1.0, "megatron-local": 3.0, "megatron-local-fused": 1.5, "torch-bf16": 2.0,
+                      "torch-autocast": 3.0, "torch-compiled": 1.2}
+"""Memory traffic of the element-wise work (norms, residual adds, activation, RoPE, dropout) relative to TE's
+fused kernels. Counted op by op: TE fuses norm+cast, bias+activation and bias+dropout+add (one read and one
+write each); eager PyTorch runs each as its own kernel (about twice the passes); under autocast the residual
+stream and the norms are fp32 (three times). The local spec's factors are calibration terms
+(Calibration.local_elementwise_passes, local_fused_elementwise_passes)."""
+
+KERNELS_PER_LAYER = {"megatron-te": 18, "megatron-local": 45, "megatron-local-fused": 35, "torch-bf16": 40,
+                     "torch-autocast": 55, "torch-compiled": 20}
+"""Forward kernels per layer (backward launches about twice as many), counted from profiles of each stack
+(megatron's fused softmax, bias-GeLU and bias-dropout-add kernels replace about ten of the local spec's)."""
+
+PARAM_BYTES_PER_MICROBATCH = {"megatron-te": 0.0, "megatron-local": 10.0, "megatron-local-fused": 10.0,
+                              "torch-bf16": 6.0, "torch-autocast": 16.0, "torch-compiled": 6.0}
+"""HBM traffic per parameter and micro-batch outside the GEMMs: megatron with TE accumulates weight gradients
+inside the GEMM into the fp32 main_grad (gradient_accumulation_fusion), its local spec adds a bf16 gradient
+into it (read 2 + 4, write 4); DeepSpeed's bf16 .grad accumulates (read 2 + 2, write 2); autocast over fp32
+weights (OLMo's FSDP/DDP) casts every weight to bf16 each forward (read 4, write 2) and adds bf16 weight
+gradients into fp32 .grad (read 2 + 4, write 4)."""
+
+def implementation(plan: ParallelPlan) -> str:
+    if plan.fused_kernels:
+        return "megatron-local-fused"  # megatron's layers, also under DeepSpeed (Megatron-DeepSpeed)
+    if plan.framework == "megatron":
+        if plan.layer_spec == "te":
+            return "megatron-te"
+        return "megatron-local-fused" if plan.fused_kernels else "megatron-local"
+    if plan.torch_compile:
+        return "torch-compiled"
+    if plan.framework == "fsdp":
+        return "torch-autocast"
+    return "torch-bf16"
+
+
+def _bandwidth(cluster: ClusterSpec, cal: Calibration, group_span: int, ranks: int | None = None) -> float:
+    """Bus bandwidth in GB/s of a collective over `ranks` ranks spread evenly over `group_span` consecutive GPUs
+    (every group of the same kind runs its collective at the same time, as DP groups do).
+
+    Inside an NVLink domain: NVLink. Across domains, NCCL's rings enter and leave each domain once per ring and
+    spread the rings over the NICs: a group with k ranks in each domain drives k NICs (its share of the domain's
+    NICs, one per GPU), so its bus bandwidth is k x the NIC rate, capped by NVLink (8 ranks of a DGX node:
+    8 x 50 GB/s; one rank per node, as DP under tp=8: one NIC)."""
+    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
     if group_span <= cluster.nvlink_domain:
-        return cluster.nvlink_gbyte_per_s_one_way * 1e9 * cal.nvlink_efficiency, cal.collective_latency_s
-    return cluster.ib_gbyte_per_s_per_gpu * 1e9 * cal.ib_efficiency, 2 * cal.collective_latency_s
+        return nvlink
+    ranks = ranks or group_span
+    stride = max(1, group_span // ranks)
+    per_domain = max(1, min(ranks, cluster.nvlink_domain // stride))
+    return min(nvlink, per_domain * cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency)
 
 
-def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> LayerTime:
+def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, ranks: int, stride: int) -> float:
+    """All-to-all over `ranks` ranks `stride` GPUs apart: the share of each rank's bytes bound for peers in its
+    own NVLink domain moves over NVLink, the rest over the NICs, both at once (NCCL/DeepEP split by path)."""
+    if ranks <= 1:
+        return 0.0
+    per_domain = max(1, min(ranks, cluster.nvlink_domain // max(1, stride)))
+    local = (per_domain - 1) / ranks * num_bytes
+    remote = (ranks - per_domain) / ranks * num_bytes
+    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency * 1e9
+    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * 1e9
+    return max(local / nvlink, remote / ib) + cal.collective_latency_s * (1.0 + math.log2(ranks))
+
+
+def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, *,
+               windowed: bool = False) -> LayerTime:
+    """One decoder layer, one micro-batch, one rank. `windowed`: the layer uses sliding-window attention."""
+    return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
+                       plan.precision, plan.quant_recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
+                       windowed, plan.expert_tp)
+
+
+@functools.lru_cache(maxsize=8192)
+def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, sp: bool, precision: str,
+                recipe: str | None, impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration,
+                windowed: bool, etp: int | None = None) -> LayerTime:
     gpu = cluster.gpu
-    t = plan.tp
-    n = plan.mbs * plan.seq_length // plan.cp          # tokens per micro-batch per rank
-    h, q, kv = model.hidden_size, model.query_width, model.kv_width
-    fp8 = plan.precision == "fp8"
-    f = model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size
-    k_routed = model.moe_top_k if model.is_moe else 1
+    n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
+    h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.kv_channels
     branches = 2 if model.gated else 1
-    gemms = (_linear_s(gpu, cal, n, (q + 2 * kv) // t, h, fp8)
-             + _linear_s(gpu, cal, n, h, q // t, fp8)
-             + _linear_s(gpu, cal, n * k_routed, branches * f // t, h, fp8)
-             + _linear_s(gpu, cal, n * k_routed, h, f // t, fp8))
-    peak_bf16 = gpu.peak_bf16_tflops * 1e12 * cal.clock_factor
-    hbm = gpu.hbm_tbyte_per_s * 1e12 * cal.hbm_efficiency
-    # Attention core: QK^T and AV, 4*n*s*d*a/t multiply-adds x 2 FLOPs... = 4 n s q / t FLOPs forward.
-    attn_flops = 4.0 * n * plan.seq_length * q / t
-    if plan.layer_spec == "te":
-        attn_flops *= 0.5  # flash attention skips fully masked causal blocks
-        attn_fwd = attn_flops / (peak_bf16 * cal.attention_fwd_efficiency)
-        attn_bwd = 2.5 * attn_flops / (peak_bf16 * cal.attention_bwd_efficiency)
-    else:
-        # Unfused: batched GEMMs with K = head dim, and the a*s^2 scores through HBM (fused softmax kernel).
-        head_k = model.kv_channels
-        bmm_eff = cal.gemm_efficiency * head_k / (head_k + cal.gemm_k_half)
-        scores = model.num_attention_heads / t * n * plan.seq_length
-        attn_fwd = attn_flops / (peak_bf16 * bmm_eff) + 7.0 * scores / hbm
-        attn_bwd = 2 * attn_flops / (peak_bf16 * bmm_eff) + 10.0 * scores / hbm
-    # Element-wise (norms, bias-activation, dropout-add, rope), memory-bound; unfused moves ~2x more.
-    elem_bytes_per_token = 2 * (16 * h / (t if plan.sequence_parallel else 1) + 3 * branches * f * k_routed / t)
-    elem_fwd = (1.0 if plan.layer_spec == "te" else 2.0) * n * elem_bytes_per_token / hbm
-    fwd = gemms / 3 + attn_fwd + elem_fwd
-    bwd = 2 * gemms / 3 + attn_bwd + 2 * elem_fwd
-    if plan.recompute == "full":
-        bwd += fwd
-    elif plan.recompute == "selective":
-        bwd += attn_fwd
-    kernels = 14 if plan.layer_spec == "te" else 40
-    fwd = max(fwd, kernels * cal.kernel_launch_s)
-    bwd = max(bwd, 2 * kernels * cal.kernel_launch_s)
+    dtype = {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(precision, "bf16")
+    act = 4 if precision == "fp32" else 2     # activation bytes
 
-    tp_comm = 0.0
+    # GEMMs: QKV, output projection, MLP (dense or the routed experts as a grouped GEMM).
+    qkv_f, qkv_b = linear_s(gpu, cal, n, (q + 2 * kv) // t, h, dtype)
+    proj_f, proj_b = linear_s(gpu, cal, n, h, q // t, dtype)
+    quant_in = n * (h + q // t)               # GEMM-input activation elements (forward), per rank
+    quant_grad = n * ((q + 2 * kv) // t + h)  # output-gradient elements (backward)
+    if model.is_moe:
+        f, k_top, experts = model.moe_ffn_hidden_size, model.moe_top_k, model.num_experts
+        et = etp or t
+        local_experts = max(1, experts // ep)
+        # Tokens per local expert under balanced routing: the EP group's tokens (gathered over TP when the
+        # experts are TP-split, else each rank's sequence-parallel share) spread over the experts.
+        rows = max(1, round(n * k_top * ep / experts * et / t))
+        fc1_f, fc1_b = linear_s(gpu, cal, rows, branches * f // et, h, dtype, groups=local_experts)
+        fc2_f, fc2_b = linear_s(gpu, cal, rows, h, f // et, dtype, groups=local_experts)
+        router_f, router_b = linear_s(gpu, cal, n, experts, h, "bf16")
+        fc1_f, fc1_b = fc1_f + router_f, fc1_b + router_b
+        routed = n * k_top
+        quant_in += routed * (h * et / t + f // t)
+        quant_grad += routed * (branches * f // t + h * et / t)
+    else:
+        f, k_top, routed = model.ffn_hidden_size, 1, n
+        fc1_f, fc1_b = linear_s(gpu, cal, n, branches * f // t, h, dtype)
+        fc2_f, fc2_b = linear_s(gpu, cal, n, h, f // t, dtype)
+        quant_in += n * (h + f // t)
+        quant_grad += n * (branches * f // t + h)
+    gemm_f = qkv_f + proj_f + fc1_f + fc2_f
+    gemm_b = qkv_b + proj_b + fc1_b + fc2_b
+
+    # FP8 / FP4 quantization passes (casts, transposes, amax), memory-bound.
+    q_in, q_grad = kernels.QUANT_BYTES_PER_ELEMENT[recipe]
+    quant_f = _mem_s(gpu, cal, q_in * quant_in)
+    quant_b = _mem_s(gpu, cal, q_grad * quant_grad)
+
+    # Core attention.
+    heads = model.num_attention_heads // t
+    keys = seq
+    causal = True
+    if windowed and model.sliding_window and model.sliding_window < seq:
+        keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving
+    peak16 = gpu.peak_bf16_tflops * cal.clock_factor
+    if impl in ("megatron-local", "megatron-local-fused"):
+        score_bytes = cal.local_fused_score_bytes if impl == "megatron-local-fused" else cal.local_score_bytes
+        # Unfused: batched QK^T and AV GEMMs over (mbs x heads) with K = head dim, scores through HBM.
+        batch = mbs * heads
+        qk_f, qk_b = linear_s(gpu, cal, batch * (seq // cp), keys, d, "bf16")
+        av_f, av_b = linear_s(gpu, cal, batch * (seq // cp), d, keys, "bf16")
+        scores = batch * (seq // cp) * keys
+        attn_f = qk_f + av_f + _mem_s(gpu, cal, score_bytes[0] * scores)
+        attn_b = qk_b + av_b + _mem_s(gpu, cal, score_bytes[1] * scores)
+    else:
+        bh = mbs * heads
+        backend = cal.compiled_attention_factor if impl == "torch-compiled" else 1.0
+
+        def flash(seq_q: float, seq_k: float, is_causal: bool) -> tuple[float, float]:
+            f = kernels.flash_attention_s(bh, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
+                                          efficiency=cal.attention_fwd_efficiency * backend,
+                                          tile_overhead_s=cal.attention_fwd_tile_s, sms=gpu.num_sms)
+            b = kernels.flash_attention_s(bh, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
+                                          efficiency=cal.attention_bwd_efficiency * backend,
+                                          tile_overhead_s=cal.attention_bwd_tile_s, sms=gpu.num_sms, backward=True)
+            return f, b
+
+        if cp > 1 and causal:
+            # Ring attention with the load-balanced (zigzag) split (TE's context parallelism): step 0 is the
+            # causal attention of the local chunk, each of the cp - 1 others a full block against half the
+            # remote keys; every step is its own kernel (its own waves), and its partial output is merged
+            # into an fp32 accumulator with the log-sum-exp (read the bf16 step output 2 and the accumulator 4,
+            # write 4 per element), dQ likewise.
+            local = seq / cp
+            diag_f, diag_b = flash(local, local, True)
+            off_f, off_b = flash(local, local / 2, False)
+            merge = _mem_s(gpu, cal, 10.0 * bh * local * d)
+            attn_f = diag_f + (cp - 1) * (off_f + merge)
+            attn_b = diag_b + (cp - 1) * (off_b + 2 * merge)
+        else:
+            attn_f, attn_b = flash(seq / cp, keys, causal)
+
+    # Element-wise work: norms, residual adds, RoPE, activation, dropout (TE fused: one read + one write each).
+    r = t if sp else 1
+    per_token = act * (10 * h / r + 2 * (q + kv) / t + (3 if model.gated else 2) * k_top * f / t)
+    if model.is_moe:
+        per_token += act * 4 * k_top * h / r  # token permute/unpermute around the experts
+    passes = {"megatron-local": cal.local_elementwise_passes,
+              "megatron-local-fused": cal.local_fused_elementwise_passes}.get(impl) or ELEMENTWISE_PASSES[impl]
+    elem_f = _mem_s(gpu, cal, passes * n * per_token)
+    elem_b = 2 * elem_f
+
+    fwd = gemm_f + attn_f + elem_f + quant_f
+    bwd = gemm_b + attn_b + elem_b + quant_b
+
+    # Tensor parallelism: with SP, all-gather before QKV and fc1 and reduce-scatter after proj and fc2
+    # (Korthikanti 2022, Sec. 4.2.2); without, two all-reduces. Same volume again in the backward.
+    tp_f = 0.0
     if t > 1:
-        bw, lat = _bandwidth(cluster, cal, t)
-        volume = 2.0 * n * h  # bf16 activations of one micro-batch
-        per_op = 2 * (t - 1) / t * volume / bw + lat  # all-reduce, or all-gather + reduce-scatter under SP
-        ops = 4 + (2 if plan.recompute == "full" else 0)
-        tp_comm = ops * per_op * (cal.tp_overlap_exposed if plan.tp_comm_overlap else 1.0)
-    if model.is_moe and plan.ep > 1:
-        bw, lat = _bandwidth(cluster, cal, t * plan.ep)
-        a2a = (plan.ep - 1) / plan.ep * 2.0 * n * k_routed * h / (plan.sequence_parallel and t or 1) / bw + lat
-        tp_comm += 4 * a2a  # dispatch + combine, forward and backward
+        bw = _bandwidth(cluster, cal, t)
+        volume = act * n * h
+        if sp:
+            one = kernels.ring_gather_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+        else:
+            one = 0.5 * kernels.ring_all_reduce_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+        tp_f = 4 * one * (cal.tp_overlap_exposed if tp_overlap else 1.0)
+    tp_b = tp_f
+    if model.is_moe and ep > 1:
+        # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
+        # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).
+        a2a = _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t)
+        tp_f += 2 * a2a
+        tp_b += 2 * a2a
+
     cp_comm = 0.0
-    if plan.cp > 1:
-        bw, lat = _bandwidth(cluster, cal, t * plan.cp)
-        ring = (plan.cp - 1) * (2.0 * 2 * n * kv / t / bw + lat)  # K and V chunks around the ring
-        cp_comm = max(0.0, ring - attn_fwd) + max(0.0, 2 * ring - attn_bwd)
-    return LayerTime(fwd, bwd, tp_comm, cp_comm)
+    if cp > 1:
+        # Ring attention: cp - 1 steps, each sending this rank's K and V chunk while attending to the previous
+        # one; exposed where a step's transfer outlasts its share of the attention (backward: dK, dV too).
+        bw = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency if t * cp > cluster.nvlink_domain else \
+            _bandwidth(cluster, cal, t * cp)  # ring p2p between neighbours: one link each way
+        kv_bytes = 2.0 * act * n * kv / t
+        step = kernels.p2p_s(kv_bytes, gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+        steps = cp - 1
+        cp_comm = steps * (max(0.0, step - attn_f / cp) + max(0.0, 2 * step - attn_b / cp))
+
+    kernels_fwd = KERNELS_PER_LAYER[impl] + (6 if recipe else 0)
+    launch = cal.graph_launch_s if impl == "megatron-te" else cal.kernel_launch_s
+    host = 3 * kernels_fwd * launch
+    if model.is_moe:
+        # Dropless MoE copies the token counts per expert to the host and synchronises in every layer's
+        # forward (megatron-core token_dispatcher.py, cuda_sync_point): the expert block runs eagerly, outside
+        # CUDA graphs, and the host cannot run ahead of the GPU past it, so its time per op bounds the layer
+        # when the experts' kernels are short (small micro-batches, many local experts).
+        host += (cal.moe_host_ops + cal.moe_host_ops_per_expert * local_experts) * cal.kernel_launch_s
+    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host)
 
 
 # --- the step -------------------------------------------------------------------------------------
@@ -165,14 +393,18 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
 class StepCost:
     step_time_s: float
     compute_s: float
-    """Forward + backward of all micro-batches on the slowest stage, TP/CP communication included."""
+    """Forward + backward of all micro-batches on the slowest stage, TP/CP/EP communication included."""
     bubble_s: float
     pp_comm_s: float
     dp_comm_s: float
     optimizer_s: float
     overhead_s: float
     tp_comm_s: float
-    """Part of compute_s spent in exposed TP/EP communication."""
+    """Part of compute_s spent in exposed TP/EP/CP communication."""
+    recompute_s: float
+    """Part of compute_s spent recomputing activations."""
+    offload_s: float
+    """Exposed activation offload traffic (host link)."""
     model_flops_per_step: float
     hardware_flops_per_step: float
     tokens_per_step: int
@@ -199,7 +431,8 @@ class StepCost:
 
     @property
     def mfu(self) -> float:
-        """Model FLOPs utilisation against the dense peak of the plan's compute dtype."""
+        """Model FLOPs utilisation against the dense peak of the plan's compute dtype (NVIDIA's convention:
+        989 TFLOP/s for BF16, 1979 for FP8 on an H100)."""
         return self.tflops_per_gpu / self.peak_tflops_per_gpu
 
     @property
@@ -207,89 +440,227 @@ class StepCost:
         return self.hardware_tflops_per_gpu / self.peak_tflops_per_gpu
 
 
-def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration,
-               params_on_rank: int, bwd_window_s: float, fwd_window_s: float) -> float:
-    """Exposed data-parallel communication per step."""
+def _dp_groups(plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, dense: int, expert: int
+               ) -> list[tuple[int, int, float]]:
+    """(parameters, ranks, bus GB/s) of each data-parallel reduction of a stage: dense parameters over the
+    dp x cp ranks, expert parameters over their own expert-data-parallel group (the stage's tp x cp x dp ranks
+    over ep x etp, `ep x etp` apart: megatron-core's MoE parallel folding), which for wide EP is small and spans
+    the nodes one GPU each."""
     d = plan.dp * plan.cp
-    if d == 1:
+    span = plan.tp * d
+    groups = [(dense, d, _bandwidth(cluster, cal, span, d))]
+    if expert:
+        groups.append((expert, plan.expert_dp, _bandwidth(cluster, cal, span, plan.expert_dp)))
+    return [(p, n, bw) for p, n, bw in groups if p and n > 1]
+
+
+def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, dense: int,
+               expert: int, bwd_window_s: float, fwd_window_s: float) -> float:
+    """Exposed data-parallel communication per step, for the stage holding `dense` + `expert` parameters."""
+    groups = _dp_groups(plan, cluster, cal, dense, expert)
+    if not groups:
         return 0.0
-    bw, lat = _bandwidth(cluster, cal, plan.tp * d)
-    ring = (d - 1) / d
-    grad_bytes = 2 if plan.framework == "deepspeed" or plan.precision == "fp16" else 4
-    p = params_on_rank
-    buckets = max(1, math.ceil(p / 40e6))
-    if plan.framework == "fsdp" or (plan.framework == "deepspeed" and plan.zero_stage == 3):
-        # Every micro-batch gathers parameters for forward and backward and reduce-scatters gradients,
-        # prefetched behind compute.
-        per_mb = ring * (2 * 2 * p + grad_bytes * p) / bw + 3 * model.num_layers * lat
-        if plan.zero_stage == 2 and plan.framework == "fsdp":
-            per_mb = ring * (2 * p + grad_bytes * p) / bw + 2 * model.num_layers * lat
-        if plan.zero_stage == 0:
-            return max(0.0, 2 * ring * grad_bytes * p / bw - cal.dp_overlap_efficiency * bwd_window_s) + buckets * lat
-        exposed = max(0.0, per_mb - cal.dp_overlap_efficiency * (bwd_window_s + fwd_window_s))
-        return plan.num_microbatches * exposed + 2 * lat
-    if plan.distributed_optimizer or (plan.framework == "deepspeed" and plan.zero_stage >= 1):
-        reduce = ring * grad_bytes * p / bw
-        gather = ring * 2 * p / bw
-        if plan.framework == "deepspeed":
-            fwd_window_s = 0.0  # DeepSpeed all-gathers updated parameters after the step, unoverlapped
-        exposed = (max(0.0, reduce - cal.dp_overlap_efficiency * bwd_window_s)
-                   + max(0.0, gather - cal.dp_overlap_efficiency * fwd_window_s))
-        return exposed + reduce / buckets + 2 * buckets * lat
-    allreduce = 2 * ring * grad_bytes * p / bw
-    return max(0.0, allreduce - cal.dp_overlap_efficiency * bwd_window_s) + allreduce / buckets + buckets * lat
+    d = plan.dp * plan.cp
+    lat = cal.collective_latency_s
+    grad_bytes = plan.grad_bytes
+    param_bytes = 1 if plan.fp8_param_gather else 2
+    p = sum(g[0] for g in groups)
+    bucket_elems = max(40_000_000, 1_000_000 * d)
+    buckets = max(1, math.ceil(p / bucket_elems))
+    eff = cal.dp_overlap_efficiency
+    m = plan.num_microbatches
+
+    def gathers(bytes_per_param: float) -> float:
+        return sum(kernels.ring_gather_s(bytes_per_param * n, ranks, bus_gbyte_per_s=bw, latency_s=lat)
+                   for n, ranks, bw in groups)
+
+    sharded_params = (plan.framework == "fsdp" and plan.zero_stage >= 2) or plan.zero_stage == 3
+    if sharded_params:
+        # ZeRO-3 / FSDP / Megatron-FSDP: every micro-batch all-gathers the parameters (forward, and again for
+        # the backward unless kept, as SHARD_GRAD_OP does) and reduce-scatters gradients, prefetched behind
+        # compute one unit ahead. Each is a ring collective per unit (one flat parameter per layer for FSDP and
+        # Megatron-FSDP; one per parameter tensor for DeepSpeed ZeRO-3), and a ring walks all d ranks: at
+        # scale the hops' latency, not the bytes, bounds it (Narayanan 2021, Table 2: ZeRO-3 throughput halves
+        # each time the GPUs double at a fixed batch).
+        # SHARD_GRAD_OP and Megatron-FSDP's optim_grads (zero 2) keep the gathered parameters for the backward;
+        # FULL_SHARD, ZeRO-3 and optim_grads_params reshard after the forward and gather again.
+        regather = 0 if plan.zero_stage == 2 else 1
+        layers = -(-model.num_layers // max(1, plan.pp))
+        per_layer = len(layer_tensors(model, False)) if plan.framework == "deepspeed" else 1
+        collectives = (layers * per_layer + 1) * (2 + regather)
+        hop = cal.ring_hop_latency_s if plan.tp * d > cluster.nvlink_domain else cal.ring_hop_latency_s / 4
+        gather = gathers(param_bytes)
+        scatter = gathers(grad_bytes)
+        per_mb = gather * (1 + regather) + scatter + collectives * (d - 1) * hop
+        exposed = max(0.0, per_mb - eff * (fwd_window_s + bwd_window_s)) + (gather + scatter) / max(1, layers)
+        return m * exposed + 2 * lat * math.log2(d)
+    if plan.zero_stage >= 1:
+        # Distributed optimizer / ZeRO-1/2: reduce-scatter gradients during the last micro-batch's backward,
+        # all-gather updated parameters during the next step's first forward (megatron overlap_param_gather;
+        # DeepSpeed gathers after the step, unoverlapped).
+        reduce = gathers(grad_bytes)
+        gather = gathers(param_bytes)
+        gather_window = 0.0 if plan.framework == "deepspeed" else fwd_window_s
+        return (max(0.0, reduce - eff * bwd_window_s) + reduce / buckets
+                + max(0.0, gather - eff * gather_window) + buckets * lat)
+    allreduce = sum(kernels.ring_all_reduce_s(grad_bytes * n, ranks, bus_gbyte_per_s=bw, latency_s=lat)
+                    for n, ranks, bw in groups)
+    return max(0.0, allreduce - eff * bwd_window_s) + allreduce / buckets + buckets * lat
 
 
-def _optimizer_s(plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, params_on_rank: int) -> float:
-    """Adam over this rank's shard: ~36 bytes of HBM traffic per parameter (fp32 param, grad, m, v in and out,
-    bf16 param out, grad-norm read); host Adam when offloaded."""
-    shard = plan.shard_size if (plan.zero_stage >= 1 or plan.framework == "fsdp" and plan.zero_stage >= 2) else 1
-    p = params_on_rank / shard
+def _optimizer_s(plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, params: int) -> float:
+    """Adam over this rank's shard: ~36 bytes of HBM traffic per parameter (fp32 master, grad, m, v in and
+    out, 16-bit param out), plus zeroing the gradient buffer; host Adam when offloaded."""
+    shard = plan.shard_size if plan.zero_stage >= 1 and not (plan.framework == "fsdp" and plan.zero_stage < 2) else 1
+    p = params / shard
     if plan.offload_optimizer:
         cpu_gbyte_per_s = 100.0 / cluster.gpus_per_node  # node memory bandwidth shared by its GPUs' CPU Adam
-        pcie_gbyte_per_s = 25.0
-        return p * 36 / (cpu_gbyte_per_s * 1e9) + p * 6 / (pcie_gbyte_per_s * 1e9)
-    return p * 36 / (cluster.gpu.hbm_tbyte_per_s * 1e12 * cal.hbm_efficiency)
+        link = cluster.host_link_gbyte_per_s_per_gpu
+        return p * 36 / (cpu_gbyte_per_s * 1e9) + p * (2 + plan.grad_bytes) / (link * 1e9)
+    return _mem_s(cluster.gpu, cal, p * 36 + params * plan.grad_bytes)
+
+
+def _quant_weights_s(plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, gemm_params: int, m: int) -> float:
+    """Casting weights to FP8/FP4 (and their transposes): once per step when TE caches them across
+    micro-batches; free when the parameters are already kept in FP8 (fp8_param_gather)."""
+    if plan.quant_recipe is None or plan.fp8_param_gather:
+        return 0.0
+    return _mem_s(cluster.gpu, cal, 4.0 * gemm_params)
+
+
+def _logits_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> float:
+    """Output layer GEMMs (kept in BF16 under FP8 recipes) and the vocab-parallel cross entropy in fp32."""
+    gpu = cluster.gpu
+    n = plan.mbs * plan.seq_length // plan.cp
+    rows = vocab_rows(model, plan)
+    f, b = linear_s(gpu, cal, n, rows // plan.tp, model.hidden_size, "fp32" if plan.precision == "fp32" else "bf16")
+    loss_bytes = (16.0 if plan.framework == "megatron" else 24.0) * n * rows / plan.tp
+    return f + b + _mem_s(gpu, cal, loss_bytes)
+
+
+def _embedding_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> float:
+    """Embedding lookup forward and its scatter-add into the fp32 gradient backward."""
+    n = plan.mbs * plan.seq_length // plan.cp
+    return _mem_s(cluster.gpu, cal, n * model.hidden_size * (2 + 2 + 4 + 4))
+
+
+@dataclass(frozen=True, slots=True)
+class StageTime:
+    """One micro-batch through one pipeline rank, all its model chunks: what step_cost adds up per stage."""
+
+    total_s: float
+    """Forward, backward, recompute, exposed TP/CP and offload traffic, host waits, the per-micro-batch
+    overheads, and the embedding (first stage) or the logits and loss (last stage)."""
+    forward_s: float
+    """The forward passes' part of total_s: the layers' forward with their share of the communication and host
+    time, the offload of the forward, and a third of the rest (Korthikanti 2022's 1:2 forward:backward)."""
+    recompute_s: float
+    offload_s: float
+
+
+def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration
+                 ) -> tuple[LayerTime, dict[str, float]]:
+    """The layer with full attention, and the per-layer average over full and sliding-window layers."""
+    full = layer_time(model, plan, cluster, cal)
+    windowed = layer_time(model, plan, cluster, cal, windowed=True) if model.sliding_window else full
+    win_frac = model.windowed_layer_fraction
+    return full, {k: (1 - win_frac) * getattr(full, k) + win_frac * getattr(windowed, k)
+                  for k in ("fwd_s", "bwd_s", "tp_comm_s", "cp_comm_s", "attn_fwd_s", "tp_fwd_comm_s")}
+
+
+def stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> tuple[StageTime, ...]:
+    """Each pipeline rank's time for one micro-batch (the pipeline schedule's pass times)."""
+    full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
+    return _stage_times(model, plan, cluster, cal, full, layer_gpu)
+
+
+def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, full: LayerTime,
+                 layer_gpu: dict[str, float]) -> tuple[StageTime, ...]:
+    gpu = cluster.gpu
+    # A layer takes the longer of its GPU time and the host time to launch its kernels.
+    base = layer_gpu["fwd_s"] + layer_gpu["bwd_s"]
+    busy = base + layer_gpu["tp_comm_s"] + layer_gpu["cp_comm_s"]
+    host_wait = max(0.0, full.host_s - busy)
+    share = layer_gpu["fwd_s"] / base if base else 0.0
+    if plan.recompute == "selective":
+        recompute_per_layer = layer_gpu["attn_fwd_s"]
+    elif plan.recompute == "full":
+        recompute_per_layer = layer_gpu["fwd_s"] + layer_gpu["tp_fwd_comm_s"]
+    else:
+        recompute_per_layer = 0.0
+    layers = stage_layers(model.num_layers, plan)
+    offload_bytes = offload_bytes_per_layer(model, plan)
+    link = cluster.host_link_gbyte_per_s_per_gpu * 1e9
+    stages = []
+    per_param = PARAM_BYTES_PER_MICROBATCH[implementation(plan)]
+    sharded = plan.zero_stage >= 3 or (plan.framework == "fsdp" and plan.zero_stage >= 2)
+    param_pass = [_mem_s(gpu, cal, per_param * rank_params(model, plan, i).total / (plan.shard_size if sharded else 1))
+                  if per_param else 0.0 for i in range(plan.pp)]
+    for i, count in enumerate(layers):
+        recomputed = recomputed_layers(plan, count) if plan.recompute == "full" else (count if plan.recompute == "selective" else 0)
+        re = recomputed * recompute_per_layer
+        off = off_fwd = 0.0
+        if plan.offload_activation_layers:
+            # Activations of the offloaded layers stream to the host during the forward and back during the
+            # backward, each direction hidden only behind that pass's compute (TE CPU offload: one copy stream).
+            moved = min(plan.offload_activation_layers, count) * offload_bytes / link
+            off_fwd = max(0.0, moved - count * layer_gpu["fwd_s"])
+            off = off_fwd + max(0.0, moved - count * layer_gpu["bwd_s"])
+        t = count * (busy + host_wait) + re + off + plan.vp * cal.microbatch_overhead_s + param_pass[i]
+        if i == 0:
+            t += _embedding_s(model, plan, cluster, cal)
+        if i == plan.pp - 1:
+            t += _logits_s(model, plan, cluster, cal)
+        layers_s = count * (busy + host_wait)
+        forward = count * layer_gpu["fwd_s"] + (layers_s - count * base) * share + off_fwd
+        forward += (t - layers_s - re - off) / 3
+        stages.append(StageTime(total_s=t, forward_s=forward, recompute_s=re, offload_s=off))
+    return tuple(stages)
 
 
 def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> StepCost:
     gpu = cluster.gpu
-    lt = layer_time(model, plan, cluster, cal)
-    layer_s = lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s
-    n = plan.mbs * plan.seq_length // plan.cp
-    rows = vocab_rows(model, plan)
-    # Logits GEMM (kept in BF16 under FP8 recipes) and the fp32 cross entropy on the last stage.
-    logits_s = _linear_s(gpu, cal, n, rows // plan.tp, model.hidden_size, False)
-    logits_s += 3 * 4.0 * n * rows / plan.tp / (gpu.hbm_tbyte_per_s * 1e12 * cal.hbm_efficiency)
+    full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
+    stages = _stage_times(model, plan, cluster, cal, full, layer_gpu)
+    stage_s = [st.total_s for st in stages]
+    recompute_s = [st.recompute_s for st in stages]
+    offload_s = [st.offload_s for st in stages]
     layers = stage_layers(model.num_layers, plan)
-    stage_s = [count * layer_s + cal.microbatch_overhead_s for count in layers]
-    stage_s[-1] += logits_s
+    m = plan.num_microbatches
+    n = plan.mbs * plan.seq_length // plan.cp
+    slowest_i = max(range(plan.pp), key=lambda i: stage_s[i])
+    slowest = stage_s[slowest_i]
     pp_comm = 0.0
     if plan.pp > 1:
-        bw, lat = _bandwidth(cluster, cal, plan.tp * plan.cp * plan.dp * 2)
+        span = plan.tp * plan.cp * plan.dp * 2
+        bw = (cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency if span > cluster.nvlink_domain
+              else _bandwidth(cluster, cal, span))  # stage to stage: one GPU's link
         sp = plan.tp if plan.sequence_parallel else 1
-        send = 2.0 * n * model.hidden_size / sp / bw + lat
-        pp_comm = 2 * send * (0.25 if plan.vp > 1 else 1.0)
-    slowest = max(stage_s) + pp_comm
-    m = plan.num_microbatches
-    bubble = (plan.pp - 1) / plan.vp * slowest if plan.pp > 1 else 0.0
-    compute = m * (slowest - pp_comm)
-    tp_comm = m * max(layers) * lt.tp_comm_s
-    # DP traffic of the stage with the most parameters, hidden behind one micro-batch's backward/forward.
+        send = kernels.p2p_s(2.0 * n * model.hidden_size / sp, gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+        # Forward activations and backward gradients at every chunk boundary of a micro-batch.
+        pp_comm = 2 * send * plan.vp * (cal.pp_overlap_exposed if plan.vp > 1 else 1.0)
+    bubble = (plan.pp - 1) / plan.vp * (slowest + pp_comm) if plan.pp > 1 else 0.0
+    compute = m * slowest
+    tp_comm = m * max(layers) * (layer_gpu["tp_comm_s"] + layer_gpu["cp_comm_s"])
     heaviest = max(range(plan.pp), key=lambda i: layers[i]) if plan.pp > 1 else 0
-    params = max(rank_params(model, plan, i).total for i in {0, plan.pp - 1, heaviest})
-    bwd_window = max(layers) * lt.bwd_s
-    fwd_window = max(layers) * lt.fwd_s
-    dp_comm = _dp_comm_s(model, plan, cluster, cal, params, bwd_window, fwd_window)
-    optimizer = _optimizer_s(plan, cluster, cal, params)
+    rp = {i: rank_params(model, plan, i) for i in {0, plan.pp - 1, heaviest}}
+    busiest = max(rp.values(), key=lambda r: r.total)
+    params = busiest.total
+    passes = dp_overlap_passes(plan)
+    bwd_window = passes * max(layers) * layer_gpu["bwd_s"]
+    fwd_window = passes * max(layers) * layer_gpu["fwd_s"]
+    dp_comm = _dp_comm_s(model, plan, cluster, cal, busiest.dense, busiest.expert, bwd_window, fwd_window)
+    optimizer = _optimizer_s(plan, cluster, cal, params) + _quant_weights_s(
+        plan, cluster, cal, max(r.gemm for r in rp.values()), m)
     overhead = cal.step_overhead_s
     step = compute + bubble + m * pp_comm + dp_comm + optimizer + overhead
     tokens = plan.gbs * plan.seq_length
     flops_token = model_flops_per_token(model, plan.seq_length)
     hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute)
-    peak = gpu.peak_tflops({"fp8": "fp8", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))
+    peak = gpu.peak_tflops({"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))
     return StepCost(step_time_s=step, compute_s=compute, bubble_s=bubble, pp_comm_s=m * pp_comm, dp_comm_s=dp_comm,
-                    optimizer_s=optimizer, overhead_s=overhead, tp_comm_s=tp_comm,
+                    optimizer_s=optimizer, overhead_s=overhead, tp_comm_s=tp_comm, recompute_s=m * recompute_s[slowest_i],
+                    offload_s=m * offload_s[slowest_i],
                     model_flops_per_step=flops_token * tokens, hardware_flops_per_step=hw_token * tokens,
                     tokens_per_step=tokens, num_gpus=plan.world_size, peak_tflops_per_gpu=peak,
                     bubble_fraction=bubble_fraction(plan))

@@ -28,8 +28,11 @@ class ParamTensor:
     gemm_weight: bool = False
     """A matmul weight: FP8 recipes keep casted copies of these."""
 
-    def numel_per_rank(self, tp: int, ep: int = 1) -> int:
-        return self.numel // (tp if self.tp_sharded else 1) // (ep if self.expert else 1)
+    def numel_per_rank(self, tp: int, ep: int = 1, etp: int | None = None) -> int:
+        """Elements on one rank: TP-sharded tensors split over tp (routed experts over etp, the expert
+        tensor-parallel degree, tp when None), expert tensors over ep too."""
+        split = (etp if (self.expert and etp is not None) else tp) if self.tp_sharded else 1
+        return self.numel // split // (ep if self.expert else 1)
 
 
 def _norm(prefix: str, width: int, model: ModelSpec) -> list[ParamTensor]:

@@ -29,7 +29,8 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
         recompute = plan.recompute
     else:
         if plan.framework == "megatron":
-            zero = 3 if model_parallel else {0: 0, 1: 1 if framework == "deepspeed" else 2}[plan.zero_stage]
+            # Megatron-FSDP (zero 2/3) maps onto the same sharding stage.
+            zero = 3 if model_parallel else {0: 0, 1: 1 if framework == "deepspeed" else 2, 2: 2, 3: 3}[plan.zero_stage]
         else:
             zero = {0: 0, 1: 1 if framework == "deepspeed" else 2, 2: 2, 3: 3}[plan.zero_stage]
         if model_parallel:
@@ -52,8 +53,13 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
     shard_group = plan.shard_group_size if zero == 3 and framework != "megatron" else None
     if plan.shard_group_size and shard_group is None:
         notes.append(f"hybrid sharding over groups of {plan.shard_group_size} is not available; plain sharding")
+    grad_dtype = plan.grad_dtype
+    if grad_dtype == "fp32" and framework == "deepspeed" and zero == 0 and precision == "bf16":
+        grad_dtype = None
+        notes.append("DeepSpeed ZeRO-0 with bf16 keeps 16-bit gradients (its BF16_Optimizer needs ZeRO-1); "
+                     "gradients in bf16 here")
     equivalent = ParallelPlan(
         framework=framework, tp=1, pp=1, vp=1, cp=1, ep=1, dp=world, mbs=plan.mbs, gbs=gbs, seq_length=plan.seq_length,
         zero_stage=zero, shard_group_size=shard_group, recompute=recompute, precision=precision,
-        layer_spec=plan.layer_spec)
+        layer_spec=plan.layer_spec, grad_dtype=grad_dtype, expandable_segments=plan.expandable_segments)
     return equivalent, tuple(notes)

@@ -31,10 +31,20 @@ CUDA_CONTEXT_BYTES = int(0.75 * GIB)
 """CUDA context plus cuBLAS/cuDNN handles and workspaces on Hopper (about 500-800 MiB measured)."""
 NCCL_BYTES_PER_GROUP = int(0.25 * GIB)
 """NCCL channel buffers for each communicator a rank is in (NCCL_BUFFSIZE 4 MiB x channels x peers)."""
-ALLOCATOR_RESERVE_FRACTION = 0.20
-"""What the PyTorch caching allocator reserves beyond the bytes live at the peak (block rounding, fragmentation,
-cached blocks), as a fraction of them. Fitted: published per-GPU memory (nvidia-smi for BLOOM, max reserved
-for torchtitan) runs ~20-30% above the allocated bytes counted here (benchmarks/results/accuracy.md)."""
+FRAGMENTATION_FRACTION = 0.25
+"""PyTorch's default caching allocator (fixed segments) reserves this fraction above the bytes live at the
+peak: blocks freed by initialisation (DeepSpeed/FSDP flattening), by the optimizer step's fp32 gradients and by
+each micro-batch's activations are split and cached, and later, differently sized requests cannot all reuse
+them. Fitted to the published per-GPU memory (BLOOM's nvidia-smi readings: median |error| 4%; torchtitan's
+max reserved), none of which set expandable segments."""
+UNRELEASABLE_FRACTION = 0.10
+"""Of that slack, what a plan must still budget for: before it reports out-of-memory PyTorch frees its cached
+blocks and retries (CUDACachingAllocator: release_cached_blocks on a failed cudaMalloc), so only blocks split by
+tensors that are still live stay lost to fragmentation (an allowance: about a tenth of the live bytes)."""
+EXPANDABLE_FRAGMENTATION_FRACTION = 0.05
+"""Same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (genconf's launch scripts set it): segments grow
+in place and freed blocks are reused, so only block rounding and a few cached blocks remain (an allowance, not
+fitted: no published run reports its reserved memory with expandable segments)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +58,40 @@ class StageMemory:
     optimizer_bytes: int
     activations_bytes: int
     other: tuple[tuple[str, int], ...]
-    """Everything else, named: allowances, transient buffers, gathered ZeRO-3 params, ..."""
+    """Other tensors live at the peak, named: transient buffers, gathered ZeRO-3 params, FP8 weight caches, ..."""
+    allocator_bytes: int = 0
+    """What the caching allocator reserves beyond the live tensors at the peak (cached and split blocks)."""
+    runtime_bytes: int = 0
+    """Outside PyTorch's allocator: the CUDA context, library workspaces and NCCL buffers."""
+    unreleasable_bytes: int = 0
+    """The part of allocator_bytes a plan must budget for (fragmentation PyTorch cannot release on demand)."""
 
     @property
     def other_bytes(self) -> int:
-        return sum(b for _, b in self.other)
+        """The named other tensors plus the budgeted fragmentation and the runtime (the 'other' line)."""
+        return sum(b for _, b in self.other) + self.unreleasable_bytes + self.runtime_bytes
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Live tensors at the peak: torch.cuda.max_memory_allocated()."""
+        return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+                + sum(b for _, b in self.other))
+
+    @property
+    def reserved_bytes(self) -> int:
+        """What the caching allocator holds at the peak: torch.cuda.max_memory_reserved()."""
+        return self.allocated_bytes + self.allocator_bytes
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory in use at the peak as nvidia-smi shows it: reserved plus the runtime."""
+        return self.reserved_bytes + self.runtime_bytes
 
     @property
     def total_bytes(self) -> int:
-        return self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
+        """What the plan needs on the GPU: live tensors, the fragmentation that cannot be released, the runtime.
+        (The allocator may show more, device_bytes, while it caches freed blocks it would give back.)"""
+        return self.allocated_bytes + self.unreleasable_bytes + self.runtime_bytes
 
 
 HEADROOM_FRACTION = 0.05
@@ -93,13 +128,17 @@ def vocab_rows(model: ModelSpec, plan: ParallelPlan) -> int:
 
 def stage_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tuple[ParamTensor, int], ...]:
     """(tensor, how many copies) held by one rank of pipeline stage `stage`."""
-    rows = vocab_rows(model, plan)
     layers = stage_layers(model.num_layers, plan)[stage]
-    megatron = plan.framework == "megatron"
+    return _held_tensors(model, plan.framework == "megatron", layers, stage == 0, stage == plan.pp - 1,
+                         vocab_rows(model, plan))
+
+
+@functools.lru_cache(maxsize=16384)
+def _held_tensors(model: ModelSpec, megatron: bool, layers: int, first: bool, last: bool,
+                  rows: int) -> tuple[tuple[ParamTensor, int], ...]:
     if megatron:
         model = as_built_by_megatron(model)
     held: list[tuple[ParamTensor, int]] = [(t, layers) for t in layer_tensors(model, megatron)]
-    first, last = stage == 0, stage == plan.pp - 1
     if first:
         held += [(t, 1) for t in embedding_tensors(model, rows)]
     if last:
@@ -128,10 +167,18 @@ class RankParams:
 
 
 def rank_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> RankParams:
+    layers = stage_layers(model.num_layers, plan)[stage]
+    return _rank_params(model, plan.framework, plan.tp, plan.ep, plan.expert_tp, layers, stage == 0,
+                        stage == plan.pp - 1, vocab_rows(model, plan))
+
+
+@functools.lru_cache(maxsize=16384)
+def _rank_params(model: ModelSpec, framework: str, tp: int, ep: int, etp: int, layers: int, first: bool, last: bool,
+                 rows: int) -> RankParams:
     dense = expert = gemm = 0
     modules: dict[str, int] = {}
-    for tensor, copies in stage_tensors(model, plan, stage):
-        numel = tensor.numel_per_rank(plan.tp, plan.ep)
+    for tensor, copies in _held_tensors(model, framework == "megatron", layers, first, last, rows):
+        numel = tensor.numel_per_rank(tp, ep, etp)
         if tensor.expert:
             expert += numel * copies
         else:
@@ -153,7 +200,7 @@ def _groups(model: ModelSpec, plan: ParallelPlan, stage: int, expert: bool) -> l
     """The stage's parameters as the framework groups them for sharding: megatron one buffer per virtual
     chunk; FSDP one flat parameter per wrapped unit (each block, then the root); DeepSpeed one group.
     Each group is a list of (elements on this TP/EP rank, copies)."""
-    held = [(t.numel_per_rank(plan.tp, plan.ep), copies, t) for t, copies in stage_tensors(model, plan, stage)
+    held = [(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp), copies, t) for t, copies in stage_tensors(model, plan, stage)
             if t.expert == expert]
     layer_copies = stage_layers(model.num_layers, plan)[stage]
     in_layer = [(n, t) for n, c, t in held if c == layer_copies and t.name.startswith(("input_", "self_", "pre_", "mlp"))]
@@ -182,7 +229,7 @@ def shard_elements(model: ModelSpec, plan: ParallelPlan, stage: int, *, expert: 
     padded to a multiple of 2*d (stage_1_and_2.py, nccl alignment); DeepSpeed ZeRO-3: each parameter
     partitioned separately, ceil(n/d) each (partition_numel); FSDP: each unit's flat parameter padded to a
     multiple of d (FlatParamHandle)."""
-    d = max(1, plan.dp * plan.cp // plan.ep) if expert else plan.shard_size
+    d = plan.expert_dp if expert else plan.shard_size
     if plan.framework == "megatron":
         return _megatron_shard(model, plan, stage, d, expert)
     groups = _groups(model, plan, stage, expert)
@@ -203,17 +250,17 @@ SelfAttention adds linear_qkv): the order of model.parameters(), which the gradi
 
 def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, expert: bool) -> int:
     """Real parameter elements in the busiest data-parallel rank's range of every buffer of this stage."""
-    return _megatron_shard_cached(model, plan.tp, plan.ep, plan.pp, plan.vp, stage_layers(model.num_layers, plan)[stage],
+    return _megatron_shard_cached(model, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, stage_layers(model.num_layers, plan)[stage],
                                   stage == 0, stage == plan.pp - 1, vocab_rows(model, plan), d, expert)
 
 
 @functools.lru_cache(maxsize=4096)
-def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, pp: int, vp: int, stage_layer_count: int,
+def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int, vp: int, stage_layer_count: int,
                            first: bool, last: bool, rows: int, d: int, expert: bool) -> int:
     megatron_model = as_built_by_megatron(model)
     layer = sorted(layer_tensors(megatron_model, True),
                    key=lambda t: next(i for i, m in enumerate(MEGATRON_LAYER_ORDER) if t.name.startswith(m)))
-    layer = [t.numel_per_rank(tp, ep) for t in layer if t.expert == expert]
+    layer = [t.numel_per_rank(tp, ep, etp) for t in layer if t.expert == expert]
     layers = stage_layer_count // vp
     shared = model.tie_embeddings and pp > 1
     align_end = math.lcm(d, 128)
@@ -311,11 +358,47 @@ def deepspeed_zero_buckets(hidden_size: int) -> dict[str, int]:
     }
 
 
+QUANT_WEIGHT_BYTES = {"delayed": (1.0, 1.0), "current": (1.0, 1.0), "blockwise": (1.0 + 4 / 16384, 1.0 + 4 / 16384),
+                      "mxfp8": (1.0 + 1 / 32, 1.0 + 1 / 32), "nvfp4": (0.5 + 1 / 16, 0.5 + 1 / 16)}
+"""Bytes per weight element of Transformer Engine's quantized copies per recipe: (row-wise copy the forward
+reads, column-wise/transposed copy the data gradient reads). FP8 per-tensor: one byte each; blockwise adds an
+fp32 scale per 128x128 block; MXFP8 an E8M0 scale per 32 values; NVFP4 4-bit values with an FP8 scale per 16."""
+
+QUANT_ACTIVATION_BYTES = {"delayed": 1.0, "current": 1.0, "blockwise": 1.0 + 4 / 128, "mxfp8": 1.0 + 1 / 32,
+                          "nvfp4": 0.5 + 1 / 16}
+"""Bytes per element of a GEMM input that Transformer Engine saves for the weight gradient, per recipe (the
+quantized copy instead of the BF16 tensor: blockwise keeps an fp32 scale per 1x128, MXFP8 one per 32)."""
+
+
 def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int,
-                  pp_stage: int = 0) -> tuple[int, int, int, list[tuple[str, int]]]:
-    """(params, grads, optimizer, other) bytes for one rank holding `rp` and `layers` transformer layers."""
+                  pp_stage: int = 0) -> tuple[int, int, int, list[tuple[str, int]], int]:
+    """(params, grads, optimizer, other, step_transient) bytes for one rank holding `rp` and `layers`
+    transformer layers. step_transient: what exists only during the optimizer step (activations are gone)."""
+    # Model states do not depend on the micro-batch, the batch or recompute: one computation per layout.
+    key = (model, rp, layers, pp_stage, plan.framework, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, plan.dp, plan.cp,
+           plan.zero_stage, plan.shard_group_size, plan.precision, plan.quant_recipe, plan.fp8_param_gather,
+           plan.precision_aware_optimizer,
+           plan.grad_bytes, plan.layer_spec, plan.offload_optimizer, plan.offload_params,
+           stage_layers(model.num_layers, plan),
+           plan.seq_length if model.position_embedding == "learned" else 0)
+    hit = _MODEL_STATES.get(key)
+    if hit is None:
+        if len(_MODEL_STATES) > 16384:
+            _MODEL_STATES.clear()
+        params, grads, optimizer, other, step = _model_states_uncached(model, plan, rp, layers, pp_stage)
+        hit = _MODEL_STATES[key] = (params, grads, optimizer, tuple(other), step)
+    params, grads, optimizer, other, step = hit
+    return params, grads, optimizer, list(other), step
+
+
+_MODEL_STATES: dict[tuple, tuple] = {}
+
+
+def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int,
+                           pp_stage: int = 0) -> tuple[int, int, int, list[tuple[str, int]], int]:
     other: list[tuple[str, int]] = []
     shard: int | None = None
+    step_transient = 0
 
     def sharded(per_param: float, on: bool) -> int:
         nonlocal shard
@@ -328,33 +411,68 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
     if plan.framework == "megatron":
         # Megatron-LM docs, distributed optimizer table: bf16 params + fp32 grads = 18 bytes, or 6 + 12/d;
         # fp16 params + fp16 grads = 20 bytes (fp32 main params, fp32 grad copy, Adam), or 4 + 16/d.
-        grad_bytes = 2 if plan.precision == "fp16" else 4
-        opt_bytes = 16 if plan.precision == "fp16" else 12
-        param_bytes = 2
+        # The gradient buffer holds plan.grad_bytes per element (fp32 unless --grad-reduce-in-bf16).
+        grad_bytes = plan.grad_bytes
+        opt_bytes = 16 if plan.precision == "fp16" else (10 if plan.precision_aware_optimizer else 12)
+        param_bytes = 2.0
         if plan.precision == "fp32":
             # fp32 params + fp32 grads: 16 bytes, or 8 + 8/d (same table): no separate master copy.
-            param_bytes, opt_bytes = 4, 8
-        params, grads = param_bytes * rp.total, grad_bytes * rp.total
+            param_bytes, opt_bytes = 4.0, 8
+        recipe = plan.quant_recipe
+        if recipe is not None and plan.layer_spec == "te":
+            row, col = QUANT_WEIGHT_BYTES[recipe]
+            gemm = rp.gemm
+            if plan.zero_stage >= 3:
+                # Megatron-FSDP keeps only the gathered units' quantized copies (two layers and the root).
+                unit_gemm = sum(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp)
+                                for t in layer_tensors(as_built_by_megatron(model), True) if t.gemm_weight)
+                gemm = min(gemm, 2 * unit_gemm + max(0, gemm - layers * unit_gemm))
+            if plan.fp8_param_gather:
+                # TE fp8 model params: the matmul weights are stored quantized (row-wise); the column-wise copy
+                # the data gradient needs is cached beside them. No BF16 copy of those weights.
+                param_bytes_total = 2.0 * (rp.total - rp.gemm) + row * rp.gemm
+                other.append((f"{recipe} column-wise weight copies (TE)", int(col * gemm)))
+            else:
+                # BF16 weights, and TE's quantized copies kept across the micro-batches of a step.
+                param_bytes_total = 2.0 * rp.total
+                other.append((f"{recipe} weight copies (TE, row- and column-wise)", int((row + col) * gemm)))
+        else:
+            param_bytes_total = param_bytes * rp.total
+        fsdp3 = plan.zero_stage >= 3
+        params = sharded(param_bytes_total / max(1, rp.total), True) if fsdp3 else int(param_bytes_total)
+        grads = sharded(grad_bytes, plan.zero_stage >= 2)
         optimizer = sharded(opt_bytes, plan.distributed_optimizer)
-        if plan.precision == "fp8":
-            other.append(("fp8 weight casts (TE, weight + transpose)", 2 * rp.gemm))
+        if plan.megatron_fsdp:
+            # Megatron-FSDP: each layer's gradients are reduce-scattered from an unsharded bucket, and under
+            # optim_grads_params its parameters are all-gathered into a double buffer (--fsdp-double-buffer).
+            unit = rank_params_block(model, plan)
+            other.append(("Megatron-FSDP unsharded gradient buckets (2 layers)", int(2 * grad_bytes * unit)))
+            if fsdp3:
+                root = rp.total - layers * unit
+                other.append(("Megatron-FSDP gathered parameters (root + 2 layers)", int(2 * (root + 2 * unit))))
+        elif plan.grad_bytes == 2 and plan.distributed_optimizer and not plan.precision_aware_optimizer:
+            # The optimizer step upcasts this rank's shard of the bf16 gradients to fp32.
+            step_transient = sharded(4, True)
     elif plan.framework == "deepspeed":
         # DeepSpeed estimate_zero2/3_model_states_mem_needs: 2 bytes 16-bit params + 18 bytes per parameter
         # (2 grads16, 4 grads32, 4 params32, 8 Adam) of which ZeRO shards the stage's part over dp.
-        # The fp32 gradient partition exists during the step (stage_1_and_2.py sets it to None after):
-        # counted with the gradients; the optimizer holds fp32 master weights + Adam moments.
+        # The fp32 gradient partition only exists during the step (stage_1_and_2.py sets it to None after;
+        # ZeRO-0's FP16_Optimizer flattens the 16-bit gradients to fp32 inside step()): a step transient.
+        # ZeRO-0 with bf16 runs FP16_Optimizer (engine.py, DDP_BFLOAT16): an fp32 flat master copy
+        # (fp32_groups_flat, 4 bytes) plus Adam (8) = 12 bytes, unsharded.
         stage = plan.zero_stage
         params = sharded(2, stage >= 3)
-        grads = sharded(2, stage >= 2) + sharded(4, stage >= 1)
+        grads = sharded(2, stage >= 2)
         optimizer = sharded(12, stage >= 1)
-        if plan.grad_accum_fp32 and plan.precision == "bf16" and stage <= 1:
-            # BF16_Optimizer (deepspeed/runtime/engine.py picks it for bf16 + fp32 grad accumulation + ZeRO-1):
-            # bf16 grads plus an unsharded fp32 accumulation buffer; master weights and Adam sharded.
+        step_transient = sharded(4, stage >= 1)
+        if plan.grad_dtype == "fp32" and plan.precision == "bf16" and stage <= 1:
+            # BF16_Optimizer (engine.py picks it for bf16 + fp32 grad accumulation + ZeRO-1): bf16 grads plus an
+            # unsharded fp32 accumulation buffer; master weights and Adam sharded.
             grads = sharded(2 + 4, False)
-            optimizer = sharded(12, stage >= 1)
+            step_transient = 0
         if plan.offload_optimizer:
             # Gradient partitions stream to host memory as they are reduced (estimator: 2P on the GPU).
-            optimizer = grads = 0
+            optimizer = grads = step_transient = 0
         if plan.offload_params and stage >= 3:
             params = 0
         if stage >= 3:
@@ -374,10 +492,11 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
         optimizer = sharded(8, stage >= 2)
         unit = rank_params_block(model, plan)
         root = rp.total - layers * unit
+        reduce_bytes = plan.grad_bytes  # MixedPrecision(reduce_dtype): fp32 (OLMo's mixed) or bf16 (pure)
         if stage == 0:
             # OLMo's DDP: torch DDP keeps a flat gradient bucket copy (gradient_as_bucket_view=False),
             # and autocast keeps BF16 casts of the weights alive for backward.
-            other.append(("DDP gradient buckets (fp32)", 4 * rp.total))
+            other.append(("DDP gradient buckets", reduce_bytes * rp.total))
             if plan.precision != "fp32":
                 other.append(("autocast bf16 weight casts", 2 * rp.total))
         elif stage == 2:
@@ -389,17 +508,17 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
             other.append(("FSDP unsharded fp32 gradients (pipeline)", 4 * rp.total))
         else:
             # by_block wrapping: root unit (embedding, output) + current and prefetched block, in bf16,
-            # and one block's unsharded gradient (bf16, cast to fp32 for the reduce-scatter).
+            # and one block's unsharded gradient (compute dtype, cast to the reduce dtype for the reduce-scatter).
             other.append(("FSDP gathered units (compute dtype, root + 2 blocks)", c * (root + 2 * unit)))
-            other.append(("FSDP unsharded block gradient", (c + 4) * unit))
-    return params, grads, optimizer, other
+            other.append(("FSDP unsharded block gradient", (c + reduce_bytes) * unit))
+    return params, grads, optimizer, other, step_transient
 
 
 def rank_params_block(model: ModelSpec, plan: ParallelPlan) -> int:
     """Parameters of one transformer block on one rank."""
     megatron = plan.framework == "megatron"
     spec = as_built_by_megatron(model) if megatron else model
-    return sum(t.numel_per_rank(plan.tp, plan.ep) for t in layer_tensors(spec, megatron))
+    return sum(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp) for t in layer_tensors(spec, megatron))
 
 
 # --- activations ----------------------------------------------------------------------------------
@@ -417,19 +536,19 @@ class _Dims:
     t: int      # TP divisor of TP-sharded tensors
     r: int      # divisor of replicated-region tensors: t under sequence parallelism, else 1
     e: int      # activation bytes (bf16/fp16)
-    g: int      # GEMM-input bytes (1 under FP8 with TE)
+    g: float    # GEMM-input bytes saved for the weight gradient (the quantized copy under FP8/FP4 with TE)
     moe_k: int  # routed experts per token (1 for dense)
 
 
 def _dims(model: ModelSpec, plan: ParallelPlan) -> _Dims:
     sp = plan.sequence_parallel and plan.tp > 1
-    fp8 = plan.precision == "fp8" and plan.layer_spec == "te"
+    recipe = plan.quant_recipe if plan.layer_spec == "te" else None
     f = model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size
     e = 4 if plan.precision == "fp32" else 2
     return _Dims(n=plan.mbs * plan.seq_length // plan.cp, s=plan.seq_length, h=model.hidden_size,
                  q=model.query_width, kv=model.kv_width, f=f, branches=2 if model.gated else 1,
-                 heads=model.num_attention_heads, t=plan.tp, r=plan.tp if sp else 1, e=e, g=1 if fp8 else e,
-                 moe_k=model.moe_top_k if model.is_moe else 1)
+                 heads=model.num_attention_heads, t=plan.tp, r=plan.tp if sp else 1, e=e,
+                 g=QUANT_ACTIVATION_BYTES[recipe] if recipe else e, moe_k=model.moe_top_k if model.is_moe else 1)
 
 
 def _norm_terms(model: ModelSpec, d: _Dims, label: str) -> list[tuple[str, float]]:
@@ -484,10 +603,10 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
         terms += [("flash attention q", e * n * d.q / t), ("flash attention k, v", e * n * 2 * d.kv / t),
                   ("flash attention output", e * n * d.q / t),
                   ("softmax log-sum-exp (fp32)", 4.0 * n * d.heads / t)]
-        if d.g == 1:
-            terms.append(("proj input (fp8 cast)", 1.0 * n * d.q / t))
+        if d.g < d.e:
+            terms.append(("proj input (quantized copy)", d.g * n * d.q / t))
     else:
-        terms += _local_attention_terms(model, d, recompute)
+        terms += _local_attention_terms(model, d, recompute, plan.fused_kernels)
     sandwich = model.sandwich_norm and plan.framework != "megatron"  # megatron-core builds no sandwich norms
     if sandwich:
         terms += _norm_terms(model, d, "post-attention norm")
@@ -500,7 +619,7 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     return terms
 
 
-def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str) -> list[tuple[str, float]]:
+def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bool) -> list[tuple[str, float]]:
     """megatron-core local spec, core attention. The fused QKV output stays alive while any saved tensor is a
     view of it: q, k without RoPE, and v whenever K/V are not expanded (no GQA); GQA expansion and RoPE make
     copies. Selective recompute checkpoints core attention, keeping only its inputs (before the expansion)."""
@@ -523,16 +642,32 @@ def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str) -> list[t
         terms.append(("qkv output (kept alive by views)", e * n * (d.q + 2 * d.kv) / t))
     if recompute != "selective":
         s2 = d.heads * n * d.s / t  # attention-score elements per micro-batch on this rank
-        terms += [("causal mask (bool)", 1.0 * d.s * d.s), ("softmax output (fp32)", 4.0 * s2)]
+        if fused:
+            # megatron's scaled_upper_triang_masked_softmax: no mask tensor, bf16 output saved for its backward
+            # (and read by the AV bmm when there is no dropout): Korthikanti 2022's 5as^2b with dropout.
+            terms.append(("softmax output (fused kernel, bf16)", e * s2))
+        else:
+            terms += [("causal mask (bool)", 1.0 * d.s * d.s), ("softmax output (fp32)", 4.0 * s2)]
         if model.attention_dropout > 0:
             terms += [("attention dropout mask", 1.0 * s2), ("attention probs after dropout", e * s2)]
-        else:
+        elif not fused:
             terms.append(("attention probs (bf16 copy)", e * s2))
     terms.append(("proj input (attention context)", e * n * d.q / t))
     return terms
 
 
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None) -> float:
+    recompute = plan.recompute if recompute is None else recompute
+    return _layer_activation_bytes(model, plan.mbs, plan.seq_length, plan.cp, plan.tp, plan.sequence_parallel,
+                                   plan.precision, plan.quant_recipe, plan.layer_spec, recompute, plan.fused_kernels)
+
+
+@functools.lru_cache(maxsize=16384)
+def _layer_activation_bytes(model: ModelSpec, mbs: int, seq: int, cp: int, tp: int, sp: bool, precision: str,
+                            recipe: str | None, layer_spec: str, recompute: str, fused: bool = False) -> float:
+    plan = ParallelPlan(framework="megatron", tp=tp, cp=cp, mbs=mbs, gbs=mbs, seq_length=seq, sequence_parallel=sp,
+                        precision=precision, fp8_recipe=recipe if precision == "fp8" else None,
+                        layer_spec=layer_spec, recompute=recompute, fused_kernels=fused)
     return sum(b for _, b in layer_activation_terms(model, plan, recompute=recompute))
 
 
@@ -576,8 +711,8 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
         # target mask and int64 masked targets, and the fp32 loss mask.
         saved += sum(b for _, b in _norm_terms(model, d, "final norm"))
         saved += d.e * d.n * d.h / d.r + 4.0 * d.n * rows / d.t + 13.0 * d.n
-        if plan.framework == "megatron":
-            # vocab_parallel_cross_entropy upcasts once and works in place: bf16 logits + one fp32 buffer.
+        if plan.framework == "megatron" or plan.fused_kernels:
+            # Megatron's model (also under DeepSpeed): vocab_parallel_cross_entropy upcasts once and works in place: bf16 logits + one fp32 buffer.
             transient.append(("bf16 logits before the fp32 loss", d.e * d.n * rows / d.t))
         else:
             # F.cross_entropy(logits.float()): bf16 logits, their fp32 copy and the fp32 log-softmax coexist.
@@ -593,39 +728,72 @@ def _communicator_groups(plan: ParallelPlan) -> int:
     return sum(1 for size in (plan.tp, plan.pp, plan.cp, plan.dp, plan.ep) if size > 1)
 
 
+def step_transient_bytes(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
+    """Bytes that exist only during the optimizer step on this stage (DeepSpeed's fp32 gradient partition,
+    megatron's fp32 upcast of bf16 gradient shards): the step's peak is model states plus these, activations gone."""
+    layers = stage_layers(model.num_layers, plan)[stage]
+    return _model_states(model, plan, rank_params(model, plan, stage), layers, stage)[4]
+
+
+def offload_bytes_per_layer(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Activation bytes one layer keeps per micro-batch, which activation offload moves to the host and back."""
+    return layer_activation_bytes(model, plan, recompute="none" if plan.recompute == "full" else None)
+
+
 def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemory:
     layers = stage_layers(model.num_layers, plan)[stage]
     rp = rank_params(model, plan, stage)
-    params, grads, optimizer, other = _model_states(model, plan, rp, layers, stage)
+    params, grads, optimizer, other, step_transient = _model_states(model, plan, rp, layers, stage)
     chunks = inflight_chunks(plan, stage)
     # Each in-flight chunk holds layers/vp layers; Korthikanti 2022 eq. 5 for the first stage.
+    per_chunk_layers = layers / plan.vp
     per_layer = layer_activation_bytes(model, plan)
-    activations = per_layer * layers * chunks / plan.vp
+    if plan.recompute == "full" and plan.recompute_layers is not None:
+        # Block recompute: the first recompute_layers layers of each chunk keep only their input.
+        kept = max(0.0, per_chunk_layers - plan.recompute_layers)
+        per_chunk = (per_chunk_layers - kept) * per_layer + kept * layer_activation_bytes(model, plan, recompute="none")
+    else:
+        per_chunk = per_chunk_layers * per_layer
+    activations = per_chunk * chunks
+    named = list(other)
+    if plan.offload_activation_layers and plan.pp == 1:
+        # TE CPU offload: the offloaded layers' activations leave the GPU after their forward; two layers'
+        # worth of staging buffers stay (one going out, one coming back).
+        offloaded = min(plan.offload_activation_layers, layers)
+        layer_bytes = offload_bytes_per_layer(model, plan)
+        activations -= offloaded * layer_bytes * chunks
+        named.append(("activation offload staging buffers (2 layers)", int(2 * layer_bytes)))
     first_chunks = min(plan.num_microbatches, plan.pp) if plan.pp > 1 else 1
     saved, transient = _stage_extras(model, plan, stage, first_chunks, chunks)
-    activations += saved
-    other = list(other) + [(name, int(b)) for name, b in transient]
-    live = params + grads + optimizer + activations + sum(b for _, b in other)
-    other.append((f"allocator reserve ({ALLOCATOR_RESERVE_FRACTION:.0%} of live bytes)",
-                  int(ALLOCATOR_RESERVE_FRACTION * live)))
-    other.append(("CUDA context and library workspaces", CUDA_CONTEXT_BYTES))
+    activations = max(0.0, activations) + saved
+    transient_bytes = sum(b for _, b in transient)
+    named += [(name, int(b)) for name, b in transient]
+    if step_transient > activations + transient_bytes:
+        # The optimizer step's fp32 gradients outgrow the activations, which are free by then.
+        named.append(("optimizer-step fp32 gradients beyond the activation peak",
+                      int(step_transient - activations - transient_bytes)))
+    allocated = params + grads + optimizer + activations + sum(b for _, b in named)
+    fraction = EXPANDABLE_FRAGMENTATION_FRACTION if plan.expandable_segments else FRAGMENTATION_FRACTION
+    unreleasable = min(fraction, UNRELEASABLE_FRACTION)
     groups = _communicator_groups(plan)
-    if groups:
-        other.append((f"NCCL buffers ({groups} communicators)", groups * NCCL_BYTES_PER_GROUP))
+    runtime = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
     return StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
-                       optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(other))
+                       optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(named),
+                       allocator_bytes=int(fraction * allocated), runtime_bytes=runtime,
+                       unreleasable_bytes=int(unreleasable * allocated))
 
 
 def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> MemoryEstimate:
-    """Memory of every pipeline stage (stages 0, last and the middle one when pp is large)."""
-    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i) for i in _stages_to_check(plan.pp)),
+    """Memory of the pipeline stages that can hold the peak: stage 0 (most micro-batches in flight, the
+    embedding), the last (the loss) and, when the ends hold fewer layers than the middle, stage 1."""
+    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i) for i in _stages_to_check(plan.pp, plan.uneven_pipeline)),
                           capacity_bytes=int(cluster.gpu.hbm_gib * GIB))
 
 
 @functools.lru_cache(maxsize=64)
-def _stages_to_check(pp: int) -> tuple[int, ...]:
-    """Stage 0 (most micro-batches in flight, embedding), the last (loss) and, with 3+ stages, stage 1."""
-    return tuple(sorted({0, min(1, pp - 1), pp - 1}))
+def _stages_to_check(pp: int, uneven: bool = True) -> tuple[int, ...]:
+    """With an even split every middle stage holds the same layers as stage 0 and fewer micro-batches in flight."""
+    return tuple(sorted({0, min(1, pp - 1) if uneven else 0, pp - 1}))
 
 
 def model_state_bytes_per_param(plan: ParallelPlan) -> float:

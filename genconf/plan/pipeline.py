@@ -173,3 +173,29 @@ def simulate_schedule(plan: ParallelPlan, forward_s: list[float] | tuple[float, 
         if not progressed:
             raise ValueError(f"pipeline schedule deadlocks for pp={p} vp={v} m={plan.num_microbatches}")
     return tuple(sorted(blocks, key=lambda b: (b.stage, b.start_s)))
+def dp_overlap_passes(plan: ParallelPlan) -> float:
+    """How many of a stage's per-micro-batch backward (or forward) passes the data-parallel gradient
+    reduce-scatter (or the next step's parameter all-gather) can hide behind.
+
+    megatron-core launches a chunk's gradient reduction when that chunk's last micro-batch backward fills its
+    buckets (DistributedDataParallel.overlap_grad_reduce; the schedules enable grad sync per model chunk). Without
+    interleaving that is the last micro-batch's backward: 1 pass. With v chunks the last round runs the backward
+    of p micro-batches on each chunk, v-1 .. 0, so chunk c's reduction hides behind the c x p chunk-backwards
+    after it: the stream has ((v - 1) p + 1) / v whole-stage passes to fill (megatron-core
+    pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving). The parameter all-gather of
+    overlap_param_gather mirrors it over the first round of forwards.
+    """
+    if plan.pp == 1 or plan.vp == 1:
+        return 1.0
+    return ((plan.vp - 1) * min(plan.pp, plan.num_microbatches) + 1) / plan.vp
+
+
+def recomputed_layers(plan: ParallelPlan, stage_layer_count: int) -> int:
+    """Layers of a pipeline rank that full recompute re-runs: all of them, or recompute_layers of each of
+    its vp model chunks (megatron --recompute-method block --recompute-num-layers N)."""
+    if plan.recompute != "full":
+        return 0
+    if plan.recompute_layers is None:
+        return stage_layer_count
+    per_chunk = stage_layer_count // plan.vp
+    return min(plan.recompute_layers, per_chunk) * plan.vp

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from genconf import __version__
 from genconf.plan.checkpoint_size import checkpoint_size
-from genconf.plan.cost import StepCost, training_time_s
+from genconf.plan.cost import Calibration, StepCost, training_time_s
 from genconf.plan.counting import exact_param_count, workshop_param_count
 from genconf.plan.errors import GenconfError
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import stage_layers
 from genconf.plan.precision import recipe_for
-from genconf.plan.search import Evaluation, SearchResult, describe
+from genconf.plan.search import TIE_FRACTION, Evaluation, SearchResult, describe
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
 
 SCHEMA_VERSION = 1
@@ -36,17 +36,26 @@ def _gib(n: float) -> float:
 
 
 def memory_dict(est: MemoryEstimate) -> dict:
+    """The busiest stage's memory, each figure in GiB (rounded) and exact bytes. allocated: live tensors at the
+    peak (torch.cuda.max_memory_allocated); reserved: what the caching allocator holds
+    (max_memory_reserved); device: reserved + CUDA context and NCCL (nvidia-smi); total: what the plan must
+    fit (allocated + fragmentation that cannot be released + runtime)."""
     peak = est.peak
-    return {
-        "params_gib": _gib(peak.params_bytes), "grads_gib": _gib(peak.grads_bytes),
-        "optimizer_gib": _gib(peak.optimizer_bytes), "activations_gib": _gib(peak.activations_bytes),
-        "other_gib": _gib(peak.other_bytes), "total_gib": _gib(peak.total_bytes),
-        "capacity_gib": _gib(est.capacity_bytes), "usable_gib": _gib(est.usable_bytes), "peak_stage": peak.stage,
-        "other": {name: _gib(b) for name, b in peak.other},
-        "stages": [{"stage": s.stage, "layers": s.layers, "total_gib": _gib(s.total_bytes),
-                    "params_gib": _gib(s.params_bytes), "activations_gib": _gib(s.activations_bytes)}
-                   for s in est.stages],
-    }
+    parts = (("params", peak.params_bytes), ("grads", peak.grads_bytes), ("optimizer", peak.optimizer_bytes),
+             ("activations", peak.activations_bytes), ("other", peak.other_bytes),
+             ("allocated", peak.allocated_bytes), ("reserved", peak.reserved_bytes), ("device", peak.device_bytes),
+             ("total", peak.total_bytes), ("capacity", est.capacity_bytes), ("usable", est.usable_bytes))
+    d: dict = {}
+    for name, value in parts:
+        d[f"{name}_gib"] = _gib(value)
+        d[f"{name}_bytes"] = int(value)
+    d.update(peak_stage=peak.stage, other={name: _gib(b) for name, b in peak.other},
+             other_bytes_by_name={name: int(b) for name, b in peak.other},
+             fragmentation_bytes=int(peak.unreleasable_bytes), runtime_bytes=int(peak.runtime_bytes),
+             stages=[{"stage": s.stage, "layers": s.layers, "total_gib": _gib(s.total_bytes),
+                      "total_bytes": int(s.total_bytes), "params_gib": _gib(s.params_bytes),
+                      "activations_gib": _gib(s.activations_bytes)} for s in est.stages])
+    return d
 
 
 def perf_dict(cost: StepCost) -> dict:
@@ -84,6 +93,7 @@ def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
         "num_nodes": max(1, num_gpus // cluster.gpus_per_node),
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "ib_gbit_per_s_per_gpu": cluster.ib_gbit_per_s_per_gpu,
         "hbm_gib": cluster.gpu.hbm_gib, "cpu_mem_gib_per_node": cluster.cpu_mem_gib_per_node,
+        "host_link_gbyte_per_s_per_gpu": cluster.host_link_gbyte_per_s_per_gpu,
         "nccl_env": dict(cluster.nccl_env), "gpu_spec": dataclasses.asdict(cluster.gpu),
     }
 
@@ -91,7 +101,7 @@ def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
 def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
     """Steps to see `tokens` at this batch; warm-up 1% of them (at most 2000); FP8 current scaling by default."""
     steps = max(1, round(tokens / (plan.gbs * plan.seq_length)))
-    recipe = recipe_for(plan.precision, None)
+    recipe = recipe_for(plan.precision, plan.fp8_recipe)
     return TrainSpec(train_steps=steps, warmup_steps=min(2000, max(1, steps // 100)),
                      fp8_recipe=recipe.train_fp8_recipe, fp8_bf16_first_last_layers=recipe.bf16_first_last_layers)
 
@@ -104,15 +114,32 @@ def checkpoint_dict(model: ModelSpec, plan: ParallelPlan, keep_last: int) -> dic
             "holds": size.what, "keep_last": keep_last, "disk_bytes": size.disk_bytes, "disk_gib": _gib(size.disk_bytes)}
 
 
+def intervals_dict(best: Evaluation, cal: Calibration, *, moe: bool = False) -> dict:
+    """80% intervals of step time, tokens/s and peak memory from the calibration's held-out residual bands."""
+    lo, hi = cal.moe_throughput_band if moe else cal.throughput_band
+    m_lo, m_hi = cal.memory_band
+    cost, peak = best.cost, best.memory.peak
+    return {
+        "coverage": 0.8, "source": "leave-one-source-out residuals on published runs (benchmarks/results/accuracy.md)",
+        "step_time_s": [round(cost.step_time_s / hi, 4), round(cost.step_time_s / lo, 4)],
+        "tokens_per_s_per_gpu": [round(cost.tokens_per_s_per_gpu * lo, 1), round(cost.tokens_per_s_per_gpu * hi, 1)],
+        "peak_memory_gib": [_gib(peak.total_bytes * m_lo), _gib(peak.total_bytes * m_hi)],
+        "peak_memory_bytes": [int(peak.total_bytes * m_lo), int(peak.total_bytes * m_hi)],
+    }
+
+
 def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
-           result: SearchResult | None, tokens: float, train: TrainSpec | None = None) -> dict:
-    """The run dict of a plan: what `--json` prints and plan.json holds (`tokens` sets the training length)."""
+           result: SearchResult | None, tokens: float, train: TrainSpec | None = None,
+           cal: Calibration | None = None) -> dict:
+    """The run dict of a plan: what `--json` prints and plan.json holds (`tokens` sets the training length;
+    `cal` adds the 80% intervals of its held-out error bands)."""
     cost = best.cost
     alternatives = []
     if result is not None:
         for ev in result.ranked[1:]:
             alternatives.append({"layout": describe(ev.plan), "plan": plan_dict(ev.plan, model),
-                                 "memory": {"total_gib": _gib(ev.memory.peak.total_bytes)},
+                                 "memory": {"total_gib": _gib(ev.memory.peak.total_bytes),
+                                            "total_bytes": int(ev.memory.peak.total_bytes)},
                                  "perf": {k: v for k, v in perf_dict(ev.cost).items() if k != "breakdown_s"}})
     train_s = training_time_s(cost, tokens)
     train = train or default_train(best.plan, tokens)
@@ -125,6 +152,7 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
         "checkpoint": checkpoint_dict(model, best.plan, train.keep_checkpoints),
         "training": {"tokens": tokens, "time_s": round(train_s, 1), "days": round(train_s / 86400, 2),
                      "gpu_hours": round(train_s * num_gpus / 3600, 1)},
+        "intervals_80": intervals_dict(best, cal, moe=model.is_moe) if cal is not None else None,
         "why": why(best, result, cluster),
         "warnings": [str(v) for v in best.violations if v.severity == "warning"],
         "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
@@ -186,6 +214,7 @@ def cluster_from_dict(c: dict) -> ClusterSpec:
                           nvlink_domain_gpus=c.get("nvlink_domain_gpus"),
                           ib_gbit_per_s_per_gpu=c["ib_gbit_per_s_per_gpu"],
                           cpu_mem_gib_per_node=c.get("cpu_mem_gib_per_node", 1024.0),
+                          host_link_gbyte_per_s_per_gpu=c.get("host_link_gbyte_per_s_per_gpu", 55.0),
                           nccl_env=tuple(sorted((c.get("nccl_env") or {}).items())))
     return cluster
 
@@ -240,9 +269,40 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
                        f"shards model states over {p.shard_size} GPUs")
     reasons.append({"none": "no activation recomputation needed: activations fit",
                     "selective": "selective recompute drops the attention-score activations for ~2% more FLOPs",
-                    "full": "full recompute: only layer inputs are kept, +33% forward FLOPs"}[p.recompute])
-    if result is not None and len(result.ranked) > 1:
+                    "full": "full recompute: only layer inputs are kept, +33% forward FLOPs"}[p.recompute]
+                   if not (p.recompute == "full" and p.recompute_layers) else
+                   f"block recompute of {p.recompute_layers} layer(s) per model chunk: just enough to fit")
+    grads = {"megatron": "fp32 main_grad buffers (Megatron-LM's default for bf16/FP8)",
+             "deepspeed": "DeepSpeed's default for its precision", "fsdp": "FSDP MixedPrecision reduce_dtype fp32"}
+    if p.grad_dtype is None:
+        reasons.append(f"gradients accumulated and reduced as the framework does by default: {grads[p.framework]}")
+    else:
+        reasons.append(f"gradients accumulated and reduced in {p.grad_dtype} (chosen): {p.grad_bytes} bytes per "
+                       f"parameter in the gradient buffer and the data-parallel traffic")
+    if p.precision_aware_optimizer:
+        reasons.append("precision-aware optimizer (16-bit master remainders, 10 instead of 12 bytes per parameter) "
+                       "is what makes this layout fit")
+    if p.offload_activation_layers:
+        reasons.append(f"{p.offload_activation_layers} layers' activations offloaded to host memory (Transformer Engine "
+                       f"CPU offload), hidden behind compute where the host link allows")
+    if p.precision in ("fp8", "fp4"):
+        recipe = p.quant_recipe
+        reasons.append(f"{'NVFP4' if p.precision == 'fp4' else 'FP8 ' + recipe} GEMMs priced at the GPU's "
+                       f"{p.precision.upper()} peak with the recipe's quantization passes"
+                       + ("; weights kept and all-gathered in FP8" if p.fp8_param_gather else ""))
+    if p.framework == "megatron" and p.layer_spec == "local":
+        reasons.append("megatron local spec: unfused attention (scores through HBM) and element-wise ops priced as "
+                       + ("megatron's fused kernels" if p.fused_kernels else "PyTorch ops without megatron's fused kernels"))
+    if result is not None and result.fastest is not None:
+        fast = result.fastest
+        gap = fast.cost.tokens_per_s / cost.tokens_per_s - 1
+        reasons.append(f"within {gap:.1%} of the fastest candidate ({describe(fast.plan)}), closer than the model can "
+                       f"tell apart: the simpler layout (no ZeRO-3/FSDP where less sharding fits, no recompute where "
+                       f"activations fit, fewer parallel dimensions) "
+                       f"is ranked first")
+    elif result is not None and len(result.ranked) > 1:
         runner = result.ranked[1]
         gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
-        reasons.append(f"{gain:.1%} faster than the runner-up ({describe(runner.plan)})")
+        tied = " (a tie within the model's error; the simpler layout first)" if gain < TIE_FRACTION else ""
+        reasons.append(f"{gain:.1%} faster than the runner-up ({describe(runner.plan)}){tied}")
     return reasons

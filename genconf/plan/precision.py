@@ -1,5 +1,6 @@
 """Precision, the one vocabulary: a recipe name (bf16, fp8-current, ...) is what a run asks for; the plan's dtype
-(ParallelPlan.precision: bf16 | fp16 | fp8 | fp32), TrainSpec.fp8_recipe (delayed | current | blockwise | mxfp8),
+(ParallelPlan.precision: bf16 | fp16 | fp8 | fp4 | fp32), the FP8 scaling (ParallelPlan.fp8_recipe and
+TrainSpec.fp8_recipe: delayed | current | blockwise | mxfp8), what --precision takes,
 the Transformer Engine recipe class, each framework's flags (Megatron-LM's, OLMo's, the loss scaling DeepSpeed and
 Megatron share) and which framework can train which dtype are derived here and nowhere else. Pure: the launcher
 turns `te_recipe_kwargs` into a transformer_engine recipe object.
@@ -12,29 +13,30 @@ activations/gradients, 128x128 weights), and MXFP8 (blocks of 32, Blackwell only
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from genconf.plan.specs import PRECISIONS, GPUSpec
+from genconf.plan.specs import PRECISIONS, GPUSpec, ParallelPlan
 
 PLAN_PRECISIONS = PRECISIONS
-"""The plan's dtypes (ParallelPlan.precision), what --precision takes."""
+"""The plan's dtypes (ParallelPlan.precision)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PrecisionRecipe:
     name: str
-    """bf16 | fp16 | fp8-delayed | fp8-current | fp8-blockwise | mxfp8."""
+    """bf16 | fp16 | fp8-delayed | fp8-current | fp8-blockwise | mxfp8 | nvfp4."""
     plan_precision: str
-    """The planner's precision: bf16 | fp16 | fp8."""
+    """The planner's precision: bf16 | fp16 | fp8 | fp4."""
     te_recipe: str | None
-    """transformer_engine.common.recipe class name, None for BF16/FP16."""
+    """transformer_engine.common.recipe class name, None for BF16/FP16/FP32."""
     te_recipe_kwargs: tuple[tuple[str, object], ...] = ()
     """Keyword arguments for that class (Format names as strings)."""
-    megatron_fp8_recipe: str | None = None
-    """Megatron-LM --fp8-recipe value."""
-    megatron_fp8_format: str | None = None
-    """Megatron-LM --fp8-format value."""
+    megatron_recipe: str | None = None
+    """Megatron-LM --fp8-recipe value (--fp4-recipe for FP4)."""
+    megatron_format: str | None = None
+    """Megatron-LM --fp8-format value (--fp4-format for FP4)."""
     needs_arch: tuple[str, ...] = ()
     """GPU architectures whose tensor cores run it (empty = any)."""
     bf16_first_last_layers: int = 0
@@ -65,27 +67,45 @@ RECIPES: dict[str, PrecisionRecipe] = {r.name: r for r in (
     PrecisionRecipe(name="fp8-delayed", plan_precision="fp8", te_recipe="DelayedScaling",
                     te_recipe_kwargs=(("fp8_format", "HYBRID"), ("amax_history_len", 1024),
                                       ("amax_compute_algo", "max")),
-                    megatron_fp8_recipe="delayed", megatron_fp8_format="hybrid", needs_arch=("hopper", "blackwell"),
+                    megatron_recipe="delayed", megatron_format="hybrid", needs_arch=("hopper", "blackwell"),
                     description="FP8 delayed scaling: E4M3 forward, E5M2 gradients, scale from a 1024-step amax history"),
     PrecisionRecipe(name="fp8-current", plan_precision="fp8", te_recipe="Float8CurrentScaling",
                     te_recipe_kwargs=(("fp8_format", "HYBRID"),),
-                    megatron_fp8_recipe="tensorwise", megatron_fp8_format="hybrid", needs_arch=("hopper", "blackwell"),
+                    megatron_recipe="tensorwise", megatron_format="hybrid", needs_arch=("hopper", "blackwell"),
                     bf16_first_last_layers=1,
                     description="FP8 per-tensor current scaling, first and last layers in BF16"),
     PrecisionRecipe(name="fp8-blockwise", plan_precision="fp8", te_recipe="Float8BlockScaling",
                     te_recipe_kwargs=(("fp8_format", "E4M3"),),
-                    megatron_fp8_recipe="blockwise", megatron_fp8_format="e4m3", needs_arch=("hopper", "blackwell"),
+                    megatron_recipe="blockwise", megatron_format="e4m3", needs_arch=("hopper", "blackwell"),
                     description="FP8 block scaling (DeepSeek-V3 like): 1x128 activations and gradients, 128x128 weights, all E4M3"),
     PrecisionRecipe(name="mxfp8", plan_precision="fp8", te_recipe="MXFP8BlockScaling",
                     te_recipe_kwargs=(("fp8_format", "E4M3"),),
-                    megatron_fp8_recipe="mxfp8", megatron_fp8_format="e4m3", needs_arch=("blackwell",),
+                    megatron_recipe="mxfp8", megatron_format="e4m3", needs_arch=("blackwell",),
                     description="MXFP8: one E8M0 scale per block of 32 values, E4M3 everywhere (Blackwell only)"),
+    PrecisionRecipe(name="nvfp4", plan_precision="fp4", te_recipe="NVFP4BlockScaling",
+                    megatron_recipe="nvfp4", megatron_format="e2m1", needs_arch=("blackwell",),
+                    description="NVFP4: E2M1 values, an E4M3 scale per 16 and an FP32 scale per tensor; 2D 16x16 "
+                                "weight scaling, random Hadamard transforms and stochastic rounding of gradients "
+                                "(Blackwell only; Megatron --fp4-format e2m1 --fp4-recipe nvfp4)"),
 )}
 """Every recipe genconf knows, by name."""
 
 FP8_BY_TRAIN_NAME = {"delayed": "fp8-delayed", "current": "fp8-current", "blockwise": "fp8-blockwise",
                      "mxfp8": "mxfp8"}
 """TrainSpec.fp8_recipe -> recipe name."""
+
+
+PRECISION_NAMES = tuple(dict.fromkeys((*PLAN_PRECISIONS, *RECIPES)))
+"""What --precision takes: a plan dtype (fp8 = FP8 with the default scaling, fp4 = NVFP4) or a recipe name."""
+
+
+def plan_precision_of(name: str) -> tuple[str, str | None]:
+    """(ParallelPlan.precision, ParallelPlan.fp8_recipe) of a --precision value: a plan dtype as it is (the scaling
+    left to the default), a recipe name as its dtype and FP8 scaling."""
+    if name in PLAN_PRECISIONS:
+        return name, None
+    r = recipe(name)
+    return r.plan_precision, r.train_fp8_recipe
 
 
 def recipe(name: str) -> PrecisionRecipe:
@@ -98,7 +118,18 @@ def recipe_for(precision: str, fp8_recipe: str | None) -> PrecisionRecipe:
     """The recipe a plan precision (+ TrainSpec.fp8_recipe) names; an fp8 plan without one is fp8-current."""
     if precision == "fp8":
         return recipe(FP8_BY_TRAIN_NAME[fp8_recipe or "current"])
+    if precision == "fp4":
+        return recipe("nvfp4")
     return recipe(precision)
+
+
+def plan_in_precision(plan: ParallelPlan, plan_precision: str) -> ParallelPlan:
+    """The plan trained in another dtype (a smoke test, `genconf launch --precision`): the FP8 scaling, FP8/FP4
+    parameters and the precision-aware optimizer (16-bit master remainders) stay only where that dtype has them."""
+    return dataclasses.replace(
+        plan, precision=plan_precision, fp8_recipe=plan.fp8_recipe if plan_precision == "fp8" else None,
+        fp8_param_gather=plan.fp8_param_gather and plan_precision in TE_LAYERS_ONLY,
+        precision_aware_optimizer=plan.precision_aware_optimizer and plan_precision in ("bf16", *TE_LAYERS_ONLY))
 
 
 # --- frameworks -----------------------------------------------------------------------------------
@@ -122,26 +153,62 @@ class LossScaling:
 
 FP16_LOSS_SCALING = LossScaling()
 
-_TE_LAYERS_ONLY = ("bf16", "FP8 runs through Transformer Engine in Megatron only; bf16 here",
-                   "{recipe} runs through Transformer Engine layers: use the megatron launcher, not {framework}")
-_FRAMEWORK_LIMITS: dict[tuple[str, str], tuple[str, str, str]] = {
-    # (plan dtype, framework) -> (the dtype that framework trains instead, the note in its artifact, the refusal
-    # when a run asks for it). FP8 needs Transformer Engine's layers, which only the Megatron path builds.
-    ("fp8", "deepspeed"): _TE_LAYERS_ONLY,
-    ("fp8", "fsdp"): _TE_LAYERS_ONLY,
-    ("fp16", "fsdp"): ("bf16", "OLMo FSDP has no loss scaler; bf16 instead of fp16",
-                       "fp16 with the OLMo-style FSDP launcher is not supported (no loss scaler there); use bf16"),
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FrameworkLimit:
+    """A plan dtype a framework cannot train, said once for every place that meets it."""
+
+    instead: str
+    """The dtype that framework's artifact trains instead."""
+    note: str
+    """The note in that artifact (equivalent_plan's notes, the artifacts README)."""
+    refusal: str
+    """Why `genconf launch` refuses a run asking for it ({recipe} and {framework} filled in)."""
+    rule: str
+    """Why the rule book refuses a plan asking for it (the `precision` rule)."""
+
+
+TE_LAYERS_ONLY = {"fp8": "FP8", "fp4": "NVFP4"}
+"""Plan dtypes whose GEMMs only Transformer Engine's layers run (which only the Megatron path builds with the te
+layer spec), with the name messages give them."""
+
+
+def _te_layers_only(plan_precision: str) -> FrameworkLimit:
+    return FrameworkLimit(
+        instead="bf16", note=f"{plan_precision.upper()} runs through Transformer Engine in Megatron only; bf16 here",
+        refusal="{recipe} runs through Transformer Engine layers: use the megatron launcher, not {framework}",
+        rule=f"{TE_LAYERS_ONLY[plan_precision]} runs through Transformer Engine: needs --framework megatron and "
+             f"--layer-spec te")
+
+
+_FRAMEWORK_LIMITS: dict[tuple[str, str], FrameworkLimit] = {
+    **{(dtype, framework): _te_layers_only(dtype) for dtype in TE_LAYERS_ONLY for framework in ("deepspeed", "fsdp")},
+    ("fp16", "fsdp"): FrameworkLimit(
+        instead="bf16", note="OLMo FSDP has no loss scaler; bf16 instead of fp16",
+        refusal="fp16 with the OLMo-style FSDP launcher is not supported (no loss scaler there); use bf16",
+        rule="fp16 with OLMo FSDP is not supported (no loss scaling there); use bf16"),
 }
+"""(plan dtype, framework) -> what that framework cannot train, and what it trains instead."""
 
 
 def framework_precision(plan_precision: str, framework: str) -> tuple[str, str | None]:
     """(the dtype `framework` trains a `plan_precision` plan in, the note saying why when that differs)."""
     limit = _FRAMEWORK_LIMITS.get((plan_precision, framework))
-    return (limit[0], limit[1]) if limit else (plan_precision, None)
+    return (limit.instead, limit.note) if limit else (plan_precision, None)
 
 
-def megatron_flags(plan_precision: str, fp8_recipe: str | None, bf16_first_last_layers: int) -> list[tuple[str, object]]:
-    """Megatron-LM's precision arguments as (flag, value) pairs, value None for a switch."""
+def plan_refusal(plan_precision: str, framework: str, layer_spec: str) -> str | None:
+    """Why a plan cannot train `plan_precision` with this framework and layer spec (the rule book's `precision`
+    rule), from the same table as the artifacts' notes and the launch refusal; None when it can."""
+    limit = _FRAMEWORK_LIMITS.get((plan_precision, framework))
+    if limit is None and plan_precision in TE_LAYERS_ONLY and layer_spec != "te":
+        limit = _te_layers_only(plan_precision)  # megatron-core's local layers are not Transformer Engine's either
+    return limit.rule if limit else None
+
+
+def megatron_flags(plan_precision: str, fp8_recipe: str | None, bf16_first_last_layers: int, *,
+                   param_gather: bool = False) -> list[tuple[str, object]]:
+    """Megatron-LM's precision arguments as (flag, value) pairs, value None for a switch. param_gather: the weights
+    are kept, and all-gathered, in FP8 (FP4) (ParallelPlan.fp8_param_gather)."""
     flags: list[tuple[str, object]] = []
     if plan_precision == "fp16":
         # Dynamic loss scaling (no --loss-scale), same start (2^16), window and hysteresis as ds_config.json.
@@ -150,18 +217,32 @@ def megatron_flags(plan_precision: str, fp8_recipe: str | None, bf16_first_last_
                   ("--loss-scale-window", ls.window_steps), ("--hysteresis", ls.hysteresis)]
     elif plan_precision != "fp32":  # Megatron-LM trains in fp32 unless told otherwise
         flags.append(("--bf16", None))
-    if plan_precision == "fp8":
+    if plan_precision in TE_LAYERS_ONLY:
         r = recipe_for(plan_precision, fp8_recipe)
-        flags += [("--fp8-format", r.megatron_fp8_format), ("--fp8-recipe", r.megatron_fp8_recipe)]
+        prefix = f"--{plan_precision}"  # --fp8-format / --fp4-format, ...
+        flags += [(f"{prefix}-format", r.megatron_format), (f"{prefix}-recipe", r.megatron_recipe)]
         if bf16_first_last_layers > 0:
             flags += [("--first-last-layers-bf16", None), ("--num-layers-at-start-in-bf16", bf16_first_last_layers),
                       ("--num-layers-at-end-in-bf16", bf16_first_last_layers)]
+        if param_gather:
+            flags.append((f"{prefix}-param-gather", None))
     return flags
 
 
 def megatron_plan_precision(flags: Collection[str]) -> str:
     """The plan dtype a set of Megatron-LM flags trains in."""
-    return "fp8" if "--fp8-format" in flags else "fp16" if "--fp16" in flags else "bf16" if "--bf16" in flags else "fp32"
+    for dtype in TE_LAYERS_ONLY:
+        if f"--{dtype}-format" in flags:
+            return dtype
+    return "fp16" if "--fp16" in flags else "bf16" if "--bf16" in flags else "fp32"
+
+
+def megatron_fp8_recipe(megatron_recipe: str | None) -> str | None:
+    """ParallelPlan.fp8_recipe of a Megatron-LM --fp8-recipe value (absent: Megatron-LM's default, delayed; None for
+    one genconf has no recipe of, e.g. custom)."""
+    name = megatron_recipe or "delayed"
+    return next((r.train_fp8_recipe for r in RECIPES.values() if r.plan_precision == "fp8" and r.megatron_recipe == name),
+                None)
 
 
 def megatron_dtype(flags: Collection[str]) -> str:
@@ -176,7 +257,7 @@ OLMO_PRECISION = {"bf16": "amp_bf16", "fp16": "amp_fp16", "fp32": "fp32"}
 def unsupported_reason(r: PrecisionRecipe, *, gpu: GPUSpec | None, framework: str, te_available: bool,
                        cuda: bool) -> str | None:
     """One line saying why `r` cannot run here, or None. `gpu` None means no GPU (CPU run)."""
-    if r.plan_precision == "fp8":
+    if r.plan_precision in ("fp8", "fp4"):
         if not cuda or gpu is None:
             return f"{r.name} needs a Hopper or Blackwell GPU; this run has no GPU"
         if gpu.arch not in r.needs_arch:
@@ -188,5 +269,5 @@ def unsupported_reason(r: PrecisionRecipe, *, gpu: GPUSpec | None, framework: st
         return "fp16 under DeepSpeed needs a GPU: DeepSpeed's FP16 optimizer does not run on the CPU (use bf16)"
     limit = _FRAMEWORK_LIMITS.get((r.plan_precision, framework))
     if limit:
-        return limit[2].format(recipe=r.name, framework=framework)
+        return limit.refusal.format(recipe=r.name, framework=framework)
     return None

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from genconf.plan import limits
+from genconf.plan import limits, precision
 from genconf.plan.counting import exact_param_count
-from genconf.plan.memory import GIB, MemoryEstimate
+from genconf.plan.memory import GIB, MemoryEstimate, offload_bytes_per_layer
 from genconf.plan.pipeline import stage_layers
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
@@ -149,14 +149,17 @@ def _cp_needs_te(c: Context) -> str | None:
 
 def _ep(c: Context) -> str | None:
     p, m = c.plan, c.model
+    if p.etp is not None and (p.etp > p.tp or p.tp % p.etp):
+        return f"expert tensor parallelism etp ({p.etp}) must divide tp ({p.tp})"
     if p.ep == 1:
         return None
     if not m.is_moe:
         return f"ep ({p.ep}) on a dense model: expert parallelism needs num_experts > 0"
     if m.num_experts % p.ep:
         return f"ep ({p.ep}) must divide num_experts ({m.num_experts}); nearest: ep={_nearest(p.ep, _divisors(m.num_experts))}"
-    if (p.dp * p.cp) % p.ep:
-        return f"ep ({p.ep}) must divide dp x cp ({p.dp} x {p.cp} = {p.dp * p.cp}): experts are spread over data-parallel ranks"
+    if (p.tp * p.cp * p.dp) % (p.ep * p.expert_tp):
+        return (f"ep x etp ({p.ep} x {p.expert_tp}) must divide tp x cp x dp ({p.tp} x {p.cp} x {p.dp} = "
+                f"{p.tp * p.cp * p.dp}): experts are laid over a stage's tensor-, context- and data-parallel ranks")
     return None
 
 
@@ -189,11 +192,18 @@ def _framework_degrees(c: Context) -> str | None:
 
 def _framework_zero(c: Context) -> str | None:
     p = c.plan
-    allowed = {"megatron": (0, 1), "deepspeed": (0, 1, 2, 3), "fsdp": (0, 2, 3)}[p.framework]
+    allowed = {"megatron": (0, 1, 2, 3), "deepspeed": (0, 1, 2, 3), "fsdp": (0, 2, 3)}[p.framework]
     if p.zero_stage not in allowed:
         hint = {"megatron": "1 = distributed optimizer", "fsdp": "0 NO_SHARD, 2 SHARD_GRAD_OP, 3 FULL_SHARD",
                 "deepspeed": ""}[p.framework]
         return f"zero stage {p.zero_stage} is not available with {p.framework} ({hint})"
+    if p.megatron_fsdp and p.pp > 1:
+        return (f"zero {p.zero_stage} with megatron is Megatron-FSDP, which does not combine with pipeline "
+                f"parallelism (pp={p.pp}); use --zero 1 (distributed optimizer) with pipelining")
+    if p.megatron_fsdp and c.model.position_embedding not in ("rope", "none"):
+        # Megatron-LM arguments.py asserts it under --use-megatron-fsdp.
+        return (f"Megatron-FSDP (megatron zero {p.zero_stage}) needs rotary or no position embeddings; "
+                f"{c.model.name} has {c.model.position_embedding}: use --zero 1")
     if p.shard_group_size is not None:
         if p.zero_stage != 3:
             return "a shard group (hybrid sharding) needs zero stage 3"
@@ -233,20 +243,64 @@ def _recompute(c: Context) -> str | None:
     p = c.plan
     if p.recompute == "selective" and p.framework != "megatron":
         return f"selective recompute is Megatron's; {p.framework} checkpoints whole layers (--recompute full)"
+    if p.recompute_layers is not None:
+        if p.recompute != "full" or p.framework != "megatron":
+            return "--recompute-layers (block recompute) needs --framework megatron and --recompute full"
+    return None
+
+
+def _activation_offload(c: Context) -> str | None:
+    p = c.plan
+    if not p.offload_activation_layers:
+        return None
+    if p.framework != "megatron" or p.layer_spec != "te":
+        return "activation offload is Transformer Engine's CPU offload: needs --framework megatron and --layer-spec te"
+    if p.pp > 1:
+        return f"megatron-core does not offload activations with pipeline parallelism (pp={p.pp})"
+    if p.recompute != "none":
+        return "megatron-core does not combine activation offload with activation recompute"
+    if p.offload_activation_layers >= c.model.num_layers:
+        return (f"offload at most num_layers - 1 = {c.model.num_layers - 1} layers' activations "
+                f"(megatron-core cpu_offloading_num_layers), got {p.offload_activation_layers}")
+    per_node = offload_bytes_per_layer(c.model, p) * p.offload_activation_layers * min(c.num_gpus, c.cluster.gpus_per_node)
+    have = 0.8 * c.cluster.cpu_mem_gib_per_node * GIB
+    if per_node > have:
+        return (f"offloaded activations need {per_node / GIB:,.0f} GiB of pinned host memory per node; nodes have "
+                f"{c.cluster.cpu_mem_gib_per_node:,.0f} GiB (80% usable)")
+    return None
+
+
+def _compile(c: Context) -> str | None:
+    if c.plan.torch_compile and c.plan.framework == "megatron":
+        return "torch_compile describes genconf's DeepSpeed/FSDP model; megatron fuses through Transformer Engine"
     return None
 
 
 def _precision(c: Context) -> str | None:
     p, gpu = c.plan, c.cluster.gpu
-    if p.precision == "fp8":
-        if not gpu.supports_fp8:
-            return f"FP8 needs Hopper or Blackwell tensor cores; {gpu.display_name} has none (use --precision bf16)"
-        if p.framework != "megatron" or p.layer_spec != "te":
-            return "FP8 runs through Transformer Engine: needs --framework megatron and --layer-spec te"
+    if p.precision == "fp8" and not gpu.supports_fp8:
+        return f"FP8 needs Hopper or Blackwell tensor cores; {gpu.display_name} has none (use --precision bf16)"
+    if p.precision == "fp4" and not gpu.peak_fp4_tflops:
+        return f"NVFP4 needs Blackwell FP4 tensor cores; {gpu.display_name} has none (use --precision fp8)"
+    refusal = precision.plan_refusal(p.precision, p.framework, p.layer_spec)  # what each framework cannot train
+    if refusal:
+        return refusal
+    if p.quant_recipe == "mxfp8" and not gpu.supports_mxfp8:
+        return (f"MXFP8 needs Blackwell tensor cores; {gpu.display_name} is {gpu.arch.capitalize()} "
+                f"(use --precision fp8-current or fp8-blockwise)")
+    if p.fp8_param_gather:
+        if p.quant_recipe is None:
+            return "FP8 parameters (--fp8-param-gather) need an FP8 or FP4 precision"
+        if p.framework != "megatron" or p.zero_stage < 1:
+            return "FP8 parameters (--fp8-param-gather) need megatron's distributed optimizer or Megatron-FSDP (--zero >= 1)"
+    if p.precision_aware_optimizer and (p.framework != "megatron" or p.zero_stage < 1 or p.precision not in ("bf16", "fp8", "fp4")):
+        return ("the precision-aware optimizer (16-bit master-weight remainders) needs megatron's distributed "
+                "optimizer (--zero >= 1) and bf16 weights")
+    if p.grad_dtype == "fp32" and p.framework == "deepspeed" and p.zero_stage == 0 and p.precision == "bf16":
+        return ("DeepSpeed refuses bf16 weights with fp32 gradient accumulation at ZeRO-0 (engine.py: unsupported "
+                "mix); use --zero 1 (BF16_Optimizer) or bf16 gradients")
     if p.precision == "fp32" and p.framework == "deepspeed":
         return "fp32 is for Megatron and FSDP verification runs here; use bf16 with DeepSpeed"
-    if p.precision == "fp16" and p.framework == "fsdp":
-        return "fp16 with OLMo FSDP is not supported (no loss scaling there); use bf16"
     return None
 
 
@@ -278,11 +332,15 @@ RULES: tuple[Rule, ...] = (
     Rule("sequence_parallel", ERROR, "sequence parallelism needs Megatron TP", _sequence_parallel),
     Rule("offload", ERROR, "offload needs DeepSpeed ZeRO", _offload),
     Rule("offload_host_memory", ERROR, "offloaded states fit in host memory", _offload_host_memory),
-    Rule("recompute", ERROR, "selective recompute needs Megatron", _recompute),
+    Rule("recompute", ERROR, "selective and block recompute need Megatron", _recompute),
+    Rule("activation_offload", ERROR, "activation offload needs megatron with TE, no PP, no recompute", _activation_offload),
+    Rule("torch_compile", ERROR, "torch.compile is for the DeepSpeed/FSDP model", _compile),
     Rule("precision", ERROR, "the precision runs on this GPU and framework", _precision),
     Rule("pipeline_bubble", WARNING, "at least as many micro-batches as stages", _pipeline_microbatches),
 )
-RULE_NAMES = tuple(r.name for r in RULES) + ("memory_fits", "batch_above_target")
+RULE_NAMES = tuple(r.name for r in RULES) + ("memory_fits", "batch_above_target", "cannot_reach_top")
+"""Every name a search's rejection counts use: the rules, memory, the batch cap, and candidates whose upper
+bound on tokens/s could not reach the ranked list (branch and bound: never evaluated in full)."""
 
 
 def check(ctx: Context, *, first_error_only: bool = False) -> list[Violation]:
@@ -297,11 +355,19 @@ def check(ctx: Context, *, first_error_only: bool = False) -> list[Violation]:
     return out
 
 
-def memory_violation(ctx: Context, mem: MemoryEstimate) -> Violation | None:
-    """memory_fits: the busiest stage's need against the GPU's capacity, with the breakdown and what to try."""
+def memory_violation(ctx: Context, mem: MemoryEstimate, *, pinned: bool = False) -> Violation | None:
+    """memory_fits: the busiest stage's need against the GPU's capacity, with the breakdown and what to try.
+    A plan the user pinned whole that fits the GPU but not the headroom (the estimate's own error) is kept
+    with a warning: published runs live there (Narayanan 2021's 530B ZeRO-3 run fitted on 640 GPUs, not 560)."""
     peak = mem.peak
     if peak.total_bytes <= mem.usable_bytes:
         return None
+    if pinned and peak.total_bytes <= mem.capacity_bytes:
+        return Violation("memory_fits", WARNING,
+                         f"tight: stage {peak.stage} needs {peak.total_bytes / GIB:.1f} GiB of "
+                         f"{mem.capacity_bytes / GIB:.1f} on {ctx.cluster.gpu.name}, inside the "
+                         f"{mem.capacity_bytes / GIB - mem.usable_bytes / GIB:.1f} GiB the estimate's error asks to keep "
+                         f"free: it may run out of memory")
     p = ctx.plan
     parts = (f"params {peak.params_bytes / GIB:.1f} + grads {peak.grads_bytes / GIB:.1f} + optimizer "
              f"{peak.optimizer_bytes / GIB:.1f} + activations {peak.activations_bytes / GIB:.1f} + other "

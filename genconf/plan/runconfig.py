@@ -11,7 +11,7 @@ from pathlib import Path
 from genconf.plan import rules
 from genconf.plan.errors import GenconfError
 from genconf.plan.planfile import PlanFile, decode, load, model_from_dict, plan_from_dict
-from genconf.plan.precision import recipe_for
+from genconf.plan.precision import plan_in_precision, recipe_for
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
 
@@ -90,7 +90,7 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
     if keep_checkpoints is not None:
         t = dataclasses.replace(t, keep_checkpoints=keep_checkpoints)
     if precision is not None:
-        p = dataclasses.replace(p, precision=precision)
+        p = plan_in_precision(p, precision)
         t = dataclasses.replace(t, fp8_recipe=recipe_for(precision, t.fp8_recipe).train_fp8_recipe)
     return m, p, t
 
@@ -118,7 +118,7 @@ def from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None)
                   and v.rule not in ("whole_nodes", "world_size", "tp_inside_node")]
     if structural:
         raise GenconfError(f"the shrunk plan is invalid: {structural[0]}")
-    recipe = recipe_for(plan.precision, train.fp8_recipe)
+    recipe = recipe_for(plan.precision, plan.fp8_recipe or train.fp8_recipe)
     prediction = {"gpu": cluster.gpu.name, "num_gpus": num_gpus,
                   "tokens_per_s_per_gpu": d.get("perf", {}).get("tokens_per_s_per_gpu"),
                   "peak_mem_gib": d.get("memory", {}).get("total_gib"),

@@ -1,15 +1,27 @@
 """Search over parallel layouts: enumerate candidates, reject them by named rules and memory, rank the rest
-by predicted throughput. Pinned degrees narrow the space; pinning everything evaluates exactly one plan."""
+by predicted throughput. Pinned degrees narrow the space; pinning everything evaluates exactly one plan.
+
+The space is complete for megatron: every TP that divides the heads inside the NVLink domain, every CP that
+splits the sequence, every PP that divides the remaining GPUs, even and uneven layer splits (explicit first/last
+stage layers, embedding and loss counted as layers), every legal virtual-stage count, micro-batches 1-8, the
+distributed optimizer or not (Megatron-FSDP without pipelining), recompute none/selective/full. Plans that
+almost fit get the cheapest memory saver that makes them fit: gradients reduced in bf16, FP8 weights kept in
+FP8, block recompute of just enough layers, or activation offload. Divisors are enumerated in O(sqrt n) and
+candidates that cannot fit or cannot win are cut early, so a 1T model on 16,384 GPUs is searched in about a second.
+"""
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from genconf.plan import memory as mem
-from genconf.plan import limits, rules
-from genconf.plan.cost import Calibration, StepCost, step_cost
+from genconf.plan import rules
+from genconf.plan.cost import Calibration, StepCost, _layer_time, implementation, step_cost
+from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
@@ -20,6 +32,13 @@ MAX_BATCH_GROWTH = 1.5
 """Without --global-batch, a candidate may round the batch up to 1.5x the default, not more."""
 BATCH_TOO_LARGE = "batch_above_target"
 """Marker yielded for layouts whose data parallelism alone forces a batch above the target."""
+TIE_FRACTION = 0.03
+"""Plans within this fraction of the fastest are a tie for the model: its median error on published runs it
+was not fitted to is about this (benchmarks/results/accuracy.md). Among tied plans the simplest is preferred."""
+MICRO_BATCHES = (1, 2, 3, 4, 5, 6, 7, 8)
+"""Micro-batch sizes tried (with a pinned global batch, only those that divide the batch per replica)."""
+MIN_TOKENS_PER_CP_RANK = 1024
+"""Context parallelism is tried while every rank keeps at least this many tokens of the sequence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +61,24 @@ class Pins:
     offload: bool | None = None
     pp_first_stage_layers: int | None = None
     pp_last_stage_layers: int | None = None
-    tp_comm_overlap: bool = False
+    tp_comm_overlap: bool | None = None
+    """None: on wherever TP > 1 with Transformer Engine."""
+    fp8_recipe: str | None = None
+    grad_dtype: str | None = None
+    """None: the framework's default (fp32 for megatron's bf16/FP8 training)."""
+    fp8_param_gather: bool | None = None
+    """None: on for FP8/FP4 megatron plans with a sharded optimizer (as NeMo's FP8 recipes set it), off otherwise."""
+    recompute_layers: int | None = None
+    offload_activation_layers: int | None = None
+    """None: 0, or just enough layers to make a plan fit where the host link allows it."""
+    etp: int | None = None
+    """Expert tensor parallelism; None: tried as megatron's default (tp) and as 1 (whole experts)."""
+    precision_aware_optimizer: bool | None = None
+    """None: off, or on where it is what makes a plan fit."""
+    fused_kernels: bool = False
+    """local spec: megatron's fused softmax and element-wise kernels were built (ParallelPlan.fused_kernels)."""
+    expandable_segments: bool = True
+    """False: price PyTorch's classic caching allocator (the run does not set expandable segments)."""
 
     def degrees_pinned(self) -> bool:
         return None not in (self.framework, self.tp, self.pp, self.mbs, self.zero_stage, self.recompute)
@@ -78,6 +114,8 @@ class SearchResult:
     rejected: dict[str, int] = field(default_factory=dict)
     """Rejected candidates per rule (the first rule each broke)."""
     nearest_misses: tuple[Evaluation, ...] = ()
+    fastest: Evaluation | None = None
+    """The fastest feasible plan, when a simpler one within TIE_FRACTION was ranked first."""
 
     @property
     def best(self) -> Evaluation | None:
@@ -85,42 +123,73 @@ class SearchResult:
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, cal: Calibration,
-             *, check_rules: bool = True) -> Evaluation:
+             *, check_rules: bool = True, pinned: bool = False) -> Evaluation:
     """Rules, then memory, then cost. With check_rules=False (benchmarks of published runs) only the
-    layer split must be valid."""
+    layer split must be valid. pinned: the user fixed every degree (a plan between the headroom and the
+    GPU's capacity is kept, with a warning)."""
     ctx = rules.Context(model, cluster, plan, num_gpus)
     violations = rules.check(ctx) if check_rules else []
     if check_rules and any(v.severity == rules.ERROR for v in violations):
         return Evaluation(plan, tuple(violations))
     estimate = mem.estimate(model, plan, cluster)
-    too_big = rules.memory_violation(ctx, estimate) if check_rules else None
+    too_big = rules.memory_violation(ctx, estimate, pinned=pinned) if check_rules else None
+    if too_big is not None and too_big.severity == rules.WARNING:
+        violations, too_big = list(violations) + [too_big], None
     if too_big is not None:
         return Evaluation(plan, tuple(violations) + (too_big,), estimate)
     return Evaluation(plan, tuple(violations), estimate, step_cost(model, plan, cluster, cal))
 
 
+@functools.lru_cache(maxsize=4096)
+def divisors(n: int) -> tuple[int, ...]:
+    """Divisors of n, ascending, in O(sqrt n)."""
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return tuple(small + large[::-1])
+
+
 def _divisors(n: int) -> list[int]:
-    return limits.divisors(n)  # O(sqrt n): range(1, n + 1) took minutes for --gpus 10**8 (issue 15)
+    return list(divisors(n))
 
 
 def _split_options(num_layers: int, pp: int) -> list[dict]:
-    """Ways to split the layers over pp stages: evenly; counting embedding and loss as layers;
-    or explicit first/last stage counts (the ends carry the embedding and the logits, so they get fewer)."""
-    if pp == 1 or num_layers % pp == 0:
+    """Ways to split the layers over pp stages: evenly; counting embedding and loss as layers
+    (--account-for-embedding/loss-in-pipeline-split); or explicit first/last stage counts (the ends carry the
+    embedding and the logits, so they get fewer; --decoder-first/last-pipeline-num-layers)."""
+    if pp == 1:
         return [{}]
-    options = []
-    if (num_layers + 2) % pp == 0 and (num_layers + 2) // pp >= 2:
+    options = [{}] if num_layers % pp == 0 else []
+    if num_layers % pp and (num_layers + 2) % pp == 0 and (num_layers + 2) // pp >= 2:
         options.append({"pp_embedding_as_layer": True, "pp_loss_as_layer": True})
-    if pp > 2:
-        share = num_layers / pp
-        ends = [x for x in range(1, num_layers) if (num_layers - 2 * x) > 0 and (num_layers - 2 * x) % (pp - 2) == 0]
-        if ends:
-            x = min(ends, key=lambda x: (abs(x - (share - 0.5)), x))
-            options.append({"pp_first_stage_layers": x, "pp_last_stage_layers": x})
-    elif pp == 2:
-        half = num_layers // 2
-        options.append({"pp_first_stage_layers": half, "pp_last_stage_layers": num_layers - half})
+    if num_layers % pp:
+        if pp > 2:
+            share = num_layers / pp
+            ends = [x for x in range(1, num_layers) if (num_layers - 2 * x) > 0 and (num_layers - 2 * x) % (pp - 2) == 0]
+            if ends:
+                x = min(ends, key=lambda x: (abs(x - (share - 0.5)), x))
+                options.append({"pp_first_stage_layers": x, "pp_last_stage_layers": x})
+        elif pp == 2:
+            half = num_layers // 2
+            options.append({"pp_first_stage_layers": half, "pp_last_stage_layers": num_layers - half})
     return options
+
+
+def _vp_options(num_layers: int, pp: int, split: dict) -> list[int]:
+    """Every virtual-stage count the split allows: the layer slots per pipeline rank divide by vp
+    (megatron-core: num_layers (+ embedding/loss) divisible by pp x vp; explicit end stages by vp too)."""
+    if pp == 1:
+        return [1]
+    first, last = split.get("pp_first_stage_layers"), split.get("pp_last_stage_layers")
+    if first is not None or last is not None:
+        middle = (num_layers - (first or 0) - (last or 0)) // max(1, pp - (first is not None) - (last is not None))
+        parts = [x for x in (first, last, middle) if x]
+        return [v for v in divisors(math.gcd(*parts))] if parts else [1]
+    slots = num_layers + int(split.get("pp_embedding_as_layer", False)) + int(split.get("pp_loss_as_layer", False))
+    return [v for v in divisors(slots // pp) if slots % (pp * v) == 0]
 
 
 def _gbs_for(pins: Pins, seq: int, unit: int) -> int:
@@ -130,122 +199,445 @@ def _gbs_for(pins: Pins, seq: int, unit: int) -> int:
     return max(unit, round(target / unit) * unit)
 
 
-def candidates(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins):
-    """Every plan the search considers (rules decide later which are valid)."""
-    seq = pins.seq_length or model.seq_length
+def _cp_options(pins: Pins, seq: int) -> list[int]:
+    if pins.cp:
+        return [pins.cp]
+    out, c = [1], 2
+    while seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK:
+        out.append(c)
+        c *= 2
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    framework: str
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    vp: int
+    split: tuple[tuple[str, object], ...]
+    zero: int
+    shard_group: int | None
+    etp: int | None = None
+
+
+def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, seq: int):
+    """(layout, reason or None): every layout shape the search considers, before micro-batch and recompute."""
     frameworks = [pins.framework] if pins.framework else ["megatron", "deepspeed", "fsdp"]
     domain = cluster.nvlink_domain
     for framework in frameworks:
         if framework == "megatron":
-            tps = [pins.tp] if pins.tp else [t for t in _divisors(domain) if model.num_attention_heads % t == 0
+            tps = [pins.tp] if pins.tp else [t for t in divisors(domain) if model.num_attention_heads % t == 0
                                                and model.num_query_groups % t == 0]
-            cps = [pins.cp] if pins.cp else [c for c in (1, 2, 4, 8, 16) if c == 1 or seq // c >= 4096]
-            zeros = [pins.zero_stage] if pins.zero_stage is not None else [1, 0]
-            recomputes = [pins.recompute] if pins.recompute else ["none", "selective", "full"]
+            cps = _cp_options(pins, seq)
         else:
             tps, cps = [pins.tp or 1], [pins.cp or 1]
-            zeros = ([pins.zero_stage] if pins.zero_stage is not None
-                     else ([1, 2, 3, 0] if framework == "deepspeed" else [3, 2, 0]))
-            recomputes = [pins.recompute] if pins.recompute else ["none", "full"]
-        for tp, cp in itertools.product(tps, cps):
-            if num_gpus % (tp * cp):
-                if pins.tp and pins.cp:
-                    yield _plan(framework, pins, seq, tp=tp, cp=cp, pp=pins.pp or 1, dp=1, mbs=pins.mbs or 1, gbs=pins.gbs or 1)
-                continue
-            rest = num_gpus // (tp * cp)
-            pps = [pins.pp] if pins.pp else ([p for p in _divisors(rest) if p <= model.num_layers + 2]
-                                            if framework == "megatron" else [1])
-            for pp in pps:
-                dp = max(1, rest // pp)
-                eps = [pins.ep] if pins.ep else ([e for e in _divisors(model.num_experts) if (dp * cp) % e == 0]
-                                                 if model.is_moe and framework == "megatron" else [1])
-                splits = ([{k: v for k, v in (("pp_first_stage_layers", pins.pp_first_stage_layers),
-                                              ("pp_last_stage_layers", pins.pp_last_stage_layers)) if v}]
-                          if pins.pp_first_stage_layers or pins.pp_last_stage_layers else _split_options(model.num_layers, pp))
-                for split in splits:
-                    per_stage = model.num_layers // pp
-                    vps = [pins.vp] if pins.vp else ([1] + [v for v in (2, 3, 4, 6, 8) if per_stage % v == 0 and not split]
-                                                     if pp > 1 else [1])
-                    for vp, ep in itertools.product(vps, eps):
-                        mbss = [pins.mbs] if pins.mbs else [1, 2, 4, 8]
-                        for mbs in mbss:
-                            unit = mbs * dp * (pp if vp > 1 else 1)
-                            gbs = _gbs_for(pins, seq, unit)
-                            if pins.gbs is None and gbs * seq > MAX_BATCH_GROWTH * DEFAULT_TOKENS_PER_STEP:
-                                if mbs == 1 and not pins.mbs:
-                                    yield BATCH_TOO_LARGE
-                                continue  # would buy speed with a bigger batch than training wants
-                            if pins.mbs is None and gbs < mbs * dp:
-                                continue
-                            for zero, recompute in itertools.product(zeros, recomputes):
-                                if zero and dp * cp == 1 and pins.zero_stage is None:
-                                    continue  # nothing to shard over
-                                shard_groups = [None]
-                                if framework == "fsdp" and zero == 3 and dp > cluster.gpus_per_node:
-                                    shard_groups.append(cluster.gpus_per_node)
-                                offloads = [False] if not pins.offload else [True]
-                                for shard_group, offload in itertools.product(shard_groups, offloads):
-                                    yield _plan(framework, pins, seq, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, dp=dp, mbs=mbs,
-                                                gbs=gbs, zero_stage=zero, recompute=recompute,
-                                                shard_group_size=shard_group, offload=offload, **split)
+        for tp in tps:
+            for cp in cps:
+                if num_gpus % (tp * cp):
+                    if pins.tp and pins.cp:  # let the rules say why
+                        yield _Layout(framework, tp, cp, pins.pp or 1, 1, pins.ep or 1, pins.vp or 1, (), pins.zero_stage or 0, None)
+                    continue
+                rest = num_gpus // (tp * cp)
+                pps = [pins.pp] if pins.pp else ([p for p in divisors(rest) if p <= model.num_layers + 2]
+                                                if framework == "megatron" else [1])
+                for pp in pps:
+                    dp = max(1, rest // pp)
+                    etps = ([pins.etp] if pins.etp else ([None, 1] if tp > 1 else [None])) if model.is_moe else [None]
+                    eps = [pins.ep] if pins.ep else ([e for e in divisors(model.num_experts) if (tp * dp * cp) % e == 0]
+                                                     if model.is_moe and framework == "megatron" else [1])
+                    if pins.pp_first_stage_layers or pins.pp_last_stage_layers:
+                        splits = [{k: v for k, v in (("pp_first_stage_layers", pins.pp_first_stage_layers),
+                                                     ("pp_last_stage_layers", pins.pp_last_stage_layers)) if v}]
+                    else:
+                        splits = _split_options(model.num_layers, pp) or [{}]
+                    for split in splits:
+                        vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, pp, split)
+                        if framework == "megatron":
+                            # The distributed optimizer moves the same bytes as DDP's all-reduce (reduce-scatter +
+                            # all-gather) and holds less: DDP (0) only where there is nothing to shard over (there the
+                            # distributed optimizer still enables FP8 parameters and the precision-aware optimizer).
+                            zeros = ([pins.zero_stage] if pins.zero_stage is not None
+                                     else [0, 1] if dp * cp == 1 else ([1, 3] if pp == 1 else [1]))
+                        else:
+                            zeros = ([pins.zero_stage] if pins.zero_stage is not None
+                                     else ([1, 2, 3, 0] if framework == "deepspeed" else [3, 2, 0]))
+                        for vp in vps:
+                            for ep, etp in itertools.product(eps, etps):
+                                if (tp * cp * dp) % (ep * (etp or tp)):
+                                    continue
+                                for zero in zeros:
+                                    if zero and dp * cp == 1 and pins.zero_stage is None and framework != "megatron":
+                                        continue  # nothing to shard over
+                                    groups = [None]
+                                    if framework == "fsdp" and zero == 3 and dp > cluster.gpus_per_node:
+                                        groups.append(cluster.gpus_per_node)
+                                    for group in groups:
+                                        yield _Layout(framework, tp, cp, pp, dp, ep, vp, tuple(split.items()), zero, group,
+                                                      etp)
 
 
-def _plan(framework: str, pins: Pins, seq: int, *, offload: bool = False, **kw) -> ParallelPlan:
-    tp = kw.get("tp", 1)
-    return ParallelPlan(framework=framework, seq_length=seq, precision=pins.precision, layer_spec=pins.layer_spec,
-                        sequence_parallel=framework == "megatron" and tp > 1, tp_comm_overlap=pins.tp_comm_overlap,
-                        offload_optimizer=offload and framework == "deepspeed",
-                        offload_params=offload and framework == "deepspeed" and kw.get("zero_stage") == 3, **kw)
+def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recompute: str) -> ParallelPlan:
+    framework, tp = layout.framework, layout.tp
+    megatron = framework == "megatron"
+    quant = pins.precision in ("fp8", "fp4")
+    offload = bool(pins.offload)
+    fp8_param_gather = pins.fp8_param_gather
+    if fp8_param_gather is None:
+        fp8_param_gather = (megatron and quant and layout.zero >= 1 and pins.layer_spec == "te"
+                            and (pins.fp8_recipe or "current") != "blockwise")
+    overlap = pins.tp_comm_overlap
+    if overlap is None:
+        overlap = megatron and tp > 1 and pins.layer_spec == "te"
+    return ParallelPlan(
+        framework=framework, tp=tp, pp=layout.pp, vp=layout.vp, cp=layout.cp, ep=layout.ep, etp=layout.etp,
+        dp=layout.dp, mbs=mbs,
+        gbs=gbs, seq_length=seq, zero_stage=layout.zero, shard_group_size=layout.shard_group, recompute=recompute,
+        recompute_layers=pins.recompute_layers if recompute == "full" else None,
+        sequence_parallel=megatron and tp > 1, precision=pins.precision,
+        fp8_recipe=pins.fp8_recipe if pins.precision == "fp8" else None, fp8_param_gather=fp8_param_gather,
+        grad_dtype=pins.grad_dtype, layer_spec=pins.layer_spec, tp_comm_overlap=overlap,
+        precision_aware_optimizer=bool(pins.precision_aware_optimizer) and megatron and layout.zero >= 1,
+        offload_optimizer=offload and framework == "deepspeed",
+        offload_params=offload and framework == "deepspeed" and layout.zero == 3,
+        offload_activation_layers=pins.offload_activation_layers or 0,
+        fused_kernels=pins.fused_kernels and pins.layer_spec == "local", expandable_segments=pins.expandable_segments,
+        **dict(layout.split))
+
+
+def _specs(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins):
+    """(layout, mbs, gbs, recompute) of every base plan the search considers, or (layout, BATCH_TOO_LARGE)."""
+    seq = pins.seq_length or model.seq_length
+    recomputes_all = [pins.recompute] if pins.recompute else ["none", "selective", "full"]
+    for layout in _layouts(model, cluster, num_gpus, pins, seq):
+        recomputes = [r for r in recomputes_all if r != "selective" or layout.framework == "megatron" or pins.recompute]
+        if pins.mbs:
+            mbss = [pins.mbs]
+        elif layout.cp > 1:
+            mbss = [1]  # context parallelism is for sequences too long for one GPU: never paired with mbs > 1
+        elif pins.gbs is not None:
+            local = pins.gbs // max(1, layout.dp)
+            mbss = [m for m in MICRO_BATCHES if local % m == 0] or [1]
+        else:
+            mbss = [1, 2, 4, 8]
+        for mbs in mbss:
+            unit = mbs * layout.dp * (layout.pp if layout.vp > 1 else 1)
+            gbs = _gbs_for(pins, seq, unit)
+            if pins.gbs is None and gbs * seq > MAX_BATCH_GROWTH * DEFAULT_TOKENS_PER_STEP:
+                if mbs == mbss[0] and not pins.mbs:
+                    yield layout, BATCH_TOO_LARGE, 0, ""
+                break  # would buy speed with a bigger batch than training wants
+            if pins.mbs is None and gbs < mbs * layout.dp:
+                break
+            for recompute in recomputes:
+                yield layout, mbs, gbs, recompute
+
+
+def candidates(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins):
+    """Every base plan the search considers (rules decide later which are valid), smallest micro-batch and
+    cheapest recompute first within a layout."""
+    seq = pins.seq_length or model.seq_length
+    for layout, mbs, gbs, recompute in _specs(model, cluster, num_gpus, pins):
+        if mbs == BATCH_TOO_LARGE:
+            yield layout, BATCH_TOO_LARGE
+        else:
+            yield layout, _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute)
+
+
+def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibration, pins: Pins, seq: int,
+                             layout: _Layout, mbs: int, gbs: int, recompute: str) -> float:
+    """An upper bound on a candidate's tokens/s from its layer time alone (no communication, no optimizer):
+    (m + (p-1)/v) x layers per stage x (forward + backward [+ recompute]). Candidates whose bound cannot reach
+    the ranking are never evaluated in full."""
+    megatron = layout.framework == "megatron"
+    quant = "nvfp4" if pins.precision == "fp4" else ((pins.fp8_recipe or "current") if pins.precision == "fp8" else None)
+    try:
+        lt = _layer_time(model, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
+                         quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels), False,
+                         cluster, cal, False, layout.etp)
+    except (ValueError, ZeroDivisionError):
+        return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
+    per_layer = lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": lt.attn_fwd_s}.get(recompute, lt.fwd_s)
+    layers = -(-model.num_layers // layout.pp)
+    dict_split = dict(layout.split)
+    if dict_split.get("pp_first_stage_layers") or dict_split.get("pp_last_stage_layers"):
+        layers = max(layers, (model.num_layers - (dict_split.get("pp_first_stage_layers") or 0)
+                              - (dict_split.get("pp_last_stage_layers") or 0)) // max(1, layout.pp - 2))
+    m = max(1, gbs // (mbs * layout.dp))
+    step = (m + (layout.pp - 1) / layout.vp) * layers * per_layer
+    return gbs * seq / step / num_gpus_of(layout)
+
+
+@functools.lru_cache(maxsize=64)
+def _implementation_of(framework: str, layer_spec: str, fused_kernels: bool) -> str:
+    """How a framework's layers run (genconf.plan.cost.implementation), without building a plan per candidate."""
+    return implementation(ParallelPlan(framework=framework, layer_spec=layer_spec, torch_compile=False,
+                                       fused_kernels=fused_kernels and layer_spec == "local"))
+
+
+def num_gpus_of(layout: _Layout) -> int:
+    return layout.tp * layout.cp * layout.pp * layout.dp
+
+
+@functools.lru_cache(maxsize=4096)
+def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offload: bool) -> float:
+    """A lower bound on one GPU's parameters + gradients + optimizer states for the layout, whatever the
+    micro-batch, recompute or memory savers: the average stage's share, 16-bit (or FP8) weights and gradients,
+    10 bytes of optimizer state per parameter, each sharded as far as the layout shards it."""
+    per_rank = exact_param_count(model) / (layout.tp * layout.pp * (layout.ep if model.is_moe else 1))
+    shard = max(1, layout.dp * layout.cp)
+    weights = 1.0 if precision in ("fp8", "fp4") else 2.0
+    if offload:
+        return weights * per_rank / (shard if layout.zero >= 3 else 1)
+    if layout.framework == "fsdp":
+        weights = 4.0  # fp32 parameters
+    params = weights * per_rank / (shard if layout.zero >= 3 else 1)
+    grads = 2.0 * per_rank / (shard if layout.zero >= 2 else 1)
+    optimizer = 10.0 * per_rank / (shard if layout.zero >= 1 else 1)
+    return params + grads + optimizer
+
+
+# --- memory savers ----------------------------------------------------------------------------------
+
+def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pins, estimate: MemoryEstimate) -> list[ParallelPlan]:
+    """For a plan that does not fit: the same plan with the framework's memory savers added one after another,
+    cheapest first, until it fits (each sized to the excess): the precision-aware optimizer (16-bit master
+    remainders: bit-exact, 2 bytes/param), block recompute of just enough layers, activation offload of just
+    enough layers. Returns [] when even all of them do not fit. Gradients in bf16 change the numerics, so they
+    are the user's choice (--grad-dtype bf16), never a saver the search adds."""
+    if estimate.peak.total_bytes <= estimate.usable_bytes or plan.framework != "megatron":
+        return []
+    current = plan
+    ladder = []
+    if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and current.precision in ("bf16", "fp8", "fp4"):
+        ladder.append(lambda m, p, est: replace(p, precision_aware_optimizer=True))
+    if current.recompute == "none" and pins.recompute is None and pins.recompute_layers is None:
+        ladder.append(_block_recompute)
+    if current.pp == 1 and current.layer_spec == "te" and pins.offload_activation_layers is None and current.recompute == "none":
+        ladder.append(_activation_offload)
+    est = estimate
+    for step in ladder:
+        nxt = step(model, current, est)
+        if nxt is None:
+            continue
+        current = nxt
+        est = mem.estimate(model, current, cluster)
+        if est.fits:
+            return [current]
+    return []
+
+
+def _block_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) -> ParallelPlan | None:
+    """Block recompute: each recomputed layer of a chunk frees (full - input-only) activations in every in-flight
+    chunk of the busiest stage; recompute just enough of them."""
+    excess = est.peak.total_bytes - est.usable_bytes
+    stage = est.peak.stage
+    chunks = mem.inflight_chunks(plan, stage)
+    saving = (mem.layer_activation_bytes(model, plan, recompute="none")
+              - mem.layer_activation_bytes(model, plan, recompute="full")) * chunks
+    per_chunk = mem.stage_layers(model.num_layers, plan)[stage] // plan.vp
+    if saving <= 0:
+        return None
+    k = math.ceil(excess * 1.05 / saving)
+    return replace(plan, recompute="full", recompute_layers=k) if 0 < k < per_chunk else None
+
+
+def _activation_offload(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) -> ParallelPlan | None:
+    """Activation offload: the offloaded layers' activations leave the GPU; offload just enough of them."""
+    excess = est.peak.total_bytes - est.usable_bytes
+    per_layer = mem.offload_bytes_per_layer(model, plan)
+    if per_layer <= 0:
+        return None
+    k = math.ceil((excess + 2 * per_layer) * 1.05 / per_layer)
+    return replace(plan, offload_activation_layers=k) if 0 < k < model.num_layers else None
+
+
+_RECOMPUTE_MEMORY = {"full": 0, "selective": 1, "none": 2}
+"""Activation memory order of the recompute settings (more recompute, less memory)."""
+
+
+def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, layout: _Layout, usable: float,
+                  memo: dict) -> bool:
+    """True when the leanest plan of this layout's core (same degrees and sharding; the smallest micro-batch,
+    no interleaving, full recompute, and every memory saver taken at its largest) still does not fit: then no
+    variant of it does (activation memory grows with the micro-batch, the virtual stages and less recompute)."""
+    core = (layout.framework, layout.tp, layout.cp, layout.pp, layout.dp, layout.ep, layout.split, layout.zero,
+            layout.shard_group, layout.etp)
+    if core in memo:
+        return memo[core]
+    vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, layout.pp, dict(layout.split))
+    lean = replace(layout, vp=min(vps))
+    mbs = pins.mbs or 1
+    gbs = pins.gbs if pins.gbs is not None else mbs * layout.dp * layout.pp
+    plan = _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or "full")
+    try:
+        peak = mem.estimate(model, plan, cluster).peak
+    except ValueError:
+        memo[core] = False  # an invalid split: let the rules say why
+        return False
+    floor = peak.total_bytes
+    if plan.framework == "megatron" and pins.precision_aware_optimizer is None and plan.zero_stage >= 1:
+        floor -= peak.optimizer_bytes / 6 + step_transient_bytes_or_zero(model, plan, peak.stage)
+    if plan.framework == "megatron" and plan.pp == 1 and plan.layer_spec == "te" and pins.offload_activation_layers is None:
+        floor -= peak.activations_bytes
+    memo[core] = floor > usable
+    return memo[core]
+
+
+def step_transient_bytes_or_zero(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
+    return mem.step_transient_bytes(model, plan, stage)
+
+
+def _complexity(plan: ParallelPlan) -> tuple:
+    """How much a plan asks of its users, for breaking ties (the faster plan first among equals): sharding
+    beyond the distributed optimizer (ZeRO-3 / FSDP / Megatron-FSDP only where less sharding does not fit),
+    recompute (none where activations fit), offload and other memory savers, then parallel dimensions in use
+    (tp, pp, cp, ep; interleaving is a schedule of the pipeline, not a dimension of its own: Megatron's
+    convention is a shallow pipeline with virtual stages)."""
+    dims = sum(1 for d in (plan.tp, plan.pp, plan.cp, plan.ep) if d > 1)
+    sharding = {0: 0, 1: 0, 2: 1, 3: 2}[plan.zero_stage]
+    recompute = {"none": 0, "selective": 1, "full": 2}[plan.recompute]
+    extras = (int(plan.offload_activation_layers > 0) + int(plan.offload_optimizer) + int(plan.grad_dtype == "bf16")
+              + int(plan.precision_aware_optimizer))
+    return (sharding, recompute, extras, dims)
 
 
 def _layout_key(plan: ParallelPlan) -> tuple:
-    return (plan.framework, plan.tp, plan.pp, plan.vp, plan.cp, plan.ep, plan.zero_stage, plan.shard_group_size)
+    return (plan.framework, plan.tp, plan.pp, plan.vp, plan.cp, plan.ep, plan.etp, plan.zero_stage, plan.shard_group_size)
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins = Pins(),
            *, keep: int = 10) -> SearchResult:
-    """All candidates, the feasible ones ranked by tokens/s (best per layout first)."""
+    """All candidates, the feasible ones ranked by tokens/s (best per layout first); among plans within
+    TIE_FRACTION of the fastest, the simplest comes first.
+
+    Branch and bound: every candidate gets a cheap upper bound on its tokens/s; they are evaluated best bound
+    first, and once no remaining bound can enter the ranked list the rest are counted as pruned."""
+    seq = pins.seq_length or model.seq_length
     considered = 0
     rejected: Counter[str] = Counter()
     feasible: list[Evaluation] = []
     memory_misses: list[Evaluation] = []
     rule_misses: list[Evaluation] = []
-    seen: set[ParallelPlan] = set()
-    for plan in candidates(model, cluster, num_gpus, pins):
-        if plan == BATCH_TOO_LARGE:
+    entries = []
+    for order, (layout, mbs, gbs, recompute) in enumerate(_specs(model, cluster, num_gpus, pins)):
+        if mbs == BATCH_TOO_LARGE:
             considered += 1
             rejected[BATCH_TOO_LARGE] += 1
             continue
+        bound = _optimistic_tokens_per_s(model, cluster, cal, pins, seq, layout, mbs, gbs, recompute)
+        entries.append((-bound, order, layout, mbs, gbs, recompute))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    pinned = pins.degrees_pinned()
+    usable = cluster.gpu.hbm_gib * GIB * (1 if pinned else 1 - mem.HEADROOM_FRACTION)
+    core_memo: dict[tuple, bool] = {}
+    failed: dict[_Layout, list[tuple[int, int]]] = {}  # (mbs, recompute level) that fit nowhere, per layout
+    floored: list[tuple[float, ParallelPlan]] = []  # rejected on a memory bound without a full estimate
+    fits_at: dict[tuple, str] = {}   # (layout, mbs) -> the recompute that fitted: costlier ones cannot win
+    too_big: dict[_Layout, int] = {}  # layout -> smallest micro-batch that fits nowhere, even with full recompute
+    best_per_layout: dict[tuple, float] = {}
+    threshold = 0.0
+    pruned = 0
+    seen: set[ParallelPlan] = set()
+    for index, (neg_bound, _, layout, mbs, gbs, recompute) in enumerate(entries):
+        if -neg_bound < threshold:
+            pruned = len(entries) - index
+            break
+        if mbs >= too_big.get(layout, 1 << 30):
+            continue
+        level = _RECOMPUTE_MEMORY[recompute]
+        if any(mbs >= f_mbs and level >= f_level for f_mbs, f_level in failed.get(layout, ())):
+            considered += 1
+            rejected["memory_fits"] += 1  # needs more memory than a variant that did not fit
+            continue
+        key = (layout, mbs)
+        if key in fits_at and pins.recompute is None:
+            continue  # a cheaper recompute already fits at this micro-batch
+        plan = _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute)
         if plan in seen:
             continue
         seen.add(plan)
         considered += 1
-        ev = evaluate(model, cluster, plan, num_gpus, cal)
+        broken = rules.check(rules.Context(model, cluster, plan, num_gpus), first_error_only=True)
+        broken = [v for v in broken if v.severity == rules.ERROR]
+        if broken:
+            rejected[broken[0].rule] += 1
+            if len(rule_misses) < 50:
+                rule_misses.append(Evaluation(plan, tuple(broken)))
+            continue
+        floor = _states_floor_bytes(model, layout, pins.precision, bool(pins.offload))
+        if floor > usable or _core_too_big(model, cluster, pins, seq, layout, usable, core_memo):
+            rejected["memory_fits"] += 1  # even its leanest variant does not fit: no need to look closer
+            floored.append((floor, plan))
+            continue
+        ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned)
+        found = [ev] if ev.ok else []
         if ev.ok:
-            feasible.append(ev)
+            fits_at[key] = plan.recompute
+        elif ev.memory is not None and ev.errors and ev.errors[0].rule == "memory_fits":
+            for variant in _savers(model, cluster, plan, pins, ev.memory):
+                if variant in seen:
+                    continue
+                seen.add(variant)
+                considered += 1
+                trial = evaluate(model, cluster, variant, num_gpus, cal, pinned=pinned)
+                if trial.ok:
+                    found.append(trial)
+        for good in found:
+            feasible.append(good)
+            k = _layout_key(good.plan)
+            best_per_layout[k] = max(best_per_layout.get(k, 0.0), good.cost.tokens_per_s / num_gpus)
+        if found and len(best_per_layout) >= keep:
+            speeds = sorted(best_per_layout.values(), reverse=True)
+            threshold = min(speeds[keep - 1], speeds[0] * (1 - TIE_FRACTION))
+        if ev.ok:
             continue
         first = ev.errors[0].rule
         rejected[first] += 1
         if first == "memory_fits":
             memory_misses.append(ev)
+            if not found and pins.recompute_layers is None:
+                failed.setdefault(layout, []).append((mbs, level))
+            if plan.recompute == "full" and not found and pins.mbs is None and plan.recompute_layers is None:
+                too_big[layout] = min(too_big.get(layout, 1 << 30), mbs)  # bigger micro-batches need more still
         elif len(ev.errors) == 1 and len(rule_misses) < 50:
             rule_misses.append(ev)
+    if pruned:
+        rejected["cannot_reach_top"] = pruned
+        considered += pruned
     feasible.sort(key=lambda e: (-e.cost.tokens_per_s, e.memory.peak.total_bytes))
     ranked, layouts = [], set()
     for ev in feasible:
-        key = _layout_key(ev.plan)
-        if key not in layouts:
-            layouts.add(key)
+        k = _layout_key(ev.plan)
+        if k not in layouts:
+            layouts.add(k)
             ranked.append(ev)
-        if len(ranked) >= keep:
-            break
+    fastest = ranked[0] if ranked else None
+    if ranked:
+        # Honest ties: what the model cannot tell apart is ordered by simplicity, then speed.
+        floor = ranked[0].cost.tokens_per_s * (1 - TIE_FRACTION)
+        tied = [ev for ev in ranked if ev.cost.tokens_per_s >= floor]
+        rest = ranked[len(tied):]
+        tied.sort(key=lambda e: (_complexity(e.plan), -e.cost.tokens_per_s))
+        ranked = tied + rest
+    if not memory_misses and floored:
+        # Everything was cut on a memory bound: estimate the closest few in full, for the error message.
+        floored.sort(key=lambda f: f[0])
+        for _, plan in floored[:5]:
+            ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned)
+            if ev.memory is not None and not ev.ok:
+                memory_misses.append(ev)
     memory_misses.sort(key=lambda e: e.overflow_ratio)
     misses = tuple(memory_misses[:5]) + tuple(rule_misses[:3])
-    return SearchResult(tuple(ranked), considered, dict(rejected.most_common()), misses)
+    return SearchResult(tuple(ranked[:keep]), considered, dict(rejected.most_common()), misses,
+                        fastest if ranked and fastest is not ranked[0] else None)
 
 
 def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> Evaluation | None:
-    for plan in candidates(model, cluster, num_gpus, pins):
+    for _, plan in candidates(model, cluster, num_gpus, pins):
         if plan == BATCH_TOO_LARGE:
             continue
         ctx = rules.Context(model, cluster, plan, num_gpus)
@@ -254,6 +646,10 @@ def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
         estimate = mem.estimate(model, plan, cluster)
         if estimate.fits:
             return Evaluation(plan, (), estimate)
+        for variant in _savers(model, cluster, plan, pins, estimate):
+            if mem.estimate(model, variant, cluster).fits and not any(
+                    v.severity == rules.ERROR for v in rules.check(rules.Context(model, cluster, variant, num_gpus))):
+                return Evaluation(variant, (), mem.estimate(model, variant, cluster))
     return None
 
 
@@ -287,8 +683,9 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
     if result.ranked:
         return result
     gpu = cluster.gpu
-    if result.rejected.get("memory_fits") and result.nearest_misses:
-        closest = result.nearest_misses[0]
+    memory_misses = [ev for ev in result.nearest_misses if ev.memory is not None]
+    if result.rejected.get("memory_fits") and memory_misses:
+        closest = memory_misses[0]
         peak = closest.memory.peak
         why = (f"{model.name} does not fit on {num_gpus} x {gpu.name} ({gpu.hbm_gib:g} GiB each): the closest plan "
                f"({describe(closest.plan)}) needs {peak.total_bytes / GIB:.1f} GiB per GPU on stage {peak.stage}")
@@ -310,12 +707,25 @@ def describe(plan: ParallelPlan) -> str:
         parts.append(f"cp={plan.cp}")
     if plan.ep > 1:
         parts.append(f"ep={plan.ep}")
+    if plan.etp is not None and plan.etp != plan.tp:
+        parts.append(f"etp={plan.etp}")
     parts += [f"dp={plan.dp}", f"mbs={plan.mbs}", f"gbs={plan.gbs}"]
     if plan.framework == "fsdp":
         parts.append(plan.fsdp_sharding_strategy)
     else:
         parts.append(f"zero={plan.zero_stage}")
-    parts.append(f"recompute={plan.recompute}")
+    recompute = f"recompute={plan.recompute}"
+    if plan.recompute == "full" and plan.recompute_layers is not None:
+        recompute += f"({plan.recompute_layers}/chunk)"
+    parts.append(recompute)
+    if plan.quant_recipe:
+        parts.append(plan.quant_recipe)
+    if plan.grad_dtype == "bf16":
+        parts.append("grads=bf16")
+    if plan.precision_aware_optimizer:
+        parts.append("precision-aware-optimizer")
+    if plan.offload_activation_layers:
+        parts.append(f"offload-activations={plan.offload_activation_layers}")
     if plan.offload_optimizer:
         parts.append("offload")
     if plan.pp_first_stage_layers or plan.pp_last_stage_layers:

@@ -17,7 +17,8 @@ FRAMEWORKS = ("megatron", "deepspeed", "fsdp")
 LR_DECAYS = ("cosine", "linear", "constant")
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
+GRAD_DTYPES = ("fp32", "bf16")
 LAYER_SPECS = ("te", "local")
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 ARCHS = ("ampere", "hopper", "blackwell")
@@ -97,6 +98,11 @@ class ModelSpec:
     """Experts each token is routed to; 0 for dense models."""
     moe_ffn_hidden_size: int | None = None
     """Expert MLP width (one SwiGLU branch). None = ffn_hidden_size."""
+    sliding_window: int | None = None
+    """Tokens each query attends to in the windowed layers (sliding-window attention). None = full attention."""
+    window_attn_skip_freq: int = 0
+    """Every Nth layer uses full attention, the others the window (megatron-core window_attn_skip_freq;
+    GPT-OSS alternates: 2). 0 = every layer windowed."""
     source: str = ""
     """Where the numbers come from (checkpoint config or paper table)."""
 
@@ -144,6 +150,10 @@ class ModelSpec:
             )
         if not self.num_experts and self.moe_top_k:
             raise ValueError(f"ModelSpec {self.name}: moe_top_k ({self.moe_top_k}) set on a dense model")
+        if self.sliding_window is not None:
+            _positive(self, "sliding_window")
+        if not isinstance(self.window_attn_skip_freq, int) or self.window_attn_skip_freq < 0:
+            raise ValueError(f"ModelSpec {self.name}: window_attn_skip_freq must be >= 0, got {self.window_attn_skip_freq!r}")
 
     @property
     def query_width(self) -> int:
@@ -163,6 +173,13 @@ class ModelSpec:
     def qkv_bias(self) -> bool:
         """The QKV projection has a bias (every linear layer has one, or only QKV does)."""
         return self.add_bias_linear or self.add_qkv_bias
+
+    @property
+    def windowed_layer_fraction(self) -> float:
+        """Share of the layers that use the sliding window (0 without one)."""
+        if not self.sliding_window:
+            return 0.0
+        return 1.0 - 1.0 / self.window_attn_skip_freq if self.window_attn_skip_freq else 1.0
 
     @property
     def gated(self) -> bool:
@@ -254,6 +271,9 @@ class ClusterSpec:
     """GPUs the cluster has; the default job size when --gpus is not given."""
     cpu_mem_gib_per_node: float = 1024.0
     """Host memory per node, for CPU offload."""
+    host_link_gbyte_per_s_per_gpu: float = 55.0
+    """CPU-GPU bandwidth per GPU, one direction, GB/s: what offloaded activations and optimizer states move
+    over (PCIe Gen5 x16 ~55; Grace-Blackwell NVLink-C2C 900 GB/s per superchip, ~225 per GPU each way)."""
     nccl_env: tuple[tuple[str, str], ...] = ()
     """NCCL/IB environment for launch scripts (name, value)."""
     description: str = ""
@@ -268,6 +288,9 @@ class ClusterSpec:
                              f"multiple of gpus_per_node ({self.gpus_per_node})")
         if self.ib_gbit_per_s_per_gpu <= 0:
             raise ValueError(f"ClusterSpec {self.name}: ib_gbit_per_s_per_gpu must be positive, got {self.ib_gbit_per_s_per_gpu}")
+        if self.host_link_gbyte_per_s_per_gpu <= 0:
+            raise ValueError(f"ClusterSpec {self.name}: host_link_gbyte_per_s_per_gpu must be positive, "
+                             f"got {self.host_link_gbyte_per_s_per_gpu}")
 
     @property
     def nvlink_domain(self) -> int:
@@ -300,7 +323,10 @@ class ParallelPlan:
     cp: int = 1
     """Context-parallel degree: the sequence is split over cp ranks. 1 = disabled."""
     ep: int = 1
-    """Expert-parallel degree (MoE), carved out of dp*cp. 1 = disabled."""
+    """Expert-parallel degree (MoE), carved out of tp*cp*dp (megatron's MoE parallel folding). 1 = disabled."""
+    etp: int | None = None
+    """Expert tensor-parallel degree: how many ranks split each expert's weights (megatron
+    --expert-tensor-parallel-size). None = tp (megatron's default); 1 = whole experts, tokens all-to-all'd."""
     dp: int = 1
     """Data-parallel replicas (or shards, under ZeRO-3/FSDP)."""
     mbs: int = 1
@@ -311,27 +337,58 @@ class ParallelPlan:
     """Sequence length in tokens."""
     zero_stage: int = 0
     """Sharding of model states over dp: 0 none, 1 optimizer, 2 +gradients, 3 +parameters.
-    megatron: 1 = distributed optimizer. fsdp: 0 NO_SHARD (DDP), 2 SHARD_GRAD_OP, 3 FULL_SHARD."""
+    megatron: 1 = distributed optimizer, 2/3 = Megatron-FSDP (--use-megatron-fsdp, sharding strategy
+    optim_grads / optim_grads_params). fsdp: 0 NO_SHARD (DDP), 2 SHARD_GRAD_OP, 3 FULL_SHARD."""
     shard_group_size: int | None = None
     """ZeRO-3/FSDP shard group; None = the whole dp group. gpus_per_node = FSDP HYBRID_SHARD."""
     recompute: str = "none"
-    """Activation recomputation: none | selective (core attention) | full (every layer)."""
+    """Activation recomputation: none | selective (core attention) | full (whole layers)."""
+    recompute_layers: int | None = None
+    """With recompute full: layers of each model chunk recomputed (megatron --recompute-method block
+    --recompute-num-layers N); the others keep all their activations. None = every layer (uniform, 1)."""
+    offload_activation_layers: int = 0
+    """Layers whose saved activations live in host memory between forward and backward (megatron-core
+    --cpu-offloading-num-layers, Transformer Engine CPU offload). 0 = disabled."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism (shards LayerNorm/dropout activations over TP)."""
     precision: str = "bf16"
-    """bf16 | fp16 (dynamic loss scaling) | fp8 (Transformer Engine, BF16 master weights) | fp32 (Megatron,
-    for bit-exact verification runs: TP reproduces TP=1)."""
+    """bf16 | fp16 (dynamic loss scaling) | fp8 (Transformer Engine, BF16 master weights) | fp4 (NVFP4,
+    Blackwell) | fp32 (Megatron, for bit-exact verification runs: TP reproduces TP=1)."""
+    fp8_recipe: str | None = None
+    """Scaling recipe under precision fp8: delayed | current (per-tensor) | blockwise (1x128 / 128x128) |
+    mxfp8 (blocks of 32, Blackwell). None = current. Ignored for other precisions (fp4 is NVFP4)."""
+    fp8_param_gather: bool = False
+    """Keep the model's weights in FP8 (TE fp8 model params, megatron --fp8-param-gather): no BF16 copy
+    beside the FP8 one, and the distributed optimizer all-gathers FP8 parameters."""
+    precision_aware_optimizer: bool = False
+    """megatron --use-precision-aware-optimizer (TE FusedAdam): the fp32 master weights are kept as 16-bit
+    remainders beside the bf16 weights (store_param_remainders) and the update reads bf16 gradients directly:
+    10 optimizer bytes per parameter instead of 12, no fp32 gradient copy at the step (NeMo 1.x's
+    distributed_fused_adam did the same)."""
+    grad_dtype: str | None = None
+    """dtype gradients are accumulated and reduced in: fp32 | bf16. None = the framework's default:
+    megatron fp32 for bf16/fp8 (Megatron-LM accumulates in fp32 unless --grad-reduce-in-bf16), DeepSpeed the
+    model dtype (data_types.grad_accum_dtype, communication_data_type), FSDP fp32 (OLMo's mixed precision,
+    MixedPrecision.reduce_dtype)."""
     offload_optimizer: bool = False
     """DeepSpeed: optimizer states and FP32 master weights in host memory."""
     offload_params: bool = False
     """DeepSpeed ZeRO-3: parameters in host memory."""
-    grad_accum_fp32: bool = False
-    """DeepSpeed data_types.grad_accum_dtype=fp32: with bf16 and ZeRO 0/1 DeepSpeed then uses its
-    BF16_Optimizer, which keeps an unsharded FP32 gradient accumulation buffer (4 bytes/param)."""
     tp_comm_overlap: bool = False
     """Overlap TP collectives with GEMMs (megatron --tp-comm-overlap, TE userbuffers)."""
+    expandable_segments: bool = True
+    """Launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (genconf's scripts do): the caching
+    allocator grows segments in place and fragments little. False prices the classic allocator."""
     layer_spec: str = "te"
     """te: Transformer Engine fused layers with flash attention. local: megatron-core's unfused layers."""
+    fused_kernels: bool = False
+    """local spec: megatron's fused scale-mask-softmax, bias-GeLU and bias-dropout-add CUDA kernels were built
+    (Megatron-LM with apex or Transformer Engine installed, as the published A100 runs were): the softmax keeps
+    its output in bf16 and each element-wise op is one pass. genconf's launcher pip-installs megatron-core
+    without them: the softmax runs in fp32 through PyTorch."""
+    torch_compile: bool = False
+    """DeepSpeed/FSDP: the model runs under torch.compile, its element-wise ops fused (as torchtitan runs it);
+    genconf's own launchers run eager PyTorch."""
     pp_first_stage_layers: int | None = None
     """Uneven pipeline: layers on the first stage (megatron --decoder-first-pipeline-num-layers)."""
     pp_last_stage_layers: int | None = None
@@ -349,9 +406,17 @@ class ParallelPlan:
         _one_of(self, "recompute", RECOMPUTE)
         _one_of(self, "precision", PRECISIONS)
         _one_of(self, "layer_spec", LAYER_SPECS)
-        for name in ("pp_first_stage_layers", "pp_last_stage_layers", "shard_group_size"):
+        if self.fp8_recipe is not None:
+            _one_of(self, "fp8_recipe", FP8_RECIPES)
+        if self.grad_dtype is not None:
+            _one_of(self, "grad_dtype", GRAD_DTYPES)
+        for name in ("pp_first_stage_layers", "pp_last_stage_layers", "shard_group_size", "recompute_layers", "etp"):
             if getattr(self, name) is not None:
                 _positive(self, name)
+        if not isinstance(self.offload_activation_layers, int) or self.offload_activation_layers < 0:
+            raise ValueError(f"ParallelPlan.offload_activation_layers must be >= 0, got {self.offload_activation_layers!r}")
+        if self.fused_kernels and self.layer_spec != "local":
+            raise ValueError("ParallelPlan.fused_kernels describes the local spec's kernels; Transformer Engine fuses its own")
 
     @property
     def world_size(self) -> int:
@@ -380,6 +445,41 @@ class ParallelPlan:
     def shard_size(self) -> int:
         """GPUs that model states are sharded over under ZeRO/FSDP/distributed optimizer (dp*cp)."""
         return self.shard_group_size or self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Ranks each routed expert's weights are split over (etp, or tp by default)."""
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Data-parallel replicas of each expert: the tp*cp*dp ranks of a stage over ep x etp."""
+        return max(1, self.tp * self.cp * self.dp // (self.ep * self.expert_tp))
+
+    @property
+    def megatron_fsdp(self) -> bool:
+        """Megatron-FSDP: megatron with gradients (2) or gradients and parameters (3) sharded too."""
+        return self.framework == "megatron" and self.zero_stage >= 2
+
+    @property
+    def quant_recipe(self) -> str | None:
+        """The low-precision GEMM recipe: delayed | current | blockwise | mxfp8 | nvfp4, or None (bf16/fp16/fp32)."""
+        if self.precision == "fp8":
+            return self.fp8_recipe or "current"
+        if self.precision == "fp4":
+            return "nvfp4"
+        return None
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element in the accumulation/reduction buffer (grad_dtype or the framework default)."""
+        if self.precision == "fp32":
+            return 4
+        if self.grad_dtype is not None:
+            return 4 if self.grad_dtype == "fp32" else 2
+        if self.framework == "deepspeed" or self.precision == "fp16":
+            return 2
+        return 4
 
     @property
     def uneven_pipeline(self) -> bool:

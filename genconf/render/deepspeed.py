@@ -81,8 +81,11 @@ def deepspeed_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> 
                           "loss_scale_window": ls.window_steps, "hysteresis": ls.hysteresis, "min_loss_scale": ls.min_scale}
     elif plan.precision != "fp32":
         config["bf16"] = {"enabled": True}
-        if plan.grad_accum_fp32:
-            config["data_types"] = {"grad_accum_dtype": "fp32"}
+        if plan.grad_dtype is not None:
+            # Gradient accumulation and reduction dtype (ParallelPlan.grad_dtype): fp32 selects DeepSpeed's
+            # BF16_Optimizer (fp32 accumulation buffer) at ZeRO-1, bf16 keeps 16-bit gradients end to end.
+            config["data_types"] = {"grad_accum_dtype": plan.grad_dtype}
+            config["communication_data_type"] = plan.grad_dtype
     if plan.recompute != "none":
         config["activation_checkpointing"] = {
             "partition_activations": False, "contiguous_memory_optimization": False, "cpu_checkpointing": False,

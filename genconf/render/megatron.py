@@ -8,7 +8,7 @@ import dataclasses
 from genconf.plan.counting import as_built_by_megatron
 from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.pipeline import stage_layers
-from genconf.plan.precision import megatron_dtype, megatron_flags, megatron_plan_precision
+from genconf.plan.precision import megatron_dtype, megatron_flags, megatron_fp8_recipe, megatron_plan_precision
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
 MEGATRON_LM_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
@@ -30,6 +30,10 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--no-overlap-p2p-communication": (SWITCH, ()), "--distributed-backend": (STR, ("nccl", "gloo")),
     "--distributed-timeout-minutes": (INT, ()), "--ddp-bucket-size": (INT, ()),
     "--use-cpu-initialization": (SWITCH, ()), "--no-gradient-accumulation-fusion": (SWITCH, ()),
+    "--use-megatron-fsdp": (SWITCH, ()),
+    "--data-parallel-sharding-strategy": (STR, ("no_shard", "optim", "optim_grads", "optim_grads_params")),
+    "--grad-reduce-in-bf16": (SWITCH, ()), "--use-precision-aware-optimizer": (SWITCH, ()),
+    "--cpu-offloading-num-layers": (INT, ()),
     # batch and sequence
     "--micro-batch-size": (INT, ()), "--global-batch-size": (INT, ()), "--seq-length": (INT, ()),
     "--max-position-embeddings": (INT, ()),
@@ -44,6 +48,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--hidden-dropout": (FLOAT, ()), "--attention-dropout": (FLOAT, ()),
     "--make-vocab-size-divisible-by": (INT, ()),
     "--attention-backend": (STR, ("flash", "fused", "unfused", "local", "auto")), "--use-flash-attn": (SWITCH, ()),
+    "--window-size": (STR, ()), "--window-attn-skip-freq": (INT, ()),
     # mixture of experts
     "--num-experts": (INT, ()), "--moe-router-topk": (INT, ()), "--moe-ffn-hidden-size": (INT, ()),
     "--moe-token-dispatcher-type": (STR, ("allgather", "alltoall", "flex")), "--moe-aux-loss-coeff": (FLOAT, ()),
@@ -66,6 +71,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--fp8-recipe": (STR, ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
     "--first-last-layers-bf16": (SWITCH, ()), "--num-layers-at-start-in-bf16": (INT, ()),
     "--num-layers-at-end-in-bf16": (INT, ()), "--fp8-param-gather": (SWITCH, ()),
+    "--fp4-format": (STR, ("e2m1",)), "--fp4-recipe": (STR, ("nvfp4", "custom")), "--fp4-param-gather": (SWITCH, ()),
     # optimizer and schedule
     "--optimizer": (STR, ("adam", "sgd", "muon", "dist_muon")), "--lr": (FLOAT, ()), "--min-lr": (FLOAT, ()),
     "--lr-decay-style": (STR, ("constant", "linear", "cosine", "inverse-square-root", "WSD")),
@@ -119,12 +125,23 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add(f"# layers per pipeline rank: {list(stage_layers(model.num_layers, plan))}")
     add("--context-parallel-size", plan.cp)
     add("--expert-model-parallel-size", plan.ep)
+    if plan.etp is not None:
+        add("--expert-tensor-parallel-size", plan.etp)
     if plan.sequence_parallel:
         add("--sequence-parallel")
     if plan.tp_comm_overlap:
         add("--tp-comm-overlap")
     if plan.distributed_optimizer:
         add("--use-distributed-optimizer")
+    if plan.megatron_fsdp:
+        # Megatron-FSDP (zero 2: optimizer + gradients sharded, zero 3: + parameters); arguments.py requires the
+        # fsdp_dtensor checkpoint format and CUDA_DEVICE_MAX_CONNECTIONS != 1 (the launch script leaves it unset).
+        add("--use-megatron-fsdp")
+        add("--data-parallel-sharding-strategy", "optim_grads_params" if plan.zero_stage == 3 else "optim_grads")
+        add("--ckpt-format", "fsdp_dtensor")
+    if plan.precision_aware_optimizer:
+        add("# precision-aware optimizer (TE FusedAdam): fp32 master weights kept as 16-bit remainders")
+        add("--use-precision-aware-optimizer")
     if plan.dp * plan.cp > 1:
         add("--overlap-grad-reduce")
         if plan.distributed_optimizer:
@@ -165,6 +182,12 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--qk-layernorm")
     add("--hidden-dropout", model.hidden_dropout)
     add("--attention-dropout", model.attention_dropout)
+    if model.sliding_window:
+        add(f"# sliding-window attention: {model.sliding_window} keys back; every "
+            f"{model.window_attn_skip_freq or 'no'} layer(s) one full-attention layer")
+        add("--window-size", f"{model.sliding_window},0")
+        if model.window_attn_skip_freq:
+            add("--window-attn-skip-freq", model.window_attn_skip_freq)
     if model.is_moe:
         add("--num-experts", model.num_experts)
         add("--moe-router-topk", model.moe_top_k)
@@ -180,13 +203,26 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     add("--transformer-impl", "transformer_engine" if plan.layer_spec == "te" else "local")
     if plan.recompute == "selective":
         add("--recompute-granularity", "selective")
+    elif plan.recompute == "full" and plan.recompute_layers is not None:
+        add(f"# block recompute: the first {plan.recompute_layers} layers of each model chunk keep only their input")
+        add("--recompute-granularity", "full")
+        add("--recompute-method", "block")
+        add("--recompute-num-layers", plan.recompute_layers)
     elif plan.recompute == "full":
         add("--recompute-granularity", "full")
         add("--recompute-method", "uniform")
         add("--recompute-num-layers", 1)
+    if plan.offload_activation_layers:
+        add("# Transformer Engine CPU offload of these layers' activations (arguments.py sets --cpu-offloading)")
+        add("--cpu-offloading-num-layers", plan.offload_activation_layers)
     add(f"# precision: {plan.precision}")
-    for flag, value in megatron_flags(plan.precision, train.fp8_recipe, train.fp8_bf16_first_last_layers):
+    for flag, value in megatron_flags(plan.precision, plan.fp8_recipe or train.fp8_recipe,
+                                      train.fp8_bf16_first_last_layers, param_gather=plan.fp8_param_gather):
         add(flag, value)
+        if flag == "--bf16" and plan.grad_dtype == "bf16":
+            # Megatron-LM accumulates and reduces bf16 gradients in fp32 main_grad buffers unless told otherwise.
+            add("# gradients accumulated and reduced in bf16 (half the buffer and the DP traffic)")
+            add("--grad-reduce-in-bf16")
     add(f"# optimizer and schedule: {train.train_steps} steps")
     add("--optimizer", "adam")  # Megatron's adam is AdamW: decoupled weight decay
     add("--lr", train.lr)
@@ -250,6 +286,14 @@ def megatron_vp(values: dict[str, object]) -> int:
     return 1
 
 
+def _window(text: object) -> tuple[int, int] | None:
+    """--window-size "w,0" as megatron-core's (left, right) tuple."""
+    if not text:
+        return None
+    left, right = (int(x) for x in str(text).strip("()\"' ").split(","))
+    return left, right
+
+
 def megatron_config_kwargs(values: dict[str, object]) -> dict:
     """megatron-core TransformerConfig keyword arguments for parsed Megatron-LM arguments, the way
     Megatron-LM's core_transformer_config_from_args builds them (MEGATRON_LM_SOURCE). Pure values: dtypes are
@@ -291,6 +335,16 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
         "num_layers_at_start_in_bf16": values.get("--num-layers-at-start-in-bf16", 1),
         "num_layers_at_end_in_bf16": values.get("--num-layers-at-end-in-bf16", 1),
     }
+    # Set only when given: megatron-core versions without them keep their defaults.
+    optional = {"fp8_param": "--fp8-param-gather" in values, "fp4": values.get("--fp4-format"),
+                "fp4_recipe": values.get("--fp4-recipe") if "--fp4-format" in values else None,
+                "fp4_param": "--fp4-param-gather" in values,
+                "cpu_offloading": values.get("--cpu-offloading-num-layers", 0) > 0,
+                "cpu_offloading_num_layers": values.get("--cpu-offloading-num-layers"),
+                "expert_tensor_parallel_size": values.get("--expert-tensor-parallel-size"),
+                "window_size": _window(values.get("--window-size")),
+                "window_attn_skip_freq": values.get("--window-attn-skip-freq")}
+    kw.update({k: v for k, v in optional.items() if v})
     if "--num-experts" in values:
         kw.update(num_moe_experts=values.get("--num-experts"), moe_router_topk=values.get("--moe-router-topk", 2),
                   moe_ffn_hidden_size=values.get("--moe-ffn-hidden-size") or ffn,
@@ -325,12 +379,22 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
     dp = num_gpus // (tp * pp * cp)
     mbs = int(g("--micro-batch-size"))
     precision = megatron_plan_precision(values)
+    fp8_recipe = megatron_fp8_recipe(g("--fp8-recipe")) if precision == "fp8" else None
+    sharding = g("--data-parallel-sharding-strategy", "optim_grads")
+    zero = ({"optim_grads_params": 3}.get(sharding, 2) if "--use-megatron-fsdp" in values
+            else 1 if "--use-distributed-optimizer" in values else 0)
+    block = g("--recompute-method") == "block"
     plan = ParallelPlan(
         framework="megatron", tp=tp, pp=pp, vp=megatron_vp(values), cp=cp, ep=int(g("--expert-model-parallel-size", 1)),
         dp=dp, mbs=mbs, gbs=int(g("--global-batch-size", mbs * dp)), seq_length=int(g("--seq-length")),
-        zero_stage=1 if "--use-distributed-optimizer" in values else 0,
+        zero_stage=zero, etp=g("--expert-tensor-parallel-size"),
         recompute=g("--recompute-granularity") or "none", sequence_parallel="--sequence-parallel" in values,
-        precision=precision, tp_comm_overlap="--tp-comm-overlap" in values,
+        recompute_layers=int(g("--recompute-num-layers")) if block else None,
+        offload_activation_layers=int(g("--cpu-offloading-num-layers", 0) or 0),
+        precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap="--tp-comm-overlap" in values,
+        fp8_param_gather="--fp8-param-gather" in values or "--fp4-param-gather" in values,
+        precision_aware_optimizer="--use-precision-aware-optimizer" in values,
+        grad_dtype="bf16" if "--grad-reduce-in-bf16" in values else None,
         layer_spec="local" if g("--transformer-impl") == "local" else "te",
         pp_first_stage_layers=g("--decoder-first-pipeline-num-layers"),
         pp_last_stage_layers=g("--decoder-last-pipeline-num-layers"),

@@ -27,7 +27,9 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
     plan, _ = equivalent_plan(plan, "fsdp")
     strategy = plan.fsdp_sharding_strategy
     affine = model.normalization != "nonparametric"
-    fsdp: dict = {"wrapping_strategy": fsdp_wrapping(model), "precision": "mixed", "sharding_strategy": strategy}
+    # OLMo FSDPPrecision: mixed reduces gradients in fp32 (MixedPrecision.reduce_dtype), pure in bf16.
+    fsdp: dict = {"wrapping_strategy": fsdp_wrapping(model),
+                  "precision": "pure" if plan.grad_dtype == "bf16" else "mixed", "sharding_strategy": strategy}
     if strategy == "HYBRID_SHARD":
         fsdp["hybrid_sharding_num_model_replicas"] = plan.dp // plan.shard_group_size
     olmo_model = {

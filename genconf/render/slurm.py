@@ -120,6 +120,9 @@ def slurm_settings(cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, opti
         "artifacts": options.artifacts_dir, "launchers": options.launchers_dir, "python": options.python,
         "master_port": options.master_port, "nccl_env": list(cluster.nccl_env), "cluster_name": cluster.name,
         "preempt_signal_s": preempt_signal_s(options.time), "torchrun_signals": TORCHRUN_SIGNALS,
-        # Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before Blackwell (arguments.py).
-        "megatron_max_connections": megatron.tp > 1 or megatron.cp > 1,
+        # Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before Blackwell (arguments.py), and
+        # != 1 with Megatron-FSDP.
+        "megatron_max_connections": (megatron.tp > 1 or megatron.cp > 1) and not megatron.megatron_fsdp,
+        # PyTorch's caching allocator grows segments in place (the memory model's expandable_segments).
+        "expandable_segments": plan.expandable_segments,
     }

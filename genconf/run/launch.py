@@ -107,6 +107,9 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
                **(extra_env or {}))
     if not cuda_available():
         env.update(cpu_numerics.pinned_env(env))  # the same loss curve on every x86 CPU (genconf.train.cpu_numerics)
+    if cfg.plan.expandable_segments:
+        # As the launch scripts: the caching allocator grows segments in place (the memory estimate assumes it).
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     print(f"genconf: launching {' '.join(cmd)}", file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     # SIGUSR1 to `genconf launch` (a preemption notice, or a user's kill -USR1) reaches torchrun, which forwards

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from genconf.plan.errors import GenconfError
 from genconf.plan.memory import GIB, HEADROOM_FRACTION, stage_memory
-from genconf.plan.pipeline import PipelineBlock, bubble_fraction, simulate_schedule, stage_layers
+from genconf.plan.pipeline import PipelineBlock, bubble_fraction, simulate_schedule
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 DPI = 100
@@ -106,27 +106,14 @@ class PassTimes:
 
 
 def pass_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> PassTimes:
-    """genconf.cost.layer_time per layer (TP/CP communication split like the compute), times the layers of a
-    chunk; the per-micro-batch overhead and, on the last stage, the logits and loss are spread over its chunks as
-    step_cost adds them to the stage (Korthikanti 2022's 1:2 forward:backward for the logits GEMMs)."""
+    """genconf.plan.cost.stage_times per pipeline rank, split into forward and backward as the cost model splits
+    it, over the rank's vp model chunks: the passes step_cost adds up."""
     from genconf.catalog.hardware import calibration_for
-    from genconf.plan.cost import _linear_s, layer_time
-    from genconf.plan.memory import vocab_rows
+    from genconf.plan.cost import stage_times
 
-    cal = calibration_for(cluster.gpu.name)
-    lt = layer_time(model, plan, cluster, cal)
-    comm = lt.tp_comm_s + lt.cp_comm_s
-    share = lt.fwd_s / (lt.fwd_s + lt.bwd_s)
-    n = plan.mbs * plan.seq_length // plan.cp
-    rows = vocab_rows(model, plan)
-    logits_s = _linear_s(cluster.gpu, cal, n, rows // plan.tp, model.hidden_size, False)
-    logits_s += 3 * 4.0 * n * rows / plan.tp / (cluster.gpu.hbm_tbyte_per_s * 1e12 * cal.hbm_efficiency)
-    fwd, bwd = [], []
-    for i, layers in enumerate(stage_layers(model.num_layers, plan)):
-        extra = cal.microbatch_overhead_s + (logits_s if i == plan.pp - 1 else 0.0)
-        fwd.append((layers * (lt.fwd_s + comm * share) + extra / 3) / plan.vp)
-        bwd.append((layers * (lt.bwd_s + comm * (1 - share)) + 2 * extra / 3) / plan.vp)
-    return PassTimes(tuple(fwd), tuple(bwd))
+    stages = stage_times(model, plan, cluster, calibration_for(cluster.gpu.name))
+    return PassTimes(tuple(st.forward_s / plan.vp for st in stages),
+                     tuple((st.total_s - st.forward_s) / plan.vp for st in stages))
 
 
 def schedule_blocks(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> tuple[PipelineBlock, ...]:

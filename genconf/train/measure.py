@@ -36,7 +36,10 @@ def _master_tensors(optimizer) -> list[torch.Tensor]:
     out: list[torch.Tensor] = []
     for name in ("shard_fp32_from_float16_groups", "fp32_from_float16_groups",  # megatron-core
                  "single_partition_of_fp32_groups", "fp32_partitioned_groups_flat",  # DeepSpeed ZeRO-1/2, ZeRO-3
-                 "fp32_groups_flat_partition"):  # DeepSpeed BF16_Optimizer
+                 "fp32_groups_flat_partition",  # DeepSpeed BF16_Optimizer
+                 # DeepSpeed ZeRO-0 with bf16/fp16 (engine.py DDP_BFLOAT16/FP16 -> FP16_Optimizer with a fused
+                 # Adam, FP16_UnfusedOptimizer otherwise): the fp32 master copy the H100 run missed.
+                 "fp32_groups_flat", "fp32_groups"):
         groups = getattr(optimizer, name, None)
         if groups is None:
             continue

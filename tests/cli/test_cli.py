@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from conftest import REPO, genconf_cmd
+from genconf.cli.main import main
 
 JSON_KEYS = {
     "model": ["name", "params"],
@@ -129,6 +130,9 @@ PLAN_FLAGS = sorted([
     "--model", "--gpus", "--cluster", "--gpu", "--gpus-per-node", "--framework", "--tp", "--pp", "--vp", "--cp", "--ep",
     "--mbs", "--global-batch", "--seq-len", "--first-stage-layers", "--last-stage-layers", "--zero", "--recompute",
     "--precision", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json", "--plot",
+    "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
+    "--no-fp8-param-gather", "--precision-aware-optimizer", "--no-precision-aware-optimizer", "--no-tp-comm-overlap",
+    "--fused-kernels", "--expandable-segments", "--no-expandable-segments",
     "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
 ])
 
@@ -150,3 +154,36 @@ def test_planning_imports_nothing_heavy():
             "sys.stderr.write(repr(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0 and out.stderr.strip().endswith("[]"), out.stderr[-300:]
+
+
+# --- issue 12: honest ties, exact bytes and intervals, precision recipes -------------------------
+
+def test_ties_prefer_the_simpler_layout_and_say_so(capsys):
+    assert main(["--model", "1b", "--gpus", "8", "--cluster", "dgx-h100", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["plan"]["zero_stage"] <= 1 and d["plan"]["recompute"] == "none" and d["plan"]["tp"] == 1
+    assert any("tie" in w or "simpler" in w for w in d["why"])
+
+
+def test_json_has_exact_bytes_and_80_percent_intervals(capsys):
+    assert main(["--model", "llama3-8b", "--gpus", "16", "--cluster", "dgx-h100", "--precision", "fp8-blockwise",
+                 "--grad-dtype", "bf16", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    m = d["memory"]
+    for key in ("params", "grads", "optimizer", "activations", "other", "allocated", "reserved", "device", "total"):
+        assert isinstance(m[f"{key}_bytes"], int) and m[f"{key}_gib"] == pytest.approx(m[f"{key}_bytes"] / 2**30, abs=1e-3)
+    assert m["allocated_bytes"] <= m["reserved_bytes"] <= m["device_bytes"]
+    band = d["intervals_80"]
+    lo, hi = band["tokens_per_s_per_gpu"]
+    assert lo < d["perf"]["tokens_per_s_per_gpu"] < hi
+    s_lo, s_hi = band["step_time_s"]
+    assert s_lo < d["perf"]["step_time_s"] < s_hi
+    assert d["plan"]["fp8_recipe"] == "blockwise" and d["plan"]["grad_dtype"] == "bf16"
+
+
+def test_nvfp4_and_mxfp8_need_blackwell(capsys):
+    assert main(["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--precision", "mxfp8"]) == 2
+    assert "Blackwell" in capsys.readouterr().err
+    assert main(["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-b200", "--precision", "nvfp4", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["plan"]["precision"] == "fp4" and d["perf"]["peak_tflops_per_gpu"] > 4000

@@ -41,6 +41,21 @@ def test_seed_workshop_formula_for_the_70b_exercise():
     assert workshop_param_count(model) == 65_288_471_656
 
 
+def test_alias_index_agrees_with_parsing_every_catalog_file():
+    """resolve_model reads only each file's `aliases:` line to find a size alias; a full YAML parse of every
+    model file must give the same aliases, and each alias the same model as its file."""
+    import yaml
+
+    from genconf.catalog.files import resource_dir
+    from genconf.catalog.models import model_aliases
+
+    parsed = {str(a): path.stem for path in sorted(resource_dir("models").glob("*.yaml"))
+              for a in (yaml.safe_load(path.read_text()).get("aliases") or [])}
+    assert model_aliases() == parsed and parsed["70b"] == "olmo-70b"
+    for alias, name in parsed.items():
+        assert resolve_model(alias) == (resolve_model(name)[0], alias)
+
+
 def test_seed_workshop_formula_for_the_1b_and_7b_configs():
     # The seed quotes P = 0.944 B (1B, D=2048 N=16 V=32100 T=2048) and 6.715 B (7B); our catalog stores the
     # padded embedding (32128 rows), so evaluate the formula with the seed's V.
@@ -54,13 +69,17 @@ def test_seed_workshop_formula_for_the_1b_and_7b_configs():
 
 def test_every_catalog_model_is_near_its_name():
     # Honest names: the size in the name is within 20% of the exact count (public names are rounded:
-    # OLMo-1B has 1.18B parameters).
+    # OLMo-1B has 1.18B parameters); an MoE name's "aNb" is its active count (Qwen3-30B-A3B: 3.35B).
+    import re
+
     for model in list_models():
-        size = model.name.split("-")[-1]
-        if not size.endswith("b") or "x" in size:
+        total = re.search(r"-(\d+(?:\.\d+)?)b(?:-|$)", model.name)
+        if total is None or "x" in model.name.split("-")[-1]:
             continue
-        billions = float(size[:-1])
-        assert abs(exact_param_count(model) / 1e9 / billions - 1) < 0.20, model.name
+        assert abs(exact_param_count(model) / 1e9 / float(total.group(1)) - 1) < 0.20, model.name
+        active = re.search(r"-a(\d+(?:\.\d+)?)b$", model.name)
+        if active:
+            assert abs(active_param_count(model) / 1e9 / float(active.group(1)) - 1) < 0.20, model.name
 
 
 def test_moe_active_params():

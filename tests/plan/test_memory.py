@@ -18,6 +18,7 @@ from genconf.plan.memory import (
     rank_params,
     seed_model_bytes,
     stage_memory,
+    step_transient_bytes,
 )
 from genconf.plan.pipeline import inflight_chunks, stage_layers
 from genconf.plan.specs import ModelSpec, ParallelPlan
@@ -41,9 +42,12 @@ def _ds_plan(zero: int, n: int, **kw) -> ParallelPlan:
 
 
 def _model_states(model, plan) -> int:
+    # DeepSpeed's estimators count the fp32 gradient partition with the model states; genconf prices it as
+    # what it is, a buffer that exists only inside optimizer.step() (stage_1_and_2.py / stage3.py free it).
     stage = stage_memory(model, plan, 0)
     gathered = sum(b for name, b in stage.other if name.startswith("ZeRO-3 gathered"))
-    return stage.params_bytes + stage.grads_bytes + stage.optimizer_bytes + gathered
+    return (stage.params_bytes + stage.grads_bytes + stage.optimizer_bytes + gathered
+            + step_transient_bytes(model, plan, 0))
 
 
 @needs_deepspeed

@@ -17,7 +17,7 @@ def test_every_recipe_is_named_by_its_plan_dtype_and_fp8_recipe(name):
     assert r.plan_precision in PRECISIONS
     assert precision.recipe_for(r.plan_precision, r.train_fp8_recipe) is r
     assert (r.train_fp8_recipe is None) == (r.plan_precision != "fp8")
-    assert (r.te_recipe is None) == (r.plan_precision != "fp8")
+    assert (r.te_recipe is None) == (r.plan_precision not in ("fp8", "fp4"))
 
 
 def test_fp8_without_a_recipe_is_current_scaling():
@@ -95,3 +95,11 @@ def test_deepspeed_fp16_needs_a_gpu():
     assert precision.unsupported_reason(precision.recipe("fp16"), gpu=None, framework="deepspeed", te_available=False,
                                         cuda=False).startswith("fp16 under DeepSpeed needs a GPU")
     assert precision.OLMO_PRECISION == {"bf16": "amp_bf16", "fp16": "amp_fp16", "fp32": "fp32"}
+
+
+def test_precision_names_map_to_plan_dtypes_and_fp8_recipes():
+    assert precision.plan_precision_of("fp8-delayed") == ("fp8", "delayed")
+    assert precision.plan_precision_of("mxfp8") == ("fp8", "mxfp8")
+    assert precision.plan_precision_of("nvfp4") == ("fp4", None) and precision.plan_precision_of("bf16") == ("bf16", None)
+    assert precision.plan_precision_of("fp8") == ("fp8", None)  # the default scaling: current
+    assert set(precision.PRECISION_NAMES) == set(precision.PLAN_PRECISIONS) | set(precision.RECIPES)

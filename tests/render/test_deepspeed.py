@@ -85,3 +85,8 @@ def test_ds_config_covers_every_stage_offload_and_precision(rendered):
         seen.update(k for k in ("offload_optimizer", "offload_param") if k in zero)
         seen.update(k for k in ("bf16", "fp16") if ds.get(k, {}).get("enabled"))
     assert {"zero0", "zero1", "zero2", "zero3", "offload_optimizer", "offload_param", "bf16", "fp16"} <= seen
+
+
+def test_gradient_dtype_reaches_ds_config(rendered):
+    ds = json.loads((rendered["ds_z1_fp32_grads"] / "ds_config.json").read_text())
+    assert ds["data_types"] == {"grad_accum_dtype": "fp32"} and ds["communication_data_type"] == "fp32"

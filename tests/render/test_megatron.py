@@ -37,6 +37,17 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         assert (cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage) == (10, 10)
     if name == "full_fp16_local":
         assert cfg.fp16 and cfg.recompute_method == "uniform" and cfg.recompute_num_layers == 1
+    if name == "fp8_block_knobs":
+        assert (cfg.fp8, cfg.fp8_recipe, cfg.fp8_param) == ("e4m3", "blockwise", True)
+        assert cfg.recompute_method == "block" and cfg.recompute_num_layers == 2
+        text = (d / "megatron_args.txt").read_text()
+        assert "--grad-reduce-in-bf16\n" in text and "--use-precision-aware-optimizer\n" in text
+    if name == "megatron_fsdp":
+        text = (d / "megatron_args.txt").read_text()
+        assert "--use-megatron-fsdp\n" in text and "--data-parallel-sharding-strategy optim_grads_params" in text
+        assert "--ckpt-format fsdp_dtensor" in text
+        assert "CUDA_DEVICE_MAX_CONNECTIONS" not in (d / "launch_megatron.sbatch").read_text().replace("# ", "")
+
 
 def test_emitted_flags_are_megatron_lm_arguments(rendered):
     for name, d in rendered.items():

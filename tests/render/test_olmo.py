@@ -19,3 +19,8 @@ def test_olmo_config_matches_the_seed_shapes(rendered):
     assert hsdp["fsdp"]["sharding_strategy"] == "HYBRID_SHARD" and hsdp["fsdp"]["hybrid_sharding_num_model_replicas"] == 4
     # the seed's 7B: by_block (the embedding is smaller than one block)
     assert hsdp["fsdp"]["wrapping_strategy"] == "by_block" and hsdp["model"]["d_model"] == 4096
+
+
+def test_bf16_gradients_reduce_in_bf16_under_fsdp(rendered):
+    olmo = (rendered["fp8_block_knobs"] / "olmo_fsdp.yaml").read_text()
+    assert "precision: pure" in olmo  # bf16 gradients: FSDP reduce_dtype bf16

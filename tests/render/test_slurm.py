@@ -48,3 +48,8 @@ def test_injection_through_names_and_paths_runs_nothing(tmp_path):
     text = (out / "launch_megatron.sbatch").read_text()
     assert f"#SBATCH --job-name={sbatch_job_name(job)}\n" in text and '"' not in sbatch_job_name(job)
     assert check_dir(out).problems == ()
+
+
+def test_launch_scripts_set_expandable_segments(rendered):
+    script = (rendered["olmo70b"] / "launch_megatron.sbatch").read_text()
+    assert 'export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"' in script

@@ -93,8 +93,9 @@ def build(cfg: RunConfig, config, spec, d: runtime.Dist):
         if half:
             gpt = Float16Module(config, gpt)
         ddp = DistributedDataParallelConfig(
-            # Megatron-LM accumulates and reduces bf16 gradients in fp32 (--accumulate-allreduce-grads-in-fp32).
-            grad_reduce_in_fp32=not recipe.loss_scaling,
+            # Megatron-LM accumulates and reduces bf16 gradients in fp32 (--accumulate-allreduce-grads-in-fp32)
+            # unless the plan reduces them in bf16 (--grad-reduce-in-bf16).
+            grad_reduce_in_fp32=not recipe.loss_scaling and plan.grad_dtype != "bf16",
             overlap_grad_reduce=d.device.type == "cuda", overlap_param_gather=False,
             use_distributed_optimizer=plan.distributed_optimizer)
         chunks.append(DistributedDataParallel(config, ddp, gpt, disable_bucketing=vp_stage > 0))
@@ -104,6 +105,7 @@ def build(cfg: RunConfig, config, spec, d: runtime.Dist):
                           clip_grad=train.grad_clip, bf16=recipe.compute_dtype == "bfloat16",
                           fp16=recipe.loss_scaling, params_dtype=config.params_dtype,
                           use_distributed_optimizer=plan.distributed_optimizer,
+                          **({"use_precision_aware_optimizer": True} if plan.precision_aware_optimizer else {}),
                           initial_loss_scale=loss.initial_scale if recipe.loss_scaling else None,
                           loss_scale_window=loss.window_steps, hysteresis=loss.hysteresis,
                           min_loss_scale=float(loss.min_scale))
