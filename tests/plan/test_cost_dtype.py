@@ -1,0 +1,65 @@
+"""Costs per dtype (issue 15 item 3): a GEMM is timed at the peak of the dtype the plan computes in, FP32 at
+the TF32 tensor-core peak, BF16/FP16 at theirs, FP8 and FP4 at theirs; MFU is measured against the same peak.
+On the old main `--model 7b --gpus 16 --cluster kempner-a100 --precision fp32` reported MFU 1.13: the GEMMs
+ran at the BF16 peak (312 TFLOP/s on an A100) while MFU divided by the TF32 one (156).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from genconf.catalog.hardware import calibration_for, resolve_gpu
+from genconf.cli.main import main
+from genconf.plan.cost import gemm_s
+
+M = N = K = 8192  # compute-bound on every GPU here: 1.1e12 FLOPs over 400 MB of BF16 operands
+
+
+@pytest.mark.parametrize("gpu_name,dtype,peak_dtype", [
+    ("a100-80gb", "fp32", "tf32"),
+    ("a100-80gb", "bf16", "bf16"),
+    ("h100-sxm", "fp32", "tf32"),
+    ("h100-sxm", "fp8", "fp8"),
+    ("b200", "fp4", "fp4"),
+])
+def test_a_compute_bound_gemm_runs_at_its_dtypes_peak(gpu_name, dtype, peak_dtype):
+    gpu = resolve_gpu(gpu_name)
+    cal = calibration_for(gpu.name)
+    efficiency = {"fp8": cal.fp8_gemm_efficiency, "fp4": cal.fp4_gemm_efficiency}.get(dtype, cal.gemm_efficiency)
+    # 2 M N K FLOPs at the dtype's peak, the sustained clock and the dtype's main-loop efficiency; the 64 x 64 =
+    # 4,096 tiles of 128 x 128 fill whole waves within a few percent (tile quantization, per-tile overhead:
+    # 5% at B200's 9 PFLOP/s of FP4, where a tile's fixed cost weighs most).
+    ideal_s = 2 * M * N * K / (gpu.peak_tflops(peak_dtype) * 1e12 * cal.clock_factor * efficiency)
+    assert gemm_s(gpu, cal, M, N, K, dtype) == pytest.approx(ideal_s, rel=0.08)
+    assert gemm_s(gpu, cal, M, N, K, dtype) >= ideal_s * (1 - 1e-9)
+    if peak_dtype == "tf32":  # FP32 runs on the TF32 tensor cores: half the BF16 rate on A100 and H100
+        assert gemm_s(gpu, cal, M, N, K, dtype) / gemm_s(gpu, cal, M, N, K, "bf16") == pytest.approx(
+            gpu.peak_tflops("bf16") / gpu.peak_tflops("tf32"), rel=0.02)
+
+
+def plan_json(*args: str) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["plan", "--json", *args]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_an_fp32_plan_is_costed_at_the_tf32_peak_and_its_mfu_is_at_most_1():
+    a100 = resolve_gpu("a100-80gb")
+    layout = ["--model", "7b", "--gpus", "16", "--cluster", "kempner-a100", "--tp", "1", "--pp", "1",
+              "--mbs", "1", "--recompute", "none", "--framework", "fsdp", "--zero", "3"]
+    fp32 = plan_json(*layout, "--precision", "fp32")
+    bf16 = plan_json(*layout, "--precision", "bf16")
+    assert fp32["perf"]["peak_tflops_per_gpu"] == a100.peak_tflops("tf32") == 156
+    assert 0 < fp32["perf"]["mfu"] <= 1
+    # Twice the GEMM time of the BF16 plan (312 vs 156 TFLOP/s) and a little more (FP32 activations move twice
+    # the bytes in the bandwidth-bound kernels): compute is 1.9x to 2.2x.
+    ratio = fp32["perf"]["breakdown_s"]["compute"] / bf16["perf"]["breakdown_s"]["compute"]
+    assert 1.9 <= ratio <= 2.2, ratio
+    # The unpinned plan from the issue.
+    issue = plan_json("--model", "7b", "--gpus", "16", "--cluster", "kempner-a100", "--precision", "fp32")
+    assert issue["perf"]["peak_tflops_per_gpu"] == 156 and 0 < issue["perf"]["mfu"] <= 1
