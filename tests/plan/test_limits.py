@@ -74,3 +74,11 @@ def test_every_flag_names_a_range_and_the_table_lists_them():
     table = limits.table_markdown().splitlines()
     assert len(table) == 2 + len(limits.RANGES)
     assert "| `num_gpus` (`--gpus`) | 1 to 1,048,576 | GPUs |" in limits.table_markdown()
+
+
+def test_the_readme_shows_the_ranges_as_they_are():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert limits.table_markdown() in readme, "regenerate the README table: python -c 'from genconf.plan import " \
+                                              "limits; print(limits.table_markdown())'"
