@@ -637,9 +637,24 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
 
 
 def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> Evaluation | None:
-    for _, plan in candidates(model, cluster, num_gpus, pins):
-        if plan == BATCH_TOO_LARGE:
+    """The first candidate that fits (memory savers included), or None. Pruned as search() prunes, so that a
+    model that fits nowhere is proved so quickly (issue 15: the suggestions alone took over 2 s): a layout whose
+    leanest variant cannot fit is skipped whole, and so is a micro-batch and recompute that needs more memory
+    than one of the same layout that did not fit."""
+    seq = pins.seq_length or model.seq_length
+    usable = cluster.gpu.hbm_gib * GIB * (1 - mem.HEADROOM_FRACTION)
+    core_memo: dict[tuple, bool] = {}
+    failed: dict[_Layout, list[tuple[int, int]]] = {}
+    for layout, mbs, gbs, recompute in _specs(model, cluster, num_gpus, pins):
+        if mbs == BATCH_TOO_LARGE:
             continue
+        level = _RECOMPUTE_MEMORY[recompute]
+        if any(mbs >= f_mbs and level >= f_level for f_mbs, f_level in failed.get(layout, ())):
+            continue
+        if (_states_floor_bytes(model, layout, pins.precision, bool(pins.offload)) > usable
+                or _core_too_big(model, cluster, pins, seq, layout, usable, core_memo)):
+            continue
+        plan = _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute)
         ctx = rules.Context(model, cluster, plan, num_gpus)
         if any(v.severity == rules.ERROR for v in rules.check(ctx, first_error_only=True)):
             continue
@@ -650,6 +665,8 @@ def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
             if mem.estimate(model, variant, cluster).fits and not any(
                     v.severity == rules.ERROR for v in rules.check(rules.Context(model, cluster, variant, num_gpus))):
                 return Evaluation(variant, (), mem.estimate(model, variant, cluster))
+        if pins.recompute_layers is None:
+            failed.setdefault(layout, []).append((mbs, level))
     return None
 
 
