@@ -172,7 +172,7 @@ def _split_options(num_layers: int, pp: int) -> list[dict]:
             if ends:
                 x = min(ends, key=lambda x: (abs(x - (share - 0.5)), x))
                 options.append({"pp_first_stage_layers": x, "pp_last_stage_layers": x})
-        elif pp == 2:
+        elif pp == 2 and num_layers >= 2:  # one layer cannot be split over two stages (a 0-layer stage)
             half = num_layers // 2
             options.append({"pp_first_stage_layers": half, "pp_last_stage_layers": num_layers - half})
     return options

@@ -5,9 +5,9 @@ memory and has MFU <= 1.
 Hypothesis draws the flags (huge, zero, negative and malformed numbers among ordinary ones), model YAML
 files (every key, values of every type) and cluster YAML files (nccl_env as a mapping, list, string or
 number; infinite bandwidths; 2**31 NVLink domains). The default suite runs a fixed-seed sample of
-GENCONF_FUZZ_EXAMPLES (default 120) examples; the long mode is the same test with more:
+GENCONF_FUZZ_EXAMPLES (default 1,000; about 15 s) examples; the long mode is the same test with more:
 
-    GENCONF_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_fuzz_cli.py
+    GENCONF_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/cli/test_fuzz_cli.py
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from genconf.plan import rules
 from genconf.plan.memory import estimate
 from genconf.plan.planfile import decode
 
-EXAMPLES = int(os.environ.get("GENCONF_FUZZ_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("GENCONF_FUZZ_EXAMPLES", "1000"))
 TIME_LIMIT_S = float(os.environ.get("GENCONF_FUZZ_TIME_LIMIT_S", "2.0"))
 
 HUGE = [0, -1, 2**31, 2**31 - 1, 2**63, 10**7, 10**8, 10**9, 10**12, 720_720, 1_048_576, 1_048_577, 3 * 2**20]
@@ -204,3 +204,13 @@ def test_nccl_env_that_is_not_a_mapping_is_one_line(tmp_path, nccl_env):
     code, out, err, _ = run_cli(["plan", "--model", "7b", "--gpus", "8", "--cluster", str(cluster)])
     assert code == 2 and err.strip() == (f"genconf: error: {cluster}: nccl_env must be a mapping of variable names to "
                                          f"values (NCCL_IB_HCA: mlx5), got {type(nccl_env).__name__}")
+
+
+def test_a_one_layer_model_is_planned_not_a_traceback(tmp_path):
+    """Found by the long mode: pp=2 split one layer into stages of 0 and 1 (ValueError from ParallelPlan)."""
+    model = tmp_path / "m.yaml"
+    model.write_text(yaml.safe_dump({"name": "one-layer", **SANE_MODEL, "num_layers": 1}))
+    code, out, err, _ = run_cli(["plan", "--json", "--model", str(model), "--framework", "megatron", "--precision",
+                                 "fp32", "--recompute", "selective"])
+    assert code == 0, err
+    check_plan(json.loads(out))
