@@ -636,7 +636,25 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
                         fastest if ranked and fastest is not ranked[0] else None)
 
 
-def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> Evaluation | None:
+class _Budget:
+    """Memory estimates the suggestions may still spend."""
+
+    def __init__(self, estimates: int) -> None:
+        self.left = estimates
+
+    def spend(self, n: int = 1) -> bool:
+        self.left -= n
+        return self.left >= 0
+
+
+SUGGESTION_ESTIMATES = 1500
+"""Memory estimates each kind of suggestion (more GPUs, a shorter sequence) may spend: about 0.6 s on a loaded
+2-core CI machine. A model that would need more to prove where it fits gets the other suggestions only (issue
+15: every planning run ends in under 2 s). A count, not a clock, so the message never depends on the machine."""
+
+
+def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins,
+                   budget: _Budget | None = None) -> Evaluation | None:
     """The first candidate that fits (memory savers included), or None. Pruned as search() prunes, so that a
     model that fits nowhere is proved so quickly (issue 15: the suggestions alone took over 2 s): a layout whose
     leanest variant cannot fit is skipped whole, and so is a micro-batch and recompute that needs more memory
@@ -651,13 +669,20 @@ def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
         level = _RECOMPUTE_MEMORY[recompute]
         if any(mbs >= f_mbs and level >= f_level for f_mbs, f_level in failed.get(layout, ())):
             continue
-        if (_states_floor_bytes(model, layout, pins.precision, bool(pins.offload)) > usable
-                or _core_too_big(model, cluster, pins, seq, layout, usable, core_memo)):
+        if _states_floor_bytes(model, layout, pins.precision, bool(pins.offload)) > usable:
+            continue
+        known = len(core_memo)
+        too_big = _core_too_big(model, cluster, pins, seq, layout, usable, core_memo)
+        if budget is not None and not budget.spend(len(core_memo) - known):
+            return None
+        if too_big:
             continue
         plan = _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute)
         ctx = rules.Context(model, cluster, plan, num_gpus)
         if any(v.severity == rules.ERROR for v in rules.check(ctx, first_error_only=True)):
             continue
+        if budget is not None and not budget.spend():
+            return None
         estimate = mem.estimate(model, plan, cluster)
         if estimate.fits:
             return Evaluation(plan, (), estimate)
@@ -674,15 +699,19 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     """Suggestions for a model that fits nowhere: more GPUs, a shorter sequence, recompute, offload."""
     tips = []
     per_node = cluster.gpus_per_node
+    budget = _Budget(SUGGESTION_ESTIMATES)
     for factor in (2, 4, 8, 16, 32, 64):
         more = max(per_node, num_gpus * factor // per_node * per_node)
-        if _fits_anywhere(model, cluster, more, cal, replace(pins, gbs=None)):
+        if _fits_anywhere(model, cluster, more, cal, replace(pins, gbs=None), budget):
             tips.append(f"--gpus {more}")
             break
+        if budget.left < 0:
+            break
     seq = pins.seq_length or model.seq_length
-    while seq > 512:
+    budget = _Budget(SUGGESTION_ESTIMATES)
+    while seq > 512 and budget.left >= 0:
         seq //= 2
-        if _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, seq_length=seq, gbs=None)):
+        if _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, seq_length=seq, gbs=None), budget):
             tips.append(f"--seq-len {seq}")
             break
     if pins.recompute not in (None, "full") and _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, recompute="full")):

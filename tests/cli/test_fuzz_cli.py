@@ -214,3 +214,14 @@ def test_a_one_layer_model_is_planned_not_a_traceback(tmp_path):
                                  "fp32", "--recompute", "selective"])
     assert code == 0, err
     check_plan(json.loads(out))
+
+
+def test_a_model_that_fits_nowhere_near_is_refused_fast_with_what_would_fit():
+    """Found by the long mode: proving that no GPU count up to 64x fits took 2.5 s of suggestions alone. The
+    suggestions spend a fixed number of memory estimates (search.SUGGESTION_ESTIMATES), so the line is the same
+    on every machine."""
+    args = ["plan", "--model", "mixtral-8x7b", "--cluster", "kempner-a100", "--zero", "2", "--layer-spec", "local",
+            "--offload"]
+    code, out, err, seconds = run_cli(args)
+    assert code == 2 and seconds < TIME_LIMIT_S, (code, seconds)
+    assert err.strip().endswith("It would fit with: --seq-len 16384") and len(err.strip().splitlines()) == 1, err
