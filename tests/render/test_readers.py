@@ -15,10 +15,15 @@ from pathlib import Path
 import pytest
 
 from conftest import reader_or_skip, shellcheck_or_skip
-from genconf import check, configs, recipes, report
-from genconf.cli import main
+from genconf.catalog.recipes import list_recipes
+from genconf.check.directory import check_dir
+from genconf.check.megatron import parse_megatron_args
+from genconf.cli.main import main
+from genconf.plan import planfile
+from genconf.plan.equivalent import equivalent_plan
+from genconf.render.megatron import megatron_config_kwargs
 
-RECIPES = recipes.list_recipes()
+RECIPES = list_recipes()
 INSTALL = {
     "olmo.config": "pip install -e '.[readers]' && pip install --no-deps ai2-olmo==0.6.0",
     "deepspeed": "pip install -e '.[train]'",
@@ -55,14 +60,14 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
 
 
 def plan_of(d: Path):
-    run = json.loads((d / "plan.json").read_text())
-    return run, *report.specs_from_dict(run)
+    pf = planfile.decode(json.loads((d / "plan.json").read_text()))
+    return pf.run, pf.model, pf.cluster, pf.plan, pf.num_gpus
 
 
 def test_every_recipe_is_rendered_at_both_sizes(artifacts):
     assert len(artifacts) == 2 * len(RECIPES) >= 16
     for d in artifacts.values():
-        assert check.check_dir(d).problems == ()
+        assert check_dir(d).problems == ()
 
 
 def test_olmo_train_config_load_reads_every_olmo_config(artifacts):
@@ -74,7 +79,7 @@ def test_olmo_train_config_load_reads_every_olmo_config(artifacts):
             assert not (d / "olmo_fsdp.yaml").exists(), key
             continue
         cfg = olmo_config.TrainConfig.load(d / "olmo_fsdp.yaml")
-        fsdp_plan, _ = configs.equivalent_plan(plan, "fsdp")
+        fsdp_plan, _ = equivalent_plan(plan, "fsdp")
         assert (cfg.model.d_model, cfg.model.n_layers, cfg.model.n_heads) == \
             (model.hidden_size, model.num_layers, model.num_attention_heads), key
         assert (cfg.model.n_kv_heads or cfg.model.n_heads) == model.num_query_groups, key
@@ -119,7 +124,7 @@ def test_deepspeed_config_reads_every_ds_config(artifacts, monkeypatch):
         _, model, cluster, plan, num_gpus = plan_of(d)
         raw = json.loads((d / "ds_config.json").read_text())
         cfg = DeepSpeedConfig(raw, mpu=PlanMPU(num_gpus))
-        ds_plan, _ = configs.equivalent_plan(plan, "deepspeed")
+        ds_plan, _ = equivalent_plan(plan, "deepspeed")
         assert cfg.train_batch_size == ds_plan.gbs == \
             cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps * num_gpus, key
         assert cfg.zero_optimization_stage == ds_plan.zero_stage, key
@@ -135,13 +140,13 @@ def test_megatron_core_reads_every_megatron_args(artifacts):
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
     for key, d in artifacts.items():
         _, model, cluster, plan, num_gpus = plan_of(d)
-        args, problems = check.parse_megatron_args((d / "megatron_args.txt").read_text())
+        args, problems = parse_megatron_args((d / "megatron_args.txt").read_text())
         assert problems == [], key
-        kw = check.megatron_config_kwargs(args)
+        kw = megatron_config_kwargs({flag: a.value for flag, a in args.items()})
         kw.update(params_dtype=dtypes[kw["params_dtype"]], pipeline_dtype=dtypes[kw["pipeline_dtype"]],
                   activation_func={"silu": F.silu, "gelu": F.gelu}[kw["activation_func"]])
         cfg = TransformerConfig(**kw)
-        mplan, _ = configs.equivalent_plan(plan, "megatron")
+        mplan, _ = equivalent_plan(plan, "megatron")
         assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size) == \
             (mplan.tp, mplan.pp, mplan.cp), key
         assert (cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads) == \

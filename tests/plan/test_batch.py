@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from genconf.batch import (ANCHORS, MI, SMOKE_MAX_MICROBATCHES, default_batch, default_tokens_per_step,
+from genconf.plan.batch import (ANCHORS, MI, SMOKE_MAX_MICROBATCHES, default_batch, default_tokens_per_step,
                            global_batch_for)
 
 # Published batches in tokens per step (the papers' M is 2^20: GPT-3's 0.5M is 256 sequences of 2048 tokens).

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genconf.configs import equivalent_plan
-from genconf.specs import ModelSpec, ParallelPlan
+from genconf.plan.equivalent import equivalent_plan
+from genconf.plan.specs import ModelSpec, ParallelPlan
 
 FRAMEWORK_FILES = {"megatron": "megatron_args.txt", "deepspeed": "ds_config.json", "fsdp": "olmo_fsdp.yaml"}
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genconf.counting import exact_param_count, model_flops_per_token, recompute_flops_per_token
-from genconf.specs import ModelSpec, ParallelPlan
+from genconf.plan.counting import exact_param_count, model_flops_per_token, recompute_flops_per_token
+from genconf.plan.specs import ModelSpec, ParallelPlan
 
 CPU_FLOP_PER_S_PER_CORE = 12e9
 """FP32 FLOP/s one pinned core reaches inside a training step (measured: benchmarks/results/cpu_step_time.md)."""

@@ -6,10 +6,10 @@ import dataclasses
 import pytest
 
 from conftest import REPO
-from genconf import hf
-from genconf.catalog import resolve_model
-from genconf.fidelity import differences, feature_differences, layout_differences, olmo_config_omitted
-from genconf.specs import ParallelPlan
+from genconf.catalog import hf
+from genconf.catalog.models import resolve_model
+from genconf.render.fidelity import differences, feature_differences, layout_differences, olmo_config_omitted
+from genconf.plan.specs import ParallelPlan
 
 HF = REPO / "tests" / "data" / "hf"
 

@@ -8,9 +8,9 @@ import statistics
 import pytest
 
 from conftest import REPO
-from genconf.catalog import resolve_model
-from genconf.cpu_time import CPU_STEP_LIMIT_S, cpu_step_time, format_seconds
-from genconf.specs import ModelSpec, ParallelPlan
+from genconf.catalog.models import resolve_model
+from genconf.plan.cpu_time import CPU_STEP_LIMIT_S, cpu_step_time, format_seconds
+from genconf.plan.specs import ModelSpec, ParallelPlan
 
 MEASURED = json.loads((REPO / "benchmarks" / "results" / "cpu_step_time.json").read_text())
 
