@@ -99,11 +99,12 @@ def default_tokens_per_step(params: float) -> tuple[int, str, bool]:
                 f"{SMALL_MODEL_EXPONENT} (DeepSeek LLM, Bi et al. 2024), at most {SMOKE_MAX_MICROBATCHES} "
                 f"micro-batches: a smoke-sized model", True)
     if params >= last.params:
-        return last.tokens_per_step, f"{_label(last)}, the largest published batch", False
+        return last.tokens_per_step, f"{_label(last)}: the largest published batch", False
     for lo, hi in zip(ANCHORS, ANCHORS[1:]):
         if lo.params <= params < hi.params:
             if lo.tokens_per_step == hi.tokens_per_step:
-                return lo.tokens_per_step, f"{_label(lo)} to {_label(hi)}: the same batch", False
+                return (lo.tokens_per_step, f"{lo.tokens_per_step / MI:g}M tokens, published for {lo.name} "
+                        f"({human_params(lo.params)} params) to {hi.name} ({human_params(hi.params)})", False)
             # log-linear between the two published sizes around the model's
             x = math.log(params / lo.params) / math.log(hi.params / lo.params)
             tokens = lo.tokens_per_step * (hi.tokens_per_step / lo.tokens_per_step) ** x
@@ -131,3 +132,29 @@ def global_batch_for(target: BatchDefault, unit: int, *, microbatch_sequences: i
         cap = SMOKE_MAX_MICROBATCHES * microbatch_sequences
         gbs = max(unit, min(gbs, cap // unit * unit))
     return gbs
+
+
+BATCH_SOURCES = ("default", "--global-batch", "recipe", "smoke", "shrunk")
+"""Where a plan's global batch came from: the rule above; the command line; a recipe's batch section; a recipe's
+smoke variant; `genconf launch` shrinking the model for a smoke test."""
+
+
+def batch_summary(params: float, global_batch: int, seq_length: int, source: str) -> dict:
+    """plan.json's `batch`: the global batch, its tokens, where it came from and, for the default, by which rule."""
+    if source not in BATCH_SOURCES:
+        raise ValueError(f"batch source must be one of {'|'.join(BATCH_SOURCES)}, got {source!r}")
+    target = default_batch(params, seq_length)
+    return {"global_batch": global_batch, "seq_length": seq_length, "tokens_per_step": global_batch * seq_length,
+            "source": source, "default_tokens_per_step": target.tokens_per_step,
+            "default_global_batch": target.sequences, "rule": target.reason}
+
+
+def describe_batch(summary: dict) -> tuple[str, str]:
+    """Two lines for people: ('256 x 2,048 = 524,288 tokens per step', 'the default: GPT-3 Small ... to ...')."""
+    head = f"{summary['global_batch']:,} x {summary['seq_length']:,} = {summary['tokens_per_step']:,} tokens per step"
+    source = summary["source"]
+    if source == "default":
+        return head, f"the default: {summary['rule']}"
+    where = {"--global-batch": "given with --global-batch", "recipe": "the recipe's batch",
+             "smoke": "the recipe's smoke variant", "shrunk": "scaled down with the shrunk model"}[source]
+    return head, f"{where}; the default would be {summary['default_tokens_per_step']:,} tokens: {summary['rule']}"

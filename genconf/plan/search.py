@@ -9,15 +9,15 @@ from dataclasses import dataclass, field, replace
 
 from genconf.plan import memory as mem
 from genconf.plan import rules
+from genconf.plan.batch import BatchDefault, default_batch, global_batch_for
 from genconf.plan.cost import Calibration, StepCost, step_cost
+from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
-DEFAULT_TOKENS_PER_STEP = 4 * 2**20
-"""Default global batch: ~4M tokens per step (LLaMA, Llama-2/3 and OLMo pre-training batches)."""
 MAX_BATCH_GROWTH = 1.5
-"""Without --global-batch, a candidate may round the batch up to 1.5x the default, not more."""
+"""Without --global-batch, a candidate may round the batch up to 1.5x the default (genconf.plan.batch), not more."""
 BATCH_TOO_LARGE = "batch_above_target"
 """Marker yielded for layouts whose data parallelism alone forces a batch above the target."""
 
@@ -123,16 +123,16 @@ def _split_options(num_layers: int, pp: int) -> list[dict]:
     return options
 
 
-def _gbs_for(pins: Pins, seq: int, unit: int) -> int:
+def _gbs_for(pins: Pins, target: BatchDefault, unit: int, microbatch_sequences: int) -> int:
     if pins.gbs is not None:
         return pins.gbs
-    target = max(1, round(DEFAULT_TOKENS_PER_STEP / seq))
-    return max(unit, round(target / unit) * unit)
+    return global_batch_for(target, unit, microbatch_sequences=microbatch_sequences)
 
 
 def candidates(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins):
     """Every plan the search considers (rules decide later which are valid)."""
     seq = pins.seq_length or model.seq_length
+    target = default_batch(exact_param_count(model), seq)  # the default global batch, from the model's size
     frameworks = [pins.framework] if pins.framework else ["megatron", "deepspeed", "fsdp"]
     domain = cluster.nvlink_domain
     for framework in frameworks:
@@ -170,8 +170,8 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins
                         mbss = [pins.mbs] if pins.mbs else [1, 2, 4, 8]
                         for mbs in mbss:
                             unit = mbs * dp * (pp if vp > 1 else 1)
-                            gbs = _gbs_for(pins, seq, unit)
-                            if pins.gbs is None and gbs * seq > MAX_BATCH_GROWTH * DEFAULT_TOKENS_PER_STEP:
+                            gbs = _gbs_for(pins, target, unit, mbs * dp)
+                            if pins.gbs is None and gbs * seq > MAX_BATCH_GROWTH * max(target.tokens_per_step, seq):
                                 if mbs == 1 and not pins.mbs:
                                     yield BATCH_TOO_LARGE
                                 continue  # would buy speed with a bigger batch than training wants
