@@ -61,7 +61,7 @@ def gpu_for_device_name(device_name: str) -> str | None:
     """The catalog GPU for a CUDA device name (torch.cuda.get_device_name()), or None."""
     name = device_name.lower()
     for key, gpu in (("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"),
-                     ("a100-sxm4-40", "a100-40gb"), ("a100", "a100-80gb"), ("gb200", "gb200"), ("b200", "b200")):
+                     ("a100-sxm4-40", "a100-40gb"), ("a100", "a100-80gb"), ("gb300", "gb300"), ("gb200", "gb200"), ("b200", "b200")):
         if key in name:
             return gpu
     return None
