@@ -124,6 +124,11 @@ def feature_differences(model: ModelSpec, framework: str) -> list[Difference]:
         if model.qk_layernorm and not model.qk_layernorm_per_head:
             add("q/k norm", "over the full projection width (OLMo-2)", f"per head ({model.kv_channels} wide)",
                 "megatron-core normalises q and k per head")
+    elif framework == "deepspeed":
+        if model.is_moe:
+            add("experts", f"{model.num_experts} experts, top-{model.moe_top_k}", "none: the JSON carries no model",
+                "DeepSpeed's config has no model; genconf's DeepSpeed runner builds dense layers only, so `genconf "
+                "launch` refuses this plan there (DeepSpeed-MoE needs its own model code)")
     elif framework == "fsdp":
         if model.is_moe:
             add("experts", f"{model.num_experts} experts, top-{model.moe_top_k}, ffn {model.moe_ffn_hidden_size}",
