@@ -7,7 +7,7 @@ import dataclasses
 import json
 import sys
 
-from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster
+from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster_noted
 from genconf.catalog.hardware import calibration_for, list_gpus
 from genconf.catalog.models import list_models, model_aliases, resolve_model
 from genconf.cli import text
@@ -66,7 +66,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     from genconf.plan.search import plan_or_explain
 
     model, alias = resolve_model(args.model)
-    cluster = resolve_cluster(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
+    cluster, cluster_note = resolve_cluster_noted(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
     num_gpus = args.gpus or cluster.total_gpus
     if num_gpus is None:
         raise GenconfError(f"cluster {cluster.name} has no default size: give --gpus")
@@ -84,8 +84,11 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
     best = result.best
     tokens = args.tokens or float(chinchilla_tokens(model))
-    run = planfile.encode(model, alias, cluster, num_gpus, best, result, tokens, cal=cal)
+    run = planfile.encode(model, alias, cluster, num_gpus, best, result, tokens, cal=cal,
+                          batch_source="--global-batch" if args.global_batch else "default")
     run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
+    if cluster_note:
+        run["cluster"]["note"] = cluster_note
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 
 
@@ -197,6 +200,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.submit:
         return launch.submit(cfg, artifacts, wait=args.wait)
     launch.refuse_unrunnable(cfg)
+    note = launch.shrunk_batch_note(artifacts, cfg)
+    if note:
+        print(f"genconf: {note}", file=sys.stderr, flush=True)
+    if not launch.cuda_available():
+        launch.cpu_step_estimate(cfg, force=args.force)
     run_dir = Path(args.run_dir) if args.run_dir else artifacts / "runs" / (args.name or time.strftime("%Y%m%d-%H%M%S"))
     if args.resume and not (run_dir / "config.json").is_file():
         raise GenconfError(f"--resume: {run_dir} has no config.json (give the --run-dir of the run to resume)")
@@ -278,7 +286,13 @@ def cmd_ci(args: argparse.Namespace) -> int:
 
     if args.recipes_dir:
         os.environ[recipes.RECIPES_DIR_ENV] = os.path.abspath(args.recipes_dir)
-    rows = ci.run(args.names, update_golden=args.update_golden, work_dir=args.work_dir)
+    if args.plot:
+        from genconf.run import plots
+
+        plots.require_matplotlib()  # before anything runs
+    rows = ci.run(args.names, update_golden=args.update_golden, work_dir=args.work_dir, plot_dir=args.plot)
+    if args.plot:
+        print(f"genconf: wrote {sum(len(r.plots) for r in rows)} files to {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps([r.__dict__ | {"ok": r.ok} for r in rows], indent=1, sort_keys=True))
     else:

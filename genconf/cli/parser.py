@@ -145,6 +145,8 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--submit", action="store_true", help="submit the generated sbatch script instead")
     launch.add_argument("--wait", action="store_true", help="with --submit: wait for the job and report its end")
     launch.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the run directory")
+    launch.add_argument("--force", action="store_true", help="on a CPU: start even when a step is expected to take "
+                        "more than 10 minutes")
     g = launch.add_argument_group("smoke test: shrink the model, keep the parallel layout")
     for flag, text in (("--layers", "transformer layers"), ("--hidden", "hidden size (MLP scaled alike)"),
                        ("--heads", "attention heads"), ("--vocab", "vocabulary size"), ("--seq-len", "sequence length"),
@@ -178,4 +180,6 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     ci.add_argument("--update-golden", metavar="NAME", help="rewrite NAME's golden file from a fresh run (shows the diff)")
     ci.add_argument("--work-dir", help="where the artifacts and runs go (default: a new temporary directory)")
     ci.add_argument("--recipes-dir", help="run the recipes of another folder (default: genconf's recipes/)")
+    ci.add_argument("--plot", metavar="DIR", help="draw each recipe's memory.png and schedule.png (its full-size plan) "
+                    "and verify.png (its smoke run against the golden curve) into DIR/<recipe>/ (needs the plot extra)")
     ci.add_argument("--json", action="store_true")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from genconf.plan.batch import describe_batch
 from genconf.plan.counting import exact_param_count, human_count
 from genconf.plan.memory import GIB, HEADROOM_FRACTION, StageMemory
 from genconf.plan.pipeline import inflight_chunks
@@ -49,17 +50,25 @@ def _stage_memory_lines(stage: StageMemory, plan: ParallelPlan, capacity: int) -
 def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:
     m, c, p, perf, tr = d["model"], d["cluster"], d["plan"], d["perf"], d["training"]
     alias = f"{m['alias']} -> " if m["alias"] else ""
+    domain = c.get("nvlink_domain_gpus") or c["gpus_per_node"]
+    nvlink = "inside a node" if domain <= c["gpus_per_node"] else f"across {domain} GPUs"
     lines = [
         f"model    {alias}{m['name']}: {m['params']:,} parameters (workshop formula: {m['params_workshop']:,})",
         f"         {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_attention_heads']} heads"
         f" ({m['num_query_groups']} KV), ffn {m['ffn_hidden_size']} {m['activation']}, vocab {m['vocab_size']}, "
         f"seq {p['seq_length']}",
         f"cluster  {c['name']}: {c['num_gpus']} x {c['gpu_display_name']} ({c['num_nodes']} nodes of "
-        f"{c['gpus_per_node']}, NVLink inside a node, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
+        f"{c['gpus_per_node']}, NVLink {nvlink}, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
+        *([f"         {c['note']}"] if c.get("note") else []),
         "",
         f"plan     {d['layout']}",
         f"         {p['num_microbatches']} micro-batches per step, {p['precision']}, layer spec {p['layer_spec']}, "
         f"layers per stage {p['stage_layers'] if p['pp'] <= 8 else str(p['stage_layers'][:8])[:-1] + ', ...]'}",
+    ]
+    if d.get("batch"):
+        head, where = describe_batch(d["batch"])
+        lines += [f"batch    {head}", f"         {where}"]
+    lines += [
         "",
         f"memory per GPU, stage {best.memory.peak.stage} (the busiest)           GiB",
     ]

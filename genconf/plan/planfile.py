@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genconf import __version__
+from genconf.plan.batch import batch_summary
 from genconf.plan.cost import Calibration, StepCost, training_time_s
 from genconf.plan.counting import exact_param_count, workshop_param_count
 from genconf.plan.errors import GenconfError
@@ -120,10 +121,11 @@ def intervals_dict(best: Evaluation, cal: Calibration, *, moe: bool = False) -> 
 
 
 def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
-           result: SearchResult | None, tokens: float, train: TrainSpec | None = None,
-           cal: Calibration | None = None) -> dict:
+           result: SearchResult | None, tokens: float, train: TrainSpec | None = None, *,
+           cal: Calibration | None = None, batch_source: str = "default") -> dict:
     """The run dict of a plan: what `--json` prints and plan.json holds (`tokens` sets the training length;
-    `cal` adds the 80% intervals of its held-out error bands)."""
+    `cal` adds the 80% intervals of its held-out error bands; `batch_source` says where the global batch came
+    from: genconf.plan.batch.BATCH_SOURCES)."""
     cost = best.cost
     alternatives = []
     if result is not None:
@@ -137,6 +139,7 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
         "genconf_version": __version__, "schema_version": SCHEMA_VERSION,
         "model": model_dict(model, alias), "cluster": cluster_dict(cluster, num_gpus),
         "plan": plan_dict(best.plan, model), "layout": describe(best.plan),
+        "batch": batch_summary(exact_param_count(model), best.plan.gbs, best.plan.seq_length, batch_source),
         "train": dataclasses.asdict(train or default_train(best.plan, tokens)),
         "memory": memory_dict(best.memory), "perf": perf_dict(cost),
         "training": {"tokens": tokens, "time_s": round(train_s, 1), "days": round(train_s / 86400, 2),

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genconf.plan import rules
+from genconf.plan.batch import default_batch, global_batch_for
+from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import GenconfError
 from genconf.plan.planfile import PlanFile, decode, load, model_from_dict, plan_from_dict
 from genconf.plan.precision import plan_in_precision, recipe_for
@@ -50,7 +52,8 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
            global_batch: int | None = None, mbs: int | None = None, steps: int | None = None,
            lr: float | None = None, checkpoint_every: int | None = None,
            precision: str | None = None) -> tuple[ModelSpec, ParallelPlan, TrainSpec]:
-    """A smaller model and run with the same parallel layout (tp, pp, vp, cp, ep, dp, zero, recompute)."""
+    """A smaller model and run with the same parallel layout (tp, pp, vp, cp, ep, dp, zero, recompute). A smaller
+    model without --global-batch also gets a smaller batch: its own default, if below the plan's."""
     m, p, t = model, plan, train
     if layers is not None:
         # An uneven split is specific to the full model's layer count: the shrunk model splits evenly.
@@ -74,6 +77,14 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
     if seq_len is not None:
         m = dataclasses.replace(m, seq_length=max(m.seq_length, seq_len) if m.position_embedding == "rope" else seq_len)
         p = dataclasses.replace(p, seq_length=seq_len)
+    if global_batch is None and any(v is not None for v in (layers, hidden, heads, vocab, seq_len)):
+        # A smaller model wants a smaller batch (genconf.plan.batch): the shrunk model's default, never more than the
+        # plan's, in whole units of the layout (mbs x dp, x pp when interleaved) so the layout stays valid.
+        micro, unit = mbs or p.mbs, (mbs or p.mbs) * p.dp * (p.pp if p.vp > 1 else 1)
+        smaller = global_batch_for(default_batch(exact_param_count(m), p.seq_length), unit,
+                                   microbatch_sequences=micro * p.dp)
+        if smaller < p.gbs:
+            p = dataclasses.replace(p, gbs=smaller)
     if global_batch is not None or mbs is not None:
         gbs = global_batch or p.gbs
         per_rank = max(1, gbs // p.dp)

@@ -66,4 +66,4 @@ def test_injection_scripts_pass_sbatch_and_create_nothing(slurm_cluster, tmp_pat
                               timeout=60)
         assert said.returncode == 0, said.stderr
     assert [p for p in tmp_path.rglob("pwned*")] == []
-    assert check(out, "--slurm").stdout.strip() == "ok: 7 files"
+    assert check(out, "--slurm").stdout.strip() == "ok: 8 files"
