@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     verify.add_argument("run", metavar="RUN", help="a run directory (with metrics.jsonl)")
     verify.add_argument("--golden", help="golden loss file: 'step loss' per line")
     verify.add_argument("--tolerance", type=float, help="absolute loss tolerance against the golden file (default 1e-4)")
-    verify.add_argument("--min-drop", type=float, default=0.05, help="without a golden file: required loss drop (0.05)")
+    verify.add_argument("--min-drop", type=float, help="without a golden file: also require the loss to fall by this "
+                        "fraction (default: the statistical trend rule alone)")
     verify.add_argument("--json", action="store_true")
     verify.add_argument("--plot", metavar="DIR", help="draw verify.png (loss against the golden curve, tokens/s and peak "
                         "memory per step against the prediction) with its numbers in verify.csv (needs the plot extra)")

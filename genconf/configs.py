@@ -135,9 +135,9 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
         if plan.recompute == "selective":
             notes.append("selective recompute is Megatron's; full (whole-layer) checkpointing instead")
     precision = plan.precision
-    if precision == "fp8" and framework != "megatron":
+    if precision == "fp8" and framework == "deepspeed":
         precision = "bf16"
-        notes.append("FP8 runs through Transformer Engine in Megatron only; bf16 here")
+        notes.append("FP8 runs through Transformer Engine (Megatron) or torchao (FSDP); bf16 here")
     if precision == "fp16" and framework == "fsdp":
         precision = "bf16"
         notes.append("OLMo FSDP has no loss scaler; bf16 instead of fp16")

@@ -83,9 +83,23 @@ def recipe_for(precision: str, fp8_recipe: str | None) -> PrecisionRecipe:
     return recipe(precision)
 
 
+TORCHAO_RECIPES = {"fp8-current": "tensorwise"}
+"""FP8 without Transformer Engine (FSDP): genconf recipe -> torchao Float8LinearConfig recipe (torchtitan's)."""
+
+
 def unsupported_reason(r: PrecisionRecipe, *, gpu: GPUSpec | None, framework: str, te_available: bool,
-                       cuda: bool) -> str | None:
+                       cuda: bool, torchao_available: bool = False) -> str | None:
     """One line saying why `r` cannot run here, or None. `gpu` None means no GPU (CPU run)."""
+    if r.plan_precision == "fp8" and framework == "fsdp":
+        # torchao's float8 layers: FP8 tensor cores on a GPU; torch._scaled_mm's CPU kernel runs it on a CPU.
+        if r.name not in TORCHAO_RECIPES:
+            return (f"{r.name} needs Transformer Engine (the megatron launcher); FSDP runs FP8 through torchao, "
+                    f"recipe {', '.join(TORCHAO_RECIPES)}")
+        if not torchao_available:
+            return "FP8 with FSDP runs through torchao, which is not installed: pip install 'genconf[fp8]'"
+        if cuda and gpu is not None and not gpu.supports_fp8:
+            return f"{r.name} needs FP8 tensor cores (Hopper or Blackwell); {gpu.display_name} has none"
+        return None
     if r.plan_precision == "fp8":
         if not cuda or gpu is None:
             return f"{r.name} needs a Hopper or Blackwell GPU; this run has no GPU"
@@ -93,9 +107,10 @@ def unsupported_reason(r: PrecisionRecipe, *, gpu: GPUSpec | None, framework: st
             need = " or ".join(a.capitalize() for a in r.needs_arch)
             return f"{r.name} needs {need} tensor cores; {gpu.display_name} is {gpu.arch.capitalize()}"
         if not te_available:
-            return f"{r.name} needs Transformer Engine (pip install 'genconf[fp8]'), which is not installed"
+            return f"{r.name} needs Transformer Engine (pip install 'genconf[te]'), which is not installed"
         if framework != "megatron":
-            return f"{r.name} runs through Transformer Engine layers: use the megatron launcher, not {framework}"
+            return (f"{r.name} runs through Transformer Engine layers (the megatron launcher) or torchao (fsdp), "
+                    f"not {framework}")
     if r.name == "fp16" and framework == "deepspeed" and not cuda:
         return "fp16 under DeepSpeed needs a GPU: DeepSpeed's FP16 optimizer does not run on the CPU (use bf16)"
     if r.name == "fp16" and framework == "fsdp":

@@ -240,8 +240,9 @@ def _precision(c: Context) -> str | None:
     if p.precision == "fp8":
         if not gpu.supports_fp8:
             return f"FP8 needs Hopper or Blackwell tensor cores; {gpu.display_name} has none (use --precision bf16)"
-        if p.framework != "megatron" or p.layer_spec != "te":
-            return "FP8 runs through Transformer Engine: needs --framework megatron and --layer-spec te"
+        if p.framework == "deepspeed" or (p.framework == "megatron" and p.layer_spec != "te"):
+            return ("FP8 runs through Transformer Engine (--framework megatron --layer-spec te) or torchao's float8 "
+                    "layers (--framework fsdp)")
     if p.precision == "fp32" and p.framework == "deepspeed":
         return "fp32 is for Megatron and FSDP verification runs here; use bf16 with DeepSpeed"
     if p.precision == "fp16" and p.framework == "fsdp":

@@ -113,7 +113,7 @@ def test_run_trains_and_verifies(runs, name):
     report = verified(run)
     checks = {c["name"]: c for c in report["checks"]}
     assert report["ok"], report
-    assert checks["loss"]["status"] == "pass"  # fell by at least 5% in 12 steps
+    assert checks["loss"]["status"] == "pass"  # a significant falling trend, below the labels' unigram entropy
     # Measured parameter and optimizer-state bytes of the built model equal the planner's memory model exactly.
     assert checks["model states"]["status"] == "pass", checks["model states"]
     assert rows[0]["measured_param_bytes"] == rows[0]["planned_param_bytes"] > 0
@@ -256,3 +256,17 @@ def test_a_full_size_plan_on_a_cpu_is_refused_before_it_starts(tmp_path):
     out = genconf("launch", str(artifacts), "--name", "big", "--steps", "1", check=False)
     assert out.returncode == 2 and "shrink it for a smoke test" in out.stderr and "GiB" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and not (artifacts / "runs" / "big").exists()
+
+
+@pytest.mark.skipif(not _has("torchao"), reason="torchao not installed (pip install -e '.[fp8]')")
+def test_fsdp_fp8_through_torchao(runs):
+    """FP8 without Transformer Engine: the FSDP plan at --precision fp8 trains through torchao's Float8Linear
+    (GEMMs emulated on a CPU, the casts real), verifies, and holds exactly the planned bytes."""
+    artifacts = runs["fsdp-full-shard"].parent.parent
+    run = launch(artifacts, "--precision", "fp8", name="fp8")
+    config = json.loads((run / "config.json").read_text())
+    assert config["precision_recipe"] == "fp8-current" and config["plan"]["precision"] == "fp8"
+    report = verified(run)
+    assert report["ok"], report
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["measured_param_bytes"] == rows[0]["planned_param_bytes"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -11,18 +12,24 @@ import torch
 import torch.distributed as dist
 
 from genconf import precision
-from genconf.train import measure, runtime
+from genconf.train import collectives, measure, runtime
 from genconf.train.data import micro_batch, source_from
 from genconf.train.torch_model import GPT
 
 
 def runtime_ds_config(cfg: runtime.RunConfig) -> dict:
-    """The artifact's ds_config for this (possibly shrunk) plan. On a CPU the optimizer is passed in as a
-    torch.optim.AdamW with the same hyper-parameters (DeepSpeed's fused/CPU Adam need compiled ops)."""
+    """The artifact's ds_config for this (possibly shrunk) plan. On a GPU, DeepSpeed's FusedAdam built for the
+    detected GPU, or torch's fused AdamW with one line saying why (genconf.train.ds_ops). On a CPU the optimizer
+    is passed in as a torch.optim.AdamW with the same hyper-parameters (DeepSpeed's CPU Adam needs compiled ops)."""
     from genconf.configs import deepspeed_config
 
     config = deepspeed_config(cfg.model, cfg.plan, cfg.train)
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        from genconf.train import ds_ops
+
+        quiet = os.environ.get("RANK", "0") != "0"  # one notice per run, from rank 0
+        config = ds_ops.cuda_optimizer_config(config, log=lambda line: None if quiet else print(line, flush=True))
+    else:
         config.pop("optimizer", None)
         config["zero_allow_untested_optimizer"] = True
         config.pop("flops_profiler", None)
@@ -70,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(start, train.train_steps):
         lr = runtime.set_lr(optimizer, step, train)
         metrics.start_step()
-        total = torch.zeros(1, dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=d.device)  # NCCL reduces device tensors only
         for micro in range(accum):
             tokens, labels = micro_batch(source, step=step, global_batch=plan.gbs, micro_batch_size=plan.mbs,
                                          dp_rank=d.rank, dp_size=d.world_size, micro_index=micro,
@@ -78,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             loss = engine(tokens.to(d.device), labels.to(d.device))
             engine.backward(loss)
             engine.step()
-            total += loss.detach().double().cpu()
-        dist.all_reduce(total)
+            total += loss.detach().double()
+        collectives.all_reduce(total, d)
         loss_value = (total / (accum * d.world_size)).item()
         norm = engine.get_global_grad_norm()
         extra = measure.first_step_memory(engine, optimizer, cfg, d) if step == start else {}

@@ -17,7 +17,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from genconf import precision
-from genconf.train import measure, runtime
+from genconf.train import collectives, measure, runtime
 from genconf.train.data import micro_batch, source_from
 from genconf.train.torch_model import GPT, Block
 
@@ -71,6 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         runtime.fail(f"this FSDP plan has dp={plan.dp} but {d.world_size} processes were started")
     runtime.seed_everything(train.seed)
     model = GPT(spec, recompute=plan.recompute == "full").to(d.device)
+    if recipe.plan_precision == "fp8":
+        from genconf.train import float8
+
+        # torchao Float8Linear: FP8 GEMMs, same parameters. On a CPU the GEMM is emulated (the casts are real):
+        # oneDNN pinned to AVX2 (genconf.cpu_numerics) has no FP8 matmul.
+        emulate = d.device.type != "cuda"
+        converted = float8.convert(model, recipe.name, emulate=emulate)
+        if d.is_main:
+            print(f"genconf: FP8 through torchao ({recipe.name}{', GEMMs emulated on the CPU' if emulate else ''}): "
+                  f"{converted} linear layers", flush=True)
     net = wrap(model, cfg, d)
     optimizer = torch.optim.AdamW(net.parameters(), lr=train.lr, betas=(train.beta1, train.beta2), eps=train.eps,
                                   weight_decay=train.weight_decay)
@@ -89,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         lr = runtime.set_lr(optimizer, step, train)
         metrics.start_step()
         optimizer.zero_grad(set_to_none=True)
-        total = torch.zeros(1, dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=d.device)  # NCCL reduces device tensors only
         for micro in range(accum):
             tokens, labels = micro_batch(source, step=step, global_batch=plan.gbs, micro_batch_size=plan.mbs,
                                          dp_rank=d.rank, dp_size=d.world_size, micro_index=micro,
@@ -98,13 +108,13 @@ def main(argv: list[str] | None = None) -> int:
             with autocast, (contextlib.nullcontext() if sync else net.no_sync()):
                 loss = net(tokens.to(d.device), labels.to(d.device))
                 (loss / accum).backward()
-            total += loss.detach().double().cpu()
+            total += loss.detach().double()
         if isinstance(net, FSDP):
             norm = net.clip_grad_norm_(train.grad_clip or float("inf"))
         else:
             norm = torch.nn.utils.clip_grad_norm_(net.parameters(), train.grad_clip or float("inf"))
         optimizer.step()
-        dist.all_reduce(total)
+        collectives.all_reduce(total, d)
         extra = measure.first_step_memory(net, optimizer, cfg, d) if step == start else {}
         metrics.end_step(step, (total / (accum * d.world_size)).item(), float(norm), lr=lr, **extra)
         runtime.maybe_inject_failure(step, d)

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from genconf.counting import padded_vocab_size
-from genconf.train import measure, runtime
+from genconf.train import collectives, measure, runtime
 from genconf.train.data import micro_batch, source_from
 
 
@@ -267,10 +267,9 @@ def _train(cfg: runtime.RunConfig, args, *, use_te: bool) -> int:
                       seq_length=plan.seq_length // plan.cp, micro_batch_size=plan.mbs, forward_only=False)
         _ok, grad_norm, _ = optimizer.step()
         local = torch.stack([o["lm loss"].float().cpu() for o in out]).mean().item() if out else 0.0
-        report = torch.tensor([local if last_stage_reporter else 0.0, 1.0 if last_stage_reporter else 0.0],
-                              dtype=torch.float64, device=d.device if d.backend == "nccl" else "cpu")
-        dist.all_reduce(report)
-        loss = (report[0] / report[1]).item()
+        total, count = collectives.sum_over_ranks([local if last_stage_reporter else 0.0,
+                                                   1.0 if last_stage_reporter else 0.0], d)
+        loss = total / count
         extra = {"layer_spec": spec_name}
         if step == start:
             extra.update(measure.first_step_memory(torch.nn.ModuleList(chunks), optimizer, cfg, d))
