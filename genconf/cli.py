@@ -12,7 +12,7 @@ import sys
 from genconf import __version__
 from genconf.errors import GenconfError
 
-SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci")
+SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci", "calibrate")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +50,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cluster", help="cluster preset or YAML file (default: kempner-h100, the seed's cluster)")
     g.add_argument("--gpu", help="override the cluster's GPU (see 'genconf hardware')")
     g.add_argument("--gpus-per-node", type=_positive_int, help="override GPUs per node")
+    g.add_argument("--calibration", metavar="FILE", help="plan with the cost-model terms of a calibration file "
+                   "(written by 'genconf calibrate') over the GPU's built-in ones")
     g = p.add_argument_group("pinned choices (evaluate exactly these; the rest is searched)")
     g.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"))
     for flag, text in (("--tp", "tensor parallel"), ("--pp", "pipeline stages"), ("--vp", "virtual stages per pipeline rank"),

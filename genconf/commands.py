@@ -72,6 +72,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     ci.add_argument("--json", action="store_true")
     ci.set_defaults(handler=cmd_ci)
 
+    cal = sub.add_parser("calibrate", help="fit the cost model's terms to this machine's GPUs (--bench) or to measured runs")
+    cal.add_argument("runs", metavar="RUN_DIR", nargs="*", help="run directories (metrics.jsonl, config.json, versions.json)")
+    cal.add_argument("--bench", action="store_true", help="measure GEMMs, attention, bandwidth and collectives here")
+    cal.add_argument("--nproc", type=_positive, help="ranks for --bench (default: every visible GPU, 1 on a CPU)")
+    cal.add_argument("--model", default="1b", help="--bench: the model whose layer shapes to time (default 1b)")
+    cal.add_argument("--tokens", type=_positive, help="--bench: tokens per micro-batch (default 8192; 128 on a CPU)")
+    cal.add_argument("--tp", help="--bench: TP splits of the shapes, comma-separated (default 1,2,4,8)")
+    cal.add_argument("--gpu", help="the catalog GPU to fit against (default: the device the bench or runs ran on)")
+    cal.add_argument("--terms", help="runs: the terms to refit, comma-separated (default: those the runs inform)")
+    cal.add_argument("-o", "--output", default="calibration.yaml", help="the calibration file (default calibration.yaml)")
+    cal.set_defaults(handler=cmd_calibrate)
+
 
 def _positive(text: str) -> int:
     from genconf.cli import _positive_int
@@ -135,11 +147,20 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
     pins = pins_from_args(args)
     cal = catalog.calibration_for(cluster.gpu.name)
+    used = {"file": None, "terms": {}}
+    if getattr(args, "calibration", None):
+        from genconf import calibrate
+
+        cf = calibrate.read_file(args.calibration)
+        cal = calibrate.apply(cal, cf, cluster.gpu.name)
+        used = {"file": cf.path, "source": cf.source, "gpu": cf.gpu, "measured_on": cf.environment.get("device"),
+                "terms": cf.terms, "provenance": cf.provenance}
     result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
     best = result.best
     tokens = args.tokens or float(chinchilla_tokens(model))
     run = report.run_dict(model, alias, cluster, num_gpus, best, result, tokens)
     run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
+    run["calibration"] = used
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 
 
@@ -171,6 +192,41 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(report.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
                                  top=args.top))
+        print(calibration_line(planned.run["calibration"], planned.cluster.gpu.name))
+    return 0
+
+
+def calibration_line(used: dict, gpu_name: str) -> str:
+    """Which calibration the prediction used: the file's terms, or the built-in fractions for the GPU."""
+    if not used.get("file"):
+        return f"calibration  built-in (genconf/calibration.yaml, {gpu_name}); genconf calibrate fits one to your GPUs"
+    terms = ", ".join(f"{k} {v:.4g}" for k, v in sorted(used["terms"].items())) or "no terms"
+    return f"calibration  {used['file']} ({used['source']} on {used.get('measured_on') or '?'}): {terms}"
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from genconf import calibrate
+
+    if args.bench == bool(args.runs):
+        raise GenconfError("calibrate: give either --bench or run directories")
+    if args.bench:
+        from genconf.catalog import gpu_for_device_name
+
+        nproc = args.nproc or calibrate.default_nproc()
+        tables = calibrate.run_bench(nproc=nproc, model=args.model, tokens=args.tokens, tp=args.tp)
+        device = tables.get("environment", {}).get("device", "cpu")
+        gpu = args.gpu or (gpu_for_device_name(device) if device != "cpu" else None)
+        content = calibrate.fit_bench(tables, gpu)
+    else:
+        terms = [t.strip() for t in args.terms.split(",") if t.strip()] if args.terms else None
+        content = calibrate.fit_runs(list(args.runs), gpu=args.gpu, terms=terms)
+    calibrate.write_file(args.output, content)
+    terms = content.get("terms") or {}
+    changed = ", ".join(f"{k} {v['before']:.4g} -> {v['value']:.4g}" for k, v in terms.items()) or "no terms fitted"
+    print(f"genconf: wrote {args.output} ({content['source']}, gpu {content.get('gpu') or 'none'}): {changed}")
+    for row in content.get("runs", []):
+        print(f"  {row['run']}: step time measured {row['measured_step_time_s']:.4f} s, predicted "
+              f"{row['predicted_step_time_s_before']:.4f} -> {row['predicted_step_time_s_after']:.4f} s")
     return 0
 
 

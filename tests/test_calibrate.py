@@ -175,3 +175,51 @@ def test_bench_runs_on_cpu_ranks_with_gloo(tmp_path):
     cf = calibrate.read_file(path)
     with pytest.raises(GenconfError, match="measured on a CPU"):
         calibrate.apply(calibration_for("h100-sxm"), cf, "h100-sxm")
+
+
+def genconf(*args: str) -> "subprocess.CompletedProcess":
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "genconf", *args], capture_output=True, text=True, cwd=REPO, timeout=600)
+
+
+def test_the_loop_closes_through_the_cli(tmp_path):
+    """A run of the plan genconf predicts, measured slower than predicted: `genconf calibrate RUN` refits, and
+    `genconf --calibration FILE` then predicts the measured step time for that plan and says which file it used."""
+    pins = ["--model", "1b", "--gpus", "1", "--gpu", "h100-sxm", "--gpus-per-node", "1", "--framework", "fsdp",
+            "--zero", "0", "--mbs", "4", "--global-batch", "32", "--recompute", "none"]
+    before = genconf(*pins, "--json")
+    assert before.returncode == 0, before.stderr
+    planned = json.loads(before.stdout)
+    assert planned["calibration"]["file"] is None
+    from genconf.report import specs_from_dict
+
+    model, _, plan, _ = specs_from_dict(planned)
+    measured = planned["perf"]["step_time_s"] * 1.25
+    run = write_run(tmp_path, "run", model, plan, measured)
+    out = genconf("calibrate", str(run), "-o", str(tmp_path / "cal.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert "gemm_efficiency" in out.stdout and "wrote" in out.stdout
+    after = genconf(*pins, "--json", "--calibration", str(tmp_path / "cal.yaml"))
+    assert after.returncode == 0, after.stderr
+    result = json.loads(after.stdout)
+    assert result["perf"]["step_time_s"] == pytest.approx(measured, rel=1e-3)
+    assert result["calibration"]["file"] == str(tmp_path / "cal.yaml") and "gemm_efficiency" in result["calibration"]["terms"]
+    text = genconf(*pins, "--calibration", str(tmp_path / "cal.yaml")).stdout
+    assert f"calibration  {tmp_path / 'cal.yaml'} (runs on NVIDIA H100 80GB HBM3): gemm_efficiency" in text
+    wrong = genconf("--model", "1b", "--gpus", "8", "--gpu", "a100-80gb", "--calibration", str(tmp_path / "cal.yaml"))
+    assert wrong.returncode == 2 and "is for h100-sxm but the plan's GPU is a100-80gb" in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1
+
+
+@needs_torch
+def test_calibrate_bench_cli_on_cpu(tmp_path):
+    out = genconf("calibrate", "--bench", "--nproc", "2", "--model", TINY_LLAMA, "--tokens", "64", "--tp", "1",
+                  "-o", str(tmp_path / "cpu.yaml"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "gpu none): no terms fitted" in out.stdout
+    cf = calibrate.read_file(tmp_path / "cpu.yaml")
+    assert cf.environment["backend"] == "gloo" and cf.environment["world_size"] == 2 and cf.terms == {}
+    refused = genconf("--model", "1b", "--gpus", "8", "--calibration", str(tmp_path / "cpu.yaml"))
+    assert refused.returncode == 2 and "measured on a CPU" in refused.stderr

@@ -127,7 +127,7 @@ def test_catalog_commands():
 
 # Freeze the CLI: flags change only on purpose (update this list in the same commit).
 PLAN_FLAGS = sorted([
-    "--model", "--gpus", "--cluster", "--gpu", "--gpus-per-node", "--framework", "--tp", "--pp", "--vp", "--cp", "--ep",
+    "--model", "--gpus", "--cluster", "--gpu", "--gpus-per-node", "--calibration", "--framework", "--tp", "--pp", "--vp", "--cp", "--ep",
     "--mbs", "--global-batch", "--seq-len", "--first-stage-layers", "--last-stage-layers", "--zero", "--recompute",
     "--precision", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json", "--plot",
     "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
@@ -145,7 +145,8 @@ def test_cli_flags_are_frozen():
     assert flags == PLAN_FLAGS
 
 
-CORE = ["specs", "counting", "memory", "cost", "rules", "search", "pipeline", "report", "errors", "precision", "configs"]
+CORE = ["specs", "counting", "memory", "cost", "rules", "search", "pipeline", "report", "errors", "precision", "configs",
+        "loss_rule", "fit"]
 FORBIDDEN = {"torch", "jinja2", "subprocess", "deepspeed", "megatron", "transformer_engine"}
 
 
