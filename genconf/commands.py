@@ -43,6 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
     g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
     g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")
+    g = launch.add_argument_group("speed on a GPU (FSDP and DeepSpeed runners; genconf.train.speed)")
+    g.add_argument("--attention", choices=("auto", "flash", "cudnn", "efficient", "math"), default="auto",
+                   help="scaled_dot_product_attention backend (default auto: torch picks flash/cuDNN on a GPU)")
+    g.add_argument("--compile", action="store_true", help="torch.compile each decoder block (DDP and ZeRO 0-2)")
+    g.add_argument("--no-fused-optimizer", action="store_true", help="plain torch AdamW instead of the fused one")
     launch.set_defaults(handler=cmd_launch)
 
     verify = sub.add_parser("verify", help="compare a run's loss, speed and memory with its expectations")
@@ -324,6 +329,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
               "lr": args.lr, "checkpoint_every": args.checkpoint_every, "precision": args.precision}
     data = {"kind": "memmap", "path": str(Path(args.data).resolve()), "dtype": args.data_dtype} if args.data else None
     cfg = launch.run_config_from_artifacts(artifacts, shrink, data)
+    speed = {"attention": args.attention, "compile": args.compile, "fused_optimizer": not args.no_fused_optimizer}
+    cfg = dc.replace(cfg, speed={k: v for k, v in speed.items() if v != {"attention": "auto", "compile": False,
+                                                                           "fused_optimizer": True}[k]})
     if args.framework and args.framework != cfg.plan.framework:
         raise GenconfError(f"--framework {args.framework}: this directory's plan is a {cfg.plan.framework} plan; "
                            f"re-plan with --framework {args.framework} to get an exact {args.framework} layout")

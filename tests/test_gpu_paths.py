@@ -221,3 +221,63 @@ def test_torchao_converts_the_decoder_linears_and_trains_on_cpu():
         opt.zero_grad()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+
+
+# --- speed switches (part 7): plumbing only, the speed itself is a GPU measurement ---------------------
+
+def test_speed_options_validate_and_round_trip():
+    from genconf.train.speed import SpeedOptions
+
+    assert SpeedOptions.from_dict({}) == SpeedOptions()
+    opts = SpeedOptions.from_dict({"attention": "flash", "compile": True})
+    assert SpeedOptions.from_dict(opts.to_dict()) == opts
+    with pytest.raises(ValueError, match="attention must be one of"):
+        SpeedOptions(attention="fast")
+    with pytest.raises(ValueError, match="unknown key 'fuse'"):
+        SpeedOptions.from_dict({"fuse": True})
+
+
+def test_fused_adamw_only_on_a_gpu():
+    import torch
+
+    from genconf.train.speed import SpeedOptions, adamw_kwargs
+
+    assert adamw_kwargs(SpeedOptions(), torch.device("cpu")) == {}  # CPU updates stay bit-identical
+    assert adamw_kwargs(SpeedOptions(), torch.device("cuda", 0)) == {"fused": True}
+    assert adamw_kwargs(SpeedOptions(fused_optimizer=False), torch.device("cuda", 0)) == {}
+
+
+def test_attention_switch_pins_the_sdpa_backend():
+    import torch
+    import torch.nn.functional as F
+
+    from genconf.train.speed import SpeedOptions, attention_context
+
+    q = torch.randn(1, 2, 8, 16)
+    with attention_context(SpeedOptions(attention="math")):
+        ref = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    with attention_context(SpeedOptions(attention="auto")):
+        assert torch.allclose(F.scaled_dot_product_attention(q, q, q, is_causal=True), ref, atol=1e-6)
+    # The CPU build has no memory-efficient kernel: pinning it is an error, not a silent fallback.
+    with attention_context(SpeedOptions(attention="efficient")), pytest.raises(RuntimeError):
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+def test_compile_switch_compiles_each_block_in_place():
+    import torch
+
+    from genconf.catalog import resolve_model
+    from genconf.train.speed import SpeedOptions, compile_blocks
+    from genconf.train.torch_model import GPT
+
+    spec, _ = resolve_model(str(REPO / "tests" / "data" / "tiny-llama.yaml"))
+    torch.manual_seed(0)
+    model = GPT(spec)
+    tokens = torch.randint(0, spec.vocab_size, (1, 16))
+    eager = model(tokens, tokens).item()
+    params = [id(p) for p in model.parameters()]
+    assert compile_blocks(model, SpeedOptions()) == 0
+    assert compile_blocks(model, SpeedOptions(compile=True, compile_backend="eager")) == spec.num_layers
+    assert all(block._compiled_call_impl is not None for block in model.decoder.layers)
+    assert [id(p) for p in model.parameters()] == params  # same module, same parameters: counting is unchanged
+    assert model(tokens, tokens).item() == pytest.approx(eager, abs=1e-6)

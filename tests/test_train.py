@@ -270,3 +270,15 @@ def test_fsdp_fp8_through_torchao(runs):
     assert report["ok"], report
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["measured_param_bytes"] == rows[0]["planned_param_bytes"]
+
+
+def test_speed_switches_reach_the_runner(tmp_path):
+    """`--compile --attention math` reach the FSDP runner (DDP plan: it compiles each block with inductor, here
+    on the CPU) and are recorded in config.json; the run still trains. Their speed is a GPU measurement."""
+    artifacts = plan_dir(tmp_path, "ddp", TINY_LLAMA, 1, "--framework", "fsdp", "--zero", "0")
+    out = genconf("launch", str(artifacts), "--name", "fast", "--steps", "3", "--lr", "3e-3", "--compile",
+                  "--attention", "math")
+    run = artifacts / "runs" / "fast"
+    assert json.loads((run / "config.json").read_text())["speed"] == {"attention": "math", "compile": True}
+    assert "torch.compile (inductor) on each of the 4 decoder blocks" in out.stdout + out.stderr
+    assert len(losses(run)) == 3 and losses(run)[-1] < losses(run)[0]

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from genconf import precision
-from genconf.train import collectives, measure, runtime
+from genconf.train import collectives, measure, runtime, speed
 from genconf.train.data import micro_batch, source_from
 from genconf.train.torch_model import GPT
 
@@ -27,8 +27,12 @@ def runtime_ds_config(cfg: runtime.RunConfig) -> dict:
     if torch.cuda.is_available():
         from genconf.train import ds_ops
 
-        quiet = os.environ.get("RANK", "0") != "0"  # one notice per run, from rank 0
-        config = ds_ops.cuda_optimizer_config(config, log=lambda line: None if quiet else print(line, flush=True))
+        if speed.SpeedOptions.from_dict(cfg.speed).fused_optimizer:
+            quiet = os.environ.get("RANK", "0") != "0"  # one notice per run, from rank 0
+            config = ds_ops.cuda_optimizer_config(config, log=lambda line: None if quiet else print(line, flush=True))
+        else:  # --no-fused-optimizer: torch's AdamW, unfused
+            config = ds_ops.with_torch_adam(config)
+            config["optimizer"]["params"]["fused"] = False
     else:
         config.pop("optimizer", None)
         config["zero_allow_untested_optimizer"] = True
@@ -54,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         runtime.fail(f"this DeepSpeed plan has dp={plan.dp} but {d.world_size} processes were started")
     runtime.seed_everything(train.seed)
     model = GPT(model_spec, recompute=plan.recompute == "full")
+    fast = speed.SpeedOptions.from_dict(cfg.speed)
+    if fast.compile and plan.zero_stage == 3:
+        if d.is_main:  # ZeRO-3 swaps parameters in and out around each module: it runs uncompiled
+            print("genconf: --compile skipped: ZeRO-3 runs uncompiled (ZeRO 0-2 compile)", flush=True)
+    elif speed.compile_blocks(model, fast) and d.is_main:
+        print(f"genconf: torch.compile ({fast.compile_backend}) on each of the {model_spec.num_layers} decoder blocks",
+              flush=True)
     ds_config = runtime_ds_config(cfg)
     if d.is_main:
         args.run_dir.mkdir(parents=True, exist_ok=True)
@@ -82,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             tokens, labels = micro_batch(source, step=step, global_batch=plan.gbs, micro_batch_size=plan.mbs,
                                          dp_rank=d.rank, dp_size=d.world_size, micro_index=micro,
                                          seq_length=plan.seq_length)
-            loss = engine(tokens.to(d.device), labels.to(d.device))
-            engine.backward(loss)
+            with speed.attention_context(fast):
+                loss = engine(tokens.to(d.device), labels.to(d.device))
+                engine.backward(loss)
             engine.step()
             total += loss.detach().double()
         collectives.all_reduce(total, d)

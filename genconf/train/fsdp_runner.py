@@ -17,7 +17,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from genconf import precision
-from genconf.train import collectives, measure, runtime
+from genconf.train import collectives, measure, runtime, speed
 from genconf.train.data import micro_batch, source_from
 from genconf.train.torch_model import GPT, Block
 
@@ -81,9 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         if d.is_main:
             print(f"genconf: FP8 through torchao ({recipe.name}{', GEMMs emulated on the CPU' if emulate else ''}): "
                   f"{converted} linear layers", flush=True)
+    fast = speed.SpeedOptions.from_dict(cfg.speed)
+    if fast.compile and plan.zero_stage != 0:
+        # FSDP1 needs use_orig_params=True under torch.compile, which changes what the optimizer holds (unpadded
+        # shards) from what the memory model counts: sharded plans run uncompiled, and say so.
+        if d.is_main:
+            print(f"genconf: --compile skipped: FSDP {plan.fsdp_sharding_strategy} runs uncompiled (DDP plans compile)",
+                  flush=True)
+    elif speed.compile_blocks(model, fast) and d.is_main:
+        print(f"genconf: torch.compile ({fast.compile_backend}) on each of the {spec.num_layers} decoder blocks", flush=True)
     net = wrap(model, cfg, d)
     optimizer = torch.optim.AdamW(net.parameters(), lr=train.lr, betas=(train.beta1, train.beta2), eps=train.eps,
-                                  weight_decay=train.weight_decay)
+                                  weight_decay=train.weight_decay, **speed.adamw_kwargs(fast, d.device))
     start = runtime.prepare_run_dir(args.run_dir, cfg, d, resume=args.resume)
     if args.resume:
         _load(net, optimizer, runtime.checkpoint_dir(args.run_dir, start), d)
@@ -105,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                                          dp_rank=d.rank, dp_size=d.world_size, micro_index=micro,
                                          seq_length=plan.seq_length)
             sync = micro == accum - 1 or plan.zero_stage != 0
-            with autocast, (contextlib.nullcontext() if sync else net.no_sync()):
+            with autocast, speed.attention_context(fast), (contextlib.nullcontext() if sync else net.no_sync()):
                 loss = net(tokens.to(d.device), labels.to(d.device))
                 (loss / accum).backward()
             total += loss.detach().double()
