@@ -168,6 +168,9 @@ def _likely_cause(config: dict, versions: dict, ratio: float) -> str:
 def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predicted: dict | None,
                            band: tuple[float, float] = THROUGHPUT_BAND,
                            peak_memory_gib: float | None = None) -> list[Check]:
+    """Throughput and peak memory against the prediction for the run as it ran. Where `predicted` carries the
+    prediction's own interval (`tokens_band`, `memory_band`: plan.json's interval, scaled to this run), the run is
+    judged against it; otherwise against `band` (throughput) and MEMORY_TOLERANCE (memory)."""
     device = (versions.get("device") or "cpu").lower()
     gpu = (config.get("prediction") or {}).get("gpu", "?")
     if device == "cpu" or predicted is None:
@@ -179,9 +182,14 @@ def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predi
     expected = predicted["tokens_per_s_per_gpu"]
     ratio = measured / expected
     low, high = band
+    interval = predicted.get("tokens_band")
+    if interval:
+        low, high = interval[0] / expected, interval[1] / expected
+    within = (f"within the prediction's interval {interval[0]:,.0f}-{interval[1]:,.0f}" if interval
+              else "within band")
     if low <= ratio <= high:
         speed = Check("throughput", "pass", f"{measured:,.0f} tokens/s/GPU vs predicted {expected:,.0f} "
-                                            f"(x{ratio:.2f}, within band)", measured, expected)
+                                            f"(x{ratio:.2f}, {within})", measured, expected)
     elif ratio < low:
         speed = Check("throughput", "fail", f"{measured:,.0f} tokens/s/GPU vs predicted {expected:,.0f} (x{ratio:.2f}): "
                                             f"slower than predicted; likely: {_likely_cause(config, versions, ratio)}",
@@ -191,9 +199,13 @@ def check_speed_and_memory(rows: list[dict], config: dict, versions: dict, predi
                                             f"(x{ratio:.2f}, faster than predicted)", measured, expected)
     peak = max(r.get("peak_mem_gib", 0.0) for r in rows)
     planned = min(predicted["peak_mem_gib"], peak_memory_gib) if peak_memory_gib else predicted["peak_mem_gib"]
-    status = "pass" if peak <= planned * (1 + MEMORY_TOLERANCE) else "fail"
+    memory_band = predicted.get("memory_band")
+    limit = memory_band[1] if memory_band and not peak_memory_gib else planned * (1 + MEMORY_TOLERANCE)
+    status = "pass" if peak <= limit else "fail"
+    against = (f", interval up to {memory_band[1]:.2f} GiB" if memory_band and not peak_memory_gib
+               else f", limit {limit:.2f} GiB")
     mem = Check("peak memory", status, f"{peak:.2f} GiB allocated at peak vs planned {planned:.2f} GiB "
-                                       f"(x{peak / planned:.2f})", peak, planned)
+                                       f"(x{peak / planned:.2f}{against})", peak, planned)
     return [speed, mem]
 
 
@@ -233,6 +245,12 @@ def verify(run: Path, *, golden: Path | None = None, tolerance: float | None = N
 
         name = gpu_for_device_name(device)
         predicted = predict_run(config, name) if name else None
+        if predicted is not None:
+            from genconf import plots
+
+            own = plots.prediction_for(run, config, versions)  # plan.json's intervals, scaled to this run
+            if own is not None and own.comparable:
+                predicted = dict(predicted, tokens_band=own.tokens_band, memory_band=own.memory_band)
     verdict.checks += check_speed_and_memory(rows, config, versions, predicted, band, peak_memory_gib)
     return verdict
 
