@@ -229,6 +229,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     terms = content.get("terms") or {}
     changed = ", ".join(f"{k} {v['before']:.4g} -> {v['value']:.4g}" for k, v in terms.items()) or "no terms fitted"
     print(f"genconf: wrote {args.output} ({content['source']}, gpu {content.get('gpu') or 'none'}): {changed}")
+    for group, summary in (content.get("fit") or {}).items():
+        edge = f"; at a bound: {', '.join(summary['at_bound'])}" if summary["at_bound"] else ""
+        print(f"  {group}: {', '.join(summary['terms'])}: RMS error of log time {summary['before_log_rmse']:.3f} -> "
+              f"{summary['after_log_rmse']:.3f}{edge}")
     for row in content.get("runs", []):
         print(f"  {row['run']}: step time measured {row['measured_step_time_s']:.4f} s, predicted "
               f"{row['predicted_step_time_s_before']:.4f} -> {row['predicted_step_time_s_after']:.4f} s")
