@@ -165,7 +165,8 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     tokens = args.tokens or float(chinchilla_tokens(model))
     run = report.run_dict(model, alias, cluster, num_gpus, best, result, tokens)
     run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
-    run["calibration"] = used
+    if used["file"]:  # plans with the built-in calibration stay byte-identical
+        run["calibration"] = used
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 
 
@@ -197,7 +198,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(report.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
                                  top=args.top))
-        print(calibration_line(planned.run["calibration"], planned.cluster.gpu.name))
+        if "calibration" in planned.run:
+            print(calibration_line(planned.run["calibration"], planned.cluster.gpu.name))
     return 0
 
 
