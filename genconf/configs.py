@@ -135,9 +135,12 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
         if plan.recompute == "selective":
             notes.append("selective recompute is Megatron's; full (whole-layer) checkpointing instead")
     precision = plan.precision
-    if precision == "fp8" and framework == "deepspeed":
+    if precision == "fp8" and framework != "megatron":
         precision = "bf16"
-        notes.append("FP8 runs through Transformer Engine (Megatron) or torchao (FSDP); bf16 here")
+        if plan.framework == "fsdp" and framework == "fsdp":
+            notes.append("OLMo's trainer has no FP8: bf16 here (genconf launch trains this plan in FP8 through torchao)")
+        else:
+            notes.append("FP8 runs through Transformer Engine in Megatron only; bf16 here")
     if precision == "fp16" and framework == "fsdp":
         precision = "bf16"
         notes.append("OLMo FSDP has no loss scaler; bf16 instead of fp16")
