@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from published import Run, load_runs  # noqa: E402
 
-from genconf.catalog import calibration_for  # noqa: E402
-from genconf.cost import Calibration  # noqa: E402
-from genconf.memory import GIB  # noqa: E402
-from genconf.search import _split_options, evaluate  # noqa: E402
+from genconf.catalog.hardware import calibration_for  # noqa: E402
+from genconf.plan.cost import Calibration  # noqa: E402
+from genconf.plan.memory import GIB  # noqa: E402
+from genconf.plan.search import _split_options, evaluate  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

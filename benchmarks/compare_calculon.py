@@ -265,7 +265,7 @@ def calculon_predict(calculon, root: Path, run) -> dict:
 def genconf_predict(accuracy, run):
     """accuracy.predict(run[, calibration]) -> (tokens/s/GPU, peak GiB, plan) or None."""
     if len(inspect.signature(accuracy.predict).parameters) >= 2:
-        from genconf.catalog import calibration_for
+        from genconf.catalog.hardware import calibration_for
 
         return accuracy.predict(run, calibration_for(run.cluster.gpu.name))
     return accuracy.predict(run)

@@ -3,11 +3,11 @@
     python benchmarks/cpu_numerics.py [RECIPE ...]     # writes benchmarks/results/cpu_numerics.{md,json}
 
 Runs `genconf ci` on every recipe (or those named) once per capability setting below, on this one machine, and
-compares each curve with the pinned run's (genconf.cpu_numerics: ATen AVX2, oneDNN AVX2, MKL COMPATIBLE, one
+compares each curve with the pinned run's (genconf.train.cpu_numerics: ATen AVX2, oneDNN AVX2, MKL COMPATIBLE, one
 thread). The settings unpin one dispatch at a time and then all of them, which is what another CPU changes:
 ATen's kernels at the native width (AVX-512 here) and at the scalar 'default' build, oneDNN up to AMX or down
 to SSE4.1, MKL's automatic code path. The largest |loss difference| over every step, recipe and setting, times a
-margin, is the tolerance `genconf ci` uses against the golden files (genconf.ci.SMOKE_LOSS_TOLERANCE). The
+margin, is the tolerance `genconf ci` uses against the golden files (genconf.run.ci.SMOKE_LOSS_TOLERANCE). The
 table also gives each curve's largest step-to-step rise: a curve that jumps up amplifies rounding differences.
 """
 
@@ -67,7 +67,7 @@ def main() -> int:
     parser.add_argument("recipes", nargs="*")
     parser.add_argument("--margin", type=float, default=25.0, help="tolerance = margin x the largest spread")
     args = parser.parse_args()
-    from genconf import recipes
+    from genconf.catalog import recipes
 
     names = args.recipes or recipes.list_recipes()
     curves: dict[str, dict[str, list[float]]] = {}
@@ -89,10 +89,10 @@ def main() -> int:
              "|---|---:|" + "---:|" * len(labels)]
     for n in names:
         lines.append(f"| {n} | {rise[n]:.2e} | " + " | ".join(f"{spread[lb][n]:.1e}" for lb in labels) + " |")
-    from genconf.ci import SMOKE_LOSS_TOLERANCE
+    from genconf.run.ci import SMOKE_LOSS_TOLERANCE
 
     lines += ["", f"Largest spread: {worst:.2e}. Tolerance = {args.margin:g} x that = {tolerance:.2e}; genconf ci uses "
-              f"{SMOKE_LOSS_TOLERANCE:g} (genconf.ci.SMOKE_LOSS_TOLERANCE{', too small!' if tolerance > SMOKE_LOSS_TOLERANCE else ''})."]
+              f"{SMOKE_LOSS_TOLERANCE:g} (genconf.run.ci.SMOKE_LOSS_TOLERANCE{', too small!' if tolerance > SMOKE_LOSS_TOLERANCE else ''})."]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "cpu_numerics.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "cpu_numerics.json").write_text(json.dumps(

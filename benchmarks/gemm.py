@@ -5,7 +5,7 @@
 
 For hidden sizes 2k-16k split by TP 1-8 and 2k-16k tokens per micro-batch, times the four GEMMs of a layer
 (QKV, output projection, MLP up, MLP down) with CUDA events and compares measured TFLOP/s with what
-genconf.cost.gemm_time_s predicts for that GPU's calibration. Writes benchmarks/results/gemm_<gpu>.{json,md}
+genconf.plan.cost.gemm_time_s predicts for that GPU's calibration. Writes benchmarks/results/gemm_<gpu>.{json,md}
 and prints the gemm_efficiency / gemm_k_half that would fit the measurements best, to calibrate with.
 Needs a CUDA GPU; exits 2 with one line elsewhere.
 """
@@ -60,7 +60,7 @@ def time_gemm(m: int, n: int, k: int, dtype: str, repeats: int = 20) -> float:
 
 
 def predicted_s(gpu, cal, m: int, n: int, k: int, dtype: str) -> float:
-    from genconf.cost import gemm_time_s
+    from genconf.plan.cost import gemm_time_s
 
     if dtype == "fp8":
         peak, eff, width = gpu.peak_tflops("fp8"), cal.fp8_gemm_efficiency, 1
@@ -80,7 +80,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks/gemm.py: needs a CUDA GPU", file=sys.stderr)
         return 2
-    from genconf.catalog import calibration_for, gpu_for_device_name, resolve_gpu
+    from genconf.catalog.hardware import calibration_for, gpu_for_device_name, resolve_gpu
 
     name = gpu_for_device_name(torch.cuda.get_device_name()) or "h100-sxm"
     gpu, cal = resolve_gpu(name), calibration_for(name)

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genconf.catalog import resolve_cluster
-from genconf.specs import ClusterSpec, ModelSpec, ParallelPlan
+from genconf.catalog.clusters import resolve_cluster
+from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 DATA = Path(__file__).resolve().parent / "data"
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
@@ -95,7 +95,7 @@ def _flops_per_token(row: dict, file: str, model: ModelSpec) -> float | None:
     if file == "megatron_narayanan2021.csv" or file == "bigscience_bloom_sweep.csv" or "BLOOM-176B" in row["model"]:
         return 96 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))  # Narayanan 2021 eq. 3 (hardware, full recompute)
     if file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv"):
-        from genconf.counting import model_flops_per_token
+        from genconf.plan.counting import model_flops_per_token
 
         return model_flops_per_token(model, s)  # eq. 7 / Megatron num_floating_point_operations
     return None

@@ -1,3 +1,3 @@
-from genconf.cli import main
+from genconf.cli.main import main
 
 raise SystemExit(main())

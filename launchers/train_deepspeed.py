@@ -3,7 +3,7 @@
 `genconf launch DIR` (or the generated launch_deepspeed.sbatch) starts it on every rank.
 """
 
-from genconf.train.deepspeed_runner import main
+from genconf.train.runners.deepspeed import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -3,7 +3,7 @@
 `genconf launch DIR` (or the generated launch_fsdp.sbatch) starts it on every rank.
 """
 
-from genconf.train.fsdp_runner import main
+from genconf.train.runners.fsdp import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -3,7 +3,7 @@
 `genconf launch DIR` (or the generated launch_megatron.sbatch) starts it on every rank.
 """
 
-from genconf.train.megatron_runner import main
+from genconf.train.runners.megatron import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

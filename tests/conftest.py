@@ -80,3 +80,113 @@ def slurm_cluster():
     yield {"nodes": 2, "gpus_per_node": 2, "partition": "debug"}
     if not was_running:
         subprocess.run([str(LOCAL_CLUSTER), "stop"], capture_output=True, text=True, timeout=300)
+
+
+# --- artifacts: plans rendered once per session, for tests/render, tests/check and tests/run ------------
+
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+
+# name -> plan flags. Every one is a plan genconf accepts; the comments say what each covers.
+PLANS = {
+    "olmo70b": ["--model", "70b", "--gpus", "384"],  # the main job: megatron tp4 pp4 vp4, sp, distributed optimizer
+    "fsdp1b": ["--model", "1b", "--gpus", "4", "--gpus-per-node", "2", "--framework", "fsdp", "--zero", "3"],
+    "ddp1b": ["--model", "1b", "--gpus", "8", "--framework", "fsdp", "--zero", "0"],
+    "hsdp7b": ["--model", "7b", "--gpus", "16", "--framework", "fsdp", "--zero", "3", "--gpus-per-node", "4",
+               "--mbs", "1", "--global-batch", "512"],
+    "ds_z0": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "0"],
+    "ds_z1": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "1"],
+    "ds_z2_fp16": ["--model", "7b", "--gpus", "8", "--framework", "deepspeed", "--zero", "2", "--precision", "fp16"],
+    "ds_z3": ["--model", "7b", "--gpus", "16", "--framework", "deepspeed", "--zero", "3", "--recompute", "full"],
+    "ds_z2_offload": ["--model", "7b", "--gpus", "8", "--framework", "deepspeed", "--zero", "2", "--offload"],
+    "ds_z3_offload": ["--model", "70b", "--gpus", "32", "--framework", "deepspeed", "--zero", "3", "--offload"],
+    "gqa_fp8_pp2vp2": ["--model", "llama3-8b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron",
+                       "--tp", "2", "--pp", "2", "--vp", "2", "--precision", "fp8", "--global-batch", "256"],
+    "moe_ep_cp": ["--model", "mixtral-8x7b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
+                  "--ep", "8"],
+    "uneven_pp": ["--model", "llama3-8b", "--gpus", "24", "--cluster", "dgx-h100", "--framework", "megatron", "--tp", "8",
+                  "--pp", "3", "--first-stage-layers", "10", "--last-stage-layers", "10"],
+    "selective": ["--model", "llama2-13b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron",
+                  "--tp", "4", "--pp", "2", "--recompute", "selective"],
+    "full_fp16_local": ["--model", "gpt3-2.7b", "--gpus", "8", "--cluster", "dgx-a100", "--framework", "megatron",
+                        "--tp", "2", "--recompute", "full", "--precision", "fp16", "--layer-spec", "local"],
+}
+
+DS_PLANS = ["ds_z0", "ds_z1", "ds_z2_fp16", "ds_z3", "ds_z2_offload", "ds_z3_offload", "olmo70b", "fsdp1b", "hsdp7b",
+            "uneven_pp"]
+
+MEGATRON_PLANS = ["olmo70b", "gqa_fp8_pp2vp2", "moe_ep_cp", "uneven_pp", "selective", "full_fp16_local", "ds_z3",
+                  "fsdp1b"]
+
+
+def genconf_quiet(*args: str) -> int:
+    """Run the CLI in-process, swallowing its stdout/stderr."""
+    from genconf.cli.main import main
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return main(list(args))
+
+
+def run_genconf(*args: str, timeout: int = 120, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(genconf_cmd() + list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO, **kw)
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory) -> dict[str, Path]:
+    """Every plan in PLANS rendered once into its own directory."""
+    root = tmp_path_factory.mktemp("artifacts")
+    dirs = {}
+    for name, flags in PLANS.items():
+        assert genconf_quiet(*flags, "-o", str(root / name)) == 0, name
+        dirs[name] = root / name
+    # HYBRID_SHARD: the search prefers FULL_SHARD here, so set the shard group (a node) in plan.json and re-render.
+    run_ = plan_of(dirs["hsdp7b"])
+    run_["plan"]["shard_group_size"] = 4
+    (root / "hsdp7b.json").write_text(json.dumps(run_))
+    assert genconf_quiet("render", str(root / "hsdp7b.json"), "-o", str(dirs["hsdp7b"]), "--force") == 0
+    return dirs
+
+
+def plan_of(d: Path) -> dict:
+    return json.loads((d / "plan.json").read_text())
+
+
+def report_plan(run: dict):
+    from genconf.plan.planfile import decode
+
+    return decode(run).plan
+
+
+def one_line_error(out: subprocess.CompletedProcess, needle: str) -> None:
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("genconf: error:") and needle in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def transformer_config(args: dict):
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer import TransformerConfig
+
+    from genconf.render.megatron import megatron_config_kwargs
+
+    kw = megatron_config_kwargs({flag: a.value for flag, a in args.items()})
+    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    kw.update(params_dtype=dtypes[kw["params_dtype"]], pipeline_dtype=dtypes[kw["pipeline_dtype"]],
+              activation_func={"silu": F.silu, "gelu": F.gelu}[kw["activation_func"]])
+    return TransformerConfig(**kw)
+
+
+INJECTION_JOB_NAME = 'x"; touch pwned; "'
+"""The issue's job name. Every injected command would create a file named pwned* in the working directory."""
+
+
+def injection_dir(tmp_path: Path) -> tuple[Path, Path, str]:
+    """Artifacts whose job name, run directory and output directory all try to run commands."""
+    run_dir = tmp_path / "run dir $(touch pwned2) `touch pwned3`"
+    out = tmp_path / "art $(touch pwned4); x"
+    assert genconf_quiet(*PLANS["fsdp1b"], "-o", str(out), "--job-name", INJECTION_JOB_NAME, "--run-dir", str(run_dir),
+                         "--partition", "debug") == 0
+    return out, run_dir, INJECTION_JOB_NAME

@@ -140,16 +140,17 @@ def saved_bytes(run_forward, params) -> tuple[int, int]:
 
 def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: str = "bf16") -> dict:
     """Build the launcher's megatron model for a one-GPU plan and compare saved bytes with the planner."""
-    from genconf import memory
-    from genconf.catalog import resolve_model
-    from genconf.specs import ParallelPlan, TrainSpec
+    from genconf.catalog.models import resolve_model
+    from genconf.plan import memory
+    from genconf.plan.runconfig import RunConfig
+    from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat, runtime
-    from genconf.train.megatron_runner import _loss_func, build, layer_spec, transformer_config_kwargs
+    from genconf.train.runners.megatron import _loss_func, build, layer_spec, transformer_config_kwargs
 
     model, _ = resolve_model(model_path)
     plan = ParallelPlan(framework="megatron", dp=1, mbs=mbs, gbs=mbs, seq_length=seq, recompute=recompute,
                         precision=precision, layer_spec="local")
-    cfg = runtime.RunConfig(model=model, plan=plan, train=TrainSpec(train_steps=1), num_gpus=1, data={},
+    cfg = RunConfig(model=model, plan=plan, train=TrainSpec(train_steps=1), num_gpus=1, data={},
                             precision_recipe=precision, prediction={}, shrink={}, artifacts="")
     compat = mcore_compat.install()
     try:

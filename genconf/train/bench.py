@@ -165,7 +165,7 @@ def bandwidth_rows(device: torch.device, mibs: list[int], timed) -> list[dict]:
 def collective_rows(d: runtime.Dist, mibs: list[int], timed) -> list[dict]:
     """Each collective at each size (the full buffer: all-reduce's tensor, all-gather's output,
     reduce-scatter's input), timed on every rank; the slowest rank's median counts (a collective ends
-    when its last rank does). genconf.calibrate adds the bus bandwidth."""
+    when its last rank does). genconf.run.calibrate adds the bus bandwidth."""
     n = d.world_size
     if n == 1:
         return []
@@ -213,7 +213,7 @@ def environment(d: runtime.Dist) -> dict:
 
 
 def run(args) -> dict:
-    from genconf.catalog import resolve_model
+    from genconf.catalog.models import resolve_model
 
     d = runtime.init_distributed()
     torch.manual_seed(1234 + d.rank)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from genconf.errors import GenconfError
+from genconf.plan.errors import GenconfError
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ tensor ("tensorwise", the dynamic-scaling recipe genconf calls fp8-current); mas
 and the FSDP all-gather stay as they are. Linear layers whose dimensions are not multiples of 16 (what
 _scaled_mm needs) and the output (logits) layer, which recipes keep in BF16, stay in high precision.
 
-Where it may run is genconf.precision.unsupported_reason's to say (FP8 tensor cores on a GPU; torch._scaled_mm
+Where it may run is genconf.plan.precision.unsupported_reason's to say (FP8 tensor cores on a GPU; torch._scaled_mm
 also has a CPU kernel, so the path runs, slowly, on a CPU for tests).
 """
 
 from __future__ import annotations
 
-from genconf.precision import TORCHAO_RECIPES
+from genconf.plan.precision import TORCHAO_RECIPES
 
 def keep_in_high_precision(module, fqn: str) -> bool:
     """Whether a Linear stays BF16: the output layer, and shapes _scaled_mm cannot take (not multiples of 16)."""

@@ -1,6 +1,6 @@
 """The entropy of a run's labels' unigram distribution: the loss a model reaches that learns which tokens
 are common but nothing from its inputs. `genconf verify` holds a run without a golden curve below it
-(genconf.loss_rule): a run whose labels are shuffled or misaligned cannot get there.
+(genconf.run.loss_rule): a run whose labels are shuffled or misaligned cannot get there.
 
 Computed from the data the run trained on (config.json's `data`): for genconf's synthetic bigram stream
 exactly (the expected label distribution over the sequence positions, by propagating the first token's

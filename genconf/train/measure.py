@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from genconf import memory
+from genconf.plan import memory
 
 
 def _unique_bytes(tensors) -> int:

@@ -17,13 +17,14 @@ import warnings
 def count(names: list[str]) -> dict[str, dict]:
     import torch
 
-    from genconf import memory
-    from genconf.catalog import resolve_model
-    from genconf.counting import exact_param_count, padded_vocab_size
-    from genconf.specs import ParallelPlan, TrainSpec
+    from genconf.catalog.models import resolve_model
+    from genconf.plan import memory
+    from genconf.plan.counting import exact_param_count, padded_vocab_size
+    from genconf.plan.runconfig import RunConfig
+    from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat
-    from genconf.train.megatron_runner import layer_spec, transformer_config_kwargs
-    from genconf.train.runtime import RunConfig, init_distributed
+    from genconf.train.runners.megatron import layer_spec, transformer_config_kwargs
+    from genconf.train.runtime import init_distributed
 
     compat = mcore_compat.install()
     try:

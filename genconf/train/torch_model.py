@@ -1,7 +1,7 @@
 """A GPT/OLMo-style decoder in plain PyTorch, built from a ModelSpec, for the DeepSpeed and FSDP launchers.
 
 Tensors are laid out as megatron-core lays them (fused QKV, SwiGLU's two branches in one fc1), so the
-parameter count is `genconf.counting.exact_param_count(spec)` exactly.
+parameter count is `genconf.plan.counting.exact_param_count(spec)` exactly.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from genconf.specs import ModelSpec
+from genconf.plan.specs import ModelSpec
 
 
 class Norm(nn.Module):

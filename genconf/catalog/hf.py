@@ -1,0 +1,445 @@
+"""Hugging Face `config.json` -> ModelSpec, for the decoder families whose parameters genconf counts exactly.
+
+Standard library only (json): transformers is never imported. Each family maps the fields that change the
+parameter count, the memory or the FLOPs onto ModelSpec's megatron-core names; what genconf does not model
+but which changes none of those (rope scaling, sliding windows, logit soft-capping, embedding scaling,
+parallel residuals) is stated in the spec's `source` and printed by `genconf models --from-hf`. A field genconf
+does not know is refused with one line, since it might change the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from genconf.plan.errors import GenconfError
+from genconf.plan.specs import ModelSpec
+
+# Fields every transformers PretrainedConfig may carry (tokens, generation defaults, bookkeeping), and the
+# numerical knobs that change no parameter count, memory or FLOP: genconf reads past them.
+_GENERIC_KEYS = frozenset("""
+architectures model_type transformers_version torch_dtype dtype use_cache initializer_range
+bos_token_id eos_token_id pad_token_id sep_token_id decoder_start_token_id tokenizer_class
+return_dict output_hidden_states output_attentions torchscript pruned_heads chunk_size_feed_forward
+is_decoder tie_encoder_decoder finetuning_task id2label label2id num_labels prefix task_specific_params
+problem_type max_length min_length do_sample early_stopping num_beams num_beam_groups diversity_penalty
+temperature top_k top_p typical_p repetition_penalty length_penalty no_repeat_ngram_size
+encoder_no_repeat_ngram_size bad_words_ids num_return_sequences output_scores return_dict_in_generate
+forced_bos_token_id forced_eos_token_id remove_invalid_values exponential_decay_length_penalty suppress_tokens
+begin_suppress_tokens tf_legacy_loss use_bfloat16 cross_attention_hidden_size auto_map
+rms_norm_eps layer_norm_eps layer_norm_epsilon rope_theta pretraining_tp cache_implementation
+output_router_logits router_aux_loss_coef router_z_loss_coef router_jitter_noise
+""".split())
+
+FAMILIES: dict[str, tuple[str, Callable]] = {}
+"""architectures[0] -> (family name, mapper). Filled by @_family below."""
+
+
+def _family(name: str, *architectures: str):
+    def register(fn):
+        for arch in architectures:
+            FAMILIES[arch] = (name, fn)
+        return fn
+    return register
+
+
+@dataclass(frozen=True)
+class HFModel:
+    """A config.json read into a ModelSpec, with what genconf does not model said in words."""
+
+    spec: ModelSpec
+    architecture: str
+    notes: tuple[str, ...]
+    """Features of the checkpoint that change no parameter, memory or FLOP count genconf makes, or do but are
+    not modelled (sliding windows), one sentence each."""
+    path: Path
+
+
+class _Fields:
+    """The config's fields, remembering which ones a mapper read so the rest can be checked."""
+
+    def __init__(self, data: dict, where: str) -> None:
+        self.data, self.where, self.read = data, where, set()
+
+    def get(self, key: str, default=None):
+        self.read.add(key)
+        value = self.data.get(key)
+        return default if value is None else value
+
+    def integer(self, key: str, default: int | None = None, *, required: bool = True) -> int | None:
+        value = self.get(key, default)
+        if value is None:
+            if required:
+                raise GenconfError(f"{self.where}: missing field '{key}'")
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise GenconfError(f"{self.where}: field '{key}' must be a positive integer, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise GenconfError(f"{self.where}: field '{key}' must be true or false, got {value!r}")
+        return value
+
+    def fraction(self, key: str, default: float) -> float:
+        value = self.get(key, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+            raise GenconfError(f"{self.where}: field '{key}' must be a probability in [0, 1), got {value!r}")
+        return float(value)
+
+    def refuse(self, key: str, value, why: str) -> GenconfError:
+        return GenconfError(f"{self.where}: {key} = {json.dumps(value)} is not supported: {why}")
+
+
+# --- shared pieces --------------------------------------------------------------------------------
+
+_SILU = ("silu", "swish")
+_GELU = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "quick_gelu")
+
+
+def _seq_length(f: _Fields, notes: list[str]) -> int:
+    """The pre-training context: rope scaling's original length where the checkpoint was extended by it."""
+    longest = f.integer("max_position_embeddings")
+    for key in ("rope_scaling", "rope_parameters"):
+        scaling = f.get(key)
+        if isinstance(scaling, dict) and scaling.get("original_max_position_embeddings"):
+            original = int(scaling["original_max_position_embeddings"])
+            kind = scaling.get("rope_type") or scaling.get("type") or "scaled"
+            if original < longest:
+                notes.append(f"{kind} rope scaling stretches the context to {longest:,} tokens; seq_length is the "
+                             f"pre-training context {original:,} (plan longer runs with --seq-len)")
+                return original
+    return longest
+
+
+def _sliding_window(f: _Fields, notes: list[str], seq: int, *, every_other: bool = False) -> None:
+    use = f.get("use_sliding_window", True)
+    window = f.get("sliding_window")
+    f.get("max_window_layers")
+    f.get("layer_types")
+    if use and isinstance(window, int) and not isinstance(window, bool) and window < seq:
+        which = "every other layer" if every_other else "every layer"
+        notes.append(f"sliding-window attention ({window:,} tokens, {which}) is not modelled: attention FLOPs and "
+                     f"activations are counted for full causal attention over seq_length (an upper bound)")
+
+
+def _gated(f: _Fields, notes: list[str], key: str = "hidden_act") -> str:
+    """SiLU-gated MLPs are SwiGLU; a GELU gate (Gemma's GeGLU) has the same tensors and FLOPs."""
+    act = f.get(key, "silu")
+    if act in _SILU:
+        return "swiglu"
+    if act in _GELU:
+        notes.append(f"the MLP gate is GELU ({act}, GeGLU), counted as SwiGLU: the same tensors, memory and FLOPs; "
+                     "rendered Megatron/OLMo configs say SwiGLU")
+        return "swiglu"
+    raise f.refuse(key, act, f"a gated MLP with SiLU or GELU is expected ({', '.join(_SILU + _GELU)})")
+
+
+def _plain_gelu(f: _Fields, key: str) -> str:
+    act = f.get(key, "gelu")
+    if act not in _GELU:
+        raise f.refuse(key, act, f"genconf models a GELU MLP here ({', '.join(_GELU)})")
+    return "gelu"
+
+
+def _linear_biases(f: _Fields, *, mlp_key: str | None = "mlp_bias") -> bool:
+    """Llama-style `attention_bias` (q, k, v and o) and `mlp_bias`: both or neither is add_bias_linear."""
+    attention = f.flag("attention_bias", False)
+    mlp = f.flag(mlp_key, False) if mlp_key else False
+    if attention != mlp:
+        mlp_says = f"{mlp_key} is {json.dumps(mlp)}" if mlp_key else "this family's MLP has no bias"
+        raise f.refuse("attention_bias", attention, f"{mlp_says}, and genconf has biases on every linear layer "
+                       "(add_bias_linear) or on QKV only (add_qkv_bias), not this mix")
+    return attention
+
+
+def _llama_like(f: _Fields, notes: list[str], *, tie_default: bool, act_key: str = "hidden_act",
+                mlp_bias_key: str | None = "mlp_bias") -> dict:
+    heads = f.integer("num_attention_heads")
+    seq = _seq_length(f, notes)
+    return dict(
+        num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"), num_attention_heads=heads,
+        num_query_groups=f.integer("num_key_value_heads", heads), kv_channels=f.integer("head_dim", required=False),
+        ffn_hidden_size=f.integer("intermediate_size"), vocab_size=f.integer("vocab_size"), seq_length=seq,
+        activation=_gated(f, notes, act_key), normalization="rmsnorm", position_embedding="rope",
+        tie_embeddings=f.flag("tie_word_embeddings", tie_default),
+        add_bias_linear=_linear_biases(f, mlp_key=mlp_bias_key),
+        hidden_dropout=0.0, attention_dropout=f.fraction("attention_dropout", 0.0),
+    )
+
+
+# --- families -------------------------------------------------------------------------------------
+# Defaults are the transformers config classes' own (tie_word_embeddings differs by family).
+
+@_family("llama", "LlamaForCausalLM", "MistralForCausalLM")
+def _llama(f: _Fields, notes: list[str]) -> dict:
+    values = _llama_like(f, notes, tie_default=False)
+    _sliding_window(f, notes, values["seq_length"])
+    return values
+
+
+@_family("mixtral", "MixtralForCausalLM")
+def _mixtral(f: _Fields, notes: list[str]) -> dict:
+    values = _llama_like(f, notes, tie_default=False)
+    _sliding_window(f, notes, values["seq_length"])
+    # Every layer is sparse: block_sparse_moe.gate (e x h, no bias) and e SwiGLU experts of intermediate_size.
+    values.update(num_experts=f.integer("num_local_experts"), moe_top_k=f.integer("num_experts_per_tok"),
+                  moe_ffn_hidden_size=values["ffn_hidden_size"])
+    return values
+
+
+@_family("qwen2", "Qwen2ForCausalLM")
+def _qwen2(f: _Fields, notes: list[str]) -> dict:
+    # modeling_qwen2: q_proj, k_proj and v_proj have biases, o_proj and the MLP none (not a config field).
+    values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
+    values["add_qkv_bias"] = True
+    _sliding_window(f, notes, values["seq_length"])
+    return values
+
+
+@_family("qwen3", "Qwen3ForCausalLM")
+def _qwen3(f: _Fields, notes: list[str]) -> dict:
+    # modeling_qwen3: q_norm and k_norm are RMSNorm(head_dim), applied per head.
+    values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
+    values.update(qk_layernorm=True, qk_layernorm_per_head=True)
+    _sliding_window(f, notes, values["seq_length"])
+    return values
+
+
+@_family("qwen3-moe", "Qwen3MoeForCausalLM")
+def _qwen3_moe(f: _Fields, notes: list[str]) -> dict:
+    values = _qwen3(f, notes)
+    step, dense = f.get("decoder_sparse_step", 1), f.get("mlp_only_layers", [])
+    if step != 1:
+        raise f.refuse("decoder_sparse_step", step, "genconf models every layer as MoE (decoder_sparse_step 1)")
+    if dense:
+        raise f.refuse("mlp_only_layers", dense, "genconf models every layer as MoE (no dense layers)")
+    f.get("norm_topk_prob")
+    # Experts are SwiGLU MLPs of moe_intermediate_size; the router (gate) is e x h without bias; no shared expert.
+    values.update(num_experts=f.integer("num_experts"), moe_top_k=f.integer("num_experts_per_tok"),
+                  moe_ffn_hidden_size=f.integer("moe_intermediate_size"))
+    return values
+
+
+@_family("olmo", "OlmoForCausalLM")
+def _olmo(f: _Fields, notes: list[str]) -> dict:
+    # modeling_olmo: LayerNorm without weight or bias (OlmoLayerNorm), bias-free MLP.
+    values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
+    values["normalization"] = "nonparametric"
+    if f.get("clip_qkv") is not None:
+        notes.append(f"q, k and v are clipped to +-{f.get('clip_qkv')} (element-wise, no parameters)")
+    return values
+
+
+@_family("olmo2", "Olmo2ForCausalLM")
+def _olmo2(f: _Fields, notes: list[str]) -> dict:
+    # modeling_olmo2: q_norm = RMSNorm(heads * head_dim), k_norm = RMSNorm(kv_heads * head_dim), over the full width.
+    values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
+    values["qk_layernorm"] = True
+    notes.append("RMSNorm follows each sublayer (x + norm(f(x))) instead of preceding it: the same parameters")
+    return values
+
+
+@_family("gemma", "GemmaForCausalLM")
+def _gemma(f: _Fields, notes: list[str]) -> dict:
+    # GemmaConfig: hidden_activation wins over the legacy hidden_act; embeddings tied by default.
+    key = "hidden_activation" if f.data.get("hidden_activation") is not None else "hidden_act"
+    f.get("hidden_act")
+    values = _llama_like(f, notes, tie_default=True, act_key=key, mlp_bias_key=None)
+    notes.append("the embedding output is scaled by sqrt(hidden_size) and RMSNorm weights are offsets from 1 "
+                 "(no parameters)")
+    return values
+
+
+@_family("gemma2", "Gemma2ForCausalLM")
+def _gemma2(f: _Fields, notes: list[str]) -> dict:
+    values = _gemma(f, notes)
+    # modeling_gemma2: input, post_attention, pre_feedforward and post_feedforward RMSNorms in every layer.
+    values["sandwich_norm"] = True
+    _sliding_window(f, notes, values["seq_length"], every_other=True)
+    caps = [f"{k} {f.get(k)}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if f.get(k) is not None]
+    if caps:
+        notes.append(f"logit soft-capping ({', '.join(caps)}) is element-wise: no parameters, FLOPs not counted")
+    f.get("query_pre_attn_scalar")
+    f.get("sliding_window_size")  # the early gemma-2-9b/27b configs repeat sliding_window under this name
+    return values
+
+
+@_family("gpt2", "GPT2LMHeadModel")
+def _gpt2(f: _Fields, notes: list[str]) -> dict:
+    if f.flag("add_cross_attention", False):
+        raise f.refuse("add_cross_attention", True, "genconf models decoder-only models")
+    hidden = f.integer("n_embd")
+    for key in ("n_ctx", "embd_pdrop", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+                "reorder_and_upcast_attn", "n_special", "predict_special_tokens", "summary_type", "summary_use_proj",
+                "summary_activation", "summary_proj_to_labels", "summary_first_dropout"):
+        f.get(key)
+    # GPT2LMHeadModel: Conv1D layers with biases, LayerNorm with bias, learned positions, lm_head tied to wte.
+    return dict(num_layers=f.integer("n_layer"), hidden_size=hidden, num_attention_heads=f.integer("n_head"),
+                ffn_hidden_size=f.integer("n_inner", 4 * hidden), vocab_size=f.integer("vocab_size"),
+                seq_length=f.integer("n_positions"), activation=_plain_gelu(f, "activation_function"),
+                normalization="layernorm", position_embedding="learned",
+                tie_embeddings=f.flag("tie_word_embeddings", True), add_bias_linear=True,
+                hidden_dropout=f.fraction("resid_pdrop", 0.1), attention_dropout=f.fraction("attn_pdrop", 0.1))
+
+
+@_family("gpt-neox", "GPTNeoXForCausalLM")
+def _gpt_neox(f: _Fields, notes: list[str]) -> dict:
+    # modeling_gpt_neox: fused query_key_value and dense with biases (attention_bias, default true), MLP with
+    # biases, LayerNorm with bias, rotary positions, embed_out untied by default.
+    if not f.flag("attention_bias", True):
+        raise f.refuse("attention_bias", False, "the GPT-NeoX MLP keeps its biases: genconf cannot drop only the "
+                       "attention's")
+    pct = f.get("rotary_pct", f.get("partial_rotary_factor", 1.0))
+    if pct != 1.0:
+        notes.append(f"rotary embeddings cover {pct:.0%} of each head (no parameters)")
+    if f.flag("use_parallel_residual", True):
+        notes.append("attention and MLP run in parallel from one residual (x + attn(ln1(x)) + mlp(ln2(x))): the same "
+                     "parameters and FLOPs; activations are counted as for the sequential layer")
+    f.get("rotary_emb_base")
+    f.get("classifier_dropout")
+    return dict(num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"),
+                num_attention_heads=f.integer("num_attention_heads"), ffn_hidden_size=f.integer("intermediate_size"),
+                vocab_size=f.integer("vocab_size"), seq_length=_seq_length(f, notes),
+                activation=_plain_gelu(f, "hidden_act"), normalization="layernorm", position_embedding="rope",
+                tie_embeddings=f.flag("tie_word_embeddings", False), add_bias_linear=True,
+                hidden_dropout=f.fraction("hidden_dropout", 0.0), attention_dropout=f.fraction("attention_dropout", 0.0))
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+def config_path(path: Path) -> Path:
+    """The config.json a --model path names: the file itself, or config.json inside a directory."""
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise GenconfError(f"{path} has no config.json (a Hugging Face model directory holds one)")
+        return path / "config.json"
+    if not path.is_file():
+        raise GenconfError(f"model file {path} does not exist")
+    return path
+
+
+def default_name(path: Path) -> str:
+    """A catalog-style name from the model's folder (`Qwen3-8B/config.json` -> `qwen3-8b`)."""
+    stem = path.parent.name if path.name == "config.json" else path.stem
+    name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.")
+    return name or "hf-model"
+
+
+def read_config(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise GenconfError(f"cannot read {path}: {exc.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise GenconfError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise GenconfError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def model_from_config(data: dict, *, name: str, where: str) -> tuple[ModelSpec, str, tuple[str, ...]]:
+    """(spec, architecture, notes) for a parsed config.json; GenconfError (one line) for anything genconf cannot
+    map exactly."""
+    archs = data.get("architectures") or []
+    if not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str):
+        raise GenconfError(f"{where}: 'architectures' must list one model class, got {json.dumps(archs)} "
+                           f"(genconf reads {', '.join(sorted(FAMILIES))})")
+    arch = archs[0]
+    if arch not in FAMILIES:
+        raise GenconfError(f"{where}: architecture '{arch}' is not one genconf can import "
+                           f"(it reads {', '.join(sorted(FAMILIES))}); write the model as YAML like models/*.yaml")
+    family, mapper = FAMILIES[arch]
+    f = _Fields(data, where)
+    notes: list[str] = []
+    values = mapper(f, notes)
+    unknown = sorted(k for k in data if k not in f.read and k not in _GENERIC_KEYS and not k.startswith("_"))
+    if "quantization_config" in unknown:
+        unknown.remove("quantization_config")
+        notes.append("quantization_config is ignored: genconf plans training of the full-precision model")
+    if unknown:
+        raise GenconfError(f"{where}: field '{unknown[0]}' is not one genconf knows for {arch} and may change the "
+                           f"model; remove it from a copy if it does not, or write the model as YAML"
+                           + (f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+    source = f"Hugging Face config.json ({arch}, {family} family) read by genconf.hf"
+    if notes:
+        source += "; not modelled: " + "; ".join(notes)
+    try:
+        spec = ModelSpec(name=name, source=source, **values)
+    except ValueError as exc:
+        raise GenconfError(f"{where}: {exc}") from None
+    return spec, arch, tuple(notes)
+
+
+def model_from_hf(ref: Path | str, *, name: str | None = None) -> HFModel:
+    """Read a config.json (or a directory holding one)."""
+    path = config_path(Path(ref))
+    spec, arch, notes = model_from_config(read_config(path), name=name or default_name(path), where=str(path))
+    return HFModel(spec=spec, architecture=arch, notes=notes, path=path)
+
+
+def looks_like_hf(ref: str) -> bool:
+    """A --model reference meant as a Hugging Face config: a .json file or a directory."""
+    return ref.endswith(".json") or Path(ref).is_dir()
+
+
+# --- writing the catalog YAML ---------------------------------------------------------------------
+
+_ALWAYS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size", "vocab_size",
+           "seq_length", "activation", "normalization", "position_embedding", "tie_embeddings", "add_bias_linear",
+           "hidden_dropout", "attention_dropout")
+
+
+def catalog_yaml(model: HFModel, params: int) -> str:
+    """The model as a models/*.yaml file: the same keys, non-default optional ones only, notes as comments."""
+    spec = model.spec
+    defaults = {f.name: f.default for f in fields(ModelSpec)}
+    lines = [f"# Imported from {model.path} ({model.architecture}) by `genconf models --from-hf`:",
+             f"# {params:,} parameters (genconf.counting.exact_param_count)."]
+    lines += [f"# not modelled: {note}" for note in model.notes]
+    lines += [f"name: {spec.name}", f"source: {json.dumps(spec.source)}"]
+    for f in fields(ModelSpec):
+        if f.name in ("name", "source"):
+            continue
+        value = getattr(spec, f.name)
+        derived = {"num_query_groups": spec.num_attention_heads,
+                   "kv_channels": spec.hidden_size // spec.num_attention_heads,
+                   "moe_ffn_hidden_size": spec.ffn_hidden_size,
+                   "norm_bias": spec.normalization == "layernorm"}
+        if f.name not in _ALWAYS and value == derived.get(f.name, defaults[f.name]):
+            continue
+        lines.append(f"{f.name}: {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_catalog_yaml(ref: str, *, output: str | None = None, name: str | None = None, force: bool = False) -> int:
+    """`genconf models --from-hf FILE [-o OUT.yaml]`: print the YAML, or write it (atomically) to OUT."""
+    import os
+    import sys
+
+    from genconf.plan.counting import exact_param_count
+
+    out = Path(output) if output else None
+    if out is not None and name is None:
+        name = default_name(out)
+    model = model_from_hf(ref, name=name)
+    text = catalog_yaml(model, exact_param_count(model.spec))
+    if out is None:
+        sys.stdout.write(text)
+        return 0
+    if out.suffix not in (".yaml", ".yml"):
+        raise GenconfError(f"-o {out}: the catalog file must end in .yaml")
+    if out.exists() and not force:
+        raise GenconfError(f"{out} exists; add --force to replace it")
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise GenconfError(f"cannot write {out}: {exc.strerror}") from None
+    print(f"genconf: wrote {out} ({model.spec.name}, {exact_param_count(model.spec):,} parameters)", file=sys.stderr)
+    return 0

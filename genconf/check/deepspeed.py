@@ -1,0 +1,85 @@
+"""ds_config.json: DeepSpeed's batch arithmetic, ZeRO stage, offload and precision against the plan."""
+
+from __future__ import annotations
+
+from genconf.check.common import Problem, as_int, json_line, load_json
+from genconf.plan.equivalent import equivalent_plan
+from genconf.plan.planfile import PlanFile
+from genconf.render import deepspeed
+
+
+def check_ds_config(text: str, p: PlanFile) -> list[Problem]:
+    name = "ds_config.json"
+    config, problems = load_json(name, text)
+    if problems:
+        return problems
+    if not isinstance(config, dict):
+        return [Problem(name, 1, "expected a JSON object")]
+
+    def at(*keys: str) -> int | None:
+        return json_line(text, *keys)
+
+    expected = deepspeed.deepspeed_config(p.model, p.plan, p.train)
+    ds_plan, _ = equivalent_plan(p.plan, "deepspeed")
+    dp = ds_plan.dp
+    values = {}
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        value = as_int(config.get(key))
+        if value is None or value < 1:
+            problems.append(Problem(name, at(key), f"{key} must be a positive integer, got {config.get(key)!r}"))
+        values[key] = value
+    if None not in values.values():
+        tbs, micro, accum = (values[k] for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                                 "gradient_accumulation_steps"))
+        if tbs != micro * accum * dp:
+            problems.append(Problem(name, at("train_batch_size"),
+                                    f"train_batch_size ({tbs}) != train_micro_batch_size_per_gpu x "
+                                    f"gradient_accumulation_steps x data-parallel size ({micro} x {accum} x {dp} = "
+                                    f"{micro * accum * dp})"))
+        elif tbs != expected["train_batch_size"]:
+            problems.append(Problem(name, at("train_batch_size"),
+                                    f"train_batch_size ({tbs}) contradicts plan.json (global batch "
+                                    f"{expected['train_batch_size']}); edit plan.json and re-render"))
+    zero = config.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        problems.append(Problem(name, at("zero_optimization"), "zero_optimization must be an object"))
+        zero = {}
+    stage = zero.get("stage", 0)
+    want = expected["zero_optimization"]["stage"]
+    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
+        problems.append(Problem(name, at("zero_optimization", "stage"),
+                                f"zero_optimization.stage must be 0-3, got {stage!r}"))
+    elif stage != want:
+        problems.append(Problem(name, at("zero_optimization", "stage"),
+                                f"zero_optimization.stage {stage} contradicts plan.json (zero={want} for "
+                                f"{ds_plan.dp} GPUs); edit plan.json and re-render"))
+    if isinstance(zero.get("offload_param"), dict) and zero["offload_param"].get("device", "none") != "none" and stage != 3:
+        problems.append(Problem(name, at("zero_optimization", "offload_param"),
+                                f"offload_param needs zero_optimization.stage 3, not {stage}"))
+    if isinstance(zero.get("offload_optimizer"), dict) and zero["offload_optimizer"].get("device", "none") != "none" \
+            and stage == 0:
+        problems.append(Problem(name, at("zero_optimization", "offload_optimizer"),
+                                "offload_optimizer needs ZeRO stage >= 1"))
+
+    def enabled(key: str) -> bool:
+        section = config.get(key)
+        return isinstance(section, dict) and bool(section.get("enabled"))
+
+    fp16, bf16 = enabled("fp16"), enabled("bf16")
+    want_fp16 = "fp16" in expected
+    if fp16 and bf16:
+        problems.append(Problem(name, at("fp16"), "fp16 and bf16 are both enabled"))
+    elif not fp16 and not bf16 and ds_plan.precision != "fp32":
+        problems.append(Problem(name, None, f"neither bf16 nor fp16 is enabled; the plan trains in "
+                                            f"{'fp16' if want_fp16 else 'bf16'}"))
+    elif fp16 != want_fp16:
+        problems.append(Problem(name, at("fp16" if fp16 else "bf16"),
+                                f"{'fp16' if fp16 else 'bf16'} contradicts plan.json (precision "
+                                f"{'fp16' if want_fp16 else ds_plan.precision})"))
+    scheduler = config.get("scheduler")
+    if isinstance(scheduler, dict) and isinstance(scheduler.get("params"), dict):
+        warmup = scheduler["params"].get("warmup_num_steps")
+        if warmup is not None and (as_int(warmup) is None or warmup < 1):
+            problems.append(Problem(name, at("scheduler", "params", "warmup_num_steps"),
+                                    f"warmup_num_steps must be a positive integer (DeepSpeed refuses {warmup!r})"))
+    return problems

@@ -1,0 +1,58 @@
+"""`genconf check DIR`: every file of an artifacts directory, each by its own checker; files named relative to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from genconf.check.common import CheckResult, Problem
+from genconf.check.deepspeed import check_ds_config
+from genconf.check.megatron import check_megatron_args
+from genconf.check.olmo import check_olmo
+from genconf.check.plan import check_plan
+from genconf.check.slurm import check_sbatch, sbatch_test_only
+from genconf.plan.errors import GenconfError
+from genconf.render.files import artifact_names
+
+
+def check_dir(path: Path, *, slurm: bool = False) -> CheckResult:
+    """Every problem in an artifacts directory; files named relative to it."""
+    path = Path(path)
+    if not path.is_dir():
+        raise GenconfError(f"{path} is not a directory")
+    plan_file = path / "plan.json"
+    if not plan_file.is_file():
+        return CheckResult((), (Problem("plan.json", None, "missing: not a genconf artifacts directory"),))
+    planned, problems = check_plan(plan_file.read_text())
+    checked = ["plan.json"]
+    if planned is None or problems:
+        # Every other file derives from plan.json: with the plan itself broken there is nothing to hold them to.
+        return CheckResult(tuple(checked), tuple(problems))
+    for name in artifact_names(planned.plan):
+        if name in ("plan.json", "README.md"):
+            continue
+        file = path / name
+        if not file.is_file():
+            problems.append(Problem(name, None, "missing (re-render with genconf render)"))
+            continue
+        try:
+            text = file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(Problem(name, None, f"cannot read: {exc}"))
+            continue
+        checked.append(name)
+        try:
+            if name == "ds_config.json":
+                problems += check_ds_config(text, planned)
+            elif name == "megatron_args.txt":
+                problems += check_megatron_args(text, planned)
+            elif name == "olmo_fsdp.yaml":
+                problems += check_olmo(text, planned)
+            else:
+                problems += check_sbatch(name, text, planned)
+        except (ValueError, TypeError) as exc:
+            problems.append(Problem(name, None, str(exc)))
+        if slurm and name.endswith(".sbatch"):
+            refusal = sbatch_test_only(file)
+            if refusal is not None:
+                problems.append(Problem(name, None, refusal))
+    return CheckResult(tuple(checked), tuple(problems))

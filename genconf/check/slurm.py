@@ -1,0 +1,163 @@
+"""launch_*.sbatch: the #SBATCH header as sbatch reads it and torchrun's world against the plan; `--slurm` asks
+Slurm itself (`sbatch --test-only`, the only subprocess of genconf check)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from genconf.check.common import Problem
+from genconf.plan.planfile import PlanFile
+from genconf.render import slurm
+
+
+_SHORT = {"-N": "--nodes", "-J": "--job-name", "-t": "--time", "-p": "--partition", "-A": "--account",
+          "-o": "--output", "-e": "--error", "-D": "--chdir", "-n": "--ntasks", "-c": "--cpus-per-task"}
+
+
+def sbatch_arguments(line: str) -> list[str]:
+    """The words of an #SBATCH line as sbatch splits them: quotes and backslash escapes, `#` ends it."""
+    words, word, quote, escape, started = [], [], "", False, False
+    for ch in line:
+        if escape:
+            word.append(ch)
+            escape, started = False, True
+        elif ch == "\\":
+            escape = True
+        elif quote:
+            if ch == quote:
+                quote = ""
+            else:
+                word.append(ch)
+        elif ch in "\"'":
+            quote, started = ch, True
+        elif ch == "#":
+            break
+        elif ch.isspace():
+            if started:
+                words.append("".join(word))
+                word, started = [], False
+        else:
+            word.append(ch)
+            started = True
+    if started:
+        words.append("".join(word))
+    return words
+
+
+def sbatch_options(text: str) -> tuple[dict[str, tuple[int, str]], list[tuple[int, str]]]:
+    """(#SBATCH options as option -> (line, value), #SBATCH lines sbatch ignores because they follow a command)."""
+    options: dict[str, tuple[int, str]] = {}
+    ignored: list[tuple[int, str]] = []
+    in_header = True
+    for number, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        if number > 1 and stripped and not stripped.startswith("#"):
+            in_header = False
+        if not raw.startswith("#SBATCH"):
+            continue
+        if not in_header:
+            ignored.append((number, raw))
+            continue
+        words = sbatch_arguments(raw[len("#SBATCH"):])
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word.startswith("--"):
+                key, eq, value = word.partition("=")
+                if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
+                    value, i = words[i + 1], i + 1
+            elif word in _SHORT:
+                key, value = _SHORT[word], words[i + 1] if i + 1 < len(words) else ""
+                i += 1
+            else:
+                key, value = word, ""
+            options[key] = (number, value)
+            i += 1
+    return options, ignored
+
+
+def _torchrun_flags(text: str) -> dict[str, tuple[int, str]]:
+    """--nnodes and --nproc-per-node of the torchrun command (its continuation lines included)."""
+    lines = text.splitlines()
+    out: dict[str, tuple[int, str]] = {}
+    for start, line in enumerate(lines):
+        if ("torch.distributed.run" in line or re.search(r"\btorchrun\b", line)) and not line.lstrip().startswith("#"):
+            i = start
+            while True:
+                for match in re.finditer(r"(--nnodes|--nproc[-_]per[-_]node)(?:=|\s+)(\S+)", lines[i]):
+                    key = "--nnodes" if match.group(1) == "--nnodes" else "--nproc-per-node"
+                    out.setdefault(key, (i + 1, match.group(2).strip("'\"")))
+                if not lines[i].rstrip().endswith("\\") or i + 1 >= len(lines):
+                    break
+                i += 1
+            break
+    return out
+
+
+_GPU_COUNT = re.compile(r"^(?:[A-Za-z0-9_-]+:)*(\d+)$")
+_JOB_TOKEN = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def check_sbatch(name: str, text: str, p: PlanFile) -> list[Problem]:
+    problems: list[Problem] = []
+    nodes, per_node = slurm.slurm_layout(p.cluster, p.num_gpus)
+    if not text.startswith("#!"):
+        problems.append(Problem(name, 1, "the first line must be '#!' and an interpreter (sbatch refuses the script)"))
+    options, ignored = sbatch_options(text)
+    for number, raw in ignored:
+        problems.append(Problem(name, number, f"{raw.strip()}: sbatch ignores #SBATCH lines after the first command"))
+
+    def expect(option: str, want: int, why: str) -> None:
+        if option not in options:
+            problems.append(Problem(name, None, f"no #SBATCH {option} line ({why} needs {option}={want})"))
+            return
+        line, value = options[option]
+        match = _GPU_COUNT.match(value) if option == "--gpus-per-node" else re.match(r"^(\d+)$", value)
+        if not match or int(match.group(1)) != want:
+            problems.append(Problem(name, line, f"#SBATCH {option}={value} contradicts the plan: {why} needs "
+                                                f"{option}={want}"))
+
+    layout = f"{p.num_gpus} GPUs on {p.cluster.gpus_per_node}-GPU nodes"
+    expect("--nodes", nodes, layout)
+    expect("--ntasks-per-node", 1, "one torchrun per node")
+    expect("--gpus-per-node", per_node, layout)
+    for option in ("--job-name", "--account", "--partition"):
+        if option in options and not _JOB_TOKEN.match(options[option][1]):
+            line, value = options[option]
+            problems.append(Problem(name, line, f"#SBATCH {option}={value!r}: use letters, digits, '.', '_', '-'"))
+    if "--time" in options and not slurm.SLURM_TIME.match(options["--time"][1]):
+        line, value = options["--time"]
+        problems.append(Problem(name, line, f"#SBATCH --time={value!r} is not a Slurm time (HH:MM:SS or D-HH:MM:SS)"))
+    torchrun = _torchrun_flags(text)
+    if not torchrun:
+        problems.append(Problem(name, None, "no torchrun (python -m torch.distributed.run) command"))
+        return problems
+    for flag, want in (("--nnodes", nodes), ("--nproc-per-node", per_node)):
+        if flag not in torchrun:
+            problems.append(Problem(name, None, f"torchrun has no {flag} (the plan needs {flag}={want})"))
+            continue
+        line, value = torchrun[flag]
+        if value != str(want):
+            problems.append(Problem(name, line, f"torchrun {flag}={value} contradicts the plan: {layout} needs "
+                                                f"{flag}={want}"))
+    return problems
+
+
+def sbatch_test_only(path: Path) -> str | None:
+    """Slurm's own verdict on a script without running it: None when `sbatch --test-only` accepts it, else
+    what sbatch said, on one line."""
+    sbatch = shutil.which("sbatch")
+    if sbatch is None:
+        return "sbatch not found: --slurm needs the Slurm client on PATH"
+    try:
+        out = subprocess.run([sbatch, "--test-only", path.name], capture_output=True, text=True, timeout=60,
+                             cwd=path.parent)
+    except subprocess.TimeoutExpired:
+        return "sbatch --test-only did not answer within 60 s (is slurmctld up?)"
+    if out.returncode == 0:
+        return None
+    said = [line.strip() for line in (out.stderr + out.stdout).splitlines() if line.strip()]
+    return "; ".join(said) or f"sbatch --test-only exited with {out.returncode}"

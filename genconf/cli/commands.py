@@ -1,0 +1,317 @@
+"""Subcommand implementations (the imperative shell around the pure planner)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster
+from genconf.catalog.hardware import calibration_for, list_gpus
+from genconf.catalog.models import list_models, model_aliases, resolve_model
+from genconf.cli import text
+from genconf.cli.text import print_json
+from genconf.plan.errors import GenconfError
+from genconf.plan.search import describe
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    handler = HANDLERS.get(args.command)
+    if handler is None:
+        raise GenconfError(f"unknown command {args.command!r}")
+    return handler(args)
+
+
+# --- plan -----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """Everything one planning run produced."""
+
+    model: object
+    alias: str | None
+    cluster: object
+    num_gpus: int
+    best: object
+    result: object
+    run: dict
+
+
+def pins_from_args(args: argparse.Namespace):
+    from genconf.plan.search import Pins
+
+    return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, mbs=args.mbs,
+                gbs=args.global_batch, seq_length=args.seq_len, zero_stage=args.zero, recompute=args.recompute,
+                precision=args.precision, layer_spec=args.layer_spec, offload=args.offload or None,
+                pp_first_stage_layers=args.first_stage_layers, pp_last_stage_layers=args.last_stage_layers,
+                tp_comm_overlap=args.tp_comm_overlap)
+
+
+def plan_from_args(args: argparse.Namespace) -> Planned:
+    """Resolve the model and cluster, search (or evaluate the pinned plan) and build the run dict."""
+    from genconf.plan import planfile, rules
+    from genconf.plan.counting import chinchilla_tokens
+    from genconf.plan.search import plan_or_explain
+
+    model, alias = resolve_model(args.model)
+    cluster = resolve_cluster(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
+    num_gpus = args.gpus or cluster.total_gpus
+    if num_gpus is None:
+        raise GenconfError(f"cluster {cluster.name} has no default size: give --gpus")
+    whole = rules.whole_nodes_error(num_gpus, cluster.gpus_per_node)
+    if whole:
+        raise GenconfError(whole)
+    if args.tp and args.tp > cluster.nvlink_domain:
+        raise GenconfError(f"--tp {args.tp} is larger than a node: tensor parallelism must stay inside the "
+                           f"{cluster.nvlink_domain}-GPU NVLink domain of {cluster.name}")
+    seq = args.seq_len or model.seq_length
+    if args.cp and seq % (2 * args.cp):
+        raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
+    pins = pins_from_args(args)
+    cal = calibration_for(cluster.gpu.name)
+    used = None
+    if getattr(args, "calibration", None):
+        from genconf.catalog import calibration_file
+
+        cf = calibration_file.read_file(args.calibration)
+        cal = calibration_file.apply(cal, cf, cluster.gpu.name)
+        used = {"file": cf.path, "source": cf.source, "gpu": cf.gpu, "measured_on": cf.environment.get("device"),
+                "terms": cf.terms, "provenance": cf.provenance}
+    result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
+    best = result.best
+    tokens = args.tokens or float(chinchilla_tokens(model))
+    run = planfile.encode(model, alias, cluster, num_gpus, best, result, tokens)
+    run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
+    if used:  # plans with the built-in calibration stay byte-identical
+        run["calibration"] = used
+    return Planned(model, alias, cluster, num_gpus, best, result, run)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.plot:
+        from genconf.run import plots
+
+        plots.require_matplotlib()  # before anything is written
+    planned = plan_from_args(args)
+    if args.output:
+        from genconf.run import artifacts_dir
+
+        artifacts_dir.write_from_run(planned.run, args)
+    if args.plot:
+        from genconf.run import plots
+
+        written = plots.plan_plots(planned.model, planned.best.plan, planned.cluster, args.plot)
+        print(f"genconf: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    if args.json:
+        out = dict(planned.run)
+        if args.explain:
+            out["explain"] = {"considered": planned.result.considered, "rejected": planned.result.rejected,
+                              "nearest_misses": [{"layout": describe(ev.plan), "reason": str(ev.errors[0])}
+                                                 for ev in planned.result.nearest_misses]}
+        print_json(out)
+    else:
+        print(text.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
+                               top=args.top))
+        if "calibration" in planned.run:
+            print(text.calibration_line(planned.run["calibration"]))
+    return 0
+
+
+# --- artifacts ------------------------------------------------------------------------------------
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from genconf.run import artifacts_dir
+
+    artifacts_dir.render_plan_file(args)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from genconf.check.directory import check_dir
+
+    result = check_dir(args.dir, slurm=args.slurm)
+    for problem in result.problems:
+        print(problem)
+    if result.problems:
+        return 2
+    print(f"ok: {len(result.files)} files")
+    return 0
+
+
+# --- catalogs -------------------------------------------------------------------------------------
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from genconf.plan.counting import exact_param_count
+
+    if args.from_hf:
+        from genconf.catalog import hf
+
+        return hf.write_catalog_yaml(args.from_hf, output=args.output, name=args.name, force=args.force)
+    if args.output or args.name:
+        raise GenconfError("-o/--name go with --from-hf FILE")
+    models = list_models()
+    aliases = model_aliases()
+    by_model = {}
+    for alias, name in aliases.items():
+        by_model.setdefault(name, []).append(alias)
+    if args.json:
+        print_json([dict(dataclasses.asdict(m), params=exact_param_count(m), aliases=by_model.get(m.name, []))
+                    for m in models])
+        return 0
+    print(text.models_table(models, by_model))
+    return 0
+
+
+def cmd_hardware(args: argparse.Namespace) -> int:
+
+    gpus, clusters = list_gpus(), list_clusters()
+    if args.json:
+        print_json({"gpus": [dataclasses.asdict(g) for g in gpus],
+                    "clusters": [{"name": c.name, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node,
+                                  "nvlink_domain_gpus": c.nvlink_domain, "ib_gbit_per_s_per_gpu": c.ib_gbit_per_s_per_gpu,
+                                  "total_gpus": c.total_gpus, "description": c.description} for c in clusters],
+                    "default_cluster": default_cluster_name()})
+        return 0
+    print(text.hardware_table(gpus, clusters, default_cluster_name()))
+    return 0
+
+
+# --- launch and verify ----------------------------------------------------------------------------
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    import dataclasses as dc
+    import time
+    from pathlib import Path
+
+    from genconf.run import launch
+
+    artifacts = Path(args.dir)
+    shrink = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
+              "seq_len": args.seq_len, "global_batch": args.global_batch, "mbs": args.mbs, "steps": args.steps,
+              "lr": args.lr, "checkpoint_every": args.checkpoint_every, "precision": args.precision}
+    data = {"kind": "memmap", "path": str(Path(args.data).resolve()), "dtype": args.data_dtype} if args.data else None
+    cfg = launch.run_config_from_artifacts(artifacts, shrink, data)
+    speed = {"attention": args.attention, "compile": args.compile, "fused_optimizer": not args.no_fused_optimizer}
+    defaults = {"attention": "auto", "compile": False, "fused_optimizer": True}
+    cfg = dc.replace(cfg, speed={k: v for k, v in speed.items() if v != defaults[k]})
+    if args.framework and args.framework != cfg.plan.framework:
+        raise GenconfError(f"--framework {args.framework}: this directory's plan is a {cfg.plan.framework} plan; "
+                           f"re-plan with --framework {args.framework} to get an exact {args.framework} layout")
+    if args.submit:
+        return launch.submit(cfg, artifacts, wait=args.wait)
+    launch.refuse_unrunnable(cfg)
+    run_dir = Path(args.run_dir) if args.run_dir else artifacts / "runs" / (args.name or time.strftime("%Y%m%d-%H%M%S"))
+    if args.resume and not (run_dir / "config.json").is_file():
+        raise GenconfError(f"--resume: {run_dir} has no config.json (give the --run-dir of the run to resume)")
+    if args.resume:
+        from genconf.plan.runconfig import RunConfig
+
+        cfg = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise GenconfError(f"{run_dir} already holds a run; use --resume to continue it or another --run-dir/--name")
+    del dc
+    rc = launch.launch_local(cfg, run_dir, resume=args.resume)
+    if rc != 0:
+        killed = " (a rank was killed: out of memory?)" if rc in (-9, 137) else ""
+        raise GenconfError(f"training exited with code {rc}{killed}; see the output above (run directory {run_dir})")
+    print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir})")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from genconf.run import verify
+
+    if args.plot:
+        from genconf.run import plots
+
+        plots.require_matplotlib()
+    verdict = verify.verify(Path(args.run), golden=Path(args.golden) if args.golden else None,
+                            tolerance=args.tolerance, min_drop=args.min_drop)
+    if args.plot:
+        from genconf.run import plots
+
+        written = plots.verify_plots(args.run, args.plot, golden=args.golden)
+        print(f"genconf: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    if args.json:
+        print_json(verdict.to_dict())
+    else:
+        print(text.verdict_text(verdict))
+    return 0 if verdict.ok else 1
+
+
+# --- recipes --------------------------------------------------------------------------------------
+
+def cmd_recipe(args: argparse.Namespace) -> int:
+    from genconf.catalog import recipes
+    from genconf.plan import planfile
+
+    if not args.name:
+        for name in recipes.list_recipes():
+            r = recipes.load_recipe(name)
+            print(f"{name:<22} v{r.version}  {r.data.get('description', '')}")
+        return 0
+    recipe = recipes.load_recipe(args.name)
+    run = recipes.smoke_run(recipe) if args.smoke else recipes.full_run(recipe)
+    if args.output:
+        from genconf.run import artifacts_dir
+
+        artifacts_dir.write_from_run(run, args)
+    if args.json:
+        print_json(run)
+    else:
+        from genconf.plan.search import evaluate
+
+        pf = planfile.decode(run)
+        best = evaluate(pf.model, pf.cluster, pf.plan, pf.num_gpus, calibration_for(pf.cluster.gpu.name),
+                        check_rules=False)
+        print(f"recipe   {recipe.name} v{recipe.version} ({recipe.path.name}): {recipe.data.get('description', '')}")
+        print(f"         precision {run['recipe']['precision_recipe']}, {run['train']['train_steps']:,} steps, "
+              f"lr {run['train']['lr']:g}, seed {run['train']['seed']}")
+        print(text.render_text(run, best, top=args.top))
+    return 0
+
+
+def cmd_ci(args: argparse.Namespace) -> int:
+    import os
+
+    from genconf.catalog import recipes
+    from genconf.run import ci
+
+    if args.recipes_dir:
+        os.environ[recipes.RECIPES_DIR_ENV] = os.path.abspath(args.recipes_dir)
+    rows = ci.run(args.names, update_golden=args.update_golden, work_dir=args.work_dir)
+    if args.json:
+        print(json.dumps([r.__dict__ | {"ok": r.ok} for r in rows], indent=1, sort_keys=True))
+    else:
+        print(text.ci_table(rows))
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from genconf.catalog import calibration_file
+    from genconf.run import calibrate
+
+    if args.bench == bool(args.runs):
+        raise GenconfError("calibrate: give either --bench or run directories")
+    if args.bench:
+        from genconf.catalog.hardware import gpu_for_device_name
+
+        nproc = args.nproc or calibrate.default_nproc()
+        tables = calibrate.run_bench(nproc=nproc, model=args.model, tokens=args.tokens, tp=args.tp)
+        device = tables.get("environment", {}).get("device", "cpu")
+        gpu = args.gpu or (gpu_for_device_name(device) if device != "cpu" else None)
+        content = calibrate.fit_bench(tables, gpu)
+    else:
+        terms = [t.strip() for t in args.terms.split(",") if t.strip()] if args.terms else None
+        content = calibrate.fit_runs(list(args.runs), gpu=args.gpu, terms=terms)
+    calibration_file.write_file(args.output, content)
+    print(text.calibrate_text(args.output, content))
+    return 0
+
+
+HANDLERS = {"plan": cmd_plan, "models": cmd_models, "hardware": cmd_hardware, "render": cmd_render, "check": cmd_check,
+            "launch": cmd_launch, "verify": cmd_verify, "recipe": cmd_recipe, "ci": cmd_ci, "calibrate": cmd_calibrate}
+"""Subcommand -> its implementation (the parser's subcommands, genconf.cli.parser.SUBCOMMANDS)."""

@@ -1,0 +1,183 @@
+"""The command line's parser: every subcommand and flag (tests/cli freezes the plan flags)."""
+
+from __future__ import annotations
+
+import argparse
+
+from genconf import __version__
+from genconf.plan.errors import GenconfError
+from genconf.plan.precision import PLAN_PRECISIONS
+
+SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci", "calibrate")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one line (GenconfError) instead of usage + exit."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        raise GenconfError(message)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def token_count(text: str) -> float:
+    """'2e12', '1.4T', '300B' -> tokens."""
+    scale = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * scale[t[-1]] if t and t[-1] in scale else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a token count like 2e12 or 1.4T, got {text!r}") from None
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that describe a run; shared by `plan` and the commands that plan first."""
+    g = p.add_argument_group("model and cluster")
+    g.add_argument("--model", "-m", default="70b", help="catalog name, size alias (1b, 7b, 70b) or YAML file (default: 70b)")
+    g.add_argument("--gpus", "-n", type=positive_int, help="number of GPUs (default: the cluster's total)")
+    g.add_argument("--cluster", help="cluster preset or YAML file (default: kempner-h100, the seed's cluster)")
+    g.add_argument("--gpu", help="override the cluster's GPU (see 'genconf hardware')")
+    g.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
+    g.add_argument("--calibration", metavar="FILE", help="plan with the cost-model terms of a calibration file "
+                   "(written by 'genconf calibrate') over the GPU's built-in ones")
+    g = p.add_argument_group("pinned choices (evaluate exactly these; the rest is searched)")
+    g.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"))
+    for flag, text in (("--tp", "tensor parallel"), ("--pp", "pipeline stages"), ("--vp", "virtual stages per pipeline rank"),
+                       ("--cp", "context parallel"), ("--ep", "expert parallel"), ("--mbs", "micro-batch size"),
+                       ("--global-batch", "global batch in sequences"), ("--seq-len", "sequence length"),
+                       ("--first-stage-layers", "layers on the first pipeline stage"),
+                       ("--last-stage-layers", "layers on the last pipeline stage")):
+        g.add_argument(flag, type=positive_int, help=text)
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (megatron: 1 = distributed optimizer; "
+                   "fsdp: 0 NO_SHARD, 2 SHARD_GRAD_OP, 3 FULL_SHARD)")
+    g.add_argument("--recompute", choices=("none", "selective", "full"))
+    g.add_argument("--precision", choices=PLAN_PRECISIONS, default="bf16",
+                   help="fp32: Megatron verification runs (TP reproduces TP=1 exactly)")
+    g.add_argument("--layer-spec", choices=("te", "local"), default="te",
+                   help="te: Transformer Engine + flash attention (GPU clusters); local: megatron-core unfused (CPU)")
+    g.add_argument("--offload", action="store_true", help="DeepSpeed ZeRO CPU offload of optimizer (and params at stage 3)")
+    g.add_argument("--tp-comm-overlap", action="store_true", help="overlap TP communication with GEMMs (TE userbuffers)")
+    g = p.add_argument_group("output")
+    g.add_argument("--tokens", type=token_count, help="training tokens for the time estimate (default: 20 per parameter)")
+    g.add_argument("--top", type=positive_int, default=3, help="show this many ranked plans (default 3)")
+    g.add_argument("--explain", action="store_true", help="counts of rejected candidates per rule and the nearest misses")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument("--plot", metavar="DIR", help="draw memory.png (per pipeline stage) and schedule.png (the pipeline "
+                   "schedule), with their numbers in CSV, into DIR (needs the plot extra)")
+    add_artifact_arguments(p)
+
+
+def add_artifact_arguments(p: argparse.ArgumentParser, *, output_required: bool = False) -> None:
+    """Where and how the plan's artifacts are written (plan -o DIR, render PLAN.json -o DIR)."""
+    g = p.add_argument_group("artifacts (DeepSpeed, Megatron, OLMo-FSDP and Slurm files from the plan)")
+    g.add_argument("-o", "--output", metavar="DIR", required=output_required,
+                   help="write plan.json, ds_config.json, megatron_args.txt, olmo_fsdp.yaml, launch_*.sbatch and "
+                        "README.md to DIR (atomically)")
+    g.add_argument("--force", action="store_true",
+                   help="replace an existing DIR (directories in it, such as runs/, are kept)")
+    g.add_argument("--account", help="Slurm account (#SBATCH --account)")
+    g.add_argument("--partition", help="Slurm partition (#SBATCH --partition)")
+    g.add_argument("--time", default="24:00:00", help="Slurm time limit (default 24:00:00)")
+    g.add_argument("--job-name", help="Slurm job name (default genconf-<model>)")
+    g.add_argument("--run-dir", help="run directory for logs and checkpoints (default DIR/runs)")
+    g.add_argument("--python", help="interpreter that starts torchrun on the nodes (default: this one)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="genconf", description="Plan, render, launch and verify LLM training runs.")
+    parser.add_argument("--version", action="version", version=f"genconf {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    plan = sub.add_parser("plan", help="plan a run (the default command)")
+    add_plan_arguments(plan)
+    models = sub.add_parser("models", help="list the model catalog, or import a Hugging Face config.json")
+    models.add_argument("--json", action="store_true")
+    models.add_argument("--from-hf", metavar="FILE", help="write the catalog YAML of a Hugging Face config.json "
+                        "(or a directory holding one) to stdout, or to -o")
+    models.add_argument("-o", "--output", metavar="OUT.yaml", help="with --from-hf: write here; the model is named "
+                        "after the file, so it can go into models/")
+    models.add_argument("--name", help="with --from-hf: the model's name (default: the -o file's or the folder's)")
+    models.add_argument("--force", action="store_true", help="with --from-hf -o: replace an existing file")
+    hardware = sub.add_parser("hardware", help="list GPUs and cluster presets")
+    hardware.add_argument("--json", action="store_true")
+    _add_shell_commands(sub)
+    return parser
+
+
+def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
+    """render, check, launch, verify, recipe, ci."""
+
+    render = sub.add_parser("render", help="write a plan.json's artifacts (configs, Slurm scripts) to a directory")
+    render.add_argument("plan", metavar="PLAN.json", help="a plan as `genconf --json` prints it")
+    add_artifact_arguments(render, output_required=True)
+    check = sub.add_parser("check", help="re-validate an artifacts directory and name the offending lines")
+    check.add_argument("dir", metavar="DIR", help="a directory written by genconf -o or genconf render")
+    check.add_argument("--slurm", action="store_true", help="also ask Slurm (sbatch --test-only) about each script")
+
+    launch = sub.add_parser("launch", help="train the plan in an artifacts directory (torchrun, or Slurm with --submit)")
+    launch.add_argument("dir", metavar="DIR", help="a directory written by genconf -o")
+    launch.add_argument("--run-dir", help="where metrics, checkpoints and logs go (default: DIR/runs/<name>)")
+    launch.add_argument("--name", help="run name under DIR/runs (default: a timestamp)")
+    launch.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"),
+                        help="run this framework's artifact (default: the plan's)")
+    launch.add_argument("--submit", action="store_true", help="submit the generated sbatch script instead")
+    launch.add_argument("--wait", action="store_true", help="with --submit: wait for the job and report its end")
+    launch.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the run directory")
+    g = launch.add_argument_group("smoke test: shrink the model, keep the parallel layout")
+    for flag, text in (("--layers", "transformer layers"), ("--hidden", "hidden size (MLP scaled alike)"),
+                       ("--heads", "attention heads"), ("--vocab", "vocabulary size"), ("--seq-len", "sequence length"),
+                       ("--global-batch", "global batch in sequences"), ("--mbs", "micro-batch size"),
+                       ("--steps", "optimizer steps")):
+        g.add_argument(flag, type=positive_int, help=text)
+    g.add_argument("--checkpoint-every", type=positive_int, help="save a checkpoint every N steps")
+    g.add_argument("--precision", choices=PLAN_PRECISIONS, help="run with another precision recipe")
+    g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
+    g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
+    g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")
+    g = launch.add_argument_group("speed on a GPU (FSDP and DeepSpeed runners; genconf.train.speed)")
+    g.add_argument("--attention", choices=("auto", "flash", "cudnn", "efficient", "math"), default="auto",
+                   help="scaled_dot_product_attention backend (default auto: torch picks flash/cuDNN on a GPU)")
+    g.add_argument("--compile", action="store_true", help="torch.compile each decoder block (DDP and ZeRO 0-2)")
+    g.add_argument("--no-fused-optimizer", action="store_true", help="plain torch AdamW instead of the fused one")
+
+    verify = sub.add_parser("verify", help="compare a run's loss, speed and memory with its expectations")
+    verify.add_argument("run", metavar="RUN", help="a run directory (with metrics.jsonl)")
+    verify.add_argument("--golden", help="golden loss file: 'step loss' per line")
+    verify.add_argument("--tolerance", type=float, help="absolute loss tolerance against the golden file (default 1e-4)")
+    verify.add_argument("--min-drop", type=float, help="without a golden file: also require the loss to fall by this "
+                        "fraction (default: the statistical trend rule alone)")
+    verify.add_argument("--json", action="store_true")
+    verify.add_argument("--plot", metavar="DIR", help="draw verify.png (loss against the golden curve, tokens/s and peak "
+                        "memory per step against the prediction) with its numbers in verify.csv (needs the plot extra)")
+
+    recipe = sub.add_parser("recipe", help="plan (and with -o render) a recipe from recipes/")
+    recipe.add_argument("name", metavar="NAME", nargs="?", help="recipe name (omit to list them)")
+    recipe.add_argument("--smoke", action="store_true", help="the recipe's CPU smoke variant instead of the full run")
+    recipe.add_argument("--json", action="store_true")
+    recipe.add_argument("--top", type=positive_int, default=3)
+    add_artifact_arguments(recipe, output_required=False)
+
+    ci = sub.add_parser("ci", help="run the recipes' smoke variants and verify them against their golden files")
+    ci.add_argument("names", metavar="NAME", nargs="*", help="recipes to run (default: every recipe with a smoke variant)")
+    ci.add_argument("--update-golden", metavar="NAME", help="rewrite NAME's golden file from a fresh run (shows the diff)")
+    ci.add_argument("--work-dir", help="where the artifacts and runs go (default: a new temporary directory)")
+    ci.add_argument("--recipes-dir", help="run the recipes of another folder (default: genconf's recipes/)")
+    ci.add_argument("--json", action="store_true")
+
+    cal = sub.add_parser("calibrate", help="fit the cost model's terms to this machine's GPUs (--bench) or to measured runs")
+    cal.add_argument("runs", metavar="RUN_DIR", nargs="*", help="run directories (metrics.jsonl, config.json, versions.json)")
+    cal.add_argument("--bench", action="store_true", help="measure GEMMs, attention, bandwidth and collectives here")
+    cal.add_argument("--nproc", type=positive_int, help="ranks for --bench (default: every visible GPU, 1 on a CPU)")
+    cal.add_argument("--model", default="1b", help="--bench: the model whose layer shapes to time (default 1b)")
+    cal.add_argument("--tokens", type=positive_int, help="--bench: tokens per micro-batch (default 8192; 128 on a CPU)")
+    cal.add_argument("--tp", help="--bench: TP splits of the shapes, comma-separated (default 1,2,4,8)")
+    cal.add_argument("--gpu", help="the catalog GPU to fit against (default: the device the bench or runs ran on)")
+    cal.add_argument("--terms", help="runs: the terms to refit, comma-separated (default: those the runs inform)")
+    cal.add_argument("-o", "--output", default="calibration.yaml", help="the calibration file (default calibration.yaml)")

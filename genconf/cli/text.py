@@ -1,0 +1,186 @@
+"""What the command line prints: the plan as text ("why this plan", memory, performance, alternatives), the
+catalogs, `genconf verify`'s and `genconf ci`'s tables, and JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from genconf.plan.counting import exact_param_count, human_count
+from genconf.plan.memory import GIB, HEADROOM_FRACTION, StageMemory
+from genconf.plan.pipeline import inflight_chunks
+from genconf.plan.search import Evaluation, SearchResult, describe
+from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
+
+if TYPE_CHECKING:  # the shell's result types, named in signatures only: text output imports no shell module
+    from genconf.run.ci import Row
+    from genconf.run.verify import Verdict
+
+
+def print_json(obj: object) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True))
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+def _row(label: str, value: str, width: int = 44) -> str:
+    return f"  {label:<{width}}{value}"
+
+
+def _stage_memory_lines(stage: StageMemory, plan: ParallelPlan, capacity: int) -> list[str]:
+    chunks = inflight_chunks(plan, stage.stage)
+    shard = f", sharded over {plan.shard_size}" if plan.zero_stage else ""
+    lines = [
+        _row("parameters", f"{stage.params_bytes / GIB:8.2f}"),
+        _row("gradients", f"{stage.grads_bytes / GIB:8.2f}"),
+        _row(f"optimizer states{shard}", f"{stage.optimizer_bytes / GIB:8.2f}"),
+        _row(f"activations ({chunks} chunk{'s' if chunks > 1 else ''} in flight)", f"{stage.activations_bytes / GIB:8.2f}"),
+        _row("other", f"{stage.other_bytes / GIB:8.2f}"),
+    ]
+    lines += [_row(f"  {name}", f"{b / GIB:8.2f}") for name, b in stage.other if b >= 0.01 * GIB]
+    lines.append(_row("total", f"{stage.total_bytes / GIB:8.2f}  of {capacity / GIB:.1f} GiB "
+                               f"(plans keep {HEADROOM_FRACTION:.0%} free)"))
+    return lines
+
+
+def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:
+    m, c, p, perf, tr = d["model"], d["cluster"], d["plan"], d["perf"], d["training"]
+    alias = f"{m['alias']} -> " if m["alias"] else ""
+    lines = [
+        f"model    {alias}{m['name']}: {m['params']:,} parameters (workshop formula: {m['params_workshop']:,})",
+        f"         {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_attention_heads']} heads"
+        f" ({m['num_query_groups']} KV), ffn {m['ffn_hidden_size']} {m['activation']}, vocab {m['vocab_size']}, "
+        f"seq {p['seq_length']}",
+        f"cluster  {c['name']}: {c['num_gpus']} x {c['gpu_display_name']} ({c['num_nodes']} nodes of "
+        f"{c['gpus_per_node']}, NVLink inside a node, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
+        "",
+        f"plan     {d['layout']}",
+        f"         {p['num_microbatches']} micro-batches per step, {p['precision']}, layer spec {p['layer_spec']}, "
+        f"layers per stage {p['stage_layers'] if p['pp'] <= 8 else str(p['stage_layers'][:8])[:-1] + ', ...]'}",
+        "",
+        f"memory per GPU, stage {best.memory.peak.stage} (the busiest)           GiB",
+    ]
+    lines += _stage_memory_lines(best.memory.peak, best.plan, best.memory.capacity_bytes)
+    lines += [
+        "",
+        "performance (predicted)",
+        _row("step time", f"{perf['step_time_s']:.3f} s"),
+        _row("MFU / model TFLOP/s per GPU", f"{perf['mfu']:.1%} / {perf['tflops_per_gpu']:.0f} "
+             f"(peak {perf['peak_tflops_per_gpu']:g})"),
+        _row("tokens/s per GPU / whole job", f"{perf['tokens_per_s_per_gpu']:,.0f} / {perf['tokens_per_s']:,.0f}"),
+        _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
+        _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
+        _row(f"train {human_count(tr['tokens'])} tokens", f"{tr['days']:.1f} days, {tr['gpu_hours']:,.0f} GPU-hours"),
+        "",
+        "why this plan",
+    ]
+    lines += [f"  - {reason}" for reason in d["why"]]
+    for warning in d["warnings"]:
+        lines.append(f"  ! {warning}")
+    if d["alternatives"] and top > 1:
+        lines += ["", f"alternatives (best {min(top, len(d['alternatives']) + 1) - 1})",
+                  f"  {'layout':<72}{'GiB':>6}{'step s':>8}{'MFU':>7}{'tok/s/GPU':>11}"]
+        for alt in d["alternatives"][: top - 1]:
+            lines.append(f"  {alt['layout']:<72}{alt['memory']['total_gib']:>6.1f}{alt['perf']['step_time_s']:>8.2f}"
+                         f"{alt['perf']['mfu']:>7.1%}{alt['perf']['tokens_per_s_per_gpu']:>11,.0f}")
+    if explain is not None:
+        lines += explain_lines(explain)
+    return "\n".join(lines)
+
+
+def explain_lines(result: SearchResult) -> list[str]:
+    lines = ["", f"search: {result.considered} candidates, {len(result.ranked)} feasible layouts kept",
+             "  rejected by rule (first rule broken):"]
+    lines += [f"    {name:<28}{count:>7}" for name, count in result.rejected.items()] or ["    (none)"]
+    if result.nearest_misses:
+        lines.append("  nearest misses:")
+        for ev in result.nearest_misses:
+            lines.append(f"    {describe(ev.plan)}")
+            lines.append(f"      {ev.errors[0]}")
+    return lines
+
+
+# --- catalogs -------------------------------------------------------------------------------------
+
+def models_table(models: list[ModelSpec], aliases_of: dict[str, list[str]]) -> str:
+    """`genconf models`: one line per model, smallest first."""
+    by_model = aliases_of
+    lines = [f"{'name':<18}{'params':>10}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'ffn':>8}{'vocab':>8}{'seq':>8}  "
+             f"{'arch':<28}aliases"]
+    for m in sorted(models, key=exact_param_count):
+        arch = f"{m.activation}/{m.normalization}/{m.position_embedding}" + (f"/moe{m.num_experts}x{m.moe_top_k}" if m.is_moe else "")
+        lines.append(f"{m.name:<18}{human_count(exact_param_count(m)):>10}{m.num_layers:>8}{m.hidden_size:>8}"
+                     f"{m.num_attention_heads:>7}{m.num_query_groups:>5}{m.ffn_hidden_size:>8}{m.vocab_size:>8}"
+                     f"{m.seq_length:>8}  {arch:<28}{', '.join(by_model.get(m.name, []))}")
+    return "\n".join(lines)
+
+
+def hardware_table(gpus: list[GPUSpec], clusters: list[ClusterSpec], default_cluster: str) -> str:
+    """`genconf hardware`: the GPUs (dense peak TFLOP/s) and the cluster presets."""
+    def fmt(v):
+        return f"{v:g}" if v else "-"
+
+    lines = ["GPUs (dense peak TFLOP/s)",
+             f"  {'name':<16}{'fp32':>7}{'tf32':>7}{'bf16':>8}{'fp8':>8}{'fp4':>8}{'HBM GiB':>9}{'TB/s':>6}"
+             f"{'NVLink GB/s':>12}  node sizes"]
+    for g in gpus:
+        lines.append(f"  {g.name:<16}{fmt(g.peak_fp32_tflops):>7}{fmt(g.peak_tf32_tflops):>7}{fmt(g.peak_bf16_tflops):>8}"
+                     f"{fmt(g.peak_fp8_tflops):>8}{fmt(g.peak_fp4_tflops):>8}{g.hbm_gib:>9g}{g.hbm_tbyte_per_s:>6g}"
+                     f"{g.nvlink_gbyte_per_s:>12g}  {'/'.join(map(str, g.node_sizes))}")
+    lines += ["", f"clusters (default: {default_cluster})"]
+    for c in clusters:
+        size = f"{c.total_gpus} GPUs" if c.total_gpus else "any size"
+        lines.append(f"  {c.name:<18}{c.gpu.name:<16}{c.gpus_per_node}/node  NVLink domain {c.nvlink_domain:<3} "
+                     f"IB {c.ib_gbit_per_s_per_gpu:g} Gb/s/GPU  {size}")
+    return "\n".join(lines)
+
+
+# --- runs -----------------------------------------------------------------------------------------
+
+def verdict_text(verdict: Verdict) -> str:
+    """`genconf verify`'s table: one line per check."""
+    lines = [f"run {verdict.run}: {'PASS' if verdict.ok else 'FAIL'}",
+             f"  {'check':<14}{'status':<8}{'ratio':>8}  detail"]
+    for c in verdict.checks:
+        ratio = f"{c.ratio:.3f}" if c.ratio is not None else "-"
+        lines.append(f"  {c.name:<14}{c.status:<8}{ratio:>8}  {c.detail}")
+    return "\n".join(lines)
+
+
+def ci_table(rows: list[Row]) -> str:
+    """`genconf ci`'s table: one line per recipe, then what failed and the notes."""
+    out = [f"{'recipe':<20}{'layout (smoke)':<66}{'steps':>6}{'final loss':>12}{'golden':>10}  {'verdict':<8}"
+           f"{'time':>7}  tokens/s vs predicted"]
+    for r in rows:
+        final = f"{r.final_loss:.4f}" if r.final_loss is not None else "-"
+        golden = f"{r.golden_final:.4f}" if r.golden_final is not None else "-"
+        out.append(f"{r.recipe:<20}{r.layout[:65]:<66}{r.steps:>6}{final:>12}{golden:>10}  {r.verdict:<8}"
+                   f"{r.seconds:>6.0f}s  {r.throughput}")
+        if not r.ok:
+            out.append(f"    {r.detail}")
+        for note in r.notes:
+            out.append(f"    note: {note}")
+    passed = sum(r.ok for r in rows)
+    out.append(f"{passed}/{len(rows)} recipes passed")
+    return "\n".join(out)
+
+
+def calibration_line(used: dict) -> str:
+    """Which calibration file the prediction used, with the terms it set."""
+    terms = ", ".join(f"{k} {v:.4g}" for k, v in sorted(used["terms"].items())) or "no terms"
+    return f"calibration  {used['file']} ({used['source']} on {used.get('measured_on') or '?'}): {terms}"
+
+
+def calibrate_text(path: str, content: dict) -> str:
+    """What `genconf calibrate` wrote: the terms (before -> after), each fitted group's error, each run."""
+    terms = content.get("terms") or {}
+    changed = ", ".join(f"{k} {v['before']:.4g} -> {v['value']:.4g}" for k, v in terms.items()) or "no terms fitted"
+    lines = [f"genconf: wrote {path} ({content['source']}, gpu {content.get('gpu') or 'none'}): {changed}"]
+    for group, summary in (content.get("fit") or {}).items():
+        edge = f"; at a bound: {', '.join(summary['at_bound'])}" if summary["at_bound"] else ""
+        lines.append(f"  {group}: {', '.join(summary['terms'])}: RMS error of log time {summary['before_log_rmse']:.3f} "
+                     f"-> {summary['after_log_rmse']:.3f}{edge}")
+    for row in content.get("runs", []):
+        lines.append(f"  {row['run']}: step time measured {row['measured_step_time_s']:.4f} s, predicted "
+                     f"{row['predicted_step_time_s_before']:.4f} -> {row['predicted_step_time_s_after']:.4f} s")
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""One plan, three frameworks: a plan runs exactly in its own framework; the others get the nearest equivalent on
+the same GPUs, and notes say what differs (the artifacts README prints them)."""
+
+from __future__ import annotations
+
+from genconf.plan.precision import framework_precision
+from genconf.plan.specs import ParallelPlan
+
+
+def _round_batch(gbs: int, unit: int) -> int:
+    """The multiple of `unit` nearest to `gbs` (at least one unit)."""
+    return max(unit, round(gbs / unit) * unit)
+
+
+def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, tuple[str, ...]]:
+    """The plan itself when `framework` is its own, else the nearest `framework` plan on the same GPUs with
+    the same micro-batch, sequence and (where it divides) global batch; the notes say what differs."""
+    if framework == plan.framework:
+        return plan, ()
+    world = plan.world_size
+    notes: list[str] = []
+    model_parallel = {name: value for name, value in (("tp", plan.tp), ("pp", plan.pp), ("cp", plan.cp), ("ep", plan.ep))
+                      if value > 1}
+    if framework == "megatron":
+        zero = 1 if plan.zero_stage >= 1 else 0
+        if plan.zero_stage >= 2:
+            notes.append(f"zero={plan.zero_stage} becomes Megatron's distributed optimizer, which shards optimizer "
+                         f"states only (gradients and parameters stay replicated)")
+        recompute = plan.recompute
+    else:
+        if plan.framework == "megatron":
+            zero = 3 if model_parallel else {0: 0, 1: 1 if framework == "deepspeed" else 2}[plan.zero_stage]
+        else:
+            zero = {0: 0, 1: 1 if framework == "deepspeed" else 2, 2: 2, 3: 3}[plan.zero_stage]
+        if model_parallel:
+            degrees = ", ".join(f"{k}={v}" for k, v in model_parallel.items())
+            notes.append(f"{degrees} becomes data parallelism over {world} GPUs; zero={zero} shards parameters in place "
+                         f"of model parallelism")
+        elif zero != plan.zero_stage:
+            notes.append(f"zero={plan.zero_stage} has no {framework} counterpart; zero={zero} is the nearest")
+        recompute = "full" if plan.recompute != "none" else "none"
+        if plan.recompute == "selective":
+            notes.append("selective recompute is Megatron's; full (whole-layer) checkpointing instead")
+    precision, why = framework_precision(plan.precision, framework)
+    if why:
+        notes.append(why)
+    gbs = _round_batch(plan.gbs, plan.mbs * world)
+    if gbs != plan.gbs:
+        notes.append(f"global batch {plan.gbs} is not a multiple of mbs x GPUs ({plan.mbs} x {world}); {gbs} instead")
+    if (plan.offload_optimizer or plan.offload_params) and framework != "deepspeed":
+        notes.append("CPU offload is DeepSpeed's; states stay on the GPU here")
+    shard_group = plan.shard_group_size if zero == 3 and framework != "megatron" else None
+    if plan.shard_group_size and shard_group is None:
+        notes.append(f"hybrid sharding over groups of {plan.shard_group_size} is not available; plain sharding")
+    equivalent = ParallelPlan(
+        framework=framework, tp=1, pp=1, vp=1, cp=1, ep=1, dp=world, mbs=plan.mbs, gbs=gbs, seq_length=plan.seq_length,
+        zero_stage=zero, shard_group_size=shard_group, recompute=recompute, precision=precision,
+        layer_spec=plan.layer_spec)
+    return equivalent, tuple(notes)

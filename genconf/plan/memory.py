@@ -1,0 +1,642 @@
+"""Per-GPU memory, per pipeline stage: model states, activations and stated allowances. Bytes throughout.
+
+Model states follow each framework's own accounting (Megatron's distributed-optimizer table,
+DeepSpeed's ZeRO estimators, PyTorch FSDP/DDP). Activations are built term by term from what each
+implementation saves for backward (Korthikanti et al. 2022, Table 2, generalised to GQA, SwiGLU,
+MoE, context parallelism, FP8, and to the two layer specs: Transformer Engine (`te`) and
+megatron-core's unfused local spec (`local`)).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from genconf.plan.counting import (
+    ParamTensor,
+    as_built_by_megatron,
+    embedding_tensors,
+    final_norm_tensors,
+    layer_tensors,
+    output_tensors,
+    padded_vocab_size,
+)
+from genconf.plan.pipeline import inflight_chunks, stage_layers
+from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
+
+GIB = 2**30
+
+CUDA_CONTEXT_BYTES = int(0.75 * GIB)
+"""CUDA context plus cuBLAS/cuDNN handles and workspaces on Hopper (about 500-800 MiB measured)."""
+NCCL_BYTES_PER_GROUP = int(0.25 * GIB)
+"""NCCL channel buffers for each communicator a rank is in (NCCL_BUFFSIZE 4 MiB x channels x peers)."""
+ALLOCATOR_RESERVE_FRACTION = 0.20
+"""What the PyTorch caching allocator reserves beyond the bytes live at the peak (block rounding, fragmentation,
+cached blocks), as a fraction of them. Fitted: published per-GPU memory (nvidia-smi for BLOOM, max reserved
+for torchtitan) runs ~20-30% above the allocated bytes counted here (benchmarks/results/accuracy.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """What one GPU of one pipeline stage holds at its peak, in bytes."""
+
+    stage: int
+    layers: int
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    other: tuple[tuple[str, int], ...]
+    """Everything else, named: allowances, transient buffers, gathered ZeRO-3 params, ..."""
+
+    @property
+    def other_bytes(self) -> int:
+        return sum(b for _, b in self.other)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
+
+
+HEADROOM_FRACTION = 0.05
+"""A plan must leave 5% of the GPU's memory free: the estimate's own error (benchmarks/results/accuracy.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    stages: tuple[StageMemory, ...]
+    capacity_bytes: int
+
+    @property
+    def peak(self) -> StageMemory:
+        return max(self.stages, key=lambda s: s.total_bytes)
+
+    @property
+    def usable_bytes(self) -> int:
+        """Capacity less the headroom a plan must leave free."""
+        return int(self.capacity_bytes * (1 - HEADROOM_FRACTION))
+
+    @property
+    def fits(self) -> bool:
+        return self.peak.total_bytes <= self.usable_bytes
+
+
+# --- parameters on one rank -----------------------------------------------------------------------
+
+def vocab_rows(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Embedding rows on the GPU: Megatron pads to 128 x TP; DeepSpeed/FSDP models keep the checkpoint's."""
+    if plan.framework == "megatron":
+        return padded_vocab_size(model.vocab_size, plan.tp)
+    return model.vocab_size
+
+
+def stage_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tuple[ParamTensor, int], ...]:
+    """(tensor, how many copies) held by one rank of pipeline stage `stage`."""
+    rows = vocab_rows(model, plan)
+    layers = stage_layers(model.num_layers, plan)[stage]
+    megatron = plan.framework == "megatron"
+    if megatron:
+        model = as_built_by_megatron(model)
+    held: list[tuple[ParamTensor, int]] = [(t, layers) for t in layer_tensors(model, megatron)]
+    first, last = stage == 0, stage == plan.pp - 1
+    if first:
+        held += [(t, 1) for t in embedding_tensors(model, rows)]
+    if last:
+        held += [(t, 1) for t in final_norm_tensors(model)]
+        held += [(t, 1) for t in output_tensors(model, rows)]
+        if model.tie_embeddings and not first:
+            # Megatron keeps a copy of the tied word embedding on the last stage, synced by all-reduce.
+            held += [(t, 1) for t in embedding_tensors(model, rows) if "word_embeddings" in t.name]
+    return tuple(held)
+
+
+@dataclass(frozen=True, slots=True)
+class RankParams:
+    dense: int
+    """Parameters sharded (under ZeRO/distributed optimizer) over dp*cp."""
+    expert: int
+    """Routed-expert parameters, sharded over the expert-data-parallel group dp*cp/ep."""
+    gemm: int
+    """Matmul weights among them (FP8 keeps casts of these)."""
+    largest_module: int
+    """The largest single module's parameters (DeepSpeed ZeRO-3 gathers one module at a time)."""
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.expert
+
+
+def rank_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> RankParams:
+    dense = expert = gemm = 0
+    modules: dict[str, int] = {}
+    for tensor, copies in stage_tensors(model, plan, stage):
+        numel = tensor.numel_per_rank(plan.tp, plan.ep)
+        if tensor.expert:
+            expert += numel * copies
+        else:
+            dense += numel * copies
+        if tensor.gemm_weight:
+            gemm += numel * copies
+        module = tensor.name.rsplit(".", 1)[0]
+        modules[module] = modules.get(module, 0) + numel
+    return RankParams(dense, expert, gemm, max(modules.values(), default=0))
+
+
+# --- sharding, padded as each framework pads ----------------------------------------------------------
+
+def _ceil_to(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _groups(model: ModelSpec, plan: ParallelPlan, stage: int, expert: bool) -> list[list[tuple[int, int]]]:
+    """The stage's parameters as the framework groups them for sharding: megatron one buffer per virtual
+    chunk; FSDP one flat parameter per wrapped unit (each block, then the root); DeepSpeed one group.
+    Each group is a list of (elements on this TP/EP rank, copies)."""
+    held = [(t.numel_per_rank(plan.tp, plan.ep), copies, t) for t, copies in stage_tensors(model, plan, stage)
+            if t.expert == expert]
+    layer_copies = stage_layers(model.num_layers, plan)[stage]
+    in_layer = [(n, t) for n, c, t in held if c == layer_copies and t.name.startswith(("input_", "self_", "pre_", "mlp"))]
+    rest = [(n, c) for n, c, t in held if not (c == layer_copies and t.name.startswith(("input_", "self_", "pre_", "mlp")))]
+    layer = [(n, 1) for n, _ in in_layer]
+    if plan.framework == "megatron":
+        per_chunk = layer_copies // plan.vp
+        chunks = [[(n, per_chunk) for n, _ in layer] for _ in range(plan.vp)]
+        first = [(n, c) for n, c, t in held if "embedding" in t.name and (stage == 0 or "word" not in t.name)]
+        last = [(n, c) for n, c, t in held if not t.name.startswith(("input_", "self_", "pre_", "mlp", "embedding"))]
+        if stage == 0:
+            chunks[0] += [x for x in first if stage == 0]
+        if stage == plan.pp - 1:
+            tied_copy = [(n, c) for n, c, t in held if "word_embeddings" in t.name] if stage != 0 else []
+            chunks[-1] += last + tied_copy
+        return chunks
+    if plan.framework == "fsdp":
+        return [layer] * layer_copies + ([rest] if rest else [])
+    return [[(n, c) for n, c, _ in held]]
+
+
+def shard_elements(model: ModelSpec, plan: ParallelPlan, stage: int, *, expert: bool = False) -> int:
+    """Elements of the optimizer's shard on the busiest rank, with the framework's padding:
+    megatron distributed optimizer: buckets whose parameters start 64-aligned and whose ends are padded to
+    lcm(d, 128), each split in d equal ranges (param_and_grad_buffer.py); DeepSpeed ZeRO-1/2: one flat group
+    padded to a multiple of 2*d (stage_1_and_2.py, nccl alignment); DeepSpeed ZeRO-3: each parameter
+    partitioned separately, ceil(n/d) each (partition_numel); FSDP: each unit's flat parameter padded to a
+    multiple of d (FlatParamHandle)."""
+    d = max(1, plan.dp * plan.cp // plan.ep) if expert else plan.shard_size
+    if plan.framework == "megatron":
+        return _megatron_shard(model, plan, stage, d, expert)
+    groups = _groups(model, plan, stage, expert)
+    if plan.framework == "deepspeed" and plan.zero_stage < 3:
+        real = sum(n * c for g in groups for n, c in g)
+        return _ceil_to(real, 2 * d) // d
+    if plan.framework == "deepspeed":
+        return sum(-(-n // d) * c for g in groups for n, c in g)
+    return sum(-(-sum(n * c for n, c in g) // d) for g in groups)
+
+
+MEGATRON_LAYER_ORDER = ("input_layernorm", "self_attention.linear_proj", "self_attention.linear_qkv",
+                        "self_attention.q_layernorm", "self_attention.k_layernorm", "pre_mlp_layernorm",
+                        "mlp.router", "mlp.experts", "mlp.linear_fc1", "mlp.linear_fc2")
+"""Module registration order inside a megatron-core TransformerLayer (Attention builds linear_proj before
+SelfAttention adds linear_qkv): the order of model.parameters(), which the gradient buffer walks backwards."""
+
+
+def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, expert: bool) -> int:
+    """Real parameter elements in the busiest data-parallel rank's range of every buffer of this stage."""
+    return _megatron_shard_cached(model, plan.tp, plan.ep, plan.pp, plan.vp, stage_layers(model.num_layers, plan)[stage],
+                                  stage == 0, stage == plan.pp - 1, vocab_rows(model, plan), d, expert)
+
+
+@functools.lru_cache(maxsize=4096)
+def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, pp: int, vp: int, stage_layer_count: int,
+                           first: bool, last: bool, rows: int, d: int, expert: bool) -> int:
+    megatron_model = as_built_by_megatron(model)
+    layer = sorted(layer_tensors(megatron_model, True),
+                   key=lambda t: next(i for i, m in enumerate(MEGATRON_LAYER_ORDER) if t.name.startswith(m)))
+    layer = [t.numel_per_rank(tp, ep) for t in layer if t.expert == expert]
+    layers = stage_layer_count // vp
+    shared = model.tie_embeddings and pp > 1
+    align_end = math.lcm(d, 128)
+    bucket_size = max(40_000_000, 1_000_000 * d)  # DistributedDataParallel's default with the distributed optimizer
+    # The repeated layer block as the buffer lays it out (walking backwards), from a 64-aligned start:
+    # where its last parameter ends, and the alignment gaps inside it.
+    block = list(reversed(layer))
+    offsets, block_gaps, end = [], [], 0
+    for i, numel in enumerate(block):
+        begin = _ceil_to(end, 64) if i else 0
+        if begin > end:
+            block_gaps.append((end, begin))
+        offsets.append(begin)
+        end = begin + numel
+    block_end = end
+    total_width = 0
+    deficit: dict[int, int] = {}  # padding elements inside rank r's ranges
+    for chunk in range(vp):
+        head: list[tuple[int, bool]] = []  # (elements, own bucket) laid out before the layers (walking backwards)
+        tail: list[tuple[int, bool]] = []
+        if not expert and last and chunk == vp - 1:
+            output = output_tensors(megatron_model, rows) or (
+                embedding_tensors(megatron_model, rows)[:1] if shared and not first else ())
+            head += [(t.numel_per_rank(tp, ep), shared) for t in reversed(output)]
+            head += [(t.numel_per_rank(tp, ep), False) for t in reversed(final_norm_tensors(megatron_model))]
+        if not expert and first and chunk == 0:
+            tail += [(t.numel_per_rank(tp, ep), shared and "word" in t.name)
+                     for t in reversed(embedding_tensors(megatron_model, rows))]
+        if not head and not tail and not (layers and layer):
+            continue
+        gaps: list[tuple[int, int, int]] = []  # (start, end, bucket) of padding
+        buckets: list[tuple[int, int]] = []
+        start = bucket_start = 0
+
+        def place(numel: int, own_bucket: bool) -> None:
+            nonlocal start, bucket_start
+            aligned = _ceil_to(start, 64)
+            if own_bucket and start > bucket_start:  # close the open bucket: this gap belongs to it
+                aligned = _ceil_to(start, align_end)
+                gaps.append((start, aligned, len(buckets)))
+                buckets.append((bucket_start, aligned))
+                bucket_start = aligned
+            elif aligned > start:
+                gaps.append((start, aligned, len(buckets)))
+            start = aligned + numel
+            if start - bucket_start >= bucket_size or own_bucket:
+                end = _ceil_to(start, align_end)
+                gaps.append((start, end, len(buckets)))
+                buckets.append((bucket_start, end))
+                start = bucket_start = end
+
+        for numel, own in head:
+            place(numel, own)
+        for _ in range(layers if layer else 0):
+            aligned = _ceil_to(start, 64)
+            if aligned + block_end - bucket_start < bucket_size:  # no bucket closes inside this layer
+                if aligned > start:
+                    gaps.append((start, aligned, len(buckets)))
+                gaps += [(aligned + a, aligned + b, len(buckets)) for a, b in block_gaps]
+                start = aligned + block_end
+            else:
+                for numel in block:
+                    place(numel, False)
+        for numel, own in tail:
+            place(numel, own)
+        if start > bucket_start:
+            end = _ceil_to(start, align_end)
+            gaps.append((start, end, len(buckets)))
+            buckets.append((bucket_start, end))
+        # Rank r holds range r of every bucket; its real elements are the range's width less the gaps in it.
+        total_width += sum((b1 - b0) // d for b0, b1 in buckets)
+        for g0, g1, bucket in gaps:
+            b0, b1 = buckets[bucket]
+            width = (b1 - b0) // d
+            for r in range((g0 - b0) // width, min(d, (g1 - 1 - b0) // width + 1)):
+                deficit[r] = deficit.get(r, 0) + min(g1, b0 + (r + 1) * width) - max(g0, b0 + r * width)
+    return total_width - (min(deficit.get(r, 0) for r in range(d)) if len(deficit) == d else 0)
+
+
+# --- model states ---------------------------------------------------------------------------------
+
+def deepspeed_zero_buckets(hidden_size: int) -> dict[str, int]:
+    """DeepSpeed bucket sizes (elements) sized from the hidden size, as HF's 'auto' values:
+    reduce_bucket_size = h^2, stage3_prefetch_bucket_size = 0.9 h^2, stage3_param_persistence_threshold = 10 h
+    (transformers.integrations.deepspeed, HfTrainerDeepSpeedConfig.trainer_config_finalize), rounded up to even
+    counts: ZeRO-1/2 assert the all-gather bucket is a multiple of nccl_start_alignment_factor (2)."""
+    h2 = _ceil_to(hidden_size * hidden_size, 2)
+    return {
+        "reduce_bucket_size": h2,
+        "allgather_bucket_size": h2,
+        "stage3_prefetch_bucket_size": _ceil_to(int(0.9 * h2), 2),
+        "stage3_param_persistence_threshold": 10 * hidden_size,
+        "stage3_max_live_parameters": max(10**9 // 10, 4 * h2),
+        "stage3_max_reuse_distance": max(10**9 // 10, 4 * h2),
+    }
+
+
+def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int,
+                  pp_stage: int = 0) -> tuple[int, int, int, list[tuple[str, int]]]:
+    """(params, grads, optimizer, other) bytes for one rank holding `rp` and `layers` transformer layers."""
+    other: list[tuple[str, int]] = []
+    shard: int | None = None
+
+    def sharded(per_param: float, on: bool) -> int:
+        nonlocal shard
+        if not on:
+            return int(per_param * rp.total)
+        if shard is None:
+            shard = shard_elements(model, plan, pp_stage) + shard_elements(model, plan, pp_stage, expert=True)
+        return int(per_param * shard)
+
+    if plan.framework == "megatron":
+        # Megatron-LM docs, distributed optimizer table: bf16 params + fp32 grads = 18 bytes, or 6 + 12/d;
+        # fp16 params + fp16 grads = 20 bytes (fp32 main params, fp32 grad copy, Adam), or 4 + 16/d.
+        grad_bytes = 2 if plan.precision == "fp16" else 4
+        opt_bytes = 16 if plan.precision == "fp16" else 12
+        param_bytes = 2
+        if plan.precision == "fp32":
+            # fp32 params + fp32 grads: 16 bytes, or 8 + 8/d (same table): no separate master copy.
+            param_bytes, opt_bytes = 4, 8
+        params, grads = param_bytes * rp.total, grad_bytes * rp.total
+        optimizer = sharded(opt_bytes, plan.distributed_optimizer)
+        if plan.precision == "fp8":
+            other.append(("fp8 weight casts (TE, weight + transpose)", 2 * rp.gemm))
+    elif plan.framework == "deepspeed":
+        # DeepSpeed estimate_zero2/3_model_states_mem_needs: 2 bytes 16-bit params + 18 bytes per parameter
+        # (2 grads16, 4 grads32, 4 params32, 8 Adam) of which ZeRO shards the stage's part over dp.
+        # The fp32 gradient partition exists during the step (stage_1_and_2.py sets it to None after):
+        # counted with the gradients; the optimizer holds fp32 master weights + Adam moments.
+        stage = plan.zero_stage
+        params = sharded(2, stage >= 3)
+        grads = sharded(2, stage >= 2) + sharded(4, stage >= 1)
+        optimizer = sharded(12, stage >= 1)
+        if plan.grad_accum_fp32 and plan.precision == "bf16" and stage <= 1:
+            # BF16_Optimizer (deepspeed/runtime/engine.py picks it for bf16 + fp32 grad accumulation + ZeRO-1):
+            # bf16 grads plus an unsharded fp32 accumulation buffer; master weights and Adam sharded.
+            grads = sharded(2 + 4, False)
+            optimizer = sharded(12, stage >= 1)
+        if plan.offload_optimizer:
+            # Gradient partitions stream to host memory as they are reduced (estimator: 2P on the GPU).
+            optimizer = grads = 0
+        if plan.offload_params and stage >= 3:
+            params = 0
+        if stage >= 3:
+            # Estimator: 4 x largest layer for the gathered 16-bit params and grads of one module,
+            # plus the prefetch bucket our ds_config sets.
+            buckets = deepspeed_zero_buckets(model.hidden_size)
+            other.append(("ZeRO-3 gathered module (4 x largest layer)", 4 * rp.largest_module))
+            other.append(("ZeRO-3 prefetch bucket", 2 * buckets["stage3_prefetch_bucket_size"]))
+        elif stage >= 1:
+            buckets = deepspeed_zero_buckets(model.hidden_size)
+            other.append(("ZeRO reduce + all-gather buckets", 2 * (buckets["reduce_bucket_size"] + buckets["allgather_bucket_size"])))
+    else:  # fsdp, OLMo-style mixed precision: FP32 parameters, BF16 compute (FP32 compute for fp32 plans)
+        stage = plan.zero_stage
+        c = 4 if plan.precision == "fp32" else 2  # bytes of the compute copy of a parameter
+        params = sharded(4, stage >= 3)
+        grads = sharded(4, stage >= 2)
+        optimizer = sharded(8, stage >= 2)
+        unit = rank_params_block(model, plan)
+        root = rp.total - layers * unit
+        if stage == 0:
+            # OLMo's DDP: torch DDP keeps a flat gradient bucket copy (gradient_as_bucket_view=False),
+            # and autocast keeps BF16 casts of the weights alive for backward.
+            other.append(("DDP gradient buckets (fp32)", 4 * rp.total))
+            if plan.precision != "fp32":
+                other.append(("autocast bf16 weight casts", 2 * rp.total))
+        elif stage == 2:
+            other.append(("SHARD_GRAD_OP unsharded compute params", c * rp.total))
+        elif plan.pp > 1:
+            # With pipelining, FSDP keeps the stage's parameters gathered between micro-batches
+            # (reshard_after_forward=False) and reduce-scatters fp32 gradients only after the last one.
+            other.append(("FSDP unsharded compute params (pipeline)", c * rp.total))
+            other.append(("FSDP unsharded fp32 gradients (pipeline)", 4 * rp.total))
+        else:
+            # by_block wrapping: root unit (embedding, output) + current and prefetched block, in bf16,
+            # and one block's unsharded gradient (bf16, cast to fp32 for the reduce-scatter).
+            other.append(("FSDP gathered units (compute dtype, root + 2 blocks)", c * (root + 2 * unit)))
+            other.append(("FSDP unsharded block gradient", (c + 4) * unit))
+    return params, grads, optimizer, other
+
+
+def rank_params_block(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Parameters of one transformer block on one rank."""
+    megatron = plan.framework == "megatron"
+    spec = as_built_by_megatron(model) if megatron else model
+    return sum(t.numel_per_rank(plan.tp, plan.ep) for t in layer_tensors(spec, megatron))
+
+
+# --- activations ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Dims:
+    n: int      # tokens in one micro-batch on one rank, before TP sharding: mbs * seq / cp
+    s: int      # keys each query attends to (the whole sequence)
+    h: int
+    q: int      # query width a*d
+    kv: int     # key/value width g*d
+    f: int      # MLP width (one branch)
+    branches: int  # 2 for SwiGLU
+    heads: int
+    t: int      # TP divisor of TP-sharded tensors
+    r: int      # divisor of replicated-region tensors: t under sequence parallelism, else 1
+    e: int      # activation bytes (bf16/fp16)
+    g: int      # GEMM-input bytes (1 under FP8 with TE)
+    moe_k: int  # routed experts per token (1 for dense)
+
+
+def _dims(model: ModelSpec, plan: ParallelPlan) -> _Dims:
+    sp = plan.sequence_parallel and plan.tp > 1
+    # Transformer Engine saves FP8 casts for backward; torchao's Float8Linear (FSDP) is priced as BF16 here.
+    fp8 = plan.precision == "fp8" and plan.layer_spec == "te" and plan.framework == "megatron"
+    f = model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size
+    e = 4 if plan.precision == "fp32" else 2
+    return _Dims(n=plan.mbs * plan.seq_length // plan.cp, s=plan.seq_length, h=model.hidden_size,
+                 q=model.query_width, kv=model.kv_width, f=f, branches=2 if model.gated else 1,
+                 heads=model.num_attention_heads, t=plan.tp, r=plan.tp if sp else 1, e=e, g=1 if fp8 else e,
+                 moe_k=model.moe_top_k if model.is_moe else 1)
+
+
+def _norm_terms(model: ModelSpec, d: _Dims, label: str) -> list[tuple[str, float]]:
+    """A norm saves its input (e bytes) and fp32 statistics (mean+rstd for LayerNorm, rstd for RMSNorm)."""
+    stats = 8 if model.normalization in ("layernorm", "nonparametric") else 4
+    return [(f"{label} input", d.e * d.n * d.h / d.r), (f"{label} statistics (fp32)", stats * d.n / d.r)]
+
+
+def _mlp_terms(model: ModelSpec, d: _Dims, spec: str) -> list[tuple[str, float]]:
+    k, n = d.moe_k, d.n
+    terms = [("fc1 input", d.g * n * d.h / d.r)]
+    if spec == "local" and model.gated:
+        # Unfused SwiGLU (megatron-core glu): fc1 output (both branches, kept by silu through a view), silu
+        # output, `x_linear + glu_linear_offset` (a new tensor) and the product that fc2 saves: 10 s b f bytes.
+        terms += [("fc1 output (2 branches)", d.e * k * n * 2 * d.f / d.t),
+                  ("silu output", d.e * k * n * d.f / d.t),
+                  ("linear branch + offset", d.e * k * n * d.f / d.t),
+                  ("fc2 input (swiglu product)", d.e * k * n * d.f / d.t)]
+    else:
+        terms += [("activation input (fc1 output)", d.e * k * n * d.branches * d.f / d.t),
+                  ("fc2 input (activation output)", (d.g if spec == "te" else d.e) * k * n * d.f / d.t)]
+    if model.is_moe:
+        terms += [("router probabilities (fp32)", 4 * n * model.num_experts / d.r),
+                  ("dispatched tokens", d.e * k * n * d.h / d.r)]
+    return terms
+
+
+def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None) -> list[tuple[str, float]]:
+    """Bytes one transformer layer saves for backward, per micro-batch, on one GPU, named term by term.
+
+    `te`: Transformer Engine fused LayerNorm+Linear and flash attention: no s^2 tensor; q, k, v, the
+    output and the fp32 log-sum-exp are kept; GQA keeps k and v at their own width.
+    `local`: megatron-core 0.16's unfused local spec (what runs on a CPU), as measured with
+    saved_tensors_hooks (tests/train/test_train.py, test_activation_bytes_match_the_local_spec_estimate, running
+    genconf/train/activations.py): the attention scores are kept, softmax in fp32 plus a
+    bf16 copy (7 a s^2 b bytes with attention dropout instead of Korthikanti's 5), K and V are expanded to
+    every head before the matmuls, RoPE copies q and k, and unfused SwiGLU keeps five ffn-wide tensors.
+    Dropout masks are 1 byte per element and norm statistics fp32, as the CUDA kernels keep them.
+    """
+    recompute = plan.recompute if recompute is None else recompute
+    d = _dims(model, plan)
+    n, t, r, e = d.n, d.t, d.r, d.e
+    if recompute == "full":
+        return [("layer input (full recompute)", e * n * d.h / r)]
+    spec = plan.layer_spec
+    hidden_mask = [("dropout mask", 1.0 * n * d.h / r)] if model.hidden_dropout > 0 else []
+    terms: list[tuple[str, float]] = _norm_terms(model, d, "input norm")
+    terms.append(("qkv input", d.g * n * d.h / r))
+    if model.qk_layernorm:
+        terms += [("q/k norm inputs", e * n * (d.q + d.kv) / t)]
+    if spec == "te":
+        terms += [("flash attention q", e * n * d.q / t), ("flash attention k, v", e * n * 2 * d.kv / t),
+                  ("flash attention output", e * n * d.q / t),
+                  ("softmax log-sum-exp (fp32)", 4.0 * n * d.heads / t)]
+        if d.g == 1:
+            terms.append(("proj input (fp8 cast)", 1.0 * n * d.q / t))
+    else:
+        terms += _local_attention_terms(model, d, recompute)
+    sandwich = model.sandwich_norm and plan.framework != "megatron"  # megatron-core builds no sandwich norms
+    if sandwich:
+        terms += _norm_terms(model, d, "post-attention norm")
+    terms += hidden_mask
+    terms += _norm_terms(model, d, "pre-mlp norm")
+    terms += _mlp_terms(model, d, spec)
+    if sandwich:
+        terms += _norm_terms(model, d, "post-mlp norm")
+    terms += hidden_mask
+    return terms
+
+
+def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str) -> list[tuple[str, float]]:
+    """megatron-core local spec, core attention. The fused QKV output stays alive while any saved tensor is a
+    view of it: q, k without RoPE, and v whenever K/V are not expanded (no GQA); GQA expansion and RoPE make
+    copies. Selective recompute checkpoints core attention, keeping only its inputs (before the expansion)."""
+    n, t, e = d.n, d.t, d.e
+    gqa, rope = d.kv < d.q, model.position_embedding == "rope"
+    terms: list[tuple[str, float]] = []
+    if rope:
+        terms += [("q after rope", e * n * d.q / t), ("rope cos/sin (bf16)", 8.0 * d.s * model.kv_channels)]
+    if recompute == "selective":
+        if rope:
+            terms.append(("k after rope", e * n * d.kv / t))
+        keeps_buffer = True  # v is always a view of the QKV output here
+    else:
+        if gqa:
+            terms.append(("k, v expanded to every head", e * n * 2 * d.q / t))
+        elif rope:
+            terms.append(("k after rope", e * n * d.kv / t))
+        keeps_buffer = not rope or not gqa
+    if keeps_buffer:
+        terms.append(("qkv output (kept alive by views)", e * n * (d.q + 2 * d.kv) / t))
+    if recompute != "selective":
+        s2 = d.heads * n * d.s / t  # attention-score elements per micro-batch on this rank
+        terms += [("causal mask (bool)", 1.0 * d.s * d.s), ("softmax output (fp32)", 4.0 * s2)]
+        if model.attention_dropout > 0:
+            terms += [("attention dropout mask", 1.0 * s2), ("attention probs after dropout", e * s2)]
+        else:
+            terms.append(("attention probs (bf16 copy)", e * s2))
+    terms.append(("proj input (attention context)", e * n * d.q / t))
+    return terms
+
+
+def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None) -> float:
+    return sum(b for _, b in layer_activation_terms(model, plan, recompute=recompute))
+
+
+def korthikanti_layer_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Korthikanti et al. 2022, Table 2, per layer: sbh(34/t + 5as/(ht)) with SP, sbh(10 + 24/t + 5as/(ht))
+    without; selective drops the 5as/h term; full recompute keeps 2sbh."""
+    s, b, h, a, t = plan.seq_length, plan.mbs, model.hidden_size, model.num_attention_heads, plan.tp
+    sbh = s * b * h
+    if plan.recompute == "full":
+        return 2.0 * sbh / (t if plan.sequence_parallel else 1)
+    attn = 0.0 if plan.recompute == "selective" else 5.0 * a * s / (h * t)
+    if plan.sequence_parallel:
+        return sbh * (34.0 / t + attn)
+    return sbh * (10.0 + 24.0 / t + attn)
+
+
+# --- a whole stage --------------------------------------------------------------------------------
+
+def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks: int,
+                  chunks: int) -> tuple[float, list[tuple[str, float]]]:
+    """Activations (saved) and transient buffers of the embedding and the loss held by this stage."""
+    d = _dims(model, plan)
+    rows = vocab_rows(model, plan)
+    saved = 0.0
+    transient: list[tuple[str, float]] = []
+    if plan.recompute == "full" and model.position_embedding == "rope":
+        # Each checkpointed layer's inputs include the fp32 rotary table [s, 1, 1, d]: one storage per chunk.
+        saved += chunks * 4.0 * d.s * model.kv_channels
+    if stage == 0:
+        # Embedding (measured on megatron-core 0.16): int64 token ids (+ a masked copy and a bool mask under
+        # vocab-parallel TP), int64 position ids for learned positions, and the 1-byte dropout mask.
+        per_mb = 8.0 * d.n + (9.0 * d.n if d.t > 1 else 0.0)
+        if model.position_embedding == "learned":
+            per_mb += 8.0 * d.s
+        if model.hidden_dropout > 0:
+            per_mb += 1.0 * d.n * d.h / d.r
+        saved += first_chunks * per_mb
+    if stage == plan.pp - 1:
+        # One micro-batch at a time reaches the loss: final norm, output-layer input, fp32 softmax of the
+        # vocab-parallel cross entropy (megatron tensor_parallel.vocab_parallel_cross_entropy) with its bool
+        # target mask and int64 masked targets, and the fp32 loss mask.
+        saved += sum(b for _, b in _norm_terms(model, d, "final norm"))
+        saved += d.e * d.n * d.h / d.r + 4.0 * d.n * rows / d.t + 13.0 * d.n
+        if plan.framework == "megatron":
+            # vocab_parallel_cross_entropy upcasts once and works in place: bf16 logits + one fp32 buffer.
+            transient.append(("bf16 logits before the fp32 loss", d.e * d.n * rows / d.t))
+        else:
+            # F.cross_entropy(logits.float()): bf16 logits, their fp32 copy and the fp32 log-softmax coexist.
+            transient.append(("bf16 logits + fp32 copy before the loss", (d.e + 4.0) * d.n * rows / d.t))
+    if plan.pp > 1:
+        transient.append(("pipeline send/recv buffers", 4.0 * d.e * d.n * d.h / d.r))
+    if plan.recompute == "full":
+        transient.append(("recomputed layer during backward", layer_activation_bytes(model, plan, recompute="none")))
+    return saved, transient
+
+
+def _communicator_groups(plan: ParallelPlan) -> int:
+    return sum(1 for size in (plan.tp, plan.pp, plan.cp, plan.dp, plan.ep) if size > 1)
+
+
+def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemory:
+    layers = stage_layers(model.num_layers, plan)[stage]
+    rp = rank_params(model, plan, stage)
+    params, grads, optimizer, other = _model_states(model, plan, rp, layers, stage)
+    chunks = inflight_chunks(plan, stage)
+    # Each in-flight chunk holds layers/vp layers; Korthikanti 2022 eq. 5 for the first stage.
+    per_layer = layer_activation_bytes(model, plan)
+    activations = per_layer * layers * chunks / plan.vp
+    first_chunks = min(plan.num_microbatches, plan.pp) if plan.pp > 1 else 1
+    saved, transient = _stage_extras(model, plan, stage, first_chunks, chunks)
+    activations += saved
+    other = list(other) + [(name, int(b)) for name, b in transient]
+    live = params + grads + optimizer + activations + sum(b for _, b in other)
+    other.append((f"allocator reserve ({ALLOCATOR_RESERVE_FRACTION:.0%} of live bytes)",
+                  int(ALLOCATOR_RESERVE_FRACTION * live)))
+    other.append(("CUDA context and library workspaces", CUDA_CONTEXT_BYTES))
+    groups = _communicator_groups(plan)
+    if groups:
+        other.append((f"NCCL buffers ({groups} communicators)", groups * NCCL_BYTES_PER_GROUP))
+    return StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
+                       optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(other))
+
+
+def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> MemoryEstimate:
+    """Memory of every pipeline stage (stages 0, last and the middle one when pp is large)."""
+    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i) for i in _stages_to_check(plan.pp)),
+                          capacity_bytes=int(cluster.gpu.hbm_gib * GIB))
+
+
+@functools.lru_cache(maxsize=64)
+def _stages_to_check(pp: int) -> tuple[int, ...]:
+    """Stage 0 (most micro-batches in flight, embedding), the last (loss) and, with 3+ stages, stage 1."""
+    return tuple(sorted({0, min(1, pp - 1), pp - 1}))
+
+
+def model_state_bytes_per_param(plan: ParallelPlan) -> float:
+    """Bytes of params+grads+optimizer per parameter on one GPU with no sharding (seed: 14P for bf16 weights
+    + fp32 Adam 'just loading weights'; Megatron 18; DeepSpeed 20; FSDP/DDP fp32 16)."""
+    megatron = {"fp16": 20.0, "fp32": 16.0}.get(plan.precision, 18.0)
+    return {"megatron": megatron, "deepspeed": 20.0, "fsdp": 16.0}[plan.framework]
+
+
+def seed_model_bytes(params: int) -> int:
+    """The seed's 'just loading weights' estimate: 2 bytes bf16 params + 3 x 4 bytes fp32 optimizer = 14P
+    (000_c341372fa13853c8.txt, 'Required Memory Estimation')."""
+    return 14 * params

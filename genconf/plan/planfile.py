@@ -1,0 +1,237 @@
+"""plan.json, the one codec: `encode` turns a planned run into the JSON-able dict that `--json` prints and
+plan.json holds, `dumps`/`loads`/`load` are its text, `decode` gives the specs back. Every reader of a plan
+(render, check, launch, verify, recipes) goes through here; the text for people is genconf.cli.text.
+
+The dict carries the whole model spec, the cluster and the plan, so `genconf render plan.json` can
+rebuild every artifact without the catalog.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from genconf import __version__
+from genconf.plan.cost import StepCost, training_time_s
+from genconf.plan.counting import exact_param_count, workshop_param_count
+from genconf.plan.errors import GenconfError
+from genconf.plan.memory import GIB, MemoryEstimate
+from genconf.plan.pipeline import stage_layers
+from genconf.plan.precision import recipe_for
+from genconf.plan.search import Evaluation, SearchResult, describe
+from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
+
+SCHEMA_VERSION = 1
+"""plan.json's format version, written as `schema_version`."""
+
+
+# --- encode ---------------------------------------------------------------------------------------
+
+
+def _gib(n: float) -> float:
+    return round(n / GIB, 3)
+
+
+def memory_dict(est: MemoryEstimate) -> dict:
+    peak = est.peak
+    return {
+        "params_gib": _gib(peak.params_bytes), "grads_gib": _gib(peak.grads_bytes),
+        "optimizer_gib": _gib(peak.optimizer_bytes), "activations_gib": _gib(peak.activations_bytes),
+        "other_gib": _gib(peak.other_bytes), "total_gib": _gib(peak.total_bytes),
+        "capacity_gib": _gib(est.capacity_bytes), "usable_gib": _gib(est.usable_bytes), "peak_stage": peak.stage,
+        "other": {name: _gib(b) for name, b in peak.other},
+        "stages": [{"stage": s.stage, "layers": s.layers, "total_gib": _gib(s.total_bytes),
+                    "params_gib": _gib(s.params_bytes), "activations_gib": _gib(s.activations_bytes)}
+                   for s in est.stages],
+    }
+
+
+def perf_dict(cost: StepCost) -> dict:
+    return {
+        "step_time_s": round(cost.step_time_s, 4), "tflops_per_gpu": round(cost.tflops_per_gpu, 1),
+        "hardware_tflops_per_gpu": round(cost.hardware_tflops_per_gpu, 1), "mfu": round(cost.mfu, 4),
+        "hfu": round(cost.hfu, 4), "tokens_per_s": round(cost.tokens_per_s, 1),
+        "tokens_per_s_per_gpu": round(cost.tokens_per_s_per_gpu, 1),
+        "bubble_fraction": round(cost.bubble_fraction, 4),
+        "peak_tflops_per_gpu": cost.peak_tflops_per_gpu,
+        "breakdown_s": {k: round(v, 4) for k, v in (
+            ("compute", cost.compute_s - cost.tp_comm_s), ("tp_comm", cost.tp_comm_s), ("bubble", cost.bubble_s),
+            ("pp_comm", cost.pp_comm_s), ("dp_comm", cost.dp_comm_s), ("optimizer", cost.optimizer_s),
+            ("overhead", cost.overhead_s))},
+    }
+
+
+def plan_dict(plan: ParallelPlan, model: ModelSpec) -> dict:
+    d = dataclasses.asdict(plan)
+    d.update(distributed_optimizer=plan.distributed_optimizer, fsdp_sharding_strategy=plan.fsdp_sharding_strategy,
+             num_microbatches=plan.num_microbatches, stage_layers=list(stage_layers(model.num_layers, plan)))
+    return d
+
+
+def model_dict(model: ModelSpec, alias: str | None) -> dict:
+    d = dataclasses.asdict(model)
+    d.update(params=exact_param_count(model), params_workshop=workshop_param_count(model), alias=alias)
+    return d
+
+
+def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
+    return {
+        "name": cluster.name, "gpu": cluster.gpu.name, "gpu_display_name": cluster.gpu.display_name,
+        "num_gpus": num_gpus, "gpus_per_node": cluster.gpus_per_node,
+        "num_nodes": max(1, num_gpus // cluster.gpus_per_node),
+        "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "ib_gbit_per_s_per_gpu": cluster.ib_gbit_per_s_per_gpu,
+        "hbm_gib": cluster.gpu.hbm_gib, "cpu_mem_gib_per_node": cluster.cpu_mem_gib_per_node,
+        "nccl_env": dict(cluster.nccl_env), "gpu_spec": dataclasses.asdict(cluster.gpu),
+    }
+
+
+def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
+    """Steps to see `tokens` at this batch; warm-up 1% of them (at most 2000); FP8 current scaling by default."""
+    steps = max(1, round(tokens / (plan.gbs * plan.seq_length)))
+    recipe = recipe_for(plan.precision, None)
+    return TrainSpec(train_steps=steps, warmup_steps=min(2000, max(1, steps // 100)),
+                     fp8_recipe=recipe.train_fp8_recipe, fp8_bf16_first_last_layers=recipe.bf16_first_last_layers)
+
+
+def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
+           result: SearchResult | None, tokens: float, train: TrainSpec | None = None) -> dict:
+    """The run dict of a plan: what `--json` prints and plan.json holds (`tokens` sets the training length)."""
+    cost = best.cost
+    alternatives = []
+    if result is not None:
+        for ev in result.ranked[1:]:
+            alternatives.append({"layout": describe(ev.plan), "plan": plan_dict(ev.plan, model),
+                                 "memory": {"total_gib": _gib(ev.memory.peak.total_bytes)},
+                                 "perf": {k: v for k, v in perf_dict(ev.cost).items() if k != "breakdown_s"}})
+    train_s = training_time_s(cost, tokens)
+    return {
+        "genconf_version": __version__, "schema_version": SCHEMA_VERSION,
+        "model": model_dict(model, alias), "cluster": cluster_dict(cluster, num_gpus),
+        "plan": plan_dict(best.plan, model), "layout": describe(best.plan),
+        "train": dataclasses.asdict(train or default_train(best.plan, tokens)),
+        "memory": memory_dict(best.memory), "perf": perf_dict(cost),
+        "training": {"tokens": tokens, "time_s": round(train_s, 1), "days": round(train_s / 86400, 2),
+                     "gpu_hours": round(train_s * num_gpus / 3600, 1)},
+        "why": why(best, result, cluster),
+        "warnings": [str(v) for v in best.violations if v.severity == "warning"],
+        "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
+        "alternatives": alternatives,
+    }
+
+
+def dumps(run: dict) -> str:
+    """plan.json's text, as `genconf --json` prints it: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(run, indent=2, sort_keys=True) + "\n"
+
+
+# --- decode ---------------------------------------------------------------------------------------
+
+class PlanFileError(GenconfError):
+    """plan.json is not a JSON object; `line`/`column` (1-based) say where, when known."""
+
+    def __init__(self, source: str, detail: str, line: int | None = None, column: int | None = None) -> None:
+        self.source, self.detail, self.line, self.column = source, detail, line, column
+        super().__init__(f"{source}:{line}: {detail}" if line else f"{source}: {detail}")
+
+
+def loads(text: str, source: str = "plan.json") -> dict:
+    """The run dict in plan.json's text; PlanFileError (FILE:LINE: ...) when it is not a JSON object."""
+    try:
+        run = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanFileError(source, f"invalid JSON: {exc.msg}", exc.lineno, exc.colno) from None
+    if not isinstance(run, dict):
+        raise PlanFileError(source, "expected a JSON object")
+    return run
+
+
+def load(path: Path) -> dict:
+    """The run dict of a plan.json file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise GenconfError(f"cannot read {path}: {exc.strerror}") from None
+    return loads(text, str(path))
+
+
+def model_from_dict(d: dict) -> ModelSpec:
+    """A ModelSpec from its dict (plan.json's `model` also carries counts and the alias: those are skipped)."""
+    fields = {f.name for f in dataclasses.fields(ModelSpec)}
+    return ModelSpec(**{k: v for k, v in d.items() if k in fields})
+
+
+def plan_from_dict(d: dict) -> ParallelPlan:
+    """A ParallelPlan from its dict (plan.json's `plan` also carries derived values: those are skipped)."""
+    fields = {f.name for f in dataclasses.fields(ParallelPlan)}
+    return ParallelPlan(**{k: v for k, v in d.items() if k in fields})
+
+
+def cluster_from_dict(c: dict) -> ClusterSpec:
+    """The cluster of plan.json's `cluster`, GPU spec included."""
+    gpu = GPUSpec(**{**c["gpu_spec"], "node_sizes": tuple(c["gpu_spec"]["node_sizes"])})
+    cluster = ClusterSpec(name=c["name"], gpu=gpu, gpus_per_node=c["gpus_per_node"],
+                          nvlink_domain_gpus=c.get("nvlink_domain_gpus"),
+                          ib_gbit_per_s_per_gpu=c["ib_gbit_per_s_per_gpu"],
+                          cpu_mem_gib_per_node=c.get("cpu_mem_gib_per_node", 1024.0),
+                          nccl_env=tuple(sorted((c.get("nccl_env") or {}).items())))
+    return cluster
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFile:
+    """A decoded plan.json: the specs every artifact is rendered from and held against."""
+
+    run: dict
+    """The dict itself (layout, memory, perf and why are read from it as they are)."""
+    model: ModelSpec
+    cluster: ClusterSpec
+    plan: ParallelPlan
+    num_gpus: int
+    train: TrainSpec
+
+
+def decode(run: dict) -> PlanFile:
+    """The specs of a run dict; GenconfError naming what is missing or invalid."""
+    try:
+        model = model_from_dict(run["model"])
+        cluster = cluster_from_dict(run["cluster"])
+        plan = plan_from_dict(run["plan"])
+        num_gpus = int(run["cluster"]["num_gpus"])
+        train = TrainSpec(**run["train"])
+    except KeyError as exc:
+        raise GenconfError(f"plan.json is missing {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise GenconfError(f"plan.json is invalid: {exc}") from None
+    return PlanFile(run, model, cluster, plan, num_gpus, train)
+
+
+# --- why this plan --------------------------------------------------------------------------------
+
+def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> list[str]:
+    """Reasons for the choice, in a user's terms."""
+    p, cost, peak = best.plan, best.cost, best.memory.peak
+    reasons = []
+    headroom = best.memory.capacity_bytes - peak.total_bytes
+    reasons.append(f"fits with {headroom / GIB:.1f} GiB to spare on the busiest GPU (stage {peak.stage})")
+    if p.tp > 1:
+        reasons.append(f"tp={p.tp} splits each layer inside the {cluster.nvlink_domain}-GPU NVLink domain "
+                       f"(sequence parallel on); TP never crosses InfiniBand")
+    if p.pp > 1:
+        chunks = f" with {p.vp} virtual stages each" if p.vp > 1 else ""
+        reasons.append(f"pp={p.pp}{chunks} over {p.num_microbatches} micro-batches: bubble {cost.bubble_fraction:.1%} "
+                       f"((p-1)/(v*m))")
+    if p.distributed_optimizer:
+        reasons.append(f"distributed optimizer shards fp32 master weights and Adam over dp*cp={p.dp * p.cp}")
+    elif p.framework in ("deepspeed", "fsdp") and p.zero_stage:
+        reasons.append(f"{'ZeRO-' + str(p.zero_stage) if p.framework == 'deepspeed' else p.fsdp_sharding_strategy} "
+                       f"shards model states over {p.shard_size} GPUs")
+    reasons.append({"none": "no activation recomputation needed: activations fit",
+                    "selective": "selective recompute drops the attention-score activations for ~2% more FLOPs",
+                    "full": "full recompute: only layer inputs are kept, +33% forward FLOPs"}[p.recompute])
+    if result is not None and len(result.ranked) > 1:
+        runner = result.ranked[1]
+        gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
+        reasons.append(f"{gain:.1%} faster than the runner-up ({describe(runner.plan)})")
+    return reasons

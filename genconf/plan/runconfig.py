@@ -1,0 +1,128 @@
+"""A run, resolved: RunConfig (what RUN/config.json holds and every training entry point reads) and `shrink`, the
+smoke-test version of a plan that keeps its parallel layout. Pure: `genconf launch` writes it, the torch runtime
+reads it, neither reaches into the other."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from genconf.plan import rules
+from genconf.plan.errors import GenconfError
+from genconf.plan.planfile import PlanFile, decode, load, model_from_dict, plan_from_dict
+from genconf.plan.precision import recipe_for
+from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, resolved: written to RUN/config.json by `genconf launch`."""
+
+    model: ModelSpec
+    plan: ParallelPlan
+    train: TrainSpec
+    num_gpus: int
+    data: dict
+    precision_recipe: str
+    prediction: dict
+    """What the planner predicted for the full-size plan: tokens_per_s_per_gpu, peak_mem_gib, gpu."""
+    shrink: dict
+    """Smoke-test overrides applied to the artifact's plan (layers, hidden, steps, ...)."""
+    artifacts: str
+    speed: dict = dataclasses.field(default_factory=dict)
+    """Speed switches the runners apply on a GPU (genconf.train.speed.SpeedOptions as a dict; {} = defaults)."""
+
+    def to_dict(self) -> dict:
+        return {"model": dataclasses.asdict(self.model), "plan": dataclasses.asdict(self.plan),
+                "train": dataclasses.asdict(self.train), "num_gpus": self.num_gpus, "data": self.data,
+                "precision_recipe": self.precision_recipe, "prediction": self.prediction, "shrink": self.shrink,
+                "artifacts": self.artifacts, "speed": self.speed}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        return cls(model=model_from_dict(d["model"]), plan=plan_from_dict(d["plan"]), train=TrainSpec(**d["train"]),
+                   num_gpus=int(d["num_gpus"]), data=d.get("data") or {"kind": "synthetic"},
+                   precision_recipe=d["precision_recipe"], prediction=d.get("prediction") or {},
+                   shrink=d.get("shrink") or {}, artifacts=d.get("artifacts", ""), speed=d.get("speed") or {})
+
+
+def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: int | None = None,
+           hidden: int | None = None, heads: int | None = None, vocab: int | None = None, seq_len: int | None = None,
+           global_batch: int | None = None, mbs: int | None = None, steps: int | None = None,
+           lr: float | None = None, checkpoint_every: int | None = None,
+           precision: str | None = None) -> tuple[ModelSpec, ParallelPlan, TrainSpec]:
+    """A smaller model and run with the same parallel layout (tp, pp, vp, cp, ep, dp, zero, recompute)."""
+    m, p, t = model, plan, train
+    if layers is not None:
+        # An uneven split is specific to the full model's layer count: the shrunk model splits evenly.
+        m = dataclasses.replace(m, num_layers=layers)
+        p = dataclasses.replace(p, pp_first_stage_layers=None, pp_last_stage_layers=None,
+                                pp_embedding_as_layer=False, pp_loss_as_layer=False)
+    if hidden is not None or heads is not None:
+        h = hidden or m.hidden_size
+        a = heads or m.num_attention_heads
+        if h % a:
+            raise GenconfError(f"--hidden {h} is not divisible by {a} attention heads (give --heads)")
+        ratio = m.num_attention_heads // m.num_query_groups
+        groups = max(1, a // ratio) if a % max(1, a // ratio) == 0 else a
+        scale = h / m.hidden_size
+        ffn = max(8, int(round(m.ffn_hidden_size * scale / 8)) * 8)
+        moe_ffn = max(8, int(round(m.moe_ffn_hidden_size * scale / 8)) * 8)
+        m = dataclasses.replace(m, hidden_size=h, num_attention_heads=a, num_query_groups=groups, kv_channels=None,
+                                ffn_hidden_size=ffn, moe_ffn_hidden_size=moe_ffn)
+    if vocab is not None:
+        m = dataclasses.replace(m, vocab_size=vocab)
+    if seq_len is not None:
+        m = dataclasses.replace(m, seq_length=max(m.seq_length, seq_len) if m.position_embedding == "rope" else seq_len)
+        p = dataclasses.replace(p, seq_length=seq_len)
+    if global_batch is not None or mbs is not None:
+        gbs = global_batch or p.gbs
+        per_rank = max(1, gbs // p.dp)
+        # Without --mbs, the largest micro-batch <= the plan's that still divides the per-rank batch.
+        micro = mbs or max(m for m in range(1, min(p.mbs, per_rank) + 1) if per_rank % m == 0)
+        p = dataclasses.replace(p, gbs=gbs, mbs=micro)
+    if steps is not None:
+        t = dataclasses.replace(t, train_steps=steps, warmup_steps=min(t.warmup_steps, max(1, steps // 10)),
+                                checkpoint_every_steps=min(t.checkpoint_every_steps, steps) or steps)
+    if lr is not None:
+        t = dataclasses.replace(t, lr=lr, min_lr=min(t.min_lr, lr / 10))
+    if checkpoint_every is not None:
+        t = dataclasses.replace(t, checkpoint_every_steps=checkpoint_every)
+    if precision is not None:
+        p = dataclasses.replace(p, precision=precision)
+        t = dataclasses.replace(t, fp8_recipe=recipe_for(precision, t.fp8_recipe).train_fp8_recipe)
+    return m, p, t
+
+
+def read_plan(artifacts: Path) -> PlanFile:
+    """The decoded plan.json of an artifacts directory."""
+    path = artifacts / "plan.json"
+    if not path.is_file():
+        raise GenconfError(f"{artifacts} has no plan.json (write one with: genconf ... -o {artifacts})")
+    return decode(load(path))
+
+
+def from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None) -> RunConfig:
+    """The RunConfig of DIR's plan, shrunk; GenconfError (one line) when the shrunk plan breaks a rule."""
+    pf = read_plan(artifacts)
+    d, model, cluster, plan, num_gpus, train = pf.run, pf.model, pf.cluster, pf.plan, pf.num_gpus, pf.train
+    try:
+        model, plan, train = shrink(model, plan, train, **{k: v for k, v in shrink_args.items() if v is not None})
+    except ValueError as exc:
+        raise GenconfError(f"cannot shrink the plan: {exc}") from None
+    if shrink_args.get("seq_len") and plan.cp > 1 and plan.seq_length % (2 * plan.cp):
+        raise GenconfError(f"--seq-len {plan.seq_length} must be divisible by 2 x cp ({2 * plan.cp})")
+    ctx = rules.Context(model, cluster, plan, plan.world_size)
+    structural = [v for v in rules.check(ctx) if v.severity == rules.ERROR
+                  and v.rule not in ("whole_nodes", "world_size", "tp_inside_node")]
+    if structural:
+        raise GenconfError(f"the shrunk plan is invalid: {structural[0]}")
+    recipe = recipe_for(plan.precision, train.fp8_recipe)
+    prediction = {"gpu": cluster.gpu.name, "num_gpus": num_gpus,
+                  "tokens_per_s_per_gpu": d.get("perf", {}).get("tokens_per_s_per_gpu"),
+                  "peak_mem_gib": d.get("memory", {}).get("total_gib"),
+                  "step_time_s": d.get("perf", {}).get("step_time_s"), "layout": d.get("layout")}
+    return RunConfig(model=model, plan=plan, train=train, num_gpus=plan.world_size, data=data or {"kind": "synthetic"},
+                     precision_recipe=recipe.name, prediction=prediction,
+                     shrink={k: v for k, v in shrink_args.items() if v is not None}, artifacts=str(artifacts.resolve()))

@@ -1,0 +1,433 @@
+"""Frozen specs: the model, the GPU, the cluster and the parallel plan.
+
+Each spec checks its own fields in ``__post_init__`` (one field at a time, ``ValueError`` with the
+value). Rules that span several specs (heads divisible by TP, layers by PP x VP, ...) live in
+``genconf.plan.rules``. Variants come from ``dataclasses.replace``, which re-validates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+ACTIVATIONS = ("gelu", "swiglu")
+NORMALIZATIONS = ("layernorm", "rmsnorm", "nonparametric")
+POSITION_EMBEDDINGS = ("learned", "rope")
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp")
+LR_DECAYS = ("cosine", "linear", "constant")
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+LAYER_SPECS = ("te", "local")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+ARCHS = ("ampere", "hopper", "blackwell")
+
+
+def _positive(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
+
+
+def _one_of(obj: object, name: str, allowed: tuple[str, ...]) -> None:
+    value = getattr(obj, name)
+    if value not in allowed:
+        raise ValueError(f"{type(obj).__name__}.{name} must be one of {'|'.join(allowed)}, got {value!r}")
+
+
+def _fraction(obj: object, name: str) -> None:
+    value = getattr(obj, name)
+    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer, with fields named as megatron-core's TransformerConfig names them."""
+
+    name: str
+    """Catalog name, lowercase (``llama3-8b``)."""
+    num_layers: int
+    """Transformer blocks."""
+    hidden_size: int
+    """Model width h."""
+    num_attention_heads: int
+    """Query heads a."""
+    ffn_hidden_size: int
+    """MLP width f. For SwiGLU this is one branch: fc1 produces 2f and fc2 reads f (megatron's convention)."""
+    vocab_size: int
+    """Embedding rows as in the checkpoint. Megatron pads this further to a multiple of 128 x TP."""
+    seq_length: int
+    """Training context length in tokens."""
+    num_query_groups: int | None = None
+    """Key/value heads g (GQA). None = num_attention_heads (multi-head attention)."""
+    kv_channels: int | None = None
+    """Head dimension d. None = hidden_size / num_attention_heads."""
+    activation: str = "gelu"
+    """gelu | swiglu."""
+    normalization: str = "layernorm"
+    """layernorm | rmsnorm (weight only) | nonparametric (no parameters, OLMo-1)."""
+    norm_bias: bool | None = None
+    """LayerNorm has a bias. None = true for layernorm; OLMo's Kempner configs use weight-only LayerNorm."""
+    position_embedding: str = "learned"
+    """learned (seq_length x h table) | rope (no parameters)."""
+    tie_embeddings: bool = True
+    """Output layer shares the input embedding matrix."""
+    add_bias_linear: bool = True
+    """Biases on every linear layer (GPT-2/3 style)."""
+    add_qkv_bias: bool = False
+    """A bias on the QKV projection only, none on the output projection or the MLP (Qwen2; megatron-core's
+    add_qkv_bias). Implied by add_bias_linear."""
+    qk_layernorm: bool = False
+    """Normalise q and k (OLMo-2, Qwen3); over their full projected width unless qk_layernorm_per_head."""
+    qk_layernorm_per_head: bool = False
+    """q/k norms one head wide (kv_channels), shared by every head (Qwen3, megatron-core), instead of over the
+    full projection width (OLMo-2). Only with qk_layernorm."""
+    sandwich_norm: bool = False
+    """A second norm on each sublayer's output before the residual add (Gemma-2: four h-wide norms per layer
+    instead of two). megatron-core has no such layer."""
+    hidden_dropout: float = 0.1
+    """Dropout after attention and MLP (megatron-core's default 0.1)."""
+    attention_dropout: float = 0.1
+    """Dropout on attention probabilities (megatron-core's default 0.1)."""
+    num_experts: int = 0
+    """Routed experts per MoE layer; 0 = dense model."""
+    moe_top_k: int = 0
+    """Experts each token is routed to; 0 for dense models."""
+    moe_ffn_hidden_size: int | None = None
+    """Expert MLP width (one SwiGLU branch). None = ffn_hidden_size."""
+    source: str = ""
+    """Where the numbers come from (checkpoint config or paper table)."""
+
+    def __post_init__(self) -> None:
+        if not self.name or self.name != self.name.lower() or " " in self.name:
+            raise ValueError(f"ModelSpec.name must be lowercase without spaces, got {self.name!r}")
+        _positive(self, "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size", "seq_length")
+        if self.num_query_groups is None:
+            object.__setattr__(self, "num_query_groups", self.num_attention_heads)
+        if self.kv_channels is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"ModelSpec {self.name}: hidden_size ({self.hidden_size}) is not divisible by "
+                    f"num_attention_heads ({self.num_attention_heads}); set kv_channels"
+                )
+            object.__setattr__(self, "kv_channels", self.hidden_size // self.num_attention_heads)
+        if self.moe_ffn_hidden_size is None:
+            object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+        _positive(self, "num_query_groups", "kv_channels", "moe_ffn_hidden_size")
+        if self.num_attention_heads % self.num_query_groups:
+            raise ValueError(
+                f"ModelSpec {self.name}: num_attention_heads ({self.num_attention_heads}) must be a multiple "
+                f"of num_query_groups ({self.num_query_groups})"
+            )
+        _one_of(self, "activation", ACTIVATIONS)
+        _one_of(self, "normalization", NORMALIZATIONS)
+        _one_of(self, "position_embedding", POSITION_EMBEDDINGS)
+        _fraction(self, "hidden_dropout")
+        _fraction(self, "attention_dropout")
+        if self.norm_bias is None:
+            object.__setattr__(self, "norm_bias", self.normalization == "layernorm")
+        elif self.norm_bias and self.normalization != "layernorm":
+            raise ValueError(f"ModelSpec {self.name}: norm_bias is only meaningful for layernorm, not {self.normalization}")
+        for name in ("tie_embeddings", "add_bias_linear", "add_qkv_bias", "qk_layernorm", "qk_layernorm_per_head",
+                     "sandwich_norm", "norm_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ModelSpec.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.qk_layernorm_per_head and not self.qk_layernorm:
+            raise ValueError(f"ModelSpec {self.name}: qk_layernorm_per_head needs qk_layernorm")
+        if self.num_experts < 0 or (self.num_experts == 1):
+            raise ValueError(f"ModelSpec {self.name}: num_experts must be 0 (dense) or >= 2, got {self.num_experts}")
+        if self.num_experts and not 1 <= self.moe_top_k <= self.num_experts:
+            raise ValueError(
+                f"ModelSpec {self.name}: moe_top_k ({self.moe_top_k}) must be in [1, num_experts={self.num_experts}]"
+            )
+        if not self.num_experts and self.moe_top_k:
+            raise ValueError(f"ModelSpec {self.name}: moe_top_k ({self.moe_top_k}) set on a dense model")
+
+    @property
+    def query_width(self) -> int:
+        """a * d: width of the query projection (and of the attention output)."""
+        return self.num_attention_heads * self.kv_channels
+
+    @property
+    def kv_width(self) -> int:
+        """g * d: width of each of the key and value projections."""
+        return self.num_query_groups * self.kv_channels
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def qkv_bias(self) -> bool:
+        """The QKV projection has a bias (every linear layer has one, or only QKV does)."""
+        return self.add_bias_linear or self.add_qkv_bias
+
+    @property
+    def gated(self) -> bool:
+        """SwiGLU: fc1 produces two branches of ffn width."""
+        return self.activation == "swiglu"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GPUSpec:
+    """One accelerator model with its dense (no sparsity) peak rates."""
+
+    name: str
+    """Catalog key (``h100-sxm``)."""
+    display_name: str
+    """Vendor name (``NVIDIA H100 80GB HBM3 SXM5``)."""
+    arch: str
+    """ampere | hopper | blackwell: decides FP8/MXFP8 support and the calibration set."""
+    peak_fp32_tflops: float
+    """Dense FP32 (non-tensor-core) TFLOP/s."""
+    peak_tf32_tflops: float
+    """Dense TF32 tensor-core TFLOP/s."""
+    peak_bf16_tflops: float
+    """Dense BF16 tensor-core TFLOP/s (half the datasheet figure marked 'with sparsity')."""
+    peak_fp16_tflops: float
+    """Dense FP16 tensor-core TFLOP/s."""
+    peak_fp8_tflops: float | None
+    """Dense FP8 tensor-core TFLOP/s; None before Hopper."""
+    peak_fp4_tflops: float | None
+    """Dense FP4 tensor-core TFLOP/s; None before Blackwell."""
+    hbm_gib: float
+    """Device memory as the driver reports it (nvidia-smi total), GiB."""
+    hbm_tbyte_per_s: float
+    """HBM bandwidth, TB/s (10^12 bytes)."""
+    nvlink_gbyte_per_s: float
+    """NVLink bandwidth per GPU, GB/s, both directions summed as NVIDIA quotes it."""
+    num_sms: int
+    """Streaming multiprocessors: GEMM tiles are scheduled in waves of this size."""
+    node_sizes: tuple[int, ...]
+    """GPUs per node in the usual server designs (HGX 4/8, NVL72 tray 4)."""
+    tdp_w: int
+    """Board power the peak rates assume, W."""
+    source: str = ""
+    """Datasheet the numbers come from."""
+
+    def __post_init__(self) -> None:
+        _one_of(self, "arch", ARCHS)
+        _positive(self, "num_sms", "tdp_w")
+        for name in ("peak_fp32_tflops", "peak_tf32_tflops", "peak_bf16_tflops", "peak_fp16_tflops",
+                     "hbm_gib", "hbm_tbyte_per_s", "nvlink_gbyte_per_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"GPUSpec {self.name}: {name} must be a non-negative number, got {value!r}")
+        if not self.node_sizes or any(n < 1 for n in self.node_sizes):
+            raise ValueError(f"GPUSpec {self.name}: node_sizes must list positive GPU counts, got {self.node_sizes!r}")
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense peak for a compute dtype; raises ValueError where the GPU has no such tensor cores."""
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; one of {'|'.join(DTYPES)}")
+        value = getattr(self, f"peak_{dtype}_tflops")
+        if not value:
+            raise ValueError(f"{self.display_name} has no {dtype.upper()} tensor cores")
+        return float(value)
+
+    @property
+    def supports_fp8(self) -> bool:
+        return bool(self.peak_fp8_tflops)
+
+    @property
+    def supports_mxfp8(self) -> bool:
+        """Microscaled FP8 (blocks of 32) needs Blackwell tensor cores."""
+        return self.arch == "blackwell"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterSpec:
+    """A homogeneous GPU cluster: node type and the networks inside and between nodes."""
+
+    name: str
+    """Preset name (``kempner-h100``)."""
+    gpu: GPUSpec
+    gpus_per_node: int
+    """GPUs per node (what Slurm allocates per node)."""
+    nvlink_domain_gpus: int | None = None
+    """GPUs sharing one NVLink domain, where TP must stay. None = gpus_per_node (NVL72 racks: 72)."""
+    ib_gbit_per_s_per_gpu: float
+    """Inter-node bandwidth per GPU, one direction, Gb/s (InfiniBand NDR = 400)."""
+    total_gpus: int | None = None
+    """GPUs the cluster has; the default job size when --gpus is not given."""
+    cpu_mem_gib_per_node: float = 1024.0
+    """Host memory per node, for CPU offload."""
+    nccl_env: tuple[tuple[str, str], ...] = ()
+    """NCCL/IB environment for launch scripts (name, value)."""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _positive(self, "gpus_per_node")
+        for name in ("total_gpus", "nvlink_domain_gpus"):
+            if getattr(self, name) is not None:
+                _positive(self, name)
+        if self.nvlink_domain_gpus is not None and self.nvlink_domain_gpus % self.gpus_per_node:
+            raise ValueError(f"ClusterSpec {self.name}: nvlink_domain_gpus ({self.nvlink_domain_gpus}) must be a "
+                             f"multiple of gpus_per_node ({self.gpus_per_node})")
+        if self.ib_gbit_per_s_per_gpu <= 0:
+            raise ValueError(f"ClusterSpec {self.name}: ib_gbit_per_s_per_gpu must be positive, got {self.ib_gbit_per_s_per_gpu}")
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs reachable over NVLink from any GPU (the node, or the NVL72 rack)."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
+
+    @property
+    def nvlink_gbyte_per_s_one_way(self) -> float:
+        """NVLink bandwidth in one direction, GB/s: what a ring collective can use per GPU."""
+        return self.gpu.nvlink_gbyte_per_s / 2
+
+    @property
+    def ib_gbyte_per_s_per_gpu(self) -> float:
+        """InfiniBand per GPU in GB/s (400 Gb/s = 50 GB/s)."""
+        return self.ib_gbit_per_s_per_gpu / 8
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParallelPlan:
+    """One way to lay a training job onto GPUs. Degrees multiply to the world size: tp*pp*cp*dp."""
+
+    framework: str
+    """megatron | deepspeed | fsdp."""
+    tp: int = 1
+    """Tensor-parallel degree (inside a node). 1 = disabled."""
+    pp: int = 1
+    """Pipeline-parallel stages. 1 = disabled."""
+    vp: int = 1
+    """Virtual pipeline chunks per stage (interleaved 1F1B). 1 = plain 1F1B."""
+    cp: int = 1
+    """Context-parallel degree: the sequence is split over cp ranks. 1 = disabled."""
+    ep: int = 1
+    """Expert-parallel degree (MoE), carved out of dp*cp. 1 = disabled."""
+    dp: int = 1
+    """Data-parallel replicas (or shards, under ZeRO-3/FSDP)."""
+    mbs: int = 1
+    """Micro-batch size in sequences."""
+    gbs: int = 1
+    """Global batch size in sequences per optimizer step."""
+    seq_length: int = 2048
+    """Sequence length in tokens."""
+    zero_stage: int = 0
+    """Sharding of model states over dp: 0 none, 1 optimizer, 2 +gradients, 3 +parameters.
+    megatron: 1 = distributed optimizer. fsdp: 0 NO_SHARD (DDP), 2 SHARD_GRAD_OP, 3 FULL_SHARD."""
+    shard_group_size: int | None = None
+    """ZeRO-3/FSDP shard group; None = the whole dp group. gpus_per_node = FSDP HYBRID_SHARD."""
+    recompute: str = "none"
+    """Activation recomputation: none | selective (core attention) | full (every layer)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism (shards LayerNorm/dropout activations over TP)."""
+    precision: str = "bf16"
+    """bf16 | fp16 (dynamic loss scaling) | fp8 (Transformer Engine, BF16 master weights) | fp32 (Megatron,
+    for bit-exact verification runs: TP reproduces TP=1)."""
+    offload_optimizer: bool = False
+    """DeepSpeed: optimizer states and FP32 master weights in host memory."""
+    offload_params: bool = False
+    """DeepSpeed ZeRO-3: parameters in host memory."""
+    grad_accum_fp32: bool = False
+    """DeepSpeed data_types.grad_accum_dtype=fp32: with bf16 and ZeRO 0/1 DeepSpeed then uses its
+    BF16_Optimizer, which keeps an unsharded FP32 gradient accumulation buffer (4 bytes/param)."""
+    tp_comm_overlap: bool = False
+    """Overlap TP collectives with GEMMs (megatron --tp-comm-overlap, TE userbuffers)."""
+    layer_spec: str = "te"
+    """te: Transformer Engine fused layers with flash attention. local: megatron-core's unfused layers."""
+    pp_first_stage_layers: int | None = None
+    """Uneven pipeline: layers on the first stage (megatron --decoder-first-pipeline-num-layers)."""
+    pp_last_stage_layers: int | None = None
+    """Uneven pipeline: layers on the last stage (megatron --decoder-last-pipeline-num-layers)."""
+    pp_embedding_as_layer: bool = False
+    """Count the embedding as one layer when splitting (megatron --account-for-embedding-in-pipeline-split)."""
+    pp_loss_as_layer: bool = False
+    """Count the output layer + loss as one layer (megatron --account-for-loss-in-pipeline-split)."""
+
+    def __post_init__(self) -> None:
+        _one_of(self, "framework", FRAMEWORKS)
+        _positive(self, "tp", "pp", "vp", "cp", "ep", "dp", "mbs", "gbs", "seq_length")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"ParallelPlan.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        _one_of(self, "recompute", RECOMPUTE)
+        _one_of(self, "precision", PRECISIONS)
+        _one_of(self, "layer_spec", LAYER_SPECS)
+        for name in ("pp_first_stage_layers", "pp_last_stage_layers", "shard_group_size"):
+            if getattr(self, name) is not None:
+                _positive(self, name)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per step on each pipeline: gbs / (mbs * dp), floored (rules check divisibility)."""
+        return self.gbs // (self.mbs * self.dp)
+
+    @property
+    def distributed_optimizer(self) -> bool:
+        """Megatron's distributed optimizer: optimizer states sharded over dp*cp (ZeRO-1 like)."""
+        return self.framework == "megatron" and self.zero_stage >= 1
+
+    @property
+    def fsdp_sharding_strategy(self) -> str | None:
+        """PyTorch FSDP ShardingStrategy name for framework fsdp, else None."""
+        if self.framework != "fsdp":
+            return None
+        if self.zero_stage == 3:
+            return "HYBRID_SHARD" if self.shard_group_size else "FULL_SHARD"
+        return {0: "NO_SHARD", 1: "NO_SHARD", 2: "SHARD_GRAD_OP"}[self.zero_stage]
+
+    @property
+    def shard_size(self) -> int:
+        """GPUs that model states are sharded over under ZeRO/FSDP/distributed optimizer (dp*cp)."""
+        return self.shard_group_size or self.dp * self.cp
+
+    @property
+    def uneven_pipeline(self) -> bool:
+        return (self.pp_first_stage_layers is not None or self.pp_last_stage_layers is not None
+                or self.pp_embedding_as_layer or self.pp_loss_as_layer)
+
+    def replace(self, **changes: object) -> "ParallelPlan":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainSpec:
+    """Optimizer, schedule and run length: what every artifact needs beyond the layout."""
+
+    train_steps: int
+    """Optimizer steps to run."""
+    lr: float = 3.0e-4
+    """Peak learning rate (AdamW)."""
+    min_lr: float = 3.0e-5
+    """Learning rate at the end of the decay."""
+    warmup_steps: int = 2000
+    """Linear warm-up steps (capped at train_steps)."""
+    lr_decay: str = "cosine"
+    """cosine | linear | constant (after warm-up)."""
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1.0e-8
+    grad_clip: float = 1.0
+    """Global gradient-norm clipping; 0 = off."""
+    seed: int = 1234
+    fp8_recipe: str | None = None
+    """delayed | current | blockwise | mxfp8 when the plan's precision is fp8."""
+    fp8_bf16_first_last_layers: int = 0
+    """Layers at each end kept in BF16 under FP8 (the current-scaling recipe keeps 1)."""
+    checkpoint_every_steps: int = 1000
+    """Save a checkpoint every N steps (0 = only at the end)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "train_steps", "seed")
+        if self.warmup_steps < 0 or self.checkpoint_every_steps < 0 or self.fp8_bf16_first_last_layers < 0:
+            raise ValueError("TrainSpec: warmup_steps, checkpoint_every_steps and fp8_bf16_first_last_layers must be >= 0")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"TrainSpec: need 0 <= min_lr ({self.min_lr}) <= lr ({self.lr})")
+        _one_of(self, "lr_decay", LR_DECAYS)
+        if self.fp8_recipe is not None:
+            _one_of(self, "fp8_recipe", FP8_RECIPES)
+        for name in ("beta1", "beta2"):
+            _fraction(self, name)
+        if self.grad_clip < 0 or self.weight_decay < 0 or self.eps <= 0:
+            raise ValueError("TrainSpec: grad_clip and weight_decay must be >= 0 and eps > 0")

@@ -1,0 +1,339 @@
+"""megatron_args.txt: the plan (or its nearest Megatron equivalent) as Megatron-LM arguments, each flag checked
+against Megatron-LM's arguments.py (MEGATRON_FLAGS); the same table types the flags genconf check reads back."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from genconf.plan.counting import as_built_by_megatron
+from genconf.plan.equivalent import equivalent_plan
+from genconf.plan.pipeline import stage_layers
+from genconf.plan.precision import megatron_dtype, megatron_flags, megatron_plan_precision
+from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
+
+MEGATRON_LM_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
+"""Where every Megatron-LM flag name, type and choice below was checked."""
+
+SWITCH, INT, FLOAT, STR, LIST = "switch", "int", "float", "str", "list"
+
+MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # flag: (kind, choices). Checked against MEGATRON_LM_SOURCE; `genconf check` refuses anything else.
+    # distributed
+    "--tensor-model-parallel-size": (INT, ()), "--pipeline-model-parallel-size": (INT, ()),
+    "--num-virtual-stages-per-pipeline-rank": (INT, ()), "--num-layers-per-virtual-pipeline-stage": (INT, ()),
+    "--decoder-first-pipeline-num-layers": (INT, ()), "--decoder-last-pipeline-num-layers": (INT, ()),
+    "--account-for-embedding-in-pipeline-split": (SWITCH, ()), "--account-for-loss-in-pipeline-split": (SWITCH, ()),
+    "--context-parallel-size": (INT, ()), "--expert-model-parallel-size": (INT, ()),
+    "--expert-tensor-parallel-size": (INT, ()), "--sequence-parallel": (SWITCH, ()), "--tp-comm-overlap": (SWITCH, ()),
+    "--use-distributed-optimizer": (SWITCH, ()), "--overlap-grad-reduce": (SWITCH, ()),
+    "--overlap-param-gather": (SWITCH, ()), "--overlap-param-gather-with-optimizer-step": (SWITCH, ()),
+    "--no-overlap-p2p-communication": (SWITCH, ()), "--distributed-backend": (STR, ("nccl", "gloo")),
+    "--distributed-timeout-minutes": (INT, ()), "--ddp-bucket-size": (INT, ()),
+    "--use-cpu-initialization": (SWITCH, ()), "--no-gradient-accumulation-fusion": (SWITCH, ()),
+    # batch and sequence
+    "--micro-batch-size": (INT, ()), "--global-batch-size": (INT, ()), "--seq-length": (INT, ()),
+    "--max-position-embeddings": (INT, ()),
+    # network size
+    "--num-layers": (INT, ()), "--hidden-size": (INT, ()), "--ffn-hidden-size": (INT, ()),
+    "--num-attention-heads": (INT, ()), "--kv-channels": (INT, ()), "--group-query-attention": (SWITCH, ()),
+    "--num-query-groups": (INT, ()),
+    "--position-embedding-type": (STR, ("learned_absolute", "rope", "mrope", "relative", "none")),
+    "--rotary-base": (INT, ()), "--normalization": (STR, ("LayerNorm", "RMSNorm")), "--norm-epsilon": (FLOAT, ()),
+    "--swiglu": (SWITCH, ()), "--disable-bias-linear": (SWITCH, ()), "--add-qkv-bias": (SWITCH, ()),
+    "--untie-embeddings-and-output-weights": (SWITCH, ()), "--qk-layernorm": (SWITCH, ()),
+    "--hidden-dropout": (FLOAT, ()), "--attention-dropout": (FLOAT, ()),
+    "--make-vocab-size-divisible-by": (INT, ()),
+    "--attention-backend": (STR, ("flash", "fused", "unfused", "local", "auto")), "--use-flash-attn": (SWITCH, ()),
+    # mixture of experts
+    "--num-experts": (INT, ()), "--moe-router-topk": (INT, ()), "--moe-ffn-hidden-size": (INT, ()),
+    "--moe-token-dispatcher-type": (STR, ("allgather", "alltoall", "flex")), "--moe-aux-loss-coeff": (FLOAT, ()),
+    "--moe-router-load-balancing-type": (STR, ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")),
+    # tokenizer and data
+    "--tokenizer-type": (STR, ("BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer",
+                               "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "HuggingFaceTokenizer",
+                               "Llama2Tokenizer", "TikTokenizer", "MultimodalTokenizer", "NullTokenizer",
+                               "NullMultimodalTokenizer", "SFTTokenizer")),
+    "--tokenizer-model": (STR, ()), "--vocab-size": (INT, ()), "--vocab-file": (STR, ()), "--merge-file": (STR, ()),
+    "--mock-data": (SWITCH, ()), "--data-path": (LIST, ()), "--split": (STR, ()), "--data-cache-path": (STR, ()),
+    "--num-workers": (INT, ()),
+    # layers, recompute, precision
+    "--transformer-impl": (STR, ("local", "transformer_engine")),
+    "--recompute-granularity": (STR, ("full", "selective")), "--recompute-method": (STR, ("uniform", "block")),
+    "--recompute-num-layers": (INT, ()), "--recompute-modules": (LIST, ()),
+    "--bf16": (SWITCH, ()), "--fp16": (SWITCH, ()), "--loss-scale": (FLOAT, ()), "--initial-loss-scale": (FLOAT, ()),
+    "--min-loss-scale": (FLOAT, ()), "--loss-scale-window": (FLOAT, ()), "--hysteresis": (INT, ()),
+    "--fp8-format": (STR, ("e4m3", "hybrid")),
+    "--fp8-recipe": (STR, ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
+    "--first-last-layers-bf16": (SWITCH, ()), "--num-layers-at-start-in-bf16": (INT, ()),
+    "--num-layers-at-end-in-bf16": (INT, ()), "--fp8-param-gather": (SWITCH, ()),
+    # optimizer and schedule
+    "--optimizer": (STR, ("adam", "sgd", "muon", "dist_muon")), "--lr": (FLOAT, ()), "--min-lr": (FLOAT, ()),
+    "--lr-decay-style": (STR, ("constant", "linear", "cosine", "inverse-square-root", "WSD")),
+    "--lr-warmup-iters": (INT, ()), "--lr-decay-iters": (INT, ()), "--lr-warmup-init": (FLOAT, ()),
+    "--train-iters": (INT, ()), "--weight-decay": (FLOAT, ()), "--adam-beta1": (FLOAT, ()),
+    "--adam-beta2": (FLOAT, ()), "--adam-eps": (FLOAT, ()), "--clip-grad": (FLOAT, ()), "--seed": (INT, ()),
+    "--init-method-std": (FLOAT, ()),
+    # checkpoints, logging, evaluation
+    "--save": (STR, ()), "--load": (STR, ()), "--save-interval": (INT, ()),
+    "--ckpt-format": (STR, ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
+    "--log-interval": (INT, ()), "--log-throughput": (SWITCH, ()), "--timing-log-level": (INT, ("0", "1", "2")),
+    "--tensorboard-dir": (STR, ()), "--wandb-project": (STR, ()), "--wandb-exp-name": (STR, ()),
+    "--eval-iters": (INT, ()), "--eval-interval": (INT, ()), "--manual-gc": (SWITCH, ()),
+    "--manual-gc-interval": (INT, ()),
+}
+
+
+
+Arg = tuple[str, "str | None"]
+
+
+def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> list[Arg]:
+    """Megatron-LM / megatron-core arguments as (flag, value) pairs, value None for switches; ("# ...", None)
+    is a comment line. Flag names as in MEGATRON_LM_SOURCE."""
+    plan, _ = equivalent_plan(plan, "megatron")
+    out: list[Arg] = []
+
+    def add(flag: str, value: object = None) -> None:
+        out.append((flag, None if value is None else str(value)))
+
+    add("# parallelism: world size = tp x pp x cp x dp = "
+        f"{plan.tp} x {plan.pp} x {plan.cp} x {plan.dp} = {plan.world_size}")
+    add("--tensor-model-parallel-size", plan.tp)
+    add("--pipeline-model-parallel-size", plan.pp)
+    if plan.vp > 1:
+        # The virtual size (not layers per virtual stage): Megatron-LM requires it with uneven pipelines.
+        add("--num-virtual-stages-per-pipeline-rank", plan.vp)
+        if plan.pp == 2:
+            add("# pp=2 with virtual stages: overlap_p2p_comm stays on (the default), so batch_p2p_comm is off;")
+            add("# batched p2p with pp=2 mis-orders sends and trains wrong (Megatron-LM issues 750, 1450).")
+            add("# Never add --no-overlap-p2p-communication here (arguments.py also refuses it for pp <= 2).")
+    if plan.pp_first_stage_layers is not None:
+        add("--decoder-first-pipeline-num-layers", plan.pp_first_stage_layers)
+    if plan.pp_last_stage_layers is not None:
+        add("--decoder-last-pipeline-num-layers", plan.pp_last_stage_layers)
+    if plan.pp_embedding_as_layer:
+        add("--account-for-embedding-in-pipeline-split")
+    if plan.pp_loss_as_layer:
+        add("--account-for-loss-in-pipeline-split")
+    if plan.pp > 1:
+        add(f"# layers per pipeline rank: {list(stage_layers(model.num_layers, plan))}")
+    add("--context-parallel-size", plan.cp)
+    add("--expert-model-parallel-size", plan.ep)
+    if plan.sequence_parallel:
+        add("--sequence-parallel")
+    if plan.tp_comm_overlap:
+        add("--tp-comm-overlap")
+    if plan.distributed_optimizer:
+        add("--use-distributed-optimizer")
+    if plan.dp * plan.cp > 1:
+        add("--overlap-grad-reduce")
+        if plan.distributed_optimizer:
+            add("--overlap-param-gather")
+    add(f"# batch: {plan.gbs} sequences = mbs {plan.mbs} x dp {plan.dp} x {plan.num_microbatches} micro-batches")
+    add("--micro-batch-size", plan.mbs)
+    add("--global-batch-size", plan.gbs)
+    add("--seq-length", plan.seq_length)
+    add("--max-position-embeddings", max(plan.seq_length, model.seq_length))
+    add(f"# model: {model.name}")
+    if as_built_by_megatron(model) != model:
+        add("# megatron-core has no bias-free or non-parametric LayerNorm and normalises q/k per head: it builds")
+        add("# LayerNorm with weight and bias, and per-head q/k norms (genconf's memory model counts what it builds)")
+    if model.sandwich_norm:
+        add("# megatron-core has no post-sublayer (sandwich) norms: it builds two norms per layer, not four")
+    add("--num-layers", model.num_layers)
+    add("--hidden-size", model.hidden_size)
+    add("--ffn-hidden-size", model.ffn_hidden_size)
+    add("--num-attention-heads", model.num_attention_heads)
+    if model.kv_channels * model.num_attention_heads != model.hidden_size:
+        add("--kv-channels", model.kv_channels)
+    if model.num_query_groups != model.num_attention_heads:
+        add("--group-query-attention")
+        add("--num-query-groups", model.num_query_groups)
+    add("--position-embedding-type", "rope" if model.position_embedding == "rope" else "learned_absolute")
+    if model.normalization == "nonparametric":
+        add("# OLMo-1's non-parametric LayerNorm has no Megatron switch: LayerNorm (with weight) is the nearest")
+    add("--normalization", "RMSNorm" if model.normalization == "rmsnorm" else "LayerNorm")
+    if model.gated:
+        add("--swiglu")
+    if not model.add_bias_linear:
+        add("--disable-bias-linear")
+        if model.add_qkv_bias:
+            add("--add-qkv-bias")
+    if not model.tie_embeddings:
+        add("--untie-embeddings-and-output-weights")
+    if model.qk_layernorm:
+        add("--qk-layernorm")
+    add("--hidden-dropout", model.hidden_dropout)
+    add("--attention-dropout", model.attention_dropout)
+    if model.is_moe:
+        add("--num-experts", model.num_experts)
+        add("--moe-router-topk", model.moe_top_k)
+        add("--moe-ffn-hidden-size", model.moe_ffn_hidden_size)
+        add("--moe-aux-loss-coeff", 0.01)  # arguments.py: "a starting value of 1e-2 is recommended"
+        if plan.ep > 1:
+            add("--moe-token-dispatcher-type", "alltoall")  # recommended with expert parallelism (arguments.py)
+    add("# NullTokenizer adds one end-of-document id to --vocab-size: V - 1 gives the model's V rows,")
+    add("# which Megatron then pads to a multiple of 128 x tp (the memory model's count)")
+    add("--tokenizer-type", "NullTokenizer")
+    add("--vocab-size", model.vocab_size - 1)
+    add("--make-vocab-size-divisible-by", 128)
+    add("--transformer-impl", "transformer_engine" if plan.layer_spec == "te" else "local")
+    if plan.recompute == "selective":
+        add("--recompute-granularity", "selective")
+    elif plan.recompute == "full":
+        add("--recompute-granularity", "full")
+        add("--recompute-method", "uniform")
+        add("--recompute-num-layers", 1)
+    add(f"# precision: {plan.precision}")
+    for flag, value in megatron_flags(plan.precision, train.fp8_recipe, train.fp8_bf16_first_last_layers):
+        add(flag, value)
+    add(f"# optimizer and schedule: {train.train_steps} steps")
+    add("--optimizer", "adam")  # Megatron's adam is AdamW: decoupled weight decay
+    add("--lr", train.lr)
+    add("--min-lr", train.min_lr)
+    add("--lr-decay-style", train.lr_decay)
+    add("--lr-warmup-iters", min(train.warmup_steps, train.train_steps))
+    add("--train-iters", train.train_steps)
+    add("--weight-decay", train.weight_decay)
+    add("--adam-beta1", train.beta1)
+    add("--adam-beta2", train.beta2)
+    add("--adam-eps", train.eps)
+    add("--clip-grad", train.grad_clip)
+    add("--seed", train.seed)
+    add("# checkpoints, logs and data: replace --mock-data with --data-path for real data")
+    add("--save-interval", train.checkpoint_every_steps or train.train_steps)
+    add("--log-interval", 10)
+    add("--log-throughput")
+    add("--mock-data")
+    return out
+
+
+def megatron_args_text(args: list[Arg]) -> str:
+    """One `--flag value` (or `--flag`, or `# comment`) per line."""
+    return "".join(f"{flag}\n" if value is None else f"{flag} {value}\n" for flag, value in args)
+
+
+# --- read back: typed values, TransformerConfig kwargs, the plan they describe ---------------------
+
+def typed_value(flag: str, words: list[str]) -> object:
+    """The value of `flag` from the words after it, typed by MEGATRON_FLAGS: True for a switch, int, float, str or
+    a list of str; ValueError when a number does not parse."""
+    kind = MEGATRON_FLAGS[flag][0]
+    if kind == SWITCH:
+        return True
+    if kind == LIST:
+        return list(words)
+    if kind == INT:
+        return int(words[0])
+    if kind == FLOAT:
+        return float(words[0])
+    return words[0]
+
+
+def arg_values(args: list[Arg]) -> dict[str, object]:
+    """flag -> typed value of an argument list (comment lines skipped), as Megatron-LM would read its text."""
+    return {flag: typed_value(flag, [] if value is None else value.split())
+            for flag, value in args if not flag.startswith("#")}
+
+
+def megatron_vp(values: dict[str, object]) -> int:
+    """Virtual pipeline size the way arguments.py derives it (1 = no interleaving)."""
+    if "--num-virtual-stages-per-pipeline-rank" in values:
+        return int(values.get("--num-virtual-stages-per-pipeline-rank"))
+    per_stage = values.get("--num-layers-per-virtual-pipeline-stage")
+    if per_stage:
+        layers = int(values.get("--num-layers", 0)) + int("--account-for-embedding-in-pipeline-split" in values) \
+            + int("--account-for-loss-in-pipeline-split" in values)
+        pp = int(values.get("--pipeline-model-parallel-size", 1))
+        if pp and layers % pp == 0 and (layers // pp) % per_stage == 0:
+            return (layers // pp) // per_stage
+    return 1
+
+
+def megatron_config_kwargs(values: dict[str, object]) -> dict:
+    """megatron-core TransformerConfig keyword arguments for parsed Megatron-LM arguments, the way
+    Megatron-LM's core_transformer_config_from_args builds them (MEGATRON_LM_SOURCE). Pure values: dtypes are
+    names ('bfloat16', 'float16', 'float32') and activation_func is 'silu' or 'gelu' for the caller to map."""
+    heads, hidden = int(values.get("--num-attention-heads")), int(values.get("--hidden-size"))
+    swiglu = "--swiglu" in values
+    dtype = megatron_dtype(values)
+    vp = megatron_vp(values)
+    overlap_p2p = vp > 1 and "--no-overlap-p2p-communication" not in values  # arguments.py: off without interleaving
+    ffn = values.get("--ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
+    kw = {
+        "num_layers": values.get("--num-layers"), "hidden_size": hidden, "num_attention_heads": heads,
+        "ffn_hidden_size": ffn, "kv_channels": values.get("--kv-channels") or hidden // heads,
+        "num_query_groups": values.get("--num-query-groups", 1) if "--group-query-attention" in values else None,
+        "hidden_dropout": values.get("--hidden-dropout", 0.1), "attention_dropout": values.get("--attention-dropout", 0.1),
+        "add_bias_linear": "--disable-bias-linear" not in values, "add_qkv_bias": "--add-qkv-bias" in values,
+        "gated_linear_unit": swiglu,
+        "activation_func": "silu" if swiglu else "gelu", "normalization": values.get("--normalization", "LayerNorm"),
+        "layernorm_epsilon": values.get("--norm-epsilon", 1e-5), "qk_layernorm": "--qk-layernorm" in values,
+        "init_method_std": values.get("--init-method-std", 0.02),
+        "tensor_model_parallel_size": values.get("--tensor-model-parallel-size", 1),
+        "pipeline_model_parallel_size": values.get("--pipeline-model-parallel-size", 1),
+        "virtual_pipeline_model_parallel_size": vp if vp > 1 else None,
+        "context_parallel_size": values.get("--context-parallel-size", 1),
+        "expert_model_parallel_size": values.get("--expert-model-parallel-size", 1),
+        "sequence_parallel": "--sequence-parallel" in values and values.get("--tensor-model-parallel-size", 1) > 1,
+        "tp_comm_overlap": "--tp-comm-overlap" in values,
+        "num_layers_in_first_pipeline_stage": values.get("--decoder-first-pipeline-num-layers"),
+        "num_layers_in_last_pipeline_stage": values.get("--decoder-last-pipeline-num-layers"),
+        "account_for_embedding_in_pipeline_split": "--account-for-embedding-in-pipeline-split" in values,
+        "account_for_loss_in_pipeline_split": "--account-for-loss-in-pipeline-split" in values,
+        "overlap_p2p_comm": overlap_p2p, "batch_p2p_comm": not overlap_p2p, "deallocate_pipeline_outputs": True,
+        "recompute_granularity": values.get("--recompute-granularity"),
+        "recompute_method": values.get("--recompute-method"),
+        "recompute_num_layers": values.get("--recompute-num-layers"),
+        "fp16": "--fp16" in values, "bf16": "--bf16" in values, "params_dtype": dtype, "pipeline_dtype": dtype,
+        "fp8": values.get("--fp8-format"), "fp8_recipe": values.get("--fp8-recipe", "delayed"),
+        "first_last_layers_bf16": "--first-last-layers-bf16" in values,
+        "num_layers_at_start_in_bf16": values.get("--num-layers-at-start-in-bf16", 1),
+        "num_layers_at_end_in_bf16": values.get("--num-layers-at-end-in-bf16", 1),
+    }
+    if "--num-experts" in values:
+        kw.update(num_moe_experts=values.get("--num-experts"), moe_router_topk=values.get("--moe-router-topk", 2),
+                  moe_ffn_hidden_size=values.get("--moe-ffn-hidden-size") or ffn,
+                  moe_aux_loss_coeff=values.get("--moe-aux-loss-coeff", 0.0),
+                  moe_token_dispatcher_type=values.get("--moe-token-dispatcher-type", "allgather"))
+    return kw
+
+
+def config_kwargs(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> dict:
+    """TransformerConfig keyword arguments of the plan: exactly what megatron_args_text says, read as Megatron-LM
+    reads it (the megatron runner builds its model from these)."""
+    return megatron_config_kwargs(arg_values(megatron_args(model, plan, train)))
+
+
+def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) -> tuple[ModelSpec, ParallelPlan]:
+    """The model and ParallelPlan a set of Megatron arguments describes (ValueError if there is none)."""
+    g = lambda flag, default=None: values.get(flag, default)  # noqa: E731
+    heads = int(g("--num-attention-heads"))
+    experts = int(g("--num-experts", 0) or 0)
+    new_model = dataclasses.replace(
+        model, num_layers=int(g("--num-layers")), hidden_size=int(g("--hidden-size")), num_attention_heads=heads,
+        num_query_groups=int(g("--num-query-groups", 1)) if "--group-query-attention" in values else heads,
+        ffn_hidden_size=int(g("--ffn-hidden-size", model.ffn_hidden_size)),
+        kv_channels=int(g("--kv-channels", 0) or int(g("--hidden-size")) // heads),
+        num_experts=experts, moe_top_k=int(g("--moe-router-topk", 2)) if experts else 0,
+        moe_ffn_hidden_size=int(g("--moe-ffn-hidden-size", 0) or g("--ffn-hidden-size", model.ffn_hidden_size)))
+    tp, pp, cp = (int(g(f, 1)) for f in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                          "--context-parallel-size"))
+    if num_gpus % (tp * pp * cp):
+        raise ValueError(f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide the plan's "
+                         f"{num_gpus} GPUs")
+    dp = num_gpus // (tp * pp * cp)
+    mbs = int(g("--micro-batch-size"))
+    precision = megatron_plan_precision(values)
+    plan = ParallelPlan(
+        framework="megatron", tp=tp, pp=pp, vp=megatron_vp(values), cp=cp, ep=int(g("--expert-model-parallel-size", 1)),
+        dp=dp, mbs=mbs, gbs=int(g("--global-batch-size", mbs * dp)), seq_length=int(g("--seq-length")),
+        zero_stage=1 if "--use-distributed-optimizer" in values else 0,
+        recompute=g("--recompute-granularity") or "none", sequence_parallel="--sequence-parallel" in values,
+        precision=precision, tp_comm_overlap="--tp-comm-overlap" in values,
+        layer_spec="local" if g("--transformer-impl") == "local" else "te",
+        pp_first_stage_layers=g("--decoder-first-pipeline-num-layers"),
+        pp_last_stage_layers=g("--decoder-last-pipeline-num-layers"),
+        pp_embedding_as_layer="--account-for-embedding-in-pipeline-split" in values,
+        pp_loss_as_layer="--account-for-loss-in-pipeline-split" in values)
+    return new_model, plan

@@ -1,0 +1,185 @@
+"""`genconf launch DIR`: run the plan in an artifact directory, locally through torchrun or through Slurm.
+
+A run directory gets the resolved config (the plan, shrunk for a smoke test if asked, keeping its parallel
+layout), and the framework's entry point in `launchers/` trains from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from genconf.catalog.files import resource_dir
+from genconf.catalog.hardware import resolve_gpu
+from genconf.plan import precision, runconfig
+from genconf.plan.errors import GenconfError
+from genconf.plan.runconfig import RunConfig
+from genconf.render.slurm import ENTRY_POINTS
+from genconf.train import cpu_numerics
+
+def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None) -> RunConfig:
+    """The RunConfig of DIR's plan, shrunk (genconf.plan.runconfig), for a GPU the catalog knows."""
+    cfg = runconfig.from_artifacts(artifacts, shrink_args, data)
+    resolve_gpu(cfg.prediction["gpu"])
+    return cfg
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (False without torch)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def refuse_unrunnable(cfg) -> None:
+    """Refuse, before anything starts, a precision recipe this machine cannot run (one line)."""
+    import importlib.util
+
+    cuda = False
+    gpu = None
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        if cuda:
+            from genconf.catalog.hardware import gpu_for_device_name, resolve_gpu
+
+            name = gpu_for_device_name(torch.cuda.get_device_name())
+            gpu = resolve_gpu(name) if name else None
+    else:
+        raise GenconfError("training needs the train extra: pip install 'genconf[train]' (torch, deepspeed, megatron-core)")
+    te = importlib.util.find_spec("transformer_engine") is not None
+    torchao = importlib.util.find_spec("torchao") is not None
+    why = precision.unsupported_reason(precision.recipe(cfg.precision_recipe), gpu=gpu, framework=cfg.plan.framework,
+                                       te_available=te, cuda=cuda, torchao_available=torchao)
+    if why:
+        raise GenconfError(why)
+    if cfg.plan.cp > 1 and not (cuda and te):
+        raise GenconfError(f"context parallelism (cp={cfg.plan.cp}) needs Transformer Engine attention on a GPU")
+    if cfg.model.is_moe and cfg.plan.framework != "megatron":
+        raise GenconfError(f"{cfg.model.name} is a mixture of experts: only the megatron launcher runs experts")
+    if not cuda:
+        refuse_too_big_for_host(cfg)
+
+
+def refuse_too_big_for_host(cfg) -> None:
+    """A CPU run of a full-size plan is killed by the OOM killer, not refused: say so before it starts."""
+    import dataclasses as dc
+
+    from genconf.plan.memory import GIB, stage_memory
+
+    plan = dc.replace(cfg.plan, layer_spec="local", sequence_parallel=False)
+    per_rank = max(stage_memory(cfg.model, plan, s).total_bytes for s in {0, plan.pp - 1})
+    need = per_rank * plan.world_size
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > 0.8 * have:
+        raise GenconfError(f"on this CPU the plan needs about {need / GIB:,.0f} GiB ({plan.world_size} ranks x "
+                           f"{per_rank / GIB:,.1f} GiB) but the machine has {have / GIB:,.0f} GiB: shrink it for a "
+                           f"smoke test (--layers, --hidden, --vocab, --seq-len, --global-batch)")
+
+
+def entry_point(framework: str) -> Path:
+    return resource_dir("launchers") / ENTRY_POINTS[framework]
+
+
+def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executable, extra_env: dict | None = None,
+                 stdout=None) -> int:
+    """torchrun --standalone with one process per rank of the plan (gloo on CPUs, NCCL on GPUs)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
+    cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={cfg.plan.world_size}",
+           str(entry_point(cfg.plan.framework)), "--artifacts", cfg.artifacts, "--run-dir", str(run_dir)]
+    if resume:
+        cmd.append("--resume")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+               **(extra_env or {}))
+    if not cuda_available():
+        env.update(cpu_numerics.pinned_env(env))  # the same loss curve on every x86 CPU (genconf.train.cpu_numerics)
+    print(f"genconf: launching {' '.join(cmd)}", file=sys.stderr, flush=True)
+    return subprocess.call(cmd, env=env, stdout=stdout)
+
+
+def sbatch_script(artifacts: Path, framework: str) -> Path:
+    script = artifacts / f"launch_{framework}.sbatch"
+    if not script.is_file():
+        raise GenconfError(f"{artifacts} has no {script.name}")
+    return script
+
+
+def script_run_dir(script: Path) -> Path:
+    """The RUN_DIR the generated sbatch script trains into (the quoted assignment genconf rendered)."""
+    import shlex
+
+    for line in script.read_text().splitlines():
+        if line.startswith("RUN_DIR="):
+            return Path(shlex.split(line.split("=", 1)[1])[0])
+    raise GenconfError(f"{script}: no RUN_DIR= line")
+
+
+JOB_DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+            "PREEMPTED")
+
+
+def job_state(job_id: str) -> tuple[str, str]:
+    """(JobState, ExitCode) from `scontrol show job -o` (no accounting needed)."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
+    fields = dict(kv.split("=", 1) for kv in out.stdout.split() if "=" in kv)
+    return fields.get("JobState", "UNKNOWN"), fields.get("ExitCode", "?")
+
+
+def submit(cfg, artifacts: Path, *, wait: bool, timeout_s: float = 3600) -> int:
+    """sbatch the plan's script unchanged; with wait, poll until it ends and surface a failure with the job
+    id, its state and the tail of its log."""
+    if shutil.which("sbatch") is None:
+        raise GenconfError("sbatch is not on PATH: --submit needs a Slurm client (or run without --submit)")
+    script = sbatch_script(artifacts, cfg.plan.framework)
+    run_dir = script_run_dir(script)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)  # Slurm opens --output there before the job runs
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
+    out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise GenconfError(f"sbatch refused {script.name}: {(out.stderr or out.stdout).strip().splitlines()[-1]}")
+    job_id = out.stdout.strip().split(";")[0]
+    print(f"genconf: submitted job {job_id} ({script.name}); run directory {run_dir}", flush=True)
+    if not wait:
+        return 0
+    deadline = time.monotonic() + timeout_s
+    state, code = "PENDING", "?"
+    while time.monotonic() < deadline:
+        state, code = job_state(job_id)
+        if state in JOB_DONE:
+            break
+        time.sleep(0.5)
+    if state == "COMPLETED" and code.startswith("0:"):
+        print(f"genconf: job {job_id} COMPLETED", flush=True)
+        return 0
+    logs = sorted((run_dir / "logs").glob(f"*-{job_id}.*")) if (run_dir / "logs").is_dir() else []
+    print("\n".join(log_excerpt(logs)), file=sys.stderr)
+    raise GenconfError(f"job {job_id} ended {state} (exit code {code}); logs: {', '.join(str(p) for p in logs) or run_dir}")
+
+
+_EXCEPTION = re.compile(r"\b\w*(Error|Exception|error): ")
+
+
+def log_excerpt(logs: list[Path], tail: int = 12) -> list[str]:
+    """What a failed job's logs say: the exception lines (the first is the root cause, usually buried above
+    the other ranks' consequential errors and torchrun's own traceback), then the tail of each log."""
+    lines: list[str] = []
+    for log in logs:
+        text = log.read_text(errors="replace").splitlines()
+        causes = list(dict.fromkeys(line.strip() for line in text if _EXCEPTION.search(line)))
+        causes = causes[:2] + causes[-3:] if len(causes) > 5 else causes  # the first is the root cause
+        lines += [f"  {log.name}: {line}" for line in causes]
+        lines += [f"  {log.name}: {line}" for line in text[-tail:]]
+    return lines

@@ -1,0 +1,288 @@
+"""Train the plan with megatron-core: GPTModel (Transformer Engine layer spec where TE and a GPU exist, the
+local spec otherwise), real TP/PP/interleaved PP/CP/EP, megatron's DistributedDataParallel and (distributed)
+optimizer, driven by get_forward_backward_func(). On a CPU the compat layer (mcore_compat) redirects the
+few places megatron-core insists on CUDA.
+
+The TransformerConfig is built from the same megatron_args the artifacts hold (genconf.render.megatron's
+config_kwargs reads them as Megatron-LM does), so what runs is what the artifact says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from genconf.plan import precision
+from genconf.plan.counting import padded_vocab_size
+from genconf.plan.runconfig import RunConfig
+from genconf.train import collectives, loop, measure, runtime
+from genconf.train.data import micro_batch
+
+
+def transformer_config_kwargs(cfg: RunConfig, *, cpu: bool) -> dict:
+    """TransformerConfig kwargs for this run: the artifact's Megatron-LM arguments, mapped as Megatron-LM maps
+    them, plus what a CPU run needs (compat recommendations: fusions off, CPU initialisation)."""
+    import torch.nn.functional as F
+
+    from genconf.render.megatron import config_kwargs
+
+    kw = config_kwargs(cfg.model, cfg.plan, cfg.train)
+    kw["params_dtype"] = getattr(torch, kw["params_dtype"])
+    kw["pipeline_dtype"] = getattr(torch, kw["pipeline_dtype"])
+    kw["activation_func"] = F.silu if kw["activation_func"] == "silu" else F.gelu
+    if not kw.get("fp8"):
+        for key in ("fp8", "fp8_recipe", "first_last_layers_bf16", "num_layers_at_start_in_bf16",
+                    "num_layers_at_end_in_bf16"):
+            kw.pop(key, None)
+    if cpu:
+        from genconf.train import mcore_compat
+
+        kw.update(mcore_compat.recommended_config_kwargs(bf16=kw["bf16"], pipeline=cfg.plan.pp > 1))
+        if precision.recipe(cfg.precision_recipe).compute_dtype == "float16":
+            kw.update(fp16=True, bf16=False, params_dtype=torch.float16, pipeline_dtype=torch.float16)
+        kw["tp_comm_overlap"] = False
+    else:
+        # PP=2 with virtual stages and batched p2p trains silently wrong (Megatron-LM issues 750, 1450).
+        if cfg.plan.pp == 2 and cfg.plan.vp > 1:
+            kw.update(batch_p2p_comm=False, overlap_p2p_comm=True)
+    return kw
+
+
+def layer_spec(cfg: RunConfig, use_te: bool):
+    """(ModuleSpec, name): Transformer Engine's where usable, megatron-core's local spec otherwise."""
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    m = cfg.model
+    experts = m.num_experts or None
+    if use_te:
+        return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, qk_layernorm=m.qk_layernorm), "te"
+    norm = "RMSNorm" if m.normalization == "rmsnorm" else "LayerNorm"
+    return specs.get_gpt_layer_local_spec(num_experts=experts, qk_layernorm=m.qk_layernorm, normalization=norm), "local"
+
+
+def build(cfg: RunConfig, config, spec, d: runtime.Dist):
+    """Model chunks (one per virtual stage) wrapped in Float16Module and megatron DDP, and the optimizer."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.transformer.module import Float16Module
+
+    plan, model_spec, train = cfg.plan, cfg.model, cfg.train
+    recipe = precision.recipe(cfg.precision_recipe)
+    half = recipe.compute_dtype != "float32"
+    chunks = []
+    for vp_stage in range(plan.vp):
+        vs = vp_stage if plan.vp > 1 else None
+        gpt = GPTModel(config=config, transformer_layer_spec=spec,
+                       vocab_size=padded_vocab_size(model_spec.vocab_size, plan.tp),
+                       max_sequence_length=max(plan.seq_length, model_spec.seq_length),
+                       pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vs),
+                       post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vs),
+                       share_embeddings_and_output_weights=model_spec.tie_embeddings,
+                       position_embedding_type="rope" if model_spec.position_embedding == "rope" else "learned_absolute",
+                       vp_stage=vs)
+        if d.device.type == "cuda":
+            gpt = gpt.cuda()
+        if half:
+            gpt = Float16Module(config, gpt)
+        ddp = DistributedDataParallelConfig(
+            # Megatron-LM accumulates and reduces bf16 gradients in fp32 (--accumulate-allreduce-grads-in-fp32).
+            grad_reduce_in_fp32=not recipe.loss_scaling,
+            overlap_grad_reduce=d.device.type == "cuda", overlap_param_gather=False,
+            use_distributed_optimizer=plan.distributed_optimizer)
+        chunks.append(DistributedDataParallel(config, ddp, gpt, disable_bucketing=vp_stage > 0))
+    loss = precision.FP16_LOSS_SCALING
+    opt = OptimizerConfig(optimizer="adam", lr=train.lr, min_lr=train.min_lr, weight_decay=train.weight_decay,
+                          adam_beta1=train.beta1, adam_beta2=train.beta2, adam_eps=train.eps,
+                          clip_grad=train.grad_clip, bf16=recipe.compute_dtype == "bfloat16",
+                          fp16=recipe.loss_scaling, params_dtype=config.params_dtype,
+                          use_distributed_optimizer=plan.distributed_optimizer,
+                          initial_loss_scale=loss.initial_scale if recipe.loss_scaling else None,
+                          loss_scale_window=loss.window_steps, hysteresis=loss.hysteresis,
+                          min_loss_scale=float(loss.min_scale))
+    optimizer = get_megatron_optimizer(opt, chunks)
+    return chunks, optimizer
+
+
+def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
+    losses = output_tensor.float().view(-1)
+    mask = loss_mask.view(-1).float()
+    loss = torch.sum(losses * mask) / mask.sum()
+    return loss, {"lm loss": loss.detach().clone()}
+
+
+def _batches(cfg, source, step: int, dp_rank: int, dp_size: int, device: torch.device):
+    plan = cfg.plan
+    for micro in range(plan.num_microbatches):
+        tokens, labels = micro_batch(source, step=step, global_batch=plan.gbs, micro_batch_size=plan.mbs,
+                                     dp_rank=dp_rank, dp_size=dp_size, micro_index=micro, seq_length=plan.seq_length)
+        batch = {"tokens": tokens, "labels": labels,
+                 "position_ids": torch.arange(plan.seq_length).unsqueeze(0).expand(plan.mbs, -1).contiguous(),
+                 "loss_mask": torch.ones(plan.mbs, plan.seq_length)}
+        if plan.cp > 1:
+            from megatron.core.utils import get_batch_on_this_cp_rank
+
+            batch = get_batch_on_this_cp_rank(batch)
+        yield {k: v.to(device) for k, v in batch.items()}
+
+
+def _forward_step(data_iterator, model):
+    batch = next(data_iterator)
+    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+    return output, partial(_loss_func, batch["loss_mask"])
+
+
+def _ensure_adam_state(inner) -> None:
+    """torch Adam creates its state at the first step; a resume must restore into existing tensors."""
+    for group in inner.param_groups:
+        for p in group["params"]:
+            if not inner.state.get(p):
+                inner.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
+                                  "exp_avg_sq": torch.zeros_like(p)}
+
+
+def _state_tensors(chunks, optimizer) -> list[torch.Tensor]:
+    """Every tensor a same-layout resume needs, in a fixed order: parameters, fp32 masters, Adam state."""
+    for opt in measure._inner_optimizers(optimizer):
+        _ensure_adam_state(getattr(opt, "optimizer", opt))
+    out = [p.data for m in chunks for p in m.parameters()]
+    for opt in measure._inner_optimizers(optimizer):
+        out += [t.data for t in measure._master_tensors(opt)]
+        inner = getattr(opt, "optimizer", opt)
+        for group in inner.param_groups:
+            for p in group["params"]:
+                state = inner.state.get(p, {})
+                out += [state[k] for k in sorted(state) if torch.is_tensor(state[k])]
+    return out
+
+
+class MegatronRunner(loop.Runner):
+    """megatron-core's model chunks, DDP and (distributed) optimizer, stepped by get_forward_backward_func();
+    each rank saves every tensor a same-layout resume needs (parameters, fp32 masters, Adam state) with the torch
+    and megatron CUDA-tracker RNG states."""
+
+    framework = "megatron"
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        plan, cuda = self.cfg.plan, torch.cuda.is_available()
+        te = importlib.util.find_spec("transformer_engine") is not None
+        if plan.cp > 1 and not (cuda and te):
+            runtime.fail(f"context parallelism (cp={plan.cp}) needs Transformer Engine attention on a GPU")
+        self.use_te = cuda and te and plan.layer_spec == "te"
+        compat = None
+        if not cuda:
+            from genconf.train import mcore_compat
+
+            compat = mcore_compat.install()
+        try:
+            yield
+        finally:
+            if compat is not None:
+                compat.uninstall()
+
+    def world_error(self, d: runtime.Dist) -> str | None:
+        plan = self.cfg.plan
+        if d.world_size != plan.world_size:
+            return (f"the plan needs {plan.world_size} ranks (tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp "
+                    f"{plan.dp}) but {d.world_size} were started")
+        return None
+
+    def setup(self, d: runtime.Dist) -> None:
+        from megatron.core import parallel_state as ps
+
+        plan = self.cfg.plan
+        ps.initialize_model_parallel(tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
+                                     virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
+                                     context_parallel_size=plan.cp, expert_model_parallel_size=plan.ep)
+
+    def build(self, d: runtime.Dist, run_dir: Path) -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core import tensor_parallel
+        from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+        cfg, plan = self.cfg, self.cfg.plan
+        if d.device.type == "cpu":
+            from genconf.train import mcore_compat
+
+            mcore_compat.model_parallel_manual_seed(cfg.train.seed)
+        else:
+            tensor_parallel.model_parallel_cuda_manual_seed(cfg.train.seed)
+        config = TransformerConfig(**transformer_config_kwargs(cfg, cpu=d.device.type == "cpu"))
+        spec, self.spec_name = layer_spec(cfg, self.use_te)
+        self.chunks, self.optimizer = build(cfg, config, spec, d)
+        self.model = torch.nn.ModuleList(self.chunks)
+        config.finalize_model_grads_func = finalize_model_grads
+        config.no_sync_func = [m.no_sync for m in self.chunks] if plan.vp > 1 else self.chunks[0].no_sync
+        config.grad_scale_func = self.optimizer.scale_loss
+        self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
+        self.fwd_bwd = get_forward_backward_func()
+        self.last_stage_reporter = ps.is_pipeline_last_stage(ignore_virtual=True) \
+            and ps.get_tensor_model_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
+
+    def describe(self) -> str:
+        plan = self.cfg.plan
+        return (f"megatron-core tp={plan.tp} pp={plan.pp} vp={plan.vp} cp={plan.cp} ep={plan.ep} dp={plan.dp}, "
+                f"{plan.num_microbatches} micro-batches of {plan.mbs}, layer spec {self.spec_name}, "
+                f"{self.cfg.precision_recipe}{', distributed optimizer' if plan.distributed_optimizer else ''}")
+
+    def step(self, step: int, source, d: runtime.Dist) -> tuple[float, float | None]:
+        cfg, plan, chunks, optimizer = self.cfg, self.cfg.plan, self.chunks, self.optimizer
+        for m in chunks:
+            m.zero_grad_buffer()
+        optimizer.zero_grad()
+        data = [_batches(cfg, source, step, self.dp_rank, self.dp_size, d.device) for _ in range(plan.vp)]
+        out = self.fwd_bwd(forward_step_func=_forward_step, data_iterator=data if plan.vp > 1 else data[0],
+                           model=chunks if plan.vp > 1 else chunks[0], num_microbatches=plan.num_microbatches,
+                           seq_length=plan.seq_length // plan.cp, micro_batch_size=plan.mbs, forward_only=False)
+        _ok, grad_norm, _ = optimizer.step()
+        local = torch.stack([o["lm loss"].float().cpu() for o in out]).mean().item() if out else 0.0
+        reporter = self.last_stage_reporter
+        total, count = collectives.sum_over_ranks([local if reporter else 0.0, 1.0 if reporter else 0.0], d)
+        return total / count, float(grad_norm) if grad_norm is not None else None
+
+    def step_metrics(self) -> dict:
+        return {"layer_spec": self.spec_name}
+
+    def save(self, path: Path, d: runtime.Dist) -> None:
+        from megatron.core import tensor_parallel
+
+        path.mkdir(parents=True, exist_ok=True)
+        torch.save({"tensors": [t.detach().cpu() for t in _state_tensors(self.chunks, self.optimizer)],
+                    "rng": torch.get_rng_state(), "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()},
+                   path / f"rank{d.rank:05d}.pt")
+
+    def load(self, path: Path, d: runtime.Dist) -> None:
+        from megatron.core import tensor_parallel
+
+        state = torch.load(path / f"rank{d.rank:05d}.pt", weights_only=False)
+        ours = _state_tensors(self.chunks, self.optimizer)
+        if len(ours) != len(state["tensors"]):
+            runtime.fail(f"checkpoint {path} does not match this layout ({len(state['tensors'])} tensors, "
+                         f"expected {len(ours)})")
+        with torch.no_grad():
+            for dst, src in zip(ours, state["tensors"]):
+                dst.copy_(src)
+        torch.set_rng_state(state["rng"])
+        tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+
+    def close(self) -> None:
+        from megatron.core import parallel_state as ps
+
+        ps.destroy_model_parallel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return loop.main(MegatronRunner, argv, description=__doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

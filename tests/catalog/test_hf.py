@@ -1,0 +1,237 @@
+"""Hugging Face config.json import: exact parameter counts of the public checkpoints, the fields that are mapped,
+the catalog YAML it writes, and refusals as one line with exit 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, genconf_cmd, needs_megatron, needs_torch
+from genconf.catalog import hf
+from genconf.catalog.models import MODEL_KEYS, model_from_file, resolve_model
+from genconf.cli.main import main
+from genconf.plan.counting import active_param_count, exact_param_count, layer_tensors
+
+HF = REPO / "tests" / "data" / "hf"
+
+# Parameters of the released checkpoints (tests/data/hf/README.md names the config.json sources). "HF total" is the
+# `safetensors.total` the Hugging Face Hub computes from the checkpoint's tensor shapes (shown as "Model size" on
+# the model page); where a checkpoint also stores buffers, the count is that of the parameters and says so.
+PUBLIC_COUNTS = {
+    "llama3-8b": 8_030_261_248,         # HF total, meta-llama/Meta-Llama-3-8B
+    "llama3.2-1b": 1_235_814_400,       # HF total, meta-llama/Llama-3.2-1B (lm_head tied: stored once)
+    "mistral-7b-v0.1": 7_241_732_096,   # HF total, mistralai/Mistral-7B-v0.1
+    "mixtral-8x7b-v0.1": 46_702_792_704,  # HF total, mistralai/Mixtral-8x7B-v0.1
+    "qwen2-7b": 7_615_616_512,          # HF total, Qwen/Qwen2-7B ("7.62B")
+    "qwen2-0.5b": 494_032_768,          # HF total, Qwen/Qwen2-0.5B (tied)
+    "qwen3-8b": 8_190_735_360,          # HF total, Qwen/Qwen3-8B ("8.19B")
+    "qwen3-30b-a3b": 30_532_122_624,    # HF total, Qwen/Qwen3-30B-A3B ("30.5B in total")
+    "olmo-1b-hf": 1_176_764_416,        # HF total, allenai/OLMo-1B-hf (= the catalog's olmo-1b)
+    "olmo-2-1124-7b": 7_298_617_344,    # HF total (F32), allenai/OLMo-2-1124-7B
+    # GPT-2 small: 124,439,808 parameters with the lm_head tied to wte (sum(p.numel()) of GPT2LMHeadModel, the
+    # "124M"); the Hub's 137M also counts the twelve 1024 x 1024 causal-mask buffers stored as attn.bias.
+    "gpt2": 124_439_808,
+    # Pythia README (EleutherAI/pythia, model table): 160M has 162,322,944 total and 85,056,000 non-embedding
+    # parameters; the Hub's 213M also counts the stored 2048 x 2048 attention-mask buffers.
+    "pythia-160m": 162_322_944,
+    "gemma-2b": 2_506_172_416,          # HF total, google/gemma-2b; KerasHub preset gemma_2b_en "params"
+    "gemma-7b": 8_537_680_896,          # HF total, google/gemma-7b; KerasHub preset gemma_7b_en "params"
+    "gemma-2-2b": 2_614_341_888,        # HF total, google/gemma-2-2b
+    "gemma-2-9b": 9_241_705_984,        # HF total, google/gemma-2-9b; KerasHub preset gemma2_9b_en "params"
+}
+
+
+def load(name):
+    return hf.model_from_hf(HF / name / "config.json")
+
+
+def test_every_stored_config_has_a_published_count():
+    assert sorted(p.name for p in HF.iterdir() if p.is_dir()) == sorted(PUBLIC_COUNTS)
+
+
+@pytest.mark.parametrize("name,count", sorted(PUBLIC_COUNTS.items()))
+def test_exact_count_equals_the_published_checkpoint(name, count):
+    assert exact_param_count(load(name).spec) == count
+
+
+def test_pythia_non_embedding_count():
+    spec = load("pythia-160m").spec
+    assert exact_param_count(spec) - 2 * spec.vocab_size * spec.hidden_size == 85_056_000  # Pythia README
+
+
+def test_moe_active_parameters():
+    # Qwen3 model card: "30.5B in total and 3.3B activated" (8 of 128 experts; the card truncates 3.35B).
+    assert 3.3e9 <= active_param_count(load("qwen3-30b-a3b").spec) < 3.4e9
+
+
+def test_same_model_as_the_hand_written_catalog_entries():
+    for hf_name, catalog in (("llama3-8b", "llama3-8b"), ("mixtral-8x7b-v0.1", "mixtral-8x7b"),
+                             ("olmo-1b-hf", "olmo-1b"), ("olmo-2-1124-7b", "olmo2-7b")):
+        imported, (written, _) = load(hf_name).spec, resolve_model(catalog)
+        assert imported.num_experts == written.num_experts and imported.qk_layernorm == written.qk_layernorm
+        assert imported.normalization == written.normalization and imported.tie_embeddings == written.tie_embeddings
+        assert exact_param_count(imported) == exact_param_count(written), hf_name
+
+
+def _tensor(spec, name):
+    return {t.name: t.numel for t in layer_tensors(spec)}.get(name)
+
+
+def test_fields_are_mapped():
+    llama = load("llama3-8b").spec
+    assert (llama.num_query_groups, llama.activation, llama.normalization, llama.tie_embeddings) == (8, "swiglu", "rmsnorm", False)
+    assert llama.seq_length == 8192 and not llama.add_bias_linear and llama.hidden_dropout == 0.0
+    small = load("llama3.2-1b")
+    assert small.spec.tie_embeddings and small.spec.seq_length == 8192  # rope scaling's pre-training context
+    assert any("131,072" in n for n in small.notes)
+    gemma = load("gemma-7b").spec  # head_dim 256 x 16 heads = 4096 wider than hidden 3072; tied by default
+    assert gemma.kv_channels == 256 and gemma.query_width == 4096 and gemma.tie_embeddings
+    assert load("gemma-2b").spec.num_query_groups == 1  # multi-query attention
+    qwen2 = load("qwen2-7b").spec  # bias on q, k, v only
+    assert _tensor(qwen2, "self_attention.linear_qkv.bias") == 3584 + 2 * 512
+    assert _tensor(qwen2, "self_attention.linear_proj.bias") is None and _tensor(qwen2, "mlp.linear_fc1.bias") is None
+    qwen3 = load("qwen3-8b").spec  # per-head q/k RMSNorm
+    assert _tensor(qwen3, "self_attention.q_layernorm.weight") == _tensor(qwen3, "self_attention.k_layernorm.weight") == 128
+    olmo2 = load("olmo-2-1124-7b").spec  # full-width q/k RMSNorm
+    assert _tensor(olmo2, "self_attention.q_layernorm.weight") == _tensor(olmo2, "self_attention.k_layernorm.weight") == 4096
+    assert load("olmo-1b-hf").spec.normalization == "nonparametric"
+    gemma2 = load("gemma-2-2b")
+    assert gemma2.spec.sandwich_norm and _tensor(gemma2.spec, "post_mlp_layernorm.weight") == 2304
+    assert any("soft-capping" in n for n in gemma2.notes) and any("every other layer" in n for n in gemma2.notes)
+    gpt2 = load("gpt2").spec
+    assert (gpt2.position_embedding, gpt2.normalization, gpt2.norm_bias, gpt2.add_bias_linear, gpt2.tie_embeddings,
+            gpt2.hidden_dropout, gpt2.ffn_hidden_size) == ("learned", "layernorm", True, True, True, 0.1, 3072)
+    neox = load("pythia-160m")
+    assert neox.spec.position_embedding == "rope" and not neox.spec.tie_embeddings and neox.spec.add_bias_linear
+    assert any("25%" in n for n in neox.notes) and any("parallel" in n for n in neox.notes)
+    moe = load("qwen3-30b-a3b").spec
+    assert (moe.num_experts, moe.moe_top_k, moe.moe_ffn_hidden_size, moe.qk_layernorm_per_head) == (128, 8, 768, True)
+    mixtral = load("mixtral-8x7b-v0.1").spec
+    assert (mixtral.num_experts, mixtral.moe_top_k, mixtral.moe_ffn_hidden_size) == (8, 2, 14336)
+    assert any("sliding-window" in n for n in load("mistral-7b-v0.1").notes)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_COUNTS))
+def test_plan_from_a_config_json(name, capsys):
+    """`genconf --model path/to/config.json --gpus 64` plans every family; a directory works the same."""
+    assert main(["--model", str(HF / name / "config.json"), "--gpus", "64", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["model"]["name"] == name and d["model"]["params"] == PUBLIC_COUNTS[name]
+    assert d["memory"]["total_gib"] <= d["memory"]["usable_gib"]
+    assert d["model"]["source"].startswith("Hugging Face config.json")
+
+
+def test_plan_from_a_directory_in_text():
+    out = subprocess.run(genconf_cmd() + ["--model", str(HF / "qwen3-8b"), "--gpus", "64"], capture_output=True,
+                         text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "qwen3-8b: 8,190,735,360 parameters" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["qwen2-7b", "gemma-2-2b", "qwen3-30b-a3b", "gpt2"])
+def test_from_hf_writes_a_catalog_yaml(name, tmp_path, capsys):
+    out = tmp_path / f"{name}.yaml"
+    assert main(["models", "--from-hf", str(HF / name), "-o", str(out)]) == 0
+    written = model_from_file(out)
+    imported = load(name).spec
+    assert written.name == name and exact_param_count(written) == PUBLIC_COUNTS[name]
+    for field in MODEL_KEYS:
+        if field not in ("name", "aliases"):
+            assert getattr(written, field) == getattr(imported, field), field
+    assert main(["models", "--from-hf", str(HF / name), "-o", str(out)]) == 2  # exists: needs --force
+    assert "--force" in capsys.readouterr().err
+    assert main(["models", "--from-hf", str(HF / name), "-o", str(out), "--force"]) == 0
+
+
+def test_from_hf_prints_yaml_with_the_notes():
+    out = subprocess.run(genconf_cmd() + ["models", "--from-hf", str(HF / "gemma-2-9b" / "config.json")],
+                         capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "# 9,241,705,984 parameters" in out.stdout and "sandwich_norm: true" in out.stdout
+    assert "# not modelled: the MLP gate is GELU" in out.stdout and "kv_channels: 256" in out.stdout
+
+
+def _write(tmp_path, name, **changes):
+    data = json.loads((HF / name / "config.json").read_text())
+    for key, value in changes.items():
+        if value is ...:
+            data.pop(key)
+        else:
+            data[key] = value
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("name,changes,needle", [
+    ("llama3-8b", {"architectures": ["FalconForCausalLM"]}, "architecture 'FalconForCausalLM' is not one genconf"),
+    ("llama3-8b", {"architectures": ...}, "'architectures' must list one model class"),
+    ("llama3-8b", {"num_shared_experts": 2}, "field 'num_shared_experts' is not one genconf knows for LlamaForCausalLM"),
+    ("llama3-8b", {"attention_bias": True}, "attention_bias = true is not supported: mlp_bias is false"),
+    ("qwen3-30b-a3b", {"mlp_only_layers": [0, 1]}, "mlp_only_layers = [0, 1] is not supported"),
+    ("qwen3-30b-a3b", {"decoder_sparse_step": 2}, "decoder_sparse_step = 2 is not supported"),
+    ("qwen2-7b", {"hidden_act": "relu"}, "hidden_act = \"relu\" is not supported"),
+    ("mixtral-8x7b-v0.1", {"num_local_experts": ...}, "missing field 'num_local_experts'"),
+    ("gpt2", {"n_layer": 0}, "field 'n_layer' must be a positive integer, got 0"),
+    ("gemma-2b", {"num_key_value_heads": 3}, "must be a multiple of num_query_groups (3)"),
+])
+def test_what_cannot_be_mapped_is_one_line_and_exit_2(tmp_path, name, changes, needle):
+    path = _write(tmp_path, name, **changes)
+    out = subprocess.run(genconf_cmd() + ["--model", str(path), "--gpus", "64"], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr
+    assert str(path) in out.stderr
+
+
+def test_bad_files_are_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for ref, needle in ((tmp_path / "empty", "has no config.json"), (bad, "is not valid JSON"),
+                        (tmp_path / "missing.json", "does not exist")):
+        assert main(["--model", str(ref), "--gpus", "8"]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_hf_module_is_pure():
+    code = ("import sys; from genconf.catalog import hf; hf.model_from_hf(sys.argv[1]);"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','transformers','jinja2','yaml')))")
+    out = subprocess.run([sys.executable, "-c", code, str(HF / "gpt2")], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@needs_megatron
+def test_megatron_core_builds_the_imported_models_with_the_published_counts():
+    """megatron-core's GPTModel, built on the meta device from the imported spec (QKV-only bias, per-head q/k norm,
+    head_dim != hidden/heads, 128 experts), has exactly the checkpoint's parameters (no vocabulary padding here)."""
+    names = ["qwen2-7b", "qwen3-8b", "gemma-7b", "qwen3-30b-a3b"]
+    out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", *[str(HF / n) for n in names], "--json"],
+                         capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for name in names:
+        assert result[name]["built"] == result[name]["planned"] == PUBLIC_COUNTS[name], (name, result[name])
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["qwen2-0.5b", "qwen3-8b", "gemma-2-2b", "olmo-2-1124-7b"])
+def test_the_cpu_training_model_builds_the_new_fields_exactly(name):
+    """genconf's plain-PyTorch model (DeepSpeed/FSDP launchers) has exactly the planned tensors for QKV-only bias,
+    per-head and full-width q/k norms and sandwich norms, and runs forward and backward (a shrunk copy)."""
+    import dataclasses
+
+    import torch
+
+    from genconf.train.torch_model import GPT
+
+    spec = dataclasses.replace(load(name).spec, num_layers=2, hidden_size=64, num_attention_heads=4,
+                               num_query_groups=2, kv_channels=32, ffn_hidden_size=96, vocab_size=128, seq_length=16)
+    model = GPT(spec)
+    assert sum(p.numel() for p in model.parameters()) == exact_param_count(spec)
+    tokens = torch.randint(0, 128, (2, 16))
+    model(tokens, tokens).backward()
+    assert all(p.grad is not None for p in model.parameters())

@@ -1,0 +1,70 @@
+"""Recipes: the ones the project promises exist, each plans at full size with the layout it pins, `extends` changes
+only what it says, and unknown keys are refused naming the file and the key."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from genconf.catalog import recipes
+from genconf.plan.errors import GenconfError
+
+ALL = recipes.list_recipes()
+
+def genconf(*args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "genconf", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, env=env)
+
+def test_the_recipes_the_project_promises_exist():
+    assert {"olmo-1b-ddp", "olmo-7b-fsdp", "olmo-70b", "gpt3-175b-megatron", "llama3-8b-bf16", "llama3-8b-fp8",
+            "llama3-70b-bf16", "llama3-70b-fp8"} <= set(ALL)
+    for name in ALL:
+        r = recipes.load_recipe(name)
+        assert r.section("smoke"), f"{name} has no smoke variant"
+        assert r.golden_path is not None and r.golden_path.is_file(), f"{name} has no golden file"
+
+@pytest.mark.parametrize("name", ALL)
+def test_recipe_plans_at_full_size(name):
+    out = genconf("recipe", name, "--json")
+    assert out.returncode == 0, out.stderr
+    run = json.loads(out.stdout)
+    r = recipes.load_recipe(name)
+    layout = r.section("layout")
+    for key in ("framework", "tp", "pp", "zero"):
+        if key in layout:
+            plan_key = "zero_stage" if key == "zero" else key
+            assert run["plan"][plan_key] == layout[key], (key, run["plan"][plan_key])
+    assert run["memory"]["total_gib"] <= run["memory"]["usable_gib"]
+    assert run["recipe"]["precision_recipe"] == r.precision_recipe.name
+    assert run["train"]["seed"] == r.data.get("seed", 1234)
+    assert run["cluster"]["name"] == r.data.get("cluster", "kempner-h100")
+
+def test_extends_changes_only_what_it_says():
+    base, fp8 = recipes.load_recipe("llama3-8b-bf16"), recipes.load_recipe("llama3-8b-fp8")
+    assert fp8.data["precision"] == "fp8-current" and base.data["precision"] == "bf16"
+    assert fp8.section("layout") == base.section("layout")
+    assert fp8.section("optimizer") == base.section("optimizer")
+    assert fp8.section("smoke")["layers"] == base.section("smoke")["layers"]
+    assert "precision" not in fp8.section("smoke") and "precision" not in base.section("smoke")
+    assert fp8.section("smoke")["note"] != base.section("smoke").get("note")  # says why the smoke is not FP8
+    full = recipes.full_run(fp8)
+    assert full["train"]["fp8_recipe"] == "current" and full["train"]["fp8_bf16_first_last_layers"] == 1
+    assert full["plan"]["precision"] == "fp8"
+
+def test_unknown_keys_are_refused_with_file_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nmodel: 1b\noptimizer: {lr: 1.0e-3, momentum: 0.9}\n")
+    with pytest.raises(GenconfError, match=r"bad.yaml: unknown key 'optimizer.momentum'"):
+        recipes.load_recipe(str(bad))
+    worse = tmp_path / "worse.yaml"
+    worse.write_text("name: worse\nmodle: 1b\n")
+    with pytest.raises(GenconfError, match=r"worse.yaml: unknown key 'modle'"):
+        recipes.load_recipe(str(worse))
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("name: loop\nextends: loop\n")
+    with pytest.raises(GenconfError, match="cycle"):
+        recipes.load_recipe(str(loop))

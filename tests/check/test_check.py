@@ -1,0 +1,106 @@
+"""`genconf check` on hand-edited directories: each problem on its file and line, the rule book's message, and what
+megatron-core alone would let through."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_megatron, one_line_error, plan_of, run_genconf, transformer_config
+from genconf.check.megatron import parse_megatron_args
+
+
+def test_pp2_interleaving_guard(rendered, tmp_path):
+    d = rendered["gqa_fp8_pp2vp2"]
+    text = (d / "megatron_args.txt").read_text()
+    assert "--no-overlap-p2p-communication" not in text.replace("# Never add --no-overlap-p2p-communication", "")
+    assert "Megatron-LM issues 750, 1450" in text
+    edited = tmp_path / "edited"
+    shutil.copytree(d, edited)
+    (edited / "megatron_args.txt").write_text(text + "--no-overlap-p2p-communication\n")
+    out = run_genconf("check", str(edited))
+    line = len(text.splitlines()) + 1
+    assert out.returncode == 2
+    assert out.stdout.startswith(f"megatron_args.txt:{line}: --no-overlap-p2p-communication: with pp=2")
+
+@needs_megatron
+def test_broken_plan_is_caught_by_genconf_not_by_megatron_core(rendered, tmp_path):
+    """pp=3 on an 80-layer model with 4 virtual stages: megatron-core's TransformerConfig accepts it; genconf
+    check names the line, and genconf never writes such a plan in the first place."""
+    edited = tmp_path / "edited"
+    shutil.copytree(rendered["olmo70b"], edited)
+    path = edited / "megatron_args.txt"
+    text = path.read_text().replace("--pipeline-model-parallel-size 4\n", "--pipeline-model-parallel-size 3\n")
+    path.write_text(text)
+    args, problems = parse_megatron_args(text)
+    assert problems == []
+    cfg = transformer_config(args)  # megatron-core alone does not catch it
+    assert cfg.pipeline_model_parallel_size == 3 and cfg.num_layers == 80
+    out = run_genconf("check", str(edited))
+    assert out.returncode == 2
+    line = text.splitlines().index("--pipeline-model-parallel-size 3") + 1
+    assert out.stdout.splitlines() == [f"megatron_args.txt:{line}: --pipeline-model-parallel-size 3: num_layers (80) is "
+                                       f"not divisible by pp x vp (3 x 4 = 12); set --pp to a divisor of 80 or an "
+                                       f"uneven split (first/last stage layers)"]
+    # the same plan pinned on the command line is refused before any file exists
+    target = tmp_path / "never"
+    out = run_genconf("--model", "70b", "--gpus", "384", "--framework", "megatron", "--tp", "4", "--pp", "3", "--vp", "2",
+              "--first-stage-layers", "25", "--last-stage-layers", "25", "-o", str(target))
+    one_line_error(out, "pipeline_split: 25 layers on an end stage are not divisible by vp (2)")
+    assert not target.exists()
+
+def _edit(src: Path, dst: Path, name: str, old: str, new: str) -> int:
+    shutil.copytree(src, dst)
+    text = (dst / name).read_text()
+    assert old in text, (name, old)
+    (dst / name).write_text(text.replace(old, new, 1))
+    return text[: text.index(old)].count("\n") + 1
+
+@pytest.mark.parametrize("name,old,new,message", [
+    ("megatron_args.txt", "--lr 0.0003", "--lr fast", "--lr fast: expected a number"),
+    ("megatron_args.txt", "--seed 1234", "--sead 1234", "unknown flag --sead"),
+    ("megatron_args.txt", "--global-batch-size 1056", "--global-batch-size 1000",
+     "--global-batch-size 1000: global batch (1000) must be divisible by mbs x dp (1 x 24 = 24)"),
+    ("megatron_args.txt", "--tensor-model-parallel-size 4", "--tensor-model-parallel-size 5",
+     "--tensor-model-parallel-size 5: tp x pp x cp = 5 x 4 x 1 = 20 does not divide the plan's 384 GPUs"),
+    ("megatron_args.txt", "--num-layers 80", "--num-layers 81", "--num-layers 81"),
+    ("ds_config.json", '"train_batch_size": 1152', '"train_batch_size": 1000',
+     "train_batch_size (1000) != train_micro_batch_size_per_gpu x gradient_accumulation_steps x data-parallel size "
+     "(1 x 3 x 384 = 1152)"),
+    ("ds_config.json", '"stage": 3', '"stage": 1', "zero_optimization.stage 1 contradicts plan.json (zero=3"),
+    ("ds_config.json", '"stage": 3,', '"stage": three,', "invalid JSON: Expecting value"),
+    ("olmo_fsdp.yaml", "sharding_strategy: FULL_SHARD", "sharding_strategy: FULLSHARD",
+     "fsdp.sharding_strategy 'FULLSHARD' is not one of FULL_SHARD|SHARD_GRAD_OP|HYBRID_SHARD|NO_SHARD"),
+    ("olmo_fsdp.yaml", "  n_layers: 80", "  n_layers: 80: 1", "invalid YAML: mapping values are not allowed here"),
+    ("launch_megatron.sbatch", "#SBATCH --nodes=96", "#SBATCH --nodes=95",
+     "#SBATCH --nodes=95 contradicts the plan: 384 GPUs on 4-GPU nodes needs --nodes=96"),
+    ("launch_deepspeed.sbatch", "--nproc-per-node=4", "--nproc-per-node=8",
+     "torchrun --nproc-per-node=8 contradicts the plan: 384 GPUs on 4-GPU nodes needs --nproc-per-node=4"),
+    ("launch_deepspeed.sbatch", "#SBATCH --time=24:00:00", "#SBATCH --time=tomorrow",
+     "#SBATCH --time='tomorrow' is not a Slurm time"),
+])
+def test_check_names_the_offending_line(rendered, tmp_path, name, old, new, message):
+    line = _edit(rendered["olmo70b"], tmp_path / "edited", name, old, new)
+    out = run_genconf("check", str(tmp_path / "edited"))
+    assert out.returncode == 2 and out.stderr == ""
+    assert any(l.startswith(f"{name}:{line}: ") and message in l for l in out.stdout.splitlines()), out.stdout
+
+def test_check_reports_a_broken_plan_json_and_missing_files(rendered, tmp_path):
+    shutil.copytree(rendered["olmo70b"], tmp_path / "a")
+    run_ = plan_of(tmp_path / "a")
+    run_["plan"].update(pp=3, dp=32)  # keeps the 384 GPUs; 80 layers do not split over pp x vp = 3 x 4
+    text = json.dumps(run_, indent=2, sort_keys=True)
+    (tmp_path / "a" / "plan.json").write_text(text)
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if l.startswith('  "plan": {')) + 1
+    line += [l.strip() for l in text.splitlines()[line - 1:]].index('"pp": 3,')
+    out = run_genconf("check", str(tmp_path / "a"))
+    assert out.returncode == 2
+    assert f"plan.json:{line}: pipeline_split: num_layers (80) is not divisible by pp x vp (3 x 4 = 12)" in out.stdout
+    shutil.copytree(rendered["olmo70b"], tmp_path / "b")
+    (tmp_path / "b" / "ds_config.json").unlink()
+    out = run_genconf("check", str(tmp_path / "b"))
+    assert out.returncode == 2 and out.stdout.strip() == "ds_config.json: missing (re-render with genconf render)"
+    one_line_error(run_genconf("check", str(tmp_path / "nowhere")), "is not a directory")

@@ -1,0 +1,152 @@
+"""The command line: the main job, the JSON contract, catalogs, and bad input as one line with exit 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, genconf_cmd
+
+JSON_KEYS = {
+    "model": ["name", "params"],
+    "cluster": ["gpu", "num_gpus", "gpus_per_node"],
+    "plan": ["tp", "pp", "vp", "cp", "ep", "dp", "mbs", "gbs", "seq_length", "zero_stage", "distributed_optimizer",
+             "recompute", "precision", "framework"],
+    "memory": ["params_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib", "total_gib", "capacity_gib"],
+    "perf": ["step_time_s", "tflops_per_gpu", "mfu", "tokens_per_s_per_gpu", "bubble_fraction"],
+}
+
+
+def run(*args, timeout=120):
+    return subprocess.run(genconf_cmd() + list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def test_main_job_json_contract():
+    out = run("--model", "70b", "--gpus", "384", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    for section, keys in JSON_KEYS.items():
+        for key in keys:
+            assert key in d[section], f"{section}.{key}"
+    assert isinstance(d["alternatives"], list)
+    assert d["model"]["alias"] == "70b" and d["model"]["name"] == "olmo-70b"
+    assert d["model"]["params"] == 65_250_926_592 and d["model"]["params_workshop"] == 65_288_471_656
+    p = d["plan"]
+    assert p["tp"] * p["pp"] * p["cp"] * p["dp"] == 384 == d["cluster"]["num_gpus"]
+    m = d["memory"]
+    assert m["total_gib"] <= m["capacity_gib"]
+    assert m["total_gib"] == pytest.approx(m["params_gib"] + m["grads_gib"] + m["optimizer_gib"] + m["activations_gib"]
+                                           + m["other_gib"], abs=0.01)
+    assert d["training"]["tokens"] == 20 * 65_250_926_592
+
+
+def test_main_job_human_output_says_what_the_alias_resolved_to():
+    out = run("--model", "70b", "--gpus", "384")
+    assert out.returncode == 0, out.stderr
+    assert "70b -> olmo-70b" in out.stdout
+    for text in ("memory per GPU", "step time", "MFU", "tokens/s per GPU", "why this plan", "alternatives"):
+        assert text in out.stdout
+
+
+def test_plan_subcommand_is_the_default():
+    a, b = run("plan", "--model", "7b", "--gpus", "16", "--json"), run("--model", "7b", "--gpus", "16", "--json")
+    assert a.returncode == b.returncode == 0
+    assert json.loads(a.stdout)["plan"] == json.loads(b.stdout)["plan"]
+
+
+def test_pinned_plan_and_explain():
+    out = run("--model", "llama3-8b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron", "--tp", "2",
+              "--pp", "2", "--mbs", "1", "--global-batch", "512", "--zero", "1", "--recompute", "selective", "--json",
+              "--explain")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert (d["plan"]["tp"], d["plan"]["pp"], d["plan"]["dp"], d["plan"]["gbs"]) == (2, 2, 16, 512)
+    assert "explain" in d and d["explain"]["considered"] >= 1
+    text = run("--model", "70b", "--gpus", "384", "--explain").stdout
+    assert "rejected by rule" in text and "memory_fits" in text and "nearest misses" in text
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "nosuchmodel"], "unknown model 'nosuchmodel'"),
+    (["--gpus", "0"], "expected a positive integer, got 0"),
+    (["--gpus", "7"], "7 GPUs is not a whole number of 4-GPU nodes"),
+    (["--tp", "8"], "--tp 8 is larger than a node"),
+    (["--cluster", "mars"], "unknown cluster 'mars'"),
+    (["--gpu", "z80"], "unknown GPU 'z80'"),
+    (["--model", "llama3-8b", "--precision", "fp8", "--gpu", "a100-80gb", "--gpus", "8"], "FP8 needs Hopper"),
+    (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    out = run(*args)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("genconf: error:") and needle in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_malformed_yaml_model(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnum_layers: [1, 2\n")
+    out = run("--model", str(bad))
+    assert out.returncode == 2 and "is not valid YAML" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("name: unknown\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nffn_hidden_size: 256\n"
+                       "vocab_size: 100\nseq_length: 64\nnum_layers_typo: 3\n")
+    out = run("--model", str(unknown))
+    assert out.returncode == 2 and f"{unknown}: unknown key 'num_layers_typo'" in out.stderr
+
+
+def test_custom_model_and_cluster_files(tmp_path):
+    model = tmp_path / "mine.yaml"
+    model.write_text("name: mine\nnum_layers: 12\nhidden_size: 768\nnum_attention_heads: 12\nffn_hidden_size: 3072\n"
+                     "vocab_size: 50304\nseq_length: 1024\n")
+    cluster = tmp_path / "lab.yaml"
+    cluster.write_text("name: lab\ngpu: a100-40gb\ngpus_per_node: 8\nib_gbit_per_s_per_gpu: 200\n")
+    out = run("--model", str(model), "--cluster", str(cluster), "--gpus", "16", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["cluster"]["gpu"] == "a100-40gb" and d["cluster"]["num_nodes"] == 2 and d["model"]["name"] == "mine"
+
+
+def test_catalog_commands():
+    models = run("models")
+    assert models.returncode == 0 and "llama3.1-405b" in models.stdout and "70b" in models.stdout
+    listed = json.loads(run("models", "--json").stdout)
+    assert {"olmo-1b", "olmo-7b", "olmo-70b", "mixtral-8x7b", "gpt3-175b", "llama-65b"} <= {m["name"] for m in listed}
+    hw = json.loads(run("hardware", "--json").stdout)
+    gpus = {g["name"]: g for g in hw["gpus"]}
+    assert {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200"} <= set(gpus)
+    assert gpus["h100-sxm"]["peak_bf16_tflops"] == pytest.approx(989.4)  # dense, not the 1979 sparse figure
+    assert gpus["b200"]["peak_fp4_tflops"] and gpus["a100-80gb"]["peak_fp8_tflops"] is None
+    assert hw["default_cluster"] == "kempner-h100"
+    assert "kempner-h100" in run("hardware").stdout
+
+
+# Freeze the CLI: flags change only on purpose (update this list in the same commit).
+PLAN_FLAGS = sorted([
+    "--model", "--gpus", "--cluster", "--gpu", "--gpus-per-node", "--calibration", "--framework", "--tp", "--pp", "--vp", "--cp", "--ep",
+    "--mbs", "--global-batch", "--seq-len", "--first-stage-layers", "--last-stage-layers", "--zero", "--recompute",
+    "--precision", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json", "--plot",
+    "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
+])
+
+
+def test_cli_flags_are_frozen():
+    from genconf.cli.parser import build_parser
+
+    parser = build_parser()
+    plan = parser._subparsers._group_actions[0].choices["plan"]
+    flags = sorted(opt for action in plan._actions for opt in action.option_strings
+                   if opt.startswith("--") and opt not in ("--help",) and not opt.startswith("--output")
+                   and opt not in ("--force",))
+    assert flags == PLAN_FLAGS
+
+
+def test_planning_imports_nothing_heavy():
+    code = ("import sys; from genconf.cli.main import main; main(['--model','7b','--gpus','8','--json']);"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch','jinja2','deepspeed','megatron'));"
+            "sys.stderr.write(repr(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0 and out.stderr.strip().endswith("[]"), out.stderr[-300:]

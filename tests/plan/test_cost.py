@@ -1,0 +1,136 @@
+"""The cost model against answers worked by hand: a GEMM-bound and a bandwidth-bound kernel and layer, the
+pipeline bubble (p-1)/(v m) (Narayanan et al. 2021, Sec. 2.2), and a data-parallel all-reduce on a stated link,
+2(d-1)/d x bytes / bandwidth (the ring all-reduce, Patarasuk & Yuan 2009). Each number is derived in the test."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from genconf.catalog.clusters import resolve_cluster
+from genconf.catalog.hardware import calibration_for
+from genconf.catalog.models import resolve_model
+from genconf.plan.cost import Calibration, _dp_comm_s, _linear_s, gemm_time_s, step_cost
+from genconf.plan.pipeline import bubble_fraction
+from genconf.plan.specs import ClusterSpec, ParallelPlan
+
+PEAK_TFLOPS = 1000.0  # a round peak, so the arithmetic below stays exact
+HBM_TBYTE_PER_S = 4.0
+
+
+def _gemm(m: int, n: int, k: int, *, sms: int = 128, efficiency: float = 0.5, k_half: int = 0,
+          launch_s: float = 0.0) -> float:
+    return gemm_time_s(m, n, k, PEAK_TFLOPS, efficiency, k_half, sms, HBM_TBYTE_PER_S, 2, launch_s)
+
+
+def test_a_large_square_gemm_is_compute_bound():
+    # 4096^3: 2 x 4096^3 = 137,438,953,472 FLOPs at 1000 TFLOP/s x 0.5 efficiency = 2.74878e-4 s.
+    # Its bf16 operands, 3 x 4096^2 x 2 bytes = 100,663,296 bytes, take 2.5e-5 s at 4 TB/s: compute wins.
+    # 128x128 tiles: 32 x 32 = 1024 of them, exactly 8 waves of 128 SMs, so no quantization loss.
+    assert _gemm(4096, 4096, 4096) == pytest.approx(2 * 4096**3 / (1000e12 * 0.5), rel=1e-12)
+    assert _gemm(4096, 4096, 4096) == pytest.approx(2.74877906944e-4, rel=1e-12)
+    # 132 SMs: the same 1024 tiles need ceil(1024 / 132) = 8 waves of 132 slots, 1024/1056 of them busy.
+    assert _gemm(4096, 4096, 4096, sms=132) == pytest.approx(2.74877906944e-4 * 1056 / 1024, rel=1e-12)
+    # A short reduction: efficiency x k / (k + k_half), here k = k_half halves it and doubles the time.
+    assert _gemm(4096, 4096, 4096, k_half=4096) == pytest.approx(2 * 2.74877906944e-4, rel=1e-12)
+    # The launch cost is added on top.
+    assert _gemm(4096, 4096, 4096, launch_s=5e-6) == pytest.approx(2.74877906944e-4 + 5e-6, rel=1e-12)
+
+
+def test_a_single_token_gemm_is_bandwidth_bound():
+    # One token through an 8192 x 8192 weight: the 2-byte weight alone is 134,217,728 bytes; with the input
+    # and output rows the GEMM moves 2 x (8192 + 8192^2 + 8192) = 134,250,496 bytes, 3.35626e-5 s at 4 TB/s.
+    # Its 2 x 8192^2 = 134,217,728 FLOPs would take 5.4e-7 s even at the half-empty wave (64 tiles on 128
+    # SMs: efficiency 0.5 x 0.5): memory wins by 60x.
+    want = 2 * (8192 + 8192 * 8192 + 8192) / 4e12
+    assert want == pytest.approx(3.3562624e-5, rel=1e-12)
+    assert _gemm(1, 8192, 8192) == pytest.approx(want, rel=1e-12)
+    compute = 2 * 8192 * 8192 / (1000e12 * 0.5 * 0.5)
+    assert compute < want / 60
+
+
+def _gpu_and_cal(**changes):
+    cluster = resolve_cluster("dgx-h100")
+    gpu = dataclasses.replace(cluster.gpu, peak_bf16_tflops=PEAK_TFLOPS, hbm_tbyte_per_s=HBM_TBYTE_PER_S, num_sms=128)
+    cal = dataclasses.replace(calibration_for("h100-sxm"), gemm_efficiency=0.5, gemm_k_half=0, hbm_efficiency=1.0,
+                              kernel_launch_s=0.0, clock_factor=1.0, **changes)
+    return gpu, cal
+
+
+def test_a_gemm_bound_layer_is_its_three_gemms():
+    # One linear layer, forward (n x k) @ (k x n_out), and backward: dgrad (n x n_out) @ (n_out x k) and wgrad
+    # (k x n) @ (n x n_out): three GEMMs of 2 x n x k x n_out FLOPs each. n = 8192 tokens, h = 4096 -> 4 x 4096:
+    # 3 x 2 x 8192 x 4096 x 16384 = 3.2985e12 FLOPs at 500 TFLOP/s = 6.597e-3 s; every tile count is a
+    # multiple of 128 (2048, 1024 and 512 waves' worth), so no wave is partly empty.
+    gpu, cal = _gpu_and_cal()
+    flops = 3 * 2 * 8192 * 4096 * 16384
+    assert _linear_s(gpu, cal, 8192, 16384, 4096, False) == pytest.approx(flops / (1000e12 * 0.5), rel=1e-12)
+    assert flops / (1000e12 * 0.5) == pytest.approx(6.597069766656e-3, rel=1e-12)
+
+
+def test_a_bandwidth_bound_layer_is_its_bytes():
+    # A micro-batch of 8 tokens through a 4096 -> 4096 linear layer: each of the three GEMMs reads or writes the
+    # 4096 x 4096 weight (or its gradient), 2 x (8 x 4096 + 4096^2 + 8 x 4096) = 33,685,504 bytes, 8.4214e-6 s
+    # at 4 TB/s; the FLOPs (2 x 8 x 4096^2 each) would take a fraction of that: 3 x 8.4214e-6 = 2.52641e-5 s.
+    gpu, cal = _gpu_and_cal()
+    per_gemm = 2 * (8 * 4096 + 4096 * 4096 + 8 * 4096) / 4e12
+    assert per_gemm == pytest.approx(8.421376e-6, rel=1e-12)
+    assert _linear_s(gpu, cal, 8, 4096, 4096, False) == pytest.approx(3 * per_gemm, rel=1e-12)
+
+
+def test_the_pipeline_bubble_is_p_minus_1_over_v_m():
+    # pp=4 stages, vp=2 virtual stages, gbs 128 / (mbs 1 x dp 8) = 16 micro-batches: (4 - 1) / (2 x 16) = 3/32.
+    plan = ParallelPlan(framework="megatron", tp=4, pp=4, vp=2, dp=8, mbs=1, gbs=128, seq_length=4096)
+    assert plan.num_microbatches == 16
+    assert bubble_fraction(plan) == 3 / 32 == 0.09375
+    assert bubble_fraction(dataclasses.replace(plan, vp=1)) == 3 / 16
+    assert bubble_fraction(dataclasses.replace(plan, pp=1, vp=1, dp=32)) == 0.0
+    # step_cost charges (p-1)/v slowest-stage micro-batch times: its bubble over the m micro-batches of work
+    # (compute and the p2p sends) is the same fraction.
+    model, _ = resolve_model("llama3-8b")
+    cluster = resolve_cluster("dgx-h100")
+    cost = step_cost(model, plan, cluster, calibration_for("h100-sxm"))
+    assert cost.bubble_s / (cost.compute_s + cost.pp_comm_s) == pytest.approx(3 / 32, rel=1e-12)
+    assert cost.bubble_fraction == 3 / 32
+
+
+def test_a_data_parallel_all_reduce_on_a_stated_link():
+    # Megatron DP (no distributed optimizer) over d = 8 GPUs on 4-GPU nodes, so the ring crosses InfiniBand at
+    # 400 Gb/s = 50 GB/s per GPU, taken at full rate (ib_efficiency 1) and with no call latency. 400M parameters
+    # on the rank reduce fp32 gradients: 1.6e9 bytes. Ring all-reduce: 2 (d-1)/d x bytes / bandwidth =
+    # 2 x 7/8 x 1.6e9 / 50e9 = 0.056 s.
+    model, _ = resolve_model("llama3-8b")
+    cluster = ClusterSpec(name="stated", gpu=resolve_cluster("dgx-h100").gpu, gpus_per_node=4,
+                          ib_gbit_per_s_per_gpu=400)
+    cal = dataclasses.replace(calibration_for("h100-sxm"), ib_efficiency=1.0, collective_latency_s=0.0)
+    plan = ParallelPlan(framework="megatron", dp=8, mbs=1, gbs=8, seq_length=4096, zero_stage=0)
+    params = 400_000_000
+    allreduce = 2 * 7 / 8 * 4 * params / 50e9
+    assert allreduce == pytest.approx(0.056, rel=1e-12)
+    # Nothing to hide behind: the whole all-reduce is exposed, plus the last of the ceil(400M / 40M) = 10
+    # buckets, which only starts once backward is over: 0.056 + 0.0056.
+    assert _dp_comm_s(model, plan, cluster, cal, params, 0.0, 0.0) == pytest.approx(0.056 + 0.0056, rel=1e-12)
+    # A backward long enough to hide it (0.9 x 1 s > 0.056 s): only the last bucket is exposed.
+    assert _dp_comm_s(model, plan, cluster, cal, params, 1.0, 0.0) == pytest.approx(0.0056, rel=1e-12)
+    # Inside one NVLink domain (d = 4 on a 4-GPU node) it runs on NVLink's one-way 450 GB/s instead.
+    in_node = dataclasses.replace(plan, dp=4, gbs=4)
+    nvlink = cluster.nvlink_gbyte_per_s_one_way * 1e9 * cal.nvlink_efficiency
+    assert _dp_comm_s(model, in_node, cluster, cal, params, 0.0, 0.0) == pytest.approx(
+        2 * 3 / 4 * 4 * params / nvlink * 1.1, rel=1e-12)
+
+
+def test_the_step_adds_up():
+    # The step time is the sum of its parts, and the rates are what they say: tokens per step over the step time,
+    # model FLOPs per step per GPU against the dtype's dense peak.
+    model, _ = resolve_model("70b")
+    cluster = resolve_cluster()
+    plan = ParallelPlan(framework="megatron", tp=4, pp=4, vp=4, dp=24, mbs=1, gbs=1056, seq_length=4096, zero_stage=1,
+                        sequence_parallel=True)
+    cost = step_cost(model, plan, cluster, calibration_for(cluster.gpu.name))
+    parts = cost.compute_s + cost.bubble_s + cost.pp_comm_s + cost.dp_comm_s + cost.optimizer_s + cost.overhead_s
+    assert cost.step_time_s == pytest.approx(parts, rel=1e-12)
+    assert cost.tokens_per_step == 1056 * 4096
+    assert cost.tokens_per_s_per_gpu == pytest.approx(1056 * 4096 / cost.step_time_s / 384, rel=1e-12)
+    assert cost.mfu == pytest.approx(cost.model_flops_per_step / cost.step_time_s / 384 / 989.4e12, rel=1e-9)
+    assert isinstance(calibration_for(cluster.gpu.name), Calibration)

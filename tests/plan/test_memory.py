@@ -1,0 +1,192 @@
+"""Memory model against known answers: the seed's worked examples, DeepSpeed's own estimators,
+Megatron's distributed-optimizer table and Korthikanti et al. 2022 Table 2."""
+
+import csv
+import math
+
+import pytest
+
+from conftest import DATA, needs_deepspeed
+from genconf.catalog.clusters import resolve_cluster
+from genconf.catalog.models import resolve_model
+from genconf.plan.counting import exact_param_count
+from genconf.plan.memory import (
+    estimate,
+    korthikanti_layer_bytes,
+    layer_activation_bytes,
+    layer_activation_terms,
+    rank_params,
+    seed_model_bytes,
+    stage_memory,
+)
+from genconf.plan.pipeline import inflight_chunks, stage_layers
+from genconf.plan.specs import ModelSpec, ParallelPlan
+
+
+def test_seed_14p_rule_for_the_70b_exercise():
+    # 000_c341372fa13853c8.txt: M = 14P = 14 * 65 B = 910 GB; needs more than one 80 GB GPU.
+    assert seed_model_bytes(65 * 10**9) == 910 * 10**9
+    model, _ = resolve_model("70b")
+    assert round(seed_model_bytes(65_288_471_656) / 1e9) == 914  # exact P from the seed's formula
+
+
+@pytest.mark.parametrize("params,gb", [(300e6, 4), (1e9, 14), (7e9, 98), (13e9, 182), (70e9, 980)])
+def test_seed_memory_table(params, gb):
+    # The seed's table 'Approx. memory used to train model (GB)' is 14P, rounded.
+    assert round(seed_model_bytes(int(params)) / 1e9) == pytest.approx(gb, abs=0.5)
+
+
+def _ds_plan(zero: int, n: int, **kw) -> ParallelPlan:
+    return ParallelPlan(framework="deepspeed", dp=n, zero_stage=zero, mbs=1, gbs=n, seq_length=2048, **kw)
+
+
+def _model_states(model, plan) -> int:
+    stage = stage_memory(model, plan, 0)
+    gathered = sum(b for name, b in stage.other if name.startswith("ZeRO-3 gathered"))
+    return stage.params_bytes + stage.grads_bytes + stage.optimizer_bytes + gathered
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("name", ["gpt3-1.3b", "llama2-7b", "olmo-70b"])
+@pytest.mark.parametrize("nodes,per_node", [(1, 8), (4, 4), (96, 4)])
+@pytest.mark.parametrize("offload", [False, True])
+def test_zero2_matches_deepspeed_estimator(name, nodes, per_node, offload):
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    model, _ = resolve_model(name)
+    total = exact_param_count(model)
+    _, ds_gpu = estimate_zero2_model_states_mem_needs(total, per_node, nodes, cpu_offload=offload)
+    plan = _ds_plan(2, nodes * per_node, offload_optimizer=offload)
+    # ZeRO-1/2 pad the flat group to a multiple of 2 x dp elements (stage_1_and_2.py); the estimator does not.
+    assert _model_states(model, plan) == pytest.approx(ds_gpu, rel=1e-5)
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("name", ["gpt3-1.3b", "llama3-8b", "olmo-70b"])
+@pytest.mark.parametrize("nodes,per_node", [(1, 8), (96, 4)])
+@pytest.mark.parametrize("offload_opt,offload_params", [(False, False), (True, False), (True, True)])
+def test_zero3_matches_deepspeed_estimator(name, nodes, per_node, offload_opt, offload_params):
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+
+    model, _ = resolve_model(name)
+    total = exact_param_count(model)
+    plan = _ds_plan(3, nodes * per_node, offload_optimizer=offload_opt, offload_params=offload_params)
+    largest = rank_params(model, plan, 0).largest_module
+    _, ds_gpu, _ = estimate_zero3_model_states_mem_needs(
+        total, largest, per_node, nodes, cpu_offload=offload_opt, cpu_offload_params=offload_params)
+    # The estimator's 18 bytes/param omit ZeRO-3's 16-bit gradient partition, which stage3.py allocates as
+    # grad_partitions_flat_buffer (gradient_accumulation_dtype = bf16): 2 more bytes per parameter shard.
+    grad_partition = 0 if offload_opt else 2 * total / (nodes * per_node)
+    # ZeRO-3 partitions each parameter separately, ceil(numel / dp) elements (padding); the estimator does not.
+    assert _model_states(model, plan) == pytest.approx(ds_gpu + grad_partition, rel=1e-4)
+
+
+@needs_deepspeed
+def test_largest_module_matches_deepspeed_on_a_real_model():
+    # DeepSpeed's all_live estimator finds the largest module of a built model; compare with the spec's.
+    import torch
+
+    model = ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
+                      vocab_size=1000, seq_length=32, tie_embeddings=False)
+    net = torch.nn.ModuleDict({
+        "embedding": torch.nn.Embedding(1000, 64), "pos": torch.nn.Embedding(32, 64),
+        "fc1": torch.nn.Linear(64, 256), "output": torch.nn.Linear(64, 1000, bias=False)})
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in net.modules())
+    assert rank_params(model, _ds_plan(3, 8), 0).largest_module == largest == 64_000
+
+
+def test_megatron_distributed_optimizer_table():
+    # Megatron-LM docs (distributed optimizer): bf16 params + fp32 grads: 18 bytes/param, or 6 + 12/d.
+    model, _ = resolve_model("llama2-7b")
+    base = dict(framework="megatron", tp=1, pp=1, mbs=1, seq_length=4096)
+    for d in (1, 8, 64):
+        plain = stage_memory(model, ParallelPlan(dp=d, gbs=d, zero_stage=0, **base), 0)
+        dist = stage_memory(model, ParallelPlan(dp=d, gbs=d, zero_stage=1, **base), 0)
+        p = rank_params(model, ParallelPlan(dp=d, gbs=d, **base), 0).total
+        assert plain.params_bytes + plain.grads_bytes + plain.optimizer_bytes == 18 * p
+        # (the distributed optimizer pads its buffer to lcm(d, 128) elements: a few bytes)
+        assert dist.params_bytes + dist.grads_bytes + dist.optimizer_bytes == pytest.approx((6 + 12 / d) * p, rel=1e-6)
+        fp16 = stage_memory(model, ParallelPlan(dp=d, gbs=d, zero_stage=1, precision="fp16", **base), 0)
+        assert fp16.params_bytes + fp16.grads_bytes + fp16.optimizer_bytes == pytest.approx((4 + 16 / d) * p, rel=1e-6)
+
+
+def _gpt(h=6144, a=64, layers=48, dropout=0.1) -> ModelSpec:
+    return ModelSpec(name="gpt", num_layers=layers, hidden_size=h, num_attention_heads=a, ffn_hidden_size=4 * h,
+                     vocab_size=51200, seq_length=2048, hidden_dropout=dropout, attention_dropout=dropout)
+
+
+def _korthikanti_formulas() -> dict[str, str]:
+    with open(DATA / "korthikanti2022_activation_memory_formulas.csv") as f:
+        return {row["configuration"]: row["activation_bytes_per_transformer_layer"] for row in csv.DictReader(f)}
+
+
+@pytest.mark.parametrize("t,sp,recompute,row", [
+    (1, False, "none", "no parallelism"),
+    (8, False, "none", "tensor parallel (baseline)"),
+    (8, True, "none", "tensor + sequence parallel"),
+    (8, False, "selective", "tensor parallel + selective activation recomputation"),
+    (8, True, "selective", "tensor parallel + sequence parallel + selective activation recomputation"),
+    (1, False, "full", "full activation recomputation"),
+])
+def test_korthikanti_table2(t, sp, recompute, row):
+    model = _gpt()
+    plan = ParallelPlan(framework="megatron", tp=t, dp=1, mbs=4, gbs=4, seq_length=2048, sequence_parallel=sp,
+                        recompute=recompute, layer_spec="local")
+    s, b, h, a = 2048, 4, 6144, 64
+    expected = eval(_korthikanti_formulas()[row], {}, dict(s=s, b=b, h=h, a=a, t=t))  # the paper's formula text
+    assert korthikanti_layer_bytes(model, plan) == pytest.approx(expected, rel=1e-12)
+
+
+def _norm_stats_bytes(model, plan) -> float:
+    return sum(b for name, b in layer_activation_terms(model, plan) if "statistics" in name)
+
+
+@pytest.mark.parametrize("t,sp", [(1, False), (8, True)])
+def test_local_spec_is_korthikanti_with_fp32_softmax(t, sp):
+    # megatron-core local spec in BF16 keeps the softmax in FP32 plus a BF16 copy: the s^2 term is 7 a s^2 b
+    # instead of Korthikanti's 5, plus the s x s bool causal mask each layer builds; everything else is
+    # Table 2's 34 s b h (+ tiny fp32 norm statistics).
+    model = _gpt()
+    s, b, h, a = 2048, 4, 6144, 64
+    plan = ParallelPlan(framework="megatron", tp=t, dp=1, mbs=b, gbs=b, seq_length=s, sequence_parallel=sp,
+                        layer_spec="local")
+    ours = layer_activation_bytes(model, plan) - _norm_stats_bytes(model, plan)
+    assert ours == pytest.approx(s * b * h * (34 / t) + 7 * a * s * s * b / t + s * s, rel=1e-12)
+    selective = plan.replace(recompute="selective")
+    assert layer_activation_bytes(model, selective) - _norm_stats_bytes(model, selective) == pytest.approx(34 * s * b * h / t)
+    assert layer_activation_bytes(model, plan.replace(recompute="full")) == 2 * s * b * h / t
+
+
+def test_first_stage_holds_all_layers_worth_under_1f1b():
+    # Korthikanti 2022 eq. 5: the first stage stores p micro-batches of L/p layers = L layers, whatever p;
+    # interleaving multiplies that by 1 + (p-1)/(p v).
+    L = 48
+    for p in (2, 4, 8):
+        plan = ParallelPlan(framework="megatron", pp=p, dp=1, mbs=1, gbs=64, seq_length=2048)
+        assert inflight_chunks(plan, 0) * stage_layers(L, plan)[0] == L
+        for v in (2, 3):
+            if L % (p * v):
+                continue
+            inter = plan.replace(vp=v)
+            layers = inflight_chunks(inter, 0) * stage_layers(L, inter)[0] / v
+            assert layers == pytest.approx(L * (1 + (p - 1) / (p * v)))
+
+
+def test_seed_cluster_70b_needs_many_gpus():
+    # 910 GB of weights and Adam cannot fit in one 80 GB GPU; one node of four H100 is not enough either.
+    model, _ = resolve_model("70b")
+    cluster = resolve_cluster()
+    plan = ParallelPlan(framework="megatron", tp=4, dp=1, mbs=1, gbs=1, seq_length=4096, sequence_parallel=True,
+                        recompute="full")
+    assert not estimate(model, plan, cluster).fits
+    assert estimate(model, plan, cluster).peak.total_bytes > 14 * 65e9 / 4
+
+
+def test_tied_embedding_copy_on_last_stage():
+    model, _ = resolve_model("gpt3-1.3b")
+    plan = ParallelPlan(framework="megatron", pp=2, dp=1, mbs=1, gbs=8, seq_length=2048)
+    first, last = rank_params(model, plan, 0), rank_params(model, plan, 1)
+    vocab = 50304  # 50257 padded to a multiple of 128
+    assert first.total - last.total == 2048 * 2048 - 2 * 2048  # position table vs final norm; word embedding on both
+    assert last.total > 12 * model.num_layers // 2 * 2048**2 + vocab * 2048 - 1
+    assert math.isclose(first.total + last.total - vocab * 2048, exact_param_count(model) + 47 * 2048, rel_tol=0)

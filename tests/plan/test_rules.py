@@ -1,0 +1,132 @@
+"""The rule book: each rule, broken on its own, is named and says the numbers and the nearest fix; the search and
+`genconf check` report exactly these messages (tests/plan/test_search.py, tests/check/test_check.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from genconf.catalog.clusters import resolve_cluster
+from genconf.catalog.models import resolve_model
+from genconf.plan import rules
+from genconf.plan.memory import estimate
+from genconf.plan.specs import ParallelPlan
+
+
+def violations(model: str, plan: ParallelPlan, *, cluster: str | None = None, gpus: int | None = None) -> dict:
+    m, _ = resolve_model(model)
+    c = resolve_cluster(cluster)
+    return {v.rule: v.message for v in rules.check(rules.Context(m, c, plan, gpus or plan.world_size))}
+
+
+def megatron(**kw) -> ParallelPlan:
+    base = dict(framework="megatron", dp=1, mbs=1, gbs=8, seq_length=4096)
+    base.update(kw)
+    return ParallelPlan(**base)
+
+
+def test_rules_name_the_numbers():
+    model, _ = resolve_model("llama3-8b")
+    cluster = resolve_cluster()
+    plan = ParallelPlan(framework="megatron", tp=8, pp=1, dp=48, mbs=3, gbs=100, seq_length=8192)
+    found = {v.rule: v.message for v in rules.check(rules.Context(model, cluster, plan, 384))}
+    assert "world_size" not in found  # 48 x 1 x 8 x 1 = 384
+    assert "tp (8) must stay inside one NVLink domain of 4 GPUs" in found["tp_inside_node"]
+    assert "global batch (100) must be divisible by mbs x dp (3 x 48 = 144)" in found["batch_divisible"]
+
+
+def test_whole_nodes():
+    assert rules.whole_nodes_error(7, 4) == "7 GPUs is not a whole number of 4-GPU nodes; use 4 or 8"
+    assert rules.whole_nodes_error(2, 4) is None  # part of one node
+    assert rules.whole_nodes_error(384, 4) is None
+    assert rules.whole_nodes_error(0, 4) == "the number of GPUs must be positive, got 0"
+
+
+def test_world_size():
+    found = violations("llama3-8b", megatron(tp=2, pp=2, dp=3, gbs=12), gpus=16)
+    assert found["world_size"] == "dp(3) * cp(1) * tp(2) * pp(2) = 12 != world size (16); dp would be 4"
+
+
+def test_tensor_parallel_divides_heads_kv_heads_and_stays_in_a_node():
+    # llama3-8b: 32 heads, 8 KV heads. tp=3: the divisors of 32 nearest 3 are 2 and 4; the larger wins.
+    assert violations("llama3-8b", megatron(tp=3, gbs=8))["tp_divides_heads"] == (
+        "tp (3) must divide num_attention_heads (32); nearest: tp=4")
+    found = violations("llama3-8b", megatron(tp=16), cluster="dgx-h100")
+    assert found["tp_divides_kv_heads"] == "tp (16) must divide num_query_groups (8, the KV heads); nearest: tp=8"
+    assert found["tp_inside_node"] == ("tp (16) must stay inside one NVLink domain of 8 GPUs (and divide it); "
+                                       "nearest: tp=8")
+
+
+def test_pipeline_split_and_virtual_stages():
+    # 80 layers over pp=3 x vp=4 = 12 chunks do not divide.
+    found = violations("70b", megatron(tp=4, pp=3, vp=4, dp=32, gbs=1056), gpus=384)
+    assert found["pipeline_split"] == ("num_layers (80) is not divisible by pp x vp (3 x 4 = 12); set --pp to a "
+                                       "divisor of 80 or an uneven split (first/last stage layers)")
+    assert violations("llama3-8b", megatron(vp=2))["vp_needs_pp"] == "vp (2) needs pipeline parallelism (pp > 1)"
+    # 6 micro-batches on 4 interleaved stages: megatron-core needs a multiple of 4; 8 x mbs 1 x dp 1 = 8.
+    found = violations("llama3-8b", megatron(pp=4, vp=2, gbs=6))
+    assert found["interleave_microbatches"] == ("interleaved schedule needs micro-batches (6) to be a multiple of pp "
+                                                "(4) (megatron-core schedules.py); use --global-batch 8")
+    # Fewer micro-batches than stages is allowed, with the bubble it costs: (4-1)/(1 x 2) = 150%.
+    assert violations("llama3-8b", megatron(pp=4, gbs=2))["pipeline_bubble"] == (
+        "only 2 micro-batches for 4 stages: the bubble is 150% of the step")
+
+
+def test_batch_context_and_expert_parallelism():
+    assert violations("llama3-8b", megatron(dp=4, mbs=2, gbs=20), gpus=4)["batch_divisible"] == (
+        "global batch (20) must be divisible by mbs x dp (2 x 4 = 8); nearest: 16 or 24")
+    found = violations("llama3-8b", megatron(cp=3, seq_length=4096, layer_spec="local"))
+    assert found["cp_divides_sequence"] == ("sequence length (4096) must be divisible by 2 x cp (6): causal load "
+                                            "balancing splits it into 2 x cp chunks")
+    assert found["cp_needs_te"] == "context parallelism needs Transformer Engine attention (--layer-spec te)"
+    # mixtral-8x7b: 8 experts.
+    assert violations("mixtral-8x7b", megatron(dp=3, ep=3, gbs=6), gpus=3)["ep_divides_experts"] == (
+        "ep (3) must divide num_experts (8); nearest: ep=4")
+    assert violations("llama3-8b", megatron(dp=2, ep=2, gbs=2))["ep_divides_experts"] == (
+        "ep (2) on a dense model: expert parallelism needs num_experts > 0")
+
+
+def test_frameworks_precision_offload_and_recompute():
+    found = violations("1b", ParallelPlan(framework="deepspeed", tp=2, dp=4, mbs=1, gbs=8, seq_length=4096,
+                                          recompute="selective", precision="fp8"))
+    assert found["framework_degrees"] == ("framework deepspeed runs data parallelism only here (DeepSpeed ZeRO, OLMo "
+                                          "FSDP); tp=2 needs --framework megatron")
+    assert found["recompute"] == ("selective recompute is Megatron's; deepspeed checkpoints whole layers "
+                                  "(--recompute full)")
+    assert found["precision"] == ("FP8 runs through Transformer Engine (--framework megatron --layer-spec te) or "
+                                  "torchao's float8 layers (--framework fsdp)")
+    assert violations("1b", megatron(precision="fp8"), cluster="dgx-a100")["precision"] == (
+        "FP8 needs Hopper or Blackwell tensor cores; NVIDIA A100-SXM4-80GB has none (use --precision bf16)")
+    assert violations("1b", ParallelPlan(framework="fsdp", dp=2, mbs=1, gbs=2, seq_length=2048, zero_stage=3,
+                                         offload_optimizer=True))["offload"] == (
+        "CPU offload is a DeepSpeed ZeRO feature here; use --framework deepspeed")
+    assert violations("1b", megatron(tp=1, sequence_parallel=True))["sequence_parallel"] == (
+        "sequence parallelism needs tp > 1")
+
+
+def test_first_error_only_stops_at_the_first():
+    m, _ = resolve_model("llama3-8b")
+    ctx = rules.Context(m, resolve_cluster(), megatron(tp=3, dp=5, mbs=2, gbs=7), 4)
+    every = rules.check(ctx)
+    first = rules.check(ctx, first_error_only=True)
+    assert len(every) > 1 and first == every[:1] and first[0].severity == rules.ERROR
+
+
+def test_memory_violation_gives_the_breakdown_and_what_to_try():
+    m, _ = resolve_model("70b")
+    cluster = resolve_cluster()
+    plan = megatron(tp=4, pp=1, dp=1, mbs=2, gbs=8)
+    v = rules.memory_violation(rules.Context(m, cluster, plan, 4), estimate(m, plan, cluster))
+    assert v.rule == "memory_fits" and v.severity == rules.ERROR
+    assert v.message.startswith("stage 0 needs ") and "GiB (params " in v.message
+    assert v.message.endswith("on h100-sxm; try --recompute full, --mbs 1, more GPUs or tp/pp")
+
+
+def test_every_rule_has_one_name():
+    names = [r.name for r in rules.RULES]
+    assert len(names) == len(set(names)) and set(names) <= set(rules.RULE_NAMES)
+    assert {r.severity for r in rules.RULES} == {rules.ERROR, rules.WARNING}
+
+
+@pytest.mark.parametrize("plan", [megatron(tp=4, pp=4, vp=4, dp=24, gbs=1056, sequence_parallel=True, zero_stage=1)])
+def test_the_main_jobs_plan_breaks_no_rule(plan):
+    assert violations("70b", plan) == {}

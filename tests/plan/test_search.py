@@ -1,0 +1,108 @@
+"""The search and the rule book: every plan returned satisfies every rule and fits; rejects are named."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from genconf.catalog.clusters import list_clusters, resolve_cluster
+from genconf.catalog.hardware import calibration_for
+from genconf.catalog.models import list_models, resolve_model
+from genconf.plan import memory, rules
+from genconf.plan.errors import NoFeasiblePlan
+from genconf.plan.pipeline import stage_layers
+from genconf.plan.search import Pins, evaluate, plan_or_explain, search
+from genconf.plan.specs import ParallelPlan
+
+MODELS = [m for m in list_models()]
+CLUSTERS = list_clusters()
+
+
+def _check_all_rules(model, cluster, ev, num_gpus):
+    plan = ev.plan
+    ctx = rules.Context(model, cluster, plan, num_gpus)
+    errors = [v for v in rules.check(ctx) if v.severity == rules.ERROR]
+    assert not errors, errors
+    est = memory.estimate(model, plan, cluster)
+    assert est.fits and est.peak.total_bytes <= est.usable_bytes < est.capacity_bytes
+    # The rules spelled out once more, independently of the rule book:
+    assert plan.tp * plan.pp * plan.cp * plan.dp == num_gpus
+    assert model.num_attention_heads % plan.tp == 0 and model.num_query_groups % plan.tp == 0
+    assert plan.tp <= cluster.nvlink_domain and cluster.nvlink_domain % plan.tp == 0
+    assert sum(stage_layers(model.num_layers, plan)) == model.num_layers
+    assert plan.gbs % (plan.mbs * plan.dp) == 0
+    assert plan.seq_length % (2 * plan.cp) == 0 or plan.cp == 1
+    if model.is_moe:
+        assert model.num_experts % plan.ep == 0 and (plan.dp * plan.cp) % plan.ep == 0
+    else:
+        assert plan.ep == 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from(MODELS), cluster=st.sampled_from(CLUSTERS), nodes=st.integers(1, 64),
+       framework=st.sampled_from([None, "megatron", "deepspeed", "fsdp"]))
+def test_every_returned_plan_is_valid_and_fits(model, cluster, nodes, framework):
+    num_gpus = nodes * cluster.gpus_per_node
+    result = search(model, cluster, num_gpus, calibration_for(cluster.gpu.name), Pins(framework=framework), keep=5)
+    for ev in result.ranked:
+        _check_all_rules(model, cluster, ev, num_gpus)
+        assert ev.cost.step_time_s > 0 and 0 < ev.cost.mfu < 1
+    # Ranked best first.
+    speeds = [ev.cost.tokens_per_s for ev in result.ranked]
+    assert speeds == sorted(speeds, reverse=True)
+    assert sum(result.rejected.values()) + len(result.ranked) <= result.considered
+
+
+def test_70b_on_the_seed_cluster():
+    model, _ = resolve_model("70b")
+    cluster = resolve_cluster()
+    result = plan_or_explain(model, cluster, 384, calibration_for(cluster.gpu.name), Pins())
+    best = result.best
+    assert best.plan.tp <= 4  # 4-GPU nodes
+    assert best.plan.world_size == 384
+    assert 0.3 < best.cost.mfu < 0.65
+    assert "memory_fits" in result.rejected  # plenty of layouts do not fit
+
+
+def test_pinned_plan_evaluates_exactly_that_plan():
+    model, _ = resolve_model("llama3-8b")
+    cluster = resolve_cluster("dgx-h100")
+    pins = Pins(framework="megatron", tp=2, pp=2, mbs=1, gbs=512, zero_stage=1, recompute="selective", vp=1, cp=1, ep=1)
+    result = search(model, cluster, 64, calibration_for("h100-sxm"), pins)
+    assert len(result.ranked) == 1 and result.considered == 1
+    plan = result.best.plan
+    assert (plan.tp, plan.pp, plan.dp, plan.gbs, plan.zero_stage) == (2, 2, 16, 512, 1)
+
+
+def test_pinned_invalid_plan_says_why():
+    model, _ = resolve_model("llama3-8b")  # 8 KV heads
+    cluster = resolve_cluster("dgx-h100")
+    pins = Pins(framework="megatron", tp=8, pp=3, mbs=3, gbs=500, zero_stage=1, recompute="none", vp=1, cp=1)
+    with pytest.raises(NoFeasiblePlan, match=r"global batch \(500\) must be divisible by mbs x dp \(3 x 2 = 6\)"):
+        plan_or_explain(model, cluster, 48, calibration_for("h100-sxm"), pins)
+
+
+def test_no_fit_says_what_would_fit():
+    model, _ = resolve_model("llama3.1-405b")
+    cluster = resolve_cluster()
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 8, calibration_for(cluster.gpu.name), Pins())
+    text = str(info.value)
+    assert "does not fit on 8 x h100-sxm" in text and "--gpus" in text and "GiB per GPU" in text
+
+
+def test_explain_counts_reasons():
+    model, _ = resolve_model("70b")
+    cluster = resolve_cluster()
+    result = search(model, cluster, 384, calibration_for(cluster.gpu.name), Pins())
+    assert result.rejected and all(name in rules.RULE_NAMES for name in result.rejected)
+    assert result.nearest_misses and result.nearest_misses[0].errors
+
+
+def test_evaluate_without_rules_for_published_runs():
+    # Benchmarks evaluate published layouts that break our rules (e.g. tp=8 on 4-GPU nodes) without rejecting them.
+    model, _ = resolve_model("gpt3-175b")
+    cluster = resolve_cluster("dgx-a100")
+    plan = ParallelPlan(framework="megatron", tp=8, pp=12, dp=4, mbs=1, gbs=1536, seq_length=2048,
+                        recompute="full", layer_spec="local")
+    ev = evaluate(model, cluster, plan, 384, calibration_for("a100-80gb"), check_rules=False)
+    assert ev.cost is not None and ev.memory is not None

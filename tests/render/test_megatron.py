@@ -1,0 +1,59 @@
+"""megatron_args.txt: every flag is a Megatron-LM argument, megatron-core's TransformerConfig accepts every argument
+set, and the TransformerConfig kwargs the megatron runner uses are the ones the text says."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import MEGATRON_PLANS, needs_megatron, plan_of, report_plan, transformer_config
+from genconf.check.megatron import parse_megatron_args
+from genconf.plan.equivalent import equivalent_plan
+from genconf.plan.planfile import decode
+from genconf.render.megatron import MEGATRON_FLAGS, config_kwargs, megatron_config_kwargs
+
+
+@needs_megatron
+@pytest.mark.parametrize("name", MEGATRON_PLANS)
+def test_megatron_core_accepts_every_argument_set(rendered, name):
+    d = rendered[name]
+    args, problems = parse_megatron_args((d / "megatron_args.txt").read_text())
+    assert problems == []  # every flag is a Megatron-LM argument, typed and within its choices
+    cfg = transformer_config(args)
+    plan, _ = equivalent_plan(report_plan(plan_of(d)), "megatron")
+    assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size,
+            cfg.expert_model_parallel_size) == (plan.tp, plan.pp, plan.cp, plan.ep)
+    assert cfg.virtual_pipeline_model_parallel_size == (plan.vp if plan.vp > 1 else None)
+    assert cfg.sequence_parallel == plan.sequence_parallel
+    assert cfg.recompute_granularity == (None if plan.recompute == "none" else plan.recompute)
+    if name == "gqa_fp8_pp2vp2":
+        assert cfg.gated_linear_unit and cfg.normalization == "RMSNorm" and cfg.num_query_groups == 8
+        assert (cfg.fp8, cfg.fp8_recipe, cfg.first_last_layers_bf16) == ("hybrid", "tensorwise", True)
+        assert cfg.num_layers_at_start_in_bf16 == cfg.num_layers_at_end_in_bf16 == 1
+        # pp=2 with interleaving: p2p overlapped, never batched (Megatron-LM issues 750, 1450)
+        assert cfg.overlap_p2p_comm and not cfg.batch_p2p_comm
+    if name == "moe_ep_cp":
+        assert cfg.num_moe_experts == 8 and cfg.moe_router_topk == 2
+    if name == "uneven_pp":
+        assert (cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage) == (10, 10)
+    if name == "full_fp16_local":
+        assert cfg.fp16 and cfg.recompute_method == "uniform" and cfg.recompute_num_layers == 1
+
+def test_emitted_flags_are_megatron_lm_arguments(rendered):
+    for name, d in rendered.items():
+        text = (d / "megatron_args.txt").read_text()
+        flags = [line.split()[0] for line in text.splitlines() if line and not line.startswith("#")]
+        assert flags and all(flag in MEGATRON_FLAGS for flag in flags), name
+        assert "--no-overlap-p2p-communication" not in flags and "--use-mcore-models" not in flags
+
+
+@pytest.mark.parametrize("name", MEGATRON_PLANS)
+def test_the_runners_config_is_what_the_text_says(rendered, name):
+    """render/megatron gives the argument list and the TransformerConfig kwargs from the same plan: the kwargs the
+    megatron runner builds its model from equal those of the written text, read back as Megatron-LM reads it."""
+    d = rendered[name]
+    pf = decode(plan_of(d))
+    args, problems = parse_megatron_args((d / "megatron_args.txt").read_text())
+    assert problems == []
+    written = megatron_config_kwargs({flag: a.value for flag, a in args.items()})
+    assert written == config_kwargs(pf.model, pf.plan, pf.train)
+    assert written["tensor_model_parallel_size"] == equivalent_plan(pf.plan, "megatron")[0].tp

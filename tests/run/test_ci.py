@@ -1,0 +1,140 @@
+"""Recipe CI (`genconf ci`): a smoke recipe reproduces bit for bit on the CPU; a wrong golden value fails
+`genconf ci` with the recipe, the step and both values; a library-version mismatch with the golden file is
+reported; --update-golden shows the diff; one golden file holds under every CPU capability setting."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, needs_torch
+from genconf.catalog import recipes
+from genconf.catalog.files import read_yaml
+from genconf.run import ci, verify
+from genconf.train import cpu_numerics
+
+ALL = recipes.list_recipes()
+
+
+def genconf(*args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "genconf", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, env=env)
+
+
+def _private_recipes(tmp_path: Path, name: str) -> Path:
+    """A copy of one recipe (and whatever it extends) with its golden file, in a folder of its own."""
+    folder = tmp_path / "recipes"
+    (folder / "golden").mkdir(parents=True)
+    r = recipes.load_recipe(name)
+    chain = [r.path]
+    while "extends" in read_yaml(chain[-1]):
+        chain.append(chain[-1].parent / f"{read_yaml(chain[-1])['extends']}.yaml")
+    for path in chain:
+        shutil.copy(path, folder / path.name)
+    shutil.copy(r.golden_path, folder / "golden" / r.golden_path.name)
+    return folder
+
+
+@needs_torch
+@pytest.mark.slow
+def test_ci_reproduces_bit_for_bit_and_fails_on_a_wrong_golden(tmp_path):
+    name = "olmo-7b-fsdp"  # FSDP FULL_SHARD, 2 ranks: a few seconds
+    folder = _private_recipes(tmp_path, name)
+    golden = folder / "golden" / f"{name}.smoke.txt"
+    first = genconf("ci", name, "--recipes-dir", str(folder), "--json", "--work-dir", str(tmp_path / "a"))
+    second = genconf("ci", name, "--recipes-dir", str(folder), "--json", "--work-dir", str(tmp_path / "b"))
+    assert first.returncode == second.returncode == 0, first.stdout + first.stderr
+    rows = [json.loads(first.stdout)[0], json.loads(second.stdout)[0]]
+    runs = [Path(r["run_dir"]) / "metrics.jsonl" for r in rows]
+    losses = [[json.loads(line)["loss"] for line in p.read_text().splitlines()] for p in runs]
+    assert losses[0] == losses[1]  # bit-identical on the same machine
+    # The golden file holds the same curve within the measured cross-CPU tolerance (6 decimals written).
+    curve = [v for _, v in sorted(verify.read_golden(golden).items())]
+    assert len(curve) == len(losses[0])
+    assert max(abs(a - b) for a, b in zip(losses[0], curve)) <= ci.SMOKE_LOSS_TOLERANCE
+
+    # A wrong golden value: the failure names the recipe, the step and both values.
+    lines = golden.read_text().splitlines()
+    step_line = next(i for i, line in enumerate(lines) if line.startswith("5 "))
+    true_value = float(lines[step_line].split()[1])
+    lines[step_line] = f"5 {true_value + 0.5:.6f}"
+    golden.write_text("\n".join(lines) + "\n")
+    bad = genconf("ci", name, "--recipes-dir", str(folder), "--work-dir", str(tmp_path / "c"))
+    assert bad.returncode == 1
+    assert name in bad.stdout and "FAIL" in bad.stdout
+    assert f"step 5: loss {true_value:.6f} vs golden {true_value + 0.5:.6f}" in bad.stdout
+    assert "0/1 recipes passed" in bad.stdout
+
+
+@needs_torch
+@pytest.mark.slow
+def test_version_mismatch_is_reported_and_update_golden_shows_the_diff(tmp_path):
+    name = "olmo-1b-ddp"
+    folder = _private_recipes(tmp_path, name)
+    golden = folder / "golden" / f"{name}.smoke.txt"
+    text = golden.read_text().replace("torch=2.13.0", "torch=2.12.1")
+    golden.write_text(text)
+    out = genconf("ci", name, "--recipes-dir", str(folder), "--work-dir", str(tmp_path / "a"))
+    assert out.returncode == 0, out.stdout + out.stderr  # reported, not a failure by itself
+    assert "note: torch 2.12.1" in out.stdout and "(golden) vs 2.13.0" in out.stdout
+    updated = genconf("ci", "--update-golden", name, "--recipes-dir", str(folder), "--work-dir", str(tmp_path / "b"))
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert "-# versions: torch=2.12.1" in updated.stdout and "+# versions: torch=2.13.0" in updated.stdout
+    assert "torch=2.13.0" in golden.read_text()
+
+
+def test_ci_refuses_unknown_recipes():
+    out = genconf("ci", "no-such-recipe")
+    assert out.returncode == 2 and "unknown recipe 'no-such-recipe'" in out.stderr
+
+
+def _native_capability() -> str:
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability().lower())"
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True).stdout.strip()
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["olmo-7b-fsdp", "llama3-8b-bf16"])  # FSDP FULL_SHARD; megatron TP2 x DP2
+def test_one_golden_holds_under_every_cpu_capability_setting(tmp_path, name):
+    """What another CPU changes, one dispatch at a time on this machine: ATen's kernels at the native width and at
+    the scalar build, oneDNN capped at SSE4.1, MKL's automatic code path. Every curve meets the same golden."""
+    folder = _private_recipes(tmp_path, name)
+    settings = {"pinned": {}, "aten-native": {"ATEN_CPU_CAPABILITY": _native_capability()},
+                "aten-default": {"ATEN_CPU_CAPABILITY": "default"}, "onednn-sse41": {"ONEDNN_MAX_CPU_ISA": "SSE41"},
+                "mkl-auto": {"MKL_CBWR": "AUTO"}}
+    curves = {}
+    for label, over in settings.items():
+        env = {k: v for k, v in os.environ.items() if k not in dict(cpu_numerics.CPU_PINS)} | over
+        out = genconf("ci", name, "--recipes-dir", str(folder), "--json", "--work-dir", str(tmp_path / label),
+                      env=env)
+        row = json.loads(out.stdout)[0]
+        assert out.returncode == 0 and row["verdict"] == "PASS", (label, row["detail"], out.stderr[-2000:])
+        run = Path(row["run_dir"])
+        curves[label] = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+        versions = json.loads((run / "versions.json").read_text())
+        assert versions["cpu_pins"] == dict(cpu_numerics.CPU_PINS) | over  # the run records what it ran under
+        if over:
+            assert any(note.startswith("cpu ") for note in row["notes"]), row["notes"]  # the difference is named
+    golden = verify.read_golden(folder / "golden" / f"{name}.smoke.txt")
+    for label, curve in curves.items():
+        assert max(abs(curve[s] - golden[s]) for s in golden) <= ci.SMOKE_LOSS_TOLERANCE, label
+
+
+def test_golden_files_record_the_cpu_pins_and_precision():
+    for name in ALL:
+        text = recipes.load_recipe(name).golden_path.read_text()
+        pins = ci.golden_cpu(recipes.load_recipe(name).golden_path)
+        assert {k: pins[k] for k, _ in cpu_numerics.CPU_PINS} == dict(cpu_numerics.CPU_PINS), name
+        assert pins["capability"], name
+        assert "precision: fp32" in text, name
+
+
