@@ -7,18 +7,8 @@
   and refits the terms their step times inform (genconf.plan.fit.informed_terms).
 - `genconf --calibration FILE ...` plans with the file's terms over the GPU's built-in calibration.
 
-The file (YAML) names every term it sets, the value it replaces and where the value came from:
-
-    format: genconf-calibration/1
-    gpu: h100-sxm                 # the catalog GPU it calibrates (null: measured on a CPU, calibrates nothing)
-    source: bench | runs
-    created_utc: ...
-    environment: {device, driver, cuda, torch, world_size, nodes, backend, ...}
-    terms:
-      gemm_efficiency: {value: 0.66, before: 0.60, from: "bench: 45 BF16 GEMMs of olmo-1b ...", ...}
-    runs: [{run, measured_step_time_s, predicted_step_time_s_before, predicted_step_time_s_after}]   # runs
-    fit: {<group>: {terms, before_log_rmse, after_log_rmse, at_bound}}
-    measurements: {gemm: [...], attention: [...], bandwidth: [...], collectives: [...]}           # bench
+The file (YAML, genconf.catalog.calibration_file) names every term it sets, the value it replaces and where the
+value came from (bench tables or run directories), with the fit's error before and after.
 """
 
 from __future__ import annotations
