@@ -10,5 +10,5 @@ def test_ci_runs_the_readme_test_command_verbatim():
     ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
     assert ci[-1] == commands[0]
     # the readers the tests need are in it: the extra, ai2-olmo without its numpy<2 pin, and the pictures
-    assert "'.[train,test,plot,readers]'" in ci[-1] and "--no-deps ai2-olmo==0.6.0" in ci[-1]
+    assert "'.[train,test,plot,readers,fp8]'" in ci[-1] and "--no-deps ai2-olmo==0.6.0" in ci[-1]
     assert ci[-1].endswith("genconf ci --plot ci-plots")

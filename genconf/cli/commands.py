@@ -81,6 +81,14 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
     pins = pins_from_args(args)
     cal = calibration_for(cluster.gpu.name)
+    used = None
+    if getattr(args, "calibration", None):
+        from genconf.catalog import calibration_file
+
+        cf = calibration_file.read_file(args.calibration)
+        cal = calibration_file.apply(cal, cf, cluster.gpu.name)
+        used = {"file": cf.path, "source": cf.source, "gpu": cf.gpu, "measured_on": cf.environment.get("device"),
+                "terms": cf.terms, "provenance": cf.provenance}
     result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
     best = result.best
     tokens = args.tokens or float(chinchilla_tokens(model))
@@ -89,6 +97,8 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
     if cluster_note:
         run["cluster"]["note"] = cluster_note
+    if used:  # plans with the built-in calibration stay byte-identical
+        run["calibration"] = used
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 
 
@@ -117,6 +127,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(text.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
                                top=args.top))
+        if "calibration" in planned.run:
+            print(text.calibration_line(planned.run["calibration"]))
     return 0
 
 
@@ -194,6 +206,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
               "lr": args.lr, "checkpoint_every": args.checkpoint_every, "precision": args.precision}
     data = {"kind": "memmap", "path": str(Path(args.data).resolve()), "dtype": args.data_dtype} if args.data else None
     cfg = launch.run_config_from_artifacts(artifacts, shrink, data)
+    speed = {"attention": args.attention, "compile": args.compile, "fused_optimizer": not args.no_fused_optimizer}
+    defaults = {"attention": "auto", "compile": False, "fused_optimizer": True}
+    cfg = dc.replace(cfg, speed={k: v for k, v in speed.items() if v != defaults[k]})
     if args.framework and args.framework != cfg.plan.framework:
         raise GenconfError(f"--framework {args.framework}: this directory's plan is a {cfg.plan.framework} plan; "
                            f"re-plan with --framework {args.framework} to get an exact {args.framework} layout")
@@ -300,6 +315,28 @@ def cmd_ci(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in rows) else 1
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from genconf.catalog import calibration_file
+    from genconf.run import calibrate
+
+    if args.bench == bool(args.runs):
+        raise GenconfError("calibrate: give either --bench or run directories")
+    if args.bench:
+        from genconf.catalog.hardware import gpu_for_device_name
+
+        nproc = args.nproc or calibrate.default_nproc()
+        tables = calibrate.run_bench(nproc=nproc, model=args.model, tokens=args.tokens, tp=args.tp)
+        device = tables.get("environment", {}).get("device", "cpu")
+        gpu = args.gpu or (gpu_for_device_name(device) if device != "cpu" else None)
+        content = calibrate.fit_bench(tables, gpu)
+    else:
+        terms = [t.strip() for t in args.terms.split(",") if t.strip()] if args.terms else None
+        content = calibrate.fit_runs(list(args.runs), gpu=args.gpu, terms=terms)
+    calibration_file.write_file(args.output, content)
+    print(text.calibrate_text(args.output, content))
+    return 0
+
+
 HANDLERS = {"plan": cmd_plan, "models": cmd_models, "hardware": cmd_hardware, "render": cmd_render, "check": cmd_check,
-            "launch": cmd_launch, "verify": cmd_verify, "recipe": cmd_recipe, "ci": cmd_ci}
+            "launch": cmd_launch, "verify": cmd_verify, "recipe": cmd_recipe, "ci": cmd_ci, "calibrate": cmd_calibrate}
 """Subcommand -> its implementation (the parser's subcommands, genconf.cli.parser.SUBCOMMANDS)."""

@@ -187,3 +187,24 @@ def ci_table(rows: list[Row]) -> str:
     passed = sum(r.ok for r in rows)
     out.append(f"{passed}/{len(rows)} recipes passed")
     return "\n".join(out)
+
+
+def calibration_line(used: dict) -> str:
+    """Which calibration file the prediction used, with the terms it set."""
+    terms = ", ".join(f"{k} {v:.4g}" for k, v in sorted(used["terms"].items())) or "no terms"
+    return f"calibration  {used['file']} ({used['source']} on {used.get('measured_on') or '?'}): {terms}"
+
+
+def calibrate_text(path: str, content: dict) -> str:
+    """What `genconf calibrate` wrote: the terms (before -> after), each fitted group's error, each run."""
+    terms = content.get("terms") or {}
+    changed = ", ".join(f"{k} {v['before']:.4g} -> {v['value']:.4g}" for k, v in terms.items()) or "no terms fitted"
+    lines = [f"genconf: wrote {path} ({content['source']}, gpu {content.get('gpu') or 'none'}): {changed}"]
+    for group, summary in (content.get("fit") or {}).items():
+        edge = f"; at a bound: {', '.join(summary['at_bound'])}" if summary["at_bound"] else ""
+        lines.append(f"  {group}: {', '.join(summary['terms'])}: RMS error of log time {summary['before_log_rmse']:.3f} "
+                     f"-> {summary['after_log_rmse']:.3f}{edge}")
+    for row in content.get("runs", []):
+        lines.append(f"  {row['run']}: step time measured {row['measured_step_time_s']:.4f} s, predicted "
+                     f"{row['predicted_step_time_s_before']:.4f} -> {row['predicted_step_time_s_after']:.4f} s")
+    return "\n".join(lines)

@@ -32,19 +32,21 @@ class RunConfig:
     shrink: dict
     """Smoke-test overrides applied to the artifact's plan (layers, hidden, steps, ...)."""
     artifacts: str
+    speed: dict = dataclasses.field(default_factory=dict)
+    """Speed switches the runners apply on a GPU (genconf.train.speed.SpeedOptions as a dict; {} = defaults)."""
 
     def to_dict(self) -> dict:
         return {"model": dataclasses.asdict(self.model), "plan": dataclasses.asdict(self.plan),
                 "train": dataclasses.asdict(self.train), "num_gpus": self.num_gpus, "data": self.data,
                 "precision_recipe": self.precision_recipe, "prediction": self.prediction, "shrink": self.shrink,
-                "artifacts": self.artifacts}
+                "artifacts": self.artifacts, "speed": self.speed}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
         return cls(model=model_from_dict(d["model"]), plan=plan_from_dict(d["plan"]), train=TrainSpec(**d["train"]),
                    num_gpus=int(d["num_gpus"]), data=d.get("data") or {"kind": "synthetic"},
                    precision_recipe=d["precision_recipe"], prediction=d.get("prediction") or {},
-                   shrink=d.get("shrink") or {}, artifacts=d.get("artifacts", ""))
+                   shrink=d.get("shrink") or {}, artifacts=d.get("artifacts", ""), speed=d.get("speed") or {})
 
 
 def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: int | None = None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from genconf.plan.equivalent import equivalent_plan
+from genconf.plan.precision import framework_precision
 from genconf.plan.specs import ModelSpec, ParallelPlan
 
 FRAMEWORK_FILES = {"megatron": "megatron_args.txt", "deepspeed": "ds_config.json", "fsdp": "olmo_fsdp.yaml"}
@@ -71,7 +72,10 @@ def layout_differences(plan: ParallelPlan, framework: str) -> list[Difference]:
     """How `framework`'s artifact rewrites the plan's layout (nothing when it is the plan's own framework)."""
     file = FRAMEWORK_FILES[framework]
     if framework == plan.framework:
-        return []
+        # Only the dtype can differ: OLMo's trainer config has no FP8 that genconf's FSDP launcher trains (torchao).
+        in_file, why = framework_precision(plan.precision, framework, plan_framework=plan.framework)
+        return ([Difference(file=file, aspect="precision", plan=plan.precision, in_file=in_file,
+                            why=why.split("; ")[0].split(": ")[0])] if in_file != plan.precision else [])
     same, _ = equivalent_plan(plan, framework)
     rows: list[Difference] = []
     if _degrees(plan) != _degrees(same):
@@ -90,8 +94,7 @@ def layout_differences(plan: ParallelPlan, framework: str) -> list[Difference]:
         rows.append(Difference(file=file, aspect="recompute", plan=plan.recompute, in_file=same.recompute,
                                why="selective recompute is Megatron's; whole-layer checkpointing instead"))
     if plan.precision != same.precision:
-        why = ("FP8 runs through Transformer Engine in Megatron only" if plan.precision == "fp8"
-               else "OLMo's FSDP trainer has no loss scaler")
+        why = framework_precision(plan.precision, framework)[1].split("; ")[0]  # the note, without "bf16 here"
         rows.append(Difference(file=file, aspect="precision", plan=plan.precision, in_file=same.precision, why=why))
     if plan.gbs != same.gbs:
         rows.append(Difference(file=file, aspect="global batch", plan=f"{plan.gbs} sequences",

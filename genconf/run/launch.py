@@ -59,8 +59,9 @@ def refuse_unrunnable(cfg) -> None:
     else:
         raise GenconfError("training needs the train extra: pip install 'genconf[train]' (torch, deepspeed, megatron-core)")
     te = importlib.util.find_spec("transformer_engine") is not None
+    torchao = importlib.util.find_spec("torchao") is not None
     why = precision.unsupported_reason(precision.recipe(cfg.precision_recipe), gpu=gpu, framework=cfg.plan.framework,
-                                       te_available=te, cuda=cuda)
+                                       te_available=te, cuda=cuda, torchao_available=torchao)
     if why:
         raise GenconfError(why)
     if cfg.plan.cp > 1 and not (cuda and te):
