@@ -183,7 +183,7 @@ def _draw_memory(plt, rows: list[dict], path: Path, title: str) -> None:
     ax.set_ylabel("GiB per GPU")
     ax.set_ylim(0, max(capacity, max(r["total_gib"] for r in rows)) * 1.12)
     ax.set_xlim(-0.6, len(rows) - 0.4 + (1.2 if len(rows) < 4 else 0.5))
-    ax.set_title(f"{title}: memory per GPU by pipeline stage")
+    ax.set_title(f"{title}\nmemory per GPU by pipeline stage", fontsize=10)
     ax.legend(loc="upper left", fontsize=8, ncol=5)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -234,7 +234,7 @@ def _draw_schedule(plt, blocks: tuple[PipelineBlock, ...], plan: ParallelPlan, p
     ax.set_xlim(0, span * scale)
     ax.set_xlabel(f"time in one step ({unit})")
     kind = "interleaved 1F1B" if plan.vp > 1 and plan.pp > 1 else "1F1B" if plan.pp > 1 else "no pipeline"
-    ax.set_title(f"{title}: {kind} schedule, pp={plan.pp} vp={plan.vp}, {plan.num_microbatches} micro-batches; "
+    ax.set_title(f"{title}\n{kind} schedule, pp={plan.pp} vp={plan.vp}, {plan.num_microbatches} micro-batches; "
                  f"bubble {bubble:.1%} ((p-1)/(v m) = {bubble_fraction(plan):.1%})", fontsize=10)
     fig.subplots_adjust(bottom=0.22, left=0.07, right=0.98)
     fig.savefig(path, dpi=DPI)
