@@ -21,8 +21,21 @@ CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "ib_gbit_per_s_per
 def _cluster_presets() -> tuple[str, dict[str, dict]]:
     path = CATALOG_DIR / "clusters.yaml"
     data = read_yaml(path)
-    check_keys(path, data, ("default", "clusters"))
+    check_keys(path, data, ("default", "usual_node", "clusters"))
     return data["default"], data["clusters"]
+
+
+@functools.lru_cache(maxsize=1)
+def usual_nodes() -> dict[str, str]:
+    """GPU name -> the cluster preset of the node it usually comes in (clusters.yaml `usual_node`)."""
+    path = CATALOG_DIR / "clusters.yaml"
+    usual = dict(read_yaml(path).get("usual_node") or {})
+    presets = _cluster_presets()[1]
+    for gpu, preset in usual.items():
+        resolve_gpu(gpu)
+        if preset not in presets:
+            raise GenconfError(f"{path}: usual_node [{gpu}]: unknown cluster preset '{preset}'")
+    return usual
 
 
 def cluster_from_mapping(name: str, values: dict, where: str) -> ClusterSpec:
@@ -51,7 +64,29 @@ def default_cluster_name() -> str:
 
 def resolve_cluster(ref: str | None = None, *, gpu: str | None = None, gpus_per_node: int | None = None) -> ClusterSpec:
     """A preset name or YAML file, with --gpu / --gpus-per-node overrides applied."""
+    return resolve_cluster_noted(ref, gpu=gpu, gpus_per_node=gpus_per_node)[0]
+
+
+def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
+                          gpus_per_node: int | None = None) -> tuple[ClusterSpec, str | None]:
+    """resolve_cluster, and a note for the output when a GPU given without a cluster chose the node: that GPU's
+    usual node (usual_nodes), or the default cluster's when it has none."""
     default, presets = _cluster_presets()
+    note = None
+    if ref is None and gpu is not None:
+        key = resolve_gpu(gpu).name
+        usual = usual_nodes().get(key)
+        cluster, _ = resolve_cluster_noted(usual or default, gpu=key, gpus_per_node=gpus_per_node)
+        domain = cluster.nvlink_domain
+        shape = (f"{cluster.gpus_per_node} GPUs per node, " +
+                 (f"an NVLink domain of {domain} GPUs across nodes" if domain > cluster.gpus_per_node
+                  else "NVLink inside the node"))
+        if usual:
+            note = f"--gpu {key} without --cluster: its usual node, {usual} ({shape}); --cluster chooses another"
+        else:
+            note = (f"--gpu {key} without --cluster: no preset of its usual node, so the default cluster's, {default} "
+                    f"({shape}); --cluster chooses another")
+        return cluster, note
     ref = ref or default
     if ref in presets:
         cluster = cluster_from_mapping(ref, presets[ref], f"clusters.yaml [{ref}]")
@@ -77,4 +112,4 @@ def resolve_cluster(ref: str | None = None, *, gpu: str | None = None, gpus_per_
             cluster = replace(cluster, **changes)
         except ValueError as exc:
             raise GenconfError(str(exc)) from None
-    return cluster
+    return cluster, note

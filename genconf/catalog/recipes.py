@@ -207,7 +207,8 @@ def full_run(recipe: Recipe) -> dict:
     best = result.best
     train = _train_spec(recipe, best.plan, model)
     tokens = float(train.train_steps * best.plan.gbs * best.plan.seq_length)
-    run = planfile.encode(model, None, cluster, gpus, best, result, tokens, train, cal=cal)
+    run = planfile.encode(model, None, cluster, gpus, best, result, tokens, train, cal=cal,
+                          batch_source="recipe" if recipe.section("batch").get("global_batch") else "default")
     run["recipe"] = {"name": recipe.name, "version": recipe.version, "precision_recipe": recipe.precision_recipe.name,
                      "data": recipe.section("data") or {"kind": "synthetic"}}
     return run
@@ -259,7 +260,7 @@ def smoke_run(recipe: Recipe) -> dict:
     train = _train_spec(recipe, small, tiny, steps=steps, lr=smoke.get("lr", 1e-3), warmup=smoke.get("warmup_steps", 3))
     train = dataclasses.replace(train, fp8_recipe=r.train_fp8_recipe,
                                 fp8_bf16_first_last_layers=r.bf16_first_last_layers, checkpoint_every_steps=steps)
-    run = planfile.encode(tiny, None, cluster, world, ev, None, float(steps * gbs * seq), train)
+    run = planfile.encode(tiny, None, cluster, world, ev, None, float(steps * gbs * seq), train, batch_source="smoke")
     run["recipe"] = {"name": recipe.name, "version": recipe.version, "precision_recipe": r.name, "smoke": True,
                      "full_layout": full["layout"], "note": smoke.get("note", ""),
                      "data": recipe.section("data") or {"kind": "synthetic"}}

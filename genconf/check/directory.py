@@ -9,8 +9,9 @@ from genconf.check.deepspeed import check_ds_config
 from genconf.check.megatron import check_megatron_args
 from genconf.check.olmo import check_olmo
 from genconf.check.plan import check_plan
-from genconf.check.slurm import check_sbatch, sbatch_test_only
+from genconf.check.slurm import check_launch_env, check_sbatch, sbatch_test_only
 from genconf.plan.errors import GenconfError
+from genconf.render.fidelity import olmo_config_omitted
 from genconf.render.files import artifact_names
 
 
@@ -27,7 +28,12 @@ def check_dir(path: Path, *, slurm: bool = False) -> CheckResult:
     if planned is None or problems:
         # Every other file derives from plan.json: with the plan itself broken there is nothing to hold them to.
         return CheckResult(tuple(checked), tuple(problems))
-    for name in artifact_names(planned.plan):
+    names = artifact_names(planned.plan, planned.model)
+    omitted = olmo_config_omitted(planned.model)
+    if omitted and (path / "olmo_fsdp.yaml").exists():
+        problems.append(Problem("olmo_fsdp.yaml", None, f"describes a dense model: {omitted.split(', so')[0]}; "
+                                                        f"remove it (genconf does not write it for {planned.model.name})"))
+    for name in names:
         if name in ("plan.json", "README.md"):
             continue
         file = path / name
@@ -47,6 +53,8 @@ def check_dir(path: Path, *, slurm: bool = False) -> CheckResult:
                 problems += check_megatron_args(text, planned)
             elif name == "olmo_fsdp.yaml":
                 problems += check_olmo(text, planned)
+            elif name == "launch_env.sh":
+                problems += check_launch_env(text, planned)
             else:
                 problems += check_sbatch(name, text, planned)
         except (ValueError, TypeError) as exc:

@@ -4,11 +4,13 @@ Slurm itself (`sbatch --test-only`, the only subprocess of genconf check)."""
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 from genconf.check.common import Problem
+from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.planfile import PlanFile
 from genconf.render import slurm
 
@@ -143,6 +145,37 @@ def check_sbatch(name: str, text: str, p: PlanFile) -> list[Problem]:
         if value != str(want):
             problems.append(Problem(name, line, f"torchrun {flag}={value} contradicts the plan: {layout} needs "
                                                 f"{flag}={want}"))
+    return problems
+
+
+def check_launch_env(text: str, p: PlanFile) -> list[Problem]:
+    """launch_env.sh against the plan: the cluster's NCCL settings, and CUDA_DEVICE_MAX_CONNECTIONS=1 where Megatron's
+    tensor or context parallelism needs it (what launch_megatron.sbatch exports)."""
+    name = "launch_env.sh"
+    problems: list[Problem] = []
+    exports: dict[str, tuple[int, str]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped.startswith("export "):
+            continue
+        try:
+            words = shlex.split(stripped[len("export "):])
+        except ValueError as exc:
+            problems.append(Problem(name, number, f"cannot parse the export: {exc}"))
+            continue
+        exports.update((w.split("=", 1)[0], (number, w.split("=", 1)[1])) for w in words if "=" in w)
+    for var, want in p.cluster.nccl_env:
+        if var not in exports:
+            problems.append(Problem(name, None, f"no export {var}={want} (cluster {p.cluster.name})"))
+        elif exports[var][1] != want:
+            problems.append(Problem(name, exports[var][0], f"{var}={exports[var][1]} contradicts cluster "
+                                                           f"{p.cluster.name} ({var}={want})"))
+    megatron, _ = equivalent_plan(p.plan, "megatron")
+    connections = exports.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if (megatron.tp > 1 or megatron.cp > 1) and (connections is None or connections[1] != "1"):
+        problems.append(Problem(name, connections[0] if connections else None,
+                                f"Megatron with tp={megatron.tp} cp={megatron.cp} needs CUDA_DEVICE_MAX_CONNECTIONS=1 "
+                                f"(Megatron-LM's arguments.py asserts it)"))
     return problems
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import sys
 
-from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster
+from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster_noted
 from genconf.catalog.hardware import calibration_for, list_gpus
 from genconf.catalog.models import list_models, model_aliases, resolve_model
 from genconf.cli import text
@@ -66,7 +66,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     from genconf.plan.search import plan_or_explain
 
     model, alias = resolve_model(args.model)
-    cluster = resolve_cluster(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
+    cluster, cluster_note = resolve_cluster_noted(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
     num_gpus = args.gpus or cluster.total_gpus
     if num_gpus is None:
         raise GenconfError(f"cluster {cluster.name} has no default size: give --gpus")
@@ -81,11 +81,24 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
     pins = pins_from_args(args)
     cal = calibration_for(cluster.gpu.name)
+    used = None
+    if getattr(args, "calibration", None):
+        from genconf.catalog import calibration_file
+
+        cf = calibration_file.read_file(args.calibration)
+        cal = calibration_file.apply(cal, cf, cluster.gpu.name)
+        used = {"file": cf.path, "source": cf.source, "gpu": cf.gpu, "measured_on": cf.environment.get("device"),
+                "terms": cf.terms, "provenance": cf.provenance}
     result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
     best = result.best
     tokens = args.tokens or float(chinchilla_tokens(model))
-    run = planfile.encode(model, alias, cluster, num_gpus, best, result, tokens, cal=cal)
+    run = planfile.encode(model, alias, cluster, num_gpus, best, result, tokens, cal=cal,
+                          batch_source="--global-batch" if args.global_batch else "default")
     run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
+    if cluster_note:
+        run["cluster"]["note"] = cluster_note
+    if used:  # plans with the built-in calibration stay byte-identical
+        run["calibration"] = used
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 
 
@@ -114,6 +127,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(text.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
                                top=args.top))
+        if "calibration" in planned.run:
+            print(text.calibration_line(planned.run["calibration"]))
     return 0
 
 
@@ -179,6 +194,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 # --- launch and verify ----------------------------------------------------------------------------
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    import dataclasses as dc
     import shlex
     import time
     from pathlib import Path
@@ -197,6 +213,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         run_dir = launch.script_run_dir(launch.sbatch_script(artifacts, args.framework or plan.framework))
     else:
         run_dir = Path(args.run_dir) if args.run_dir else artifacts / "runs" / (args.name or time.strftime("%Y%m%d-%H%M%S"))
+    speed = {"attention": args.attention, "compile": args.compile, "fused_optimizer": not args.no_fused_optimizer}
+    defaults = {"attention": "auto", "compile": False, "fused_optimizer": True}
+    speed = {k: v for k, v in speed.items() if v != defaults[k]}
     if args.resume:
         # The saved run is the run: the flags may extend it (--steps) or change its checkpoint policy; any other
         # flag must agree with it, and the artifacts directory's plan is not read again.
@@ -204,11 +223,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
             raise GenconfError(f"--resume: {run_dir} has no config.json (give the --run-dir of the run to resume)")
         saved = runconfig.RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
         cfg, notes = runconfig.resumed(saved, flags, data, args.framework)
+        if speed:  # how kernels run (attention, compile, fused optimizer), not what the run is: the flags win
+            cfg = dc.replace(cfg, speed=speed)
         launch.check_resumable(run_dir, cfg, args.steps)
         for note in notes:
             print(f"genconf: {note}", file=sys.stderr)
     else:
-        cfg = launch.run_config_from_artifacts(artifacts, flags, data)
+        cfg = dc.replace(launch.run_config_from_artifacts(artifacts, flags, data), speed=speed)
         if args.framework and args.framework != cfg.plan.framework:
             raise GenconfError(f"--framework {args.framework}: this directory's plan is a {cfg.plan.framework} plan; "
                                f"re-plan with --framework {args.framework} to get an exact {args.framework} layout")
@@ -218,6 +239,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.submit:
         return launch.submit(cfg, artifacts, wait=args.wait, resume=args.resume)
     launch.refuse_unrunnable(cfg)
+    note = None if args.resume else launch.shrunk_batch_note(artifacts, cfg)
+    if note:
+        print(f"genconf: {note}", file=sys.stderr, flush=True)
+    if not launch.cuda_available():
+        launch.cpu_step_estimate(cfg, force=args.force)
     since = time.time()
     rc = launch.launch_local(cfg, run_dir, resume=args.resume)
     hint = f"genconf launch {shlex.quote(str(artifacts))} --run-dir {shlex.quote(str(run_dir))} --resume"
@@ -287,7 +313,13 @@ def cmd_ci(args: argparse.Namespace) -> int:
 
     if args.recipes_dir:
         os.environ[recipes.RECIPES_DIR_ENV] = os.path.abspath(args.recipes_dir)
-    rows = ci.run(args.names, update_golden=args.update_golden, work_dir=args.work_dir)
+    if args.plot:
+        from genconf.run import plots
+
+        plots.require_matplotlib()  # before anything runs
+    rows = ci.run(args.names, update_golden=args.update_golden, work_dir=args.work_dir, plot_dir=args.plot)
+    if args.plot:
+        print(f"genconf: wrote {sum(len(r.plots) for r in rows)} files to {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps([r.__dict__ | {"ok": r.ok} for r in rows], indent=1, sort_keys=True))
     else:
@@ -295,6 +327,28 @@ def cmd_ci(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in rows) else 1
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from genconf.catalog import calibration_file
+    from genconf.run import calibrate
+
+    if args.bench == bool(args.runs):
+        raise GenconfError("calibrate: give either --bench or run directories")
+    if args.bench:
+        from genconf.catalog.hardware import gpu_for_device_name
+
+        nproc = args.nproc or calibrate.default_nproc()
+        tables = calibrate.run_bench(nproc=nproc, model=args.model, tokens=args.tokens, tp=args.tp)
+        device = tables.get("environment", {}).get("device", "cpu")
+        gpu = args.gpu or (gpu_for_device_name(device) if device != "cpu" else None)
+        content = calibrate.fit_bench(tables, gpu)
+    else:
+        terms = [t.strip() for t in args.terms.split(",") if t.strip()] if args.terms else None
+        content = calibrate.fit_runs(list(args.runs), gpu=args.gpu, terms=terms)
+    calibration_file.write_file(args.output, content)
+    print(text.calibrate_text(args.output, content))
+    return 0
+
+
 HANDLERS = {"plan": cmd_plan, "models": cmd_models, "hardware": cmd_hardware, "render": cmd_render, "check": cmd_check,
-            "launch": cmd_launch, "verify": cmd_verify, "recipe": cmd_recipe, "ci": cmd_ci}
+            "launch": cmd_launch, "verify": cmd_verify, "recipe": cmd_recipe, "ci": cmd_ci, "calibrate": cmd_calibrate}
 """Subcommand -> its implementation (the parser's subcommands, genconf.cli.parser.SUBCOMMANDS)."""

@@ -9,7 +9,7 @@ from genconf.plan import limits
 from genconf.plan.errors import GenconfError
 from genconf.plan.precision import PLAN_PRECISIONS, PRECISION_NAMES
 
-SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci")
+SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci", "calibrate")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,6 +67,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cluster", help="cluster preset or YAML file (default: kempner-h100, the seed's cluster)")
     g.add_argument("--gpu", help="override the cluster's GPU (see 'genconf hardware')")
     g.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
+    g.add_argument("--calibration", metavar="FILE", help="plan with the cost-model terms of a calibration file "
+                   "(written by 'genconf calibrate') over the GPU's built-in ones")
     g = p.add_argument_group("pinned choices (evaluate exactly these; the rest is searched)")
     g.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"))
     for flag, text in (("--tp", "tensor parallel"), ("--pp", "pipeline stages"), ("--vp", "virtual stages per pipeline rank"),
@@ -168,6 +170,8 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--resume", action="store_true",
                         help="continue the run in --run-dir from its newest verified checkpoint; with --steps N, "
                              "extend (or shorten) it to N steps; other flags must agree with the saved run")
+    launch.add_argument("--force", action="store_true", help="on a CPU: start even when a step is expected to take "
+                        "more than 10 minutes")
     g = launch.add_argument_group("smoke test: shrink the model, keep the parallel layout")
     for flag, text in (("--layers", "transformer layers"), ("--hidden", "hidden size (MLP scaled alike)"),
                        ("--heads", "attention heads"), ("--vocab", "vocabulary size"), ("--seq-len", "sequence length"),
@@ -182,12 +186,18 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
     g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
     g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")
+    g = launch.add_argument_group("speed on a GPU (FSDP and DeepSpeed runners; genconf.train.speed)")
+    g.add_argument("--attention", choices=("auto", "flash", "cudnn", "efficient", "math"), default="auto",
+                   help="scaled_dot_product_attention backend (default auto: torch picks flash/cuDNN on a GPU)")
+    g.add_argument("--compile", action="store_true", help="torch.compile each decoder block (DDP and ZeRO 0-2)")
+    g.add_argument("--no-fused-optimizer", action="store_true", help="plain torch AdamW instead of the fused one")
 
     verify = sub.add_parser("verify", help="compare a run's loss, speed and memory with its expectations")
     verify.add_argument("run", metavar="RUN", help="a run directory (with metrics.jsonl)")
     verify.add_argument("--golden", help="golden loss file: 'step loss' per line")
     verify.add_argument("--tolerance", type=float, help="absolute loss tolerance against the golden file (default 1e-4)")
-    verify.add_argument("--min-drop", type=float, default=0.05, help="without a golden file: required loss drop (0.05)")
+    verify.add_argument("--min-drop", type=float, help="without a golden file: also require the loss to fall by this "
+                        "fraction (default: the statistical trend rule alone)")
     verify.add_argument("--json", action="store_true")
     verify.add_argument("--plot", metavar="DIR", help="draw verify.png (loss against the golden curve, tokens/s and peak "
                         "memory per step against the prediction) with its numbers in verify.csv (needs the plot extra)")
@@ -204,4 +214,17 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     ci.add_argument("--update-golden", metavar="NAME", help="rewrite NAME's golden file from a fresh run (shows the diff)")
     ci.add_argument("--work-dir", help="where the artifacts and runs go (default: a new temporary directory)")
     ci.add_argument("--recipes-dir", help="run the recipes of another folder (default: genconf's recipes/)")
+    ci.add_argument("--plot", metavar="DIR", help="draw each recipe's memory.png and schedule.png (its full-size plan) "
+                    "and verify.png (its smoke run against the golden curve) into DIR/<recipe>/ (needs the plot extra)")
     ci.add_argument("--json", action="store_true")
+
+    cal = sub.add_parser("calibrate", help="fit the cost model's terms to this machine's GPUs (--bench) or to measured runs")
+    cal.add_argument("runs", metavar="RUN_DIR", nargs="*", help="run directories (metrics.jsonl, config.json, versions.json)")
+    cal.add_argument("--bench", action="store_true", help="measure GEMMs, attention, bandwidth and collectives here")
+    cal.add_argument("--nproc", type=positive_int, help="ranks for --bench (default: every visible GPU, 1 on a CPU)")
+    cal.add_argument("--model", default="1b", help="--bench: the model whose layer shapes to time (default 1b)")
+    cal.add_argument("--tokens", type=positive_int, help="--bench: tokens per micro-batch (default 8192; 128 on a CPU)")
+    cal.add_argument("--tp", help="--bench: TP splits of the shapes, comma-separated (default 1,2,4,8)")
+    cal.add_argument("--gpu", help="the catalog GPU to fit against (default: the device the bench or runs ran on)")
+    cal.add_argument("--terms", help="runs: the terms to refit, comma-separated (default: those the runs inform)")
+    cal.add_argument("-o", "--output", default="calibration.yaml", help="the calibration file (default calibration.yaml)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from genconf.plan.batch import describe_batch
 from genconf.plan.counting import exact_param_count, human_count
 from genconf.plan.memory import GIB, HEADROOM_FRACTION, StageMemory
 from genconf.plan.pipeline import inflight_chunks
@@ -60,17 +61,25 @@ def _checkpoint_lines(ck: dict | None) -> list[str]:
 def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:
     m, c, p, perf, tr = d["model"], d["cluster"], d["plan"], d["perf"], d["training"]
     alias = f"{m['alias']} -> " if m["alias"] else ""
+    domain = c.get("nvlink_domain_gpus") or c["gpus_per_node"]
+    nvlink = "inside a node" if domain <= c["gpus_per_node"] else f"across {domain} GPUs"
     lines = [
         f"model    {alias}{m['name']}: {m['params']:,} parameters (workshop formula: {m['params_workshop']:,})",
         f"         {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_attention_heads']} heads"
         f" ({m['num_query_groups']} KV), ffn {m['ffn_hidden_size']} {m['activation']}, vocab {m['vocab_size']}, "
         f"seq {p['seq_length']}",
         f"cluster  {c['name']}: {c['num_gpus']} x {c['gpu_display_name']} ({c['num_nodes']} nodes of "
-        f"{c['gpus_per_node']}, NVLink inside a node, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
+        f"{c['gpus_per_node']}, NVLink {nvlink}, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
+        *([f"         {c['note']}"] if c.get("note") else []),
         "",
         f"plan     {d['layout']}",
         f"         {p['num_microbatches']} micro-batches per step, {p['precision']}, layer spec {p['layer_spec']}, "
         f"layers per stage {p['stage_layers'] if p['pp'] <= 8 else str(p['stage_layers'][:8])[:-1] + ', ...]'}",
+    ]
+    if d.get("batch"):
+        head, where = describe_batch(d["batch"])
+        lines += [f"batch    {head}", f"         {where}"]
+    lines += [
         "",
         f"memory per GPU, stage {best.memory.peak.stage} (the busiest)           GiB",
     ]
@@ -190,3 +199,24 @@ def ci_table(rows: list[Row]) -> str:
     passed = sum(r.ok for r in rows)
     out.append(f"{passed}/{len(rows)} recipes passed")
     return "\n".join(out)
+
+
+def calibration_line(used: dict) -> str:
+    """Which calibration file the prediction used, with the terms it set."""
+    terms = ", ".join(f"{k} {v:.4g}" for k, v in sorted(used["terms"].items())) or "no terms"
+    return f"calibration  {used['file']} ({used['source']} on {used.get('measured_on') or '?'}): {terms}"
+
+
+def calibrate_text(path: str, content: dict) -> str:
+    """What `genconf calibrate` wrote: the terms (before -> after), each fitted group's error, each run."""
+    terms = content.get("terms") or {}
+    changed = ", ".join(f"{k} {v['before']:.4g} -> {v['value']:.4g}" for k, v in terms.items()) or "no terms fitted"
+    lines = [f"genconf: wrote {path} ({content['source']}, gpu {content.get('gpu') or 'none'}): {changed}"]
+    for group, summary in (content.get("fit") or {}).items():
+        edge = f"; at a bound: {', '.join(summary['at_bound'])}" if summary["at_bound"] else ""
+        lines.append(f"  {group}: {', '.join(summary['terms'])}: RMS error of log time {summary['before_log_rmse']:.3f} "
+                     f"-> {summary['after_log_rmse']:.3f}{edge}")
+    for row in content.get("runs", []):
+        lines.append(f"  {row['run']}: step time measured {row['measured_step_time_s']:.4f} s, predicted "
+                     f"{row['predicted_step_time_s_before']:.4f} -> {row['predicted_step_time_s_after']:.4f} s")
+    return "\n".join(lines)

@@ -42,7 +42,7 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
         recompute = "full" if plan.recompute != "none" else "none"
         if plan.recompute == "selective":
             notes.append("selective recompute is Megatron's; full (whole-layer) checkpointing instead")
-    precision, why = framework_precision(plan.precision, framework)
+    precision, why = framework_precision(plan.precision, framework, plan_framework=plan.framework)
     if why:
         notes.append(why)
     gbs = _round_batch(plan.gbs, plan.mbs * world)

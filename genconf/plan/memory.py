@@ -542,7 +542,8 @@ class _Dims:
 
 def _dims(model: ModelSpec, plan: ParallelPlan) -> _Dims:
     sp = plan.sequence_parallel and plan.tp > 1
-    recipe = plan.quant_recipe if plan.layer_spec == "te" else None
+    # Transformer Engine saves FP8/FP4 casts for backward; torchao's Float8Linear (FSDP) is priced as BF16 here.
+    recipe = plan.quant_recipe if plan.layer_spec == "te" and plan.framework == "megatron" else None
     f = model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size
     e = 4 if plan.precision == "fp32" else 2
     return _Dims(n=plan.mbs * plan.seq_length // plan.cp, s=plan.seq_length, h=model.hidden_size,

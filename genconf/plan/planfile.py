@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genconf import __version__
+from genconf.plan.batch import batch_summary
 from genconf.plan.checkpoint_size import checkpoint_size
 from genconf.plan.cost import Calibration, StepCost, training_time_s
 from genconf.plan.counting import exact_param_count, workshop_param_count
@@ -129,10 +130,11 @@ def intervals_dict(best: Evaluation, cal: Calibration, *, moe: bool = False) -> 
 
 
 def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
-           result: SearchResult | None, tokens: float, train: TrainSpec | None = None,
-           cal: Calibration | None = None) -> dict:
+           result: SearchResult | None, tokens: float, train: TrainSpec | None = None, *,
+           cal: Calibration | None = None, batch_source: str = "default") -> dict:
     """The run dict of a plan: what `--json` prints and plan.json holds (`tokens` sets the training length;
-    `cal` adds the 80% intervals of its held-out error bands)."""
+    `cal` adds the 80% intervals of its held-out error bands; `batch_source` says where the global batch came
+    from: genconf.plan.batch.BATCH_SOURCES)."""
     cost = best.cost
     alternatives = []
     if result is not None:
@@ -147,6 +149,7 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
         "genconf_version": __version__, "schema_version": SCHEMA_VERSION,
         "model": model_dict(model, alias), "cluster": cluster_dict(cluster, num_gpus),
         "plan": plan_dict(best.plan, model), "layout": describe(best.plan),
+        "batch": batch_summary(exact_param_count(model), best.plan.gbs, best.plan.seq_length, batch_source),
         "train": dataclasses.asdict(train),
         "memory": memory_dict(best.memory), "perf": perf_dict(cost),
         "checkpoint": checkpoint_dict(model, best.plan, train.keep_checkpoints),

@@ -131,6 +131,10 @@ def plan_in_precision(plan: ParallelPlan, plan_precision: str) -> ParallelPlan:
         fp8_param_gather=plan.fp8_param_gather and plan_precision in TE_LAYERS_ONLY,
         precision_aware_optimizer=plan.precision_aware_optimizer and plan_precision in ("bf16", *TE_LAYERS_ONLY))
 
+TORCHAO_RECIPES = {"fp8-current": "tensorwise"}
+"""FP8 without Transformer Engine (genconf's FSDP launcher): genconf recipe -> torchao Float8LinearConfig recipe
+(torchtitan's)."""
+
 
 # --- frameworks -----------------------------------------------------------------------------------
 
@@ -163,25 +167,44 @@ class FrameworkLimit:
     """The note in that artifact (equivalent_plan's notes, the artifacts README)."""
     refusal: str
     """Why `genconf launch` refuses a run asking for it ({recipe} and {framework} filled in)."""
-    rule: str
-    """Why the rule book refuses a plan asking for it (the `precision` rule)."""
+    rule: str | None
+    """Why the rule book refuses a plan asking for it (the `precision` rule); None where genconf's own launcher
+    trains such a plan another way, so only that framework's artifact differs."""
+    own_note: str | None = None
+    """The note when the plan itself is of that framework and genconf's launcher trains it (rule None)."""
 
 
 TE_LAYERS_ONLY = {"fp8": "FP8", "fp4": "NVFP4"}
 """Plan dtypes whose GEMMs only Transformer Engine's layers run (which only the Megatron path builds with the te
 layer spec), with the name messages give them."""
 
+TORCHAO_DTYPES = ("fp8",)
+"""Plan dtypes genconf's FSDP launcher also trains, through torchao's float8 layers (TORCHAO_RECIPES)."""
+
 
 def _te_layers_only(plan_precision: str) -> FrameworkLimit:
+    name = TE_LAYERS_ONLY[plan_precision]
+    if plan_precision in TORCHAO_DTYPES:
+        return FrameworkLimit(
+            instead="bf16", note=f"{name} runs through Transformer Engine in Megatron only; bf16 here",
+            refusal="{recipe} runs through Transformer Engine layers (the megatron launcher) or torchao (fsdp), "
+                    "not {framework}",
+            rule=f"{name} runs through Transformer Engine (--framework megatron --layer-spec te) or torchao's float8 "
+                 f"layers (--framework fsdp)")
     return FrameworkLimit(
-        instead="bf16", note=f"{plan_precision.upper()} runs through Transformer Engine in Megatron only; bf16 here",
+        instead="bf16", note=f"{name} runs through Transformer Engine in Megatron only; bf16 here",
         refusal="{recipe} runs through Transformer Engine layers: use the megatron launcher, not {framework}",
-        rule=f"{TE_LAYERS_ONLY[plan_precision]} runs through Transformer Engine: needs --framework megatron and "
-             f"--layer-spec te")
+        rule=f"{name} runs through Transformer Engine: needs --framework megatron and --layer-spec te")
 
 
 _FRAMEWORK_LIMITS: dict[tuple[str, str], FrameworkLimit] = {
     **{(dtype, framework): _te_layers_only(dtype) for dtype in TE_LAYERS_ONLY for framework in ("deepspeed", "fsdp")},
+    # genconf's FSDP launcher trains FP8 through torchao's float8 layers (unsupported_reason says where), but
+    # OLMo's trainer config has no FP8: an FSDP plan stays legal and only its OLMo artifact falls back to bf16.
+    **{(dtype, "fsdp"): dataclasses.replace(
+        _te_layers_only(dtype), rule=None,
+        own_note=f"OLMo's trainer has no {TE_LAYERS_ONLY[dtype]}: bf16 here (genconf launch trains this plan in "
+                 f"{TE_LAYERS_ONLY[dtype]} through torchao)") for dtype in TORCHAO_DTYPES},
     ("fp16", "fsdp"): FrameworkLimit(
         instead="bf16", note="OLMo FSDP has no loss scaler; bf16 instead of fp16",
         refusal="fp16 with the OLMo-style FSDP launcher is not supported (no loss scaler there); use bf16",
@@ -190,10 +213,13 @@ _FRAMEWORK_LIMITS: dict[tuple[str, str], FrameworkLimit] = {
 """(plan dtype, framework) -> what that framework cannot train, and what it trains instead."""
 
 
-def framework_precision(plan_precision: str, framework: str) -> tuple[str, str | None]:
-    """(the dtype `framework` trains a `plan_precision` plan in, the note saying why when that differs)."""
+def framework_precision(plan_precision: str, framework: str, *, plan_framework: str | None = None) -> tuple[str, str | None]:
+    """(the dtype `framework`'s artifact trains a `plan_precision` plan of `plan_framework` in, the note saying why
+    when that differs)."""
     limit = _FRAMEWORK_LIMITS.get((plan_precision, framework))
-    return (limit.instead, limit.note) if limit else (plan_precision, None)
+    if limit is None:
+        return plan_precision, None
+    return limit.instead, (limit.own_note if plan_framework == framework and limit.own_note else limit.note)
 
 
 def plan_refusal(plan_precision: str, framework: str, layer_spec: str) -> str | None:
@@ -202,7 +228,7 @@ def plan_refusal(plan_precision: str, framework: str, layer_spec: str) -> str | 
     limit = _FRAMEWORK_LIMITS.get((plan_precision, framework))
     if limit is None and plan_precision in TE_LAYERS_ONLY and layer_spec != "te":
         limit = _te_layers_only(plan_precision)  # megatron-core's local layers are not Transformer Engine's either
-    return limit.rule if limit else None
+    return limit.rule if limit else None  # a None rule: legal, only an artifact differs
 
 
 def megatron_flags(plan_precision: str, fp8_recipe: str | None, bf16_first_last_layers: int, *,
@@ -255,8 +281,18 @@ OLMO_PRECISION = {"bf16": "amp_bf16", "fp16": "amp_fp16", "fp32": "fp32"}
 
 
 def unsupported_reason(r: PrecisionRecipe, *, gpu: GPUSpec | None, framework: str, te_available: bool,
-                       cuda: bool) -> str | None:
+                       cuda: bool, torchao_available: bool = False) -> str | None:
     """One line saying why `r` cannot run here, or None. `gpu` None means no GPU (CPU run)."""
+    if r.plan_precision == "fp8" and framework == "fsdp":
+        # torchao's float8 layers: FP8 tensor cores on a GPU; torch._scaled_mm's CPU kernel runs it on a CPU.
+        if r.name not in TORCHAO_RECIPES:
+            return (f"{r.name} needs Transformer Engine (the megatron launcher); FSDP runs FP8 through torchao, "
+                    f"recipe {', '.join(TORCHAO_RECIPES)}")
+        if not torchao_available:
+            return "FP8 with FSDP runs through torchao, which is not installed: pip install 'genconf[fp8]'"
+        if cuda and gpu is not None and not gpu.supports_fp8:
+            return f"{r.name} needs FP8 tensor cores (Hopper or Blackwell); {gpu.display_name} has none"
+        return None
     if r.plan_precision in ("fp8", "fp4"):
         if not cuda or gpu is None:
             return f"{r.name} needs a Hopper or Blackwell GPU; this run has no GPU"
@@ -264,7 +300,7 @@ def unsupported_reason(r: PrecisionRecipe, *, gpu: GPUSpec | None, framework: st
             need = " or ".join(a.capitalize() for a in r.needs_arch)
             return f"{r.name} needs {need} tensor cores; {gpu.display_name} is {gpu.arch.capitalize()}"
         if not te_available:
-            return f"{r.name} needs Transformer Engine (pip install 'genconf[fp8]'), which is not installed"
+            return f"{r.name} needs Transformer Engine (pip install 'genconf[te]'), which is not installed"
     if r.name == "fp16" and framework == "deepspeed" and not cuda:
         return "fp16 under DeepSpeed needs a GPU: DeepSpeed's FP16 optimizer does not run on the CPU (use bf16)"
     limit = _FRAMEWORK_LIMITS.get((r.plan_precision, framework))

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genconf.plan import rules
+from genconf.plan.batch import default_batch, global_batch_for
+from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import GenconfError
 from genconf.plan.planfile import PlanFile, decode, load, model_from_dict, plan_from_dict
 from genconf.plan.precision import plan_in_precision, recipe_for
@@ -30,19 +32,21 @@ class RunConfig:
     shrink: dict
     """Smoke-test overrides applied to the artifact's plan (layers, hidden, steps, ...)."""
     artifacts: str
+    speed: dict = dataclasses.field(default_factory=dict)
+    """Speed switches the runners apply on a GPU (genconf.train.speed.SpeedOptions as a dict; {} = defaults)."""
 
     def to_dict(self) -> dict:
         return {"model": dataclasses.asdict(self.model), "plan": dataclasses.asdict(self.plan),
                 "train": dataclasses.asdict(self.train), "num_gpus": self.num_gpus, "data": self.data,
                 "precision_recipe": self.precision_recipe, "prediction": self.prediction, "shrink": self.shrink,
-                "artifacts": self.artifacts}
+                "artifacts": self.artifacts, "speed": self.speed}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
         return cls(model=model_from_dict(d["model"]), plan=plan_from_dict(d["plan"]), train=TrainSpec(**d["train"]),
                    num_gpus=int(d["num_gpus"]), data=d.get("data") or {"kind": "synthetic"},
                    precision_recipe=d["precision_recipe"], prediction=d.get("prediction") or {},
-                   shrink=d.get("shrink") or {}, artifacts=d.get("artifacts", ""))
+                   shrink=d.get("shrink") or {}, artifacts=d.get("artifacts", ""), speed=d.get("speed") or {})
 
 
 def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: int | None = None,
@@ -50,7 +54,8 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
            global_batch: int | None = None, mbs: int | None = None, steps: int | None = None,
            lr: float | None = None, checkpoint_every: int | None = None, keep_checkpoints: int | None = None,
            precision: str | None = None) -> tuple[ModelSpec, ParallelPlan, TrainSpec]:
-    """A smaller model and run with the same parallel layout (tp, pp, vp, cp, ep, dp, zero, recompute)."""
+    """A smaller model and run with the same parallel layout (tp, pp, vp, cp, ep, dp, zero, recompute). A smaller
+    model without --global-batch also gets a smaller batch: its own default, if below the plan's."""
     m, p, t = model, plan, train
     if layers is not None:
         # An uneven split is specific to the full model's layer count: the shrunk model splits evenly.
@@ -74,6 +79,14 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
     if seq_len is not None:
         m = dataclasses.replace(m, seq_length=max(m.seq_length, seq_len) if m.position_embedding == "rope" else seq_len)
         p = dataclasses.replace(p, seq_length=seq_len)
+    if global_batch is None and any(v is not None for v in (layers, hidden, heads, vocab, seq_len)):
+        # A smaller model wants a smaller batch (genconf.plan.batch): the shrunk model's default, never more than the
+        # plan's, in whole units of the layout (mbs x dp, x pp when interleaved) so the layout stays valid.
+        micro, unit = mbs or p.mbs, (mbs or p.mbs) * p.dp * (p.pp if p.vp > 1 else 1)
+        smaller = global_batch_for(default_batch(exact_param_count(m), p.seq_length), unit,
+                                   microbatch_sequences=micro * p.dp)
+        if smaller < p.gbs:
+            p = dataclasses.replace(p, gbs=smaller)
     if global_batch is not None or mbs is not None:
         gbs = global_batch or p.gbs
         per_rank = max(1, gbs // p.dp)

@@ -20,16 +20,15 @@ from dataclasses import dataclass, field, replace
 
 from genconf.plan import memory as mem
 from genconf.plan import rules
+from genconf.plan.batch import BatchDefault, default_batch, global_batch_for
 from genconf.plan.cost import Calibration, StepCost, _layer_time, implementation, step_cost
 from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
-DEFAULT_TOKENS_PER_STEP = 4 * 2**20
-"""Default global batch: ~4M tokens per step (LLaMA, Llama-2/3 and OLMo pre-training batches)."""
 MAX_BATCH_GROWTH = 1.5
-"""Without --global-batch, a candidate may round the batch up to 1.5x the default, not more."""
+"""Without --global-batch, a candidate may round the batch up to 1.5x the default (genconf.plan.batch), not more."""
 BATCH_TOO_LARGE = "batch_above_target"
 """Marker yielded for layouts whose data parallelism alone forces a batch above the target."""
 TIE_FRACTION = 0.03
@@ -192,11 +191,10 @@ def _vp_options(num_layers: int, pp: int, split: dict) -> list[int]:
     return [v for v in divisors(slots // pp) if slots % (pp * v) == 0]
 
 
-def _gbs_for(pins: Pins, seq: int, unit: int) -> int:
+def _gbs_for(pins: Pins, target: BatchDefault, unit: int, microbatch_sequences: int) -> int:
     if pins.gbs is not None:
         return pins.gbs
-    target = max(1, round(DEFAULT_TOKENS_PER_STEP / seq))
-    return max(unit, round(target / unit) * unit)
+    return global_batch_for(target, unit, microbatch_sequences=microbatch_sequences)
 
 
 def _cp_options(pins: Pins, seq: int) -> list[int]:
@@ -311,6 +309,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
 def _specs(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins):
     """(layout, mbs, gbs, recompute) of every base plan the search considers, or (layout, BATCH_TOO_LARGE)."""
     seq = pins.seq_length or model.seq_length
+    target = default_batch(exact_param_count(model), seq)  # the default global batch, from the model's size
     recomputes_all = [pins.recompute] if pins.recompute else ["none", "selective", "full"]
     for layout in _layouts(model, cluster, num_gpus, pins, seq):
         recomputes = [r for r in recomputes_all if r != "selective" or layout.framework == "megatron" or pins.recompute]
@@ -325,8 +324,8 @@ def _specs(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins):
             mbss = [1, 2, 4, 8]
         for mbs in mbss:
             unit = mbs * layout.dp * (layout.pp if layout.vp > 1 else 1)
-            gbs = _gbs_for(pins, seq, unit)
-            if pins.gbs is None and gbs * seq > MAX_BATCH_GROWTH * DEFAULT_TOKENS_PER_STEP:
+            gbs = _gbs_for(pins, target, unit, mbs * layout.dp)
+            if pins.gbs is None and gbs * seq > MAX_BATCH_GROWTH * max(target.tokens_per_step, seq):
                 if mbs == mbss[0] and not pins.mbs:
                     yield layout, BATCH_TOO_LARGE, 0, ""
                 break  # would buy speed with a bigger batch than training wants

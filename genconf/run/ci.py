@@ -39,6 +39,8 @@ class Row:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     run_dir: str = ""
+    plots: list[str] = field(default_factory=list)
+    """With --plot: memory.png and schedule.png of the recipe's full-size plan, verify.png of its smoke run."""
 
     @property
     def ok(self) -> bool:
@@ -97,7 +99,21 @@ def golden_text(recipe: recipes.Recipe, run: Path, layout: str) -> str:
     return "".join(f"# {h}\n" for h in header) + "".join(f"{r['step']} {r['loss']:.6f}\n" for r in rows)
 
 
-def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
+def draw(recipe: recipes.Recipe, run_dir: Path, golden: Path | None, out: Path) -> list[str]:
+    """The three pictures of a recipe: memory per stage and the pipeline schedule of its full-size plan (the peak
+    stage and the bubble at scale), and its smoke run's loss, tokens/s and memory against the golden curve and the
+    prediction (genconf.run.plots); with their CSVs."""
+    from genconf.plan import planfile
+    from genconf.run import plots
+
+    full = recipes.full_run(recipe)
+    pf = planfile.decode(full)
+    written = plots.plan_plots(pf.model, pf.plan, pf.cluster, out, title=f"{recipe.name}: {full['layout']}")
+    written += plots.verify_plots(run_dir, out, golden=golden)
+    return [str(p) for p in written]
+
+
+def run_one(name: str, work: Path, *, update_golden: bool = False, plot_dir: Path | None = None) -> Row:
     from genconf.render.files import render_all
     from genconf.run.artifacts_dir import default_options, write_artifacts
 
@@ -112,6 +128,8 @@ def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
         write_artifacts(artifacts, render_all(run, options), True, run_dir=options.run_dir)
         cfg = launch.run_config_from_artifacts(artifacts, {}, data=run["recipe"]["data"])
         launch.refuse_unrunnable(cfg)
+        if not launch.cuda_available():
+            launch.cpu_step_estimate(cfg, force=False)
         run_dir = artifacts / "runs" / "ci"
         if run_dir.exists():
             shutil.rmtree(run_dir)
@@ -141,7 +159,7 @@ def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
         band = tuple(expect.get("throughput_band", verify.THROUGHPUT_BAND))
         verdict = verify.verify(run_dir, golden=golden if has_golden else None,
                                 tolerance=float(expect.get("loss_tolerance", SMOKE_LOSS_TOLERANCE)),
-                                min_drop=float(expect.get("min_loss_drop", verify.DEFAULT_MIN_DROP)), band=band,
+                                min_drop=(float(expect["min_loss_drop"]) if "min_loss_drop" in expect else None), band=band,
                                 peak_memory_gib=expect.get("peak_memory_gib"))
         speed = next(c for c in verdict.checks if c.name == "throughput")
         row.throughput = speed.detail if speed.status != "n/a" else f"n/a ({speed.detail})"
@@ -151,6 +169,8 @@ def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
             next(c.detail for c in verdict.checks if c.name == "loss")
         if not has_golden:
             row.notes.append("no golden file: checked that the loss falls")
+        if plot_dir is not None:
+            row.plots = draw(recipe, run_dir, golden if has_golden else None, plot_dir / name)
         if run["recipe"].get("note"):
             row.notes.append(run["recipe"]["note"])
     except GenconfError as exc:
@@ -159,8 +179,10 @@ def run_one(name: str, work: Path, *, update_golden: bool = False) -> Row:
     return row
 
 
-def run(names: list[str], *, update_golden: str | None, work_dir: str | None) -> list[Row]:
-    """Run the named recipes' smoke variants (default: every recipe that has one) and verify each."""
+def run(names: list[str], *, update_golden: str | None, work_dir: str | None,
+        plot_dir: str | None = None) -> list[Row]:
+    """Run the named recipes' smoke variants (default: every recipe that has one) and verify each; with `plot_dir`,
+    draw each recipe's three pictures into plot_dir/<recipe>/."""
     available = recipes.list_recipes()
     if update_golden:
         if update_golden not in available:
@@ -175,5 +197,6 @@ def run(names: list[str], *, update_golden: str | None, work_dir: str | None) ->
     rows = []
     for name in names:
         print(f"genconf ci: {name}", file=sys.stderr, flush=True)
-        rows.append(run_one(name, work, update_golden=name == update_golden))
+        rows.append(run_one(name, work, update_golden=name == update_golden,
+                            plot_dir=Path(plot_dir) if plot_dir else None))
     return rows

@@ -60,8 +60,9 @@ def refuse_unrunnable(cfg) -> None:
     else:
         raise GenconfError("training needs the train extra: pip install 'genconf[train]' (torch, deepspeed, megatron-core)")
     te = importlib.util.find_spec("transformer_engine") is not None
+    torchao = importlib.util.find_spec("torchao") is not None
     why = precision.unsupported_reason(precision.recipe(cfg.precision_recipe), gpu=gpu, framework=cfg.plan.framework,
-                                       te_available=te, cuda=cuda)
+                                       te_available=te, cuda=cuda, torchao_available=torchao)
     if why:
         raise GenconfError(why)
     if cfg.plan.cp > 1 and not (cuda and te):
@@ -86,6 +87,34 @@ def refuse_too_big_for_host(cfg) -> None:
         raise GenconfError(f"on this CPU the plan needs about {need / GIB:,.0f} GiB ({plan.world_size} ranks x "
                            f"{per_rank / GIB:,.1f} GiB) but the machine has {have / GIB:,.0f} GiB: shrink it for a "
                            f"smoke test (--layers, --hidden, --vocab, --seq-len, --global-batch)")
+
+
+def cpu_step_estimate(cfg, *, force: bool, cores: int | None = None):
+    """Print the expected time of one step on this machine's CPUs (genconf.plan.cpu_time) before a CPU launch, and
+    refuse one expected to take more than CPU_STEP_LIMIT_S (10 minutes) a step unless `force`."""
+    from genconf.plan.cpu_time import CPU_STEP_LIMIT_S, cpu_step_time, format_seconds
+
+    est = cpu_step_time(cfg.model, cfg.plan, cores=cores or len(os.sched_getaffinity(0)))
+    print(f"genconf: expected {est.describe()}", file=sys.stderr, flush=True)
+    if est.step_time_s > CPU_STEP_LIMIT_S and not force:
+        raise GenconfError(f"a step is expected to take {format_seconds(est.step_time_s)} on this CPU "
+                           f"({est.passes_per_rank} micro-batch passes per rank, {est.flops_per_step:.3g} FLOPs), over "
+                           f"the {format_seconds(CPU_STEP_LIMIT_S)} limit: shrink it (--layers, --hidden, --seq-len, "
+                           f"--global-batch) or pass --force")
+    return est
+
+
+def shrunk_batch_note(artifacts: Path, cfg) -> str | None:
+    """A line saying the batch was scaled down with the shrunk model, when it was (genconf.plan.runconfig.shrink)."""
+    from genconf.plan.batch import default_batch
+    from genconf.plan.counting import exact_param_count, human_count
+
+    before = runconfig.read_plan(artifacts).plan
+    if cfg.shrink.get("global_batch") or cfg.plan.gbs >= before.gbs:
+        return None
+    params = exact_param_count(cfg.model)
+    return (f"global batch {cfg.plan.gbs} sequences of {cfg.plan.seq_length} (the plan's {before.gbs}), scaled down with "
+            f"the shrunk model ({human_count(params)} parameters): {default_batch(params, cfg.plan.seq_length).reason}")
 
 
 def entry_point(framework: str) -> Path:

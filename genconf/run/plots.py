@@ -22,6 +22,7 @@ from genconf.plan.errors import GenconfError
 from genconf.plan.memory import GIB, HEADROOM_FRACTION, stage_memory
 from genconf.plan.pipeline import PipelineBlock, bubble_fraction, simulate_schedule
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
+from genconf.run.verify import Prediction, prediction_for
 
 DPI = 100
 MEMORY_SIZE_IN = (10.0, 6.0)
@@ -182,7 +183,7 @@ def _draw_memory(plt, rows: list[dict], path: Path, title: str) -> None:
     ax.set_ylabel("GiB per GPU")
     ax.set_ylim(0, max(capacity, max(r["total_gib"] for r in rows)) * 1.12)
     ax.set_xlim(-0.6, len(rows) - 0.4 + (1.2 if len(rows) < 4 else 0.5))
-    ax.set_title(f"{title}: memory per GPU by pipeline stage")
+    ax.set_title(f"{title}\nmemory per GPU by pipeline stage", fontsize=10)
     ax.legend(loc="upper left", fontsize=8, ncol=5)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -233,7 +234,7 @@ def _draw_schedule(plt, blocks: tuple[PipelineBlock, ...], plan: ParallelPlan, p
     ax.set_xlim(0, span * scale)
     ax.set_xlabel(f"time in one step ({unit})")
     kind = "interleaved 1F1B" if plan.vp > 1 and plan.pp > 1 else "1F1B" if plan.pp > 1 else "no pipeline"
-    ax.set_title(f"{title}: {kind} schedule, pp={plan.pp} vp={plan.vp}, {plan.num_microbatches} micro-batches; "
+    ax.set_title(f"{title}\n{kind} schedule, pp={plan.pp} vp={plan.vp}, {plan.num_microbatches} micro-batches; "
                  f"bubble {bubble:.1%} ((p-1)/(v m) = {bubble_fraction(plan):.1%})", fontsize=10)
     fig.subplots_adjust(bottom=0.22, left=0.07, right=0.98)
     fig.savefig(path, dpi=DPI)
@@ -241,87 +242,6 @@ def _draw_schedule(plt, blocks: tuple[PipelineBlock, ...], plan: ParallelPlan, p
 
 
 # --- verify ---------------------------------------------------------------------------------------
-
-def _interval(sections: list[dict], key: str) -> tuple[float, float] | None:
-    """An interval [low, high] for `key` where plan.json carries one: `<key>_interval` ([low, high] or
-    {low, high}), `intervals: {<key>: ...}`, or `<key>_low` with `<key>_high`, in any of the given sections."""
-    def pair(value) -> tuple[float, float] | None:
-        if isinstance(value, (list, tuple)) and len(value) == 2:
-            return float(value[0]), float(value[1])
-        if isinstance(value, dict):
-            low = value.get("low", value.get("lo"))
-            high = value.get("high", value.get("hi"))
-            if low is not None and high is not None:
-                return float(low), float(high)
-        return None
-
-    for section in sections:
-        if not isinstance(section, dict):
-            continue
-        for candidate in (section.get(f"{key}_interval"), (section.get("intervals") or {}).get(key),
-                          (section.get("interval") or {}).get(key)):
-            found = pair(candidate)
-            if found:
-                return found
-        if f"{key}_low" in section and f"{key}_high" in section:
-            return float(section[f"{key}_low"]), float(section[f"{key}_high"])
-    return None
-
-
-def _plan_json(run: Path, config: dict) -> dict | None:
-    for artifacts in (config.get("artifacts"), run.parent.parent):
-        if artifacts and (Path(artifacts) / "plan.json").is_file():
-            try:
-                return json.loads((Path(artifacts) / "plan.json").read_text())
-            except (OSError, json.JSONDecodeError):
-                return None
-    return None
-
-
-@dataclass(frozen=True)
-class Prediction:
-    gpu: str
-    """The GPU the numbers are for."""
-    comparable: bool
-    """The run ran on that GPU (a CPU run is compared with nothing; `genconf verify` says n/a)."""
-    tokens_per_s_per_gpu: float | None
-    peak_mem_gib: float | None
-    tokens_band: tuple[float, float] | None
-    memory_band: tuple[float, float] | None
-
-
-def prediction_for(run: Path, config: dict, versions: dict) -> Prediction | None:
-    """The planner's numbers for the run as it ran: on its own GPU, or on the plan's GPU for a CPU run. Where
-    plan.json carries an interval, the same relative interval around this prediction."""
-    from genconf.catalog.hardware import gpu_for_device_name
-    from genconf.run import verify
-
-    device = (versions.get("device") or "cpu").lower()
-    own = gpu_for_device_name(device) if device != "cpu" else None
-    gpu = own or (config.get("prediction") or {}).get("gpu")
-    if not gpu or not config.get("model"):
-        return None
-    numbers = verify.predict_run(config, gpu)
-    if numbers is None:
-        return None
-    plan = _plan_json(run, config) or {}
-    perf, memory = plan.get("perf") or {}, plan.get("memory") or {}
-    sections = [perf, memory, plan]
-
-    def relative(key: str, full: float | None, value: float) -> tuple[float, float] | None:
-        band = _interval(sections, key)
-        if band is None or not full:
-            return None
-        return band[0] / full * value, band[1] / full * value
-
-    tokens = numbers["tokens_per_s_per_gpu"]
-    mem = numbers["peak_mem_gib"]
-    mem_band = (relative("total_gib", memory.get("total_gib"), mem)
-                or relative("peak_mem_gib", memory.get("total_gib"), mem))
-    return Prediction(gpu=gpu, comparable=own is not None, tokens_per_s_per_gpu=tokens, peak_mem_gib=mem,
-                      tokens_band=relative("tokens_per_s_per_gpu", perf.get("tokens_per_s_per_gpu"), tokens),
-                      memory_band=mem_band)
-
 
 def verify_rows(rows: list[dict], golden: dict[int, float] | None, pred: Prediction | None, device: str) -> list[dict]:
     """One row per logged step: measured loss, tokens/s/GPU and peak memory beside the golden loss and the

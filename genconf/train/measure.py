@@ -70,18 +70,16 @@ def optimizer_bytes(optimizer) -> int:
 def first_step_memory(model, optimizer, cfg, d) -> dict:
     """Measured parameter and optimizer bytes on this rank, next to the planner's, reduced to rank 0 as the
     maximum over ranks (the busiest rank is what the planner's peak stage describes)."""
-    import torch.distributed as dist
+    from genconf.train import collectives
 
     module = getattr(model, "module", model)
-    measured = torch.tensor([param_bytes(module), optimizer_bytes(optimizer)], dtype=torch.float64)
     stage = _pipeline_stage(cfg)
-    planned_stage = memory.stage_memory(cfg.model, cfg.plan, stage)
-    planned = torch.tensor([planned_stage.params_bytes, planned_stage.optimizer_bytes], dtype=torch.float64)
-    both = torch.stack([measured, planned])
-    if dist.is_initialized():
-        dist.all_reduce(both, op=dist.ReduceOp.MAX)
-    return {"measured_param_bytes": int(both[0, 0]), "measured_optimizer_bytes": int(both[0, 1]),
-            "planned_param_bytes": int(both[1, 0]), "planned_optimizer_bytes": int(both[1, 1])}
+    planned = memory.stage_memory(cfg.model, cfg.plan, stage)
+    # One float64 buffer on the run's device (NCCL reduces device tensors only); exact below 2**53 bytes.
+    values = collectives.max_over_ranks([param_bytes(module), optimizer_bytes(optimizer), planned.params_bytes,
+                                         planned.optimizer_bytes], d)
+    return {"measured_param_bytes": int(values[0]), "measured_optimizer_bytes": int(values[1]),
+            "planned_param_bytes": int(values[2]), "planned_optimizer_bytes": int(values[3])}
 
 
 def _pipeline_stage(cfg) -> int:

@@ -68,7 +68,13 @@ def init_distributed() -> Dist:
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=datetime.timedelta(minutes=10))
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
+    d = Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
+    from genconf.train import collectives
+
+    # Every collective of this process (genconf's and the frameworks') refuses a tensor on the wrong device
+    # with the caller's file and line, before NCCL's "No backend type associated with device type cpu".
+    collectives.install_for(d)
+    return d
 
 
 def seed_everything(seed: int) -> None:
@@ -147,8 +153,9 @@ def load_and_check(run_dir: Path, artifacts: Path | None, framework: str) -> Run
 
     cfg = load_run_config(run_dir, artifacts)
     te = importlib.util.find_spec("transformer_engine") is not None and framework == "megatron"
+    torchao = importlib.util.find_spec("torchao") is not None
     why = precision.unsupported_reason(precision.recipe(cfg.precision_recipe), gpu=detect_gpu(), framework=framework,
-                                       te_available=te, cuda=torch.cuda.is_available())
+                                       te_available=te, cuda=torch.cuda.is_available(), torchao_available=torchao)
     if why:
         fail(why)
     return cfg

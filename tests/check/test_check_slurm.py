@@ -39,7 +39,8 @@ def test_test_only_accepts_every_script_that_fits(slurm_cluster, tmp_path):
                                  timeout=60)
             assert out.returncode == 0 and "to start at" in out.stderr, (script, out.stderr)
         out = check(d, "--slurm")
-        assert out.returncode == 0 and out.stdout.strip() == f"ok: {len(scripts) + 4} files", out.stdout + out.stderr
+        # the scripts + ds_config.json, megatron_args.txt, olmo_fsdp.yaml, plan.json and launch_env.sh
+        assert out.returncode == 0 and out.stdout.strip() == f"ok: {len(scripts) + 5} files", out.stdout + out.stderr
 
 
 def test_more_nodes_than_exist_is_refused_by_slurm_and_surfaced(slurm_cluster, tmp_path):
@@ -66,4 +67,4 @@ def test_injection_scripts_pass_sbatch_and_create_nothing(slurm_cluster, tmp_pat
                               timeout=60)
         assert said.returncode == 0, said.stderr
     assert [p for p in tmp_path.rglob("pwned*")] == []
-    assert check(out, "--slurm").stdout.strip() == "ok: 7 files"
+    assert check(out, "--slurm").stdout.strip() == "ok: 8 files"

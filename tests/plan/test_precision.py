@@ -66,11 +66,17 @@ def test_what_each_framework_trains_is_one_table():
     plan = ParallelPlan(framework="megatron", tp=2, dp=4, mbs=1, gbs=8, seq_length=4096, precision="fp8")
     fsdp, notes = equivalent_plan(plan, "fsdp")
     assert fsdp.precision == "bf16" and "FP8 runs through Transformer Engine in Megatron only; bf16 here" in notes
-    # ... and a launch is refused with the same rule.
+    # ... and a launch is refused with the same rule; genconf's FSDP launcher runs FP8 through torchao instead.
     h100 = resolve_gpu("h100-sxm")
+    why = precision.unsupported_reason(precision.recipe("fp8-current"), gpu=h100, framework="deepspeed",
+                                       te_available=True, cuda=True)
+    assert why == ("fp8-current runs through Transformer Engine layers (the megatron launcher) or torchao (fsdp), "
+                   "not deepspeed")
     why = precision.unsupported_reason(precision.recipe("fp8-current"), gpu=h100, framework="fsdp",
                                        te_available=True, cuda=True)
-    assert why == "fp8-current runs through Transformer Engine layers: use the megatron launcher, not fsdp"
+    assert why == "FP8 with FSDP runs through torchao, which is not installed: pip install 'genconf[fp8]'"
+    assert precision.unsupported_reason(precision.recipe("fp8-current"), gpu=h100, framework="fsdp", te_available=False,
+                                        cuda=True, torchao_available=True) is None
     assert precision.unsupported_reason(precision.recipe("fp16"), gpu=None, framework="fsdp", te_available=False,
                                         cuda=False) == ("fp16 with the OLMo-style FSDP launcher is not supported (no "
                                                         "loss scaler there); use bf16")
@@ -81,7 +87,7 @@ def test_what_each_framework_trains_is_one_table():
     ("fp8-delayed", "a100-80gb", True, True, "fp8-delayed needs Hopper or Blackwell tensor cores; NVIDIA A100-SXM4-80GB "
                                              "is Ampere"),
     ("mxfp8", "h100-sxm", True, True, "mxfp8 needs Blackwell tensor cores; NVIDIA H100 80GB HBM3 (SXM5) is Hopper"),
-    ("fp8-blockwise", "h100-sxm", True, False, "fp8-blockwise needs Transformer Engine (pip install 'genconf[fp8]'), "
+    ("fp8-blockwise", "h100-sxm", True, False, "fp8-blockwise needs Transformer Engine (pip install 'genconf[te]'), "
                                                "which is not installed"),
     ("fp8-blockwise", "h100-sxm", True, True, None),
     ("bf16", None, False, False, None),

@@ -92,7 +92,8 @@ def test_frameworks_precision_offload_and_recompute():
                                           "FSDP); tp=2 needs --framework megatron")
     assert found["recompute"] == ("selective recompute is Megatron's; deepspeed checkpoints whole layers "
                                   "(--recompute full)")
-    assert found["precision"] == "FP8 runs through Transformer Engine: needs --framework megatron and --layer-spec te"
+    assert found["precision"] == ("FP8 runs through Transformer Engine (--framework megatron --layer-spec te) or "
+                                  "torchao's float8 layers (--framework fsdp)")
     assert violations("1b", megatron(precision="fp8"), cluster="dgx-a100")["precision"] == (
         "FP8 needs Hopper or Blackwell tensor cores; NVIDIA A100-SXM4-80GB has none (use --precision bf16)")
     assert violations("1b", ParallelPlan(framework="fsdp", dp=2, mbs=1, gbs=2, seq_length=2048, zero_stage=3,

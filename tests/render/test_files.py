@@ -11,6 +11,7 @@ import sys
 from conftest import PLANS, REPO, plan_of, report_plan, run_genconf
 from genconf.check.directory import check_dir
 from genconf.check.megatron import parse_megatron_args
+from genconf.plan.planfile import decode
 from genconf.render.files import artifact_names
 
 
@@ -18,11 +19,12 @@ def test_every_plan_renders_every_file_and_passes_its_own_check(rendered):
     for name, d in rendered.items():
         plan = plan_of(d)
         files = sorted(p.name for p in d.iterdir() if p.is_file())
-        want = sorted(artifact_names(report_plan(plan)))
+        want = sorted(artifact_names(report_plan(plan), decode(plan).model))
         assert files == want, name
         result = check_dir(d)
         assert result.problems == (), (name, [str(p) for p in result.problems])
         assert ("launch_fsdp.sbatch" in files) == (plan["plan"]["framework"] == "fsdp")
+        assert "launch_env.sh" in files and ("olmo_fsdp.yaml" in files) == (plan["model"]["num_experts"] == 0)
         assert (d / "runs" / "logs").is_dir()
 
 def test_plan_json_is_what_json_prints_and_rerenders_identically(rendered, tmp_path):
@@ -34,7 +36,7 @@ def test_plan_json_is_what_json_prints_and_rerenders_identically(rendered, tmp_p
     assert out.returncode == 0, out.stderr
     for name in ("plan.json", "ds_config.json", "megatron_args.txt", "olmo_fsdp.yaml"):
         assert (tmp_path / "again" / name).read_text() == (d / name).read_text(), name
-    assert run_genconf("check", str(tmp_path / "again")).stdout.strip() == "ok: 6 files"
+    assert run_genconf("check", str(tmp_path / "again")).stdout.strip() == "ok: 7 files"
 
 def test_one_plan_drives_nodes_batches_and_degrees(rendered):
     d = rendered["olmo70b"]
@@ -52,10 +54,12 @@ def test_one_plan_drives_nodes_batches_and_degrees(rendered):
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in (d / "launch_megatron.sbatch").read_text()
     ds = json.loads((d / "ds_config.json").read_text())
     # 1056 is not a multiple of mbs x 384; the DeepSpeed equivalent takes the nearest multiple and says so
-    assert ds["train_batch_size"] == 1152 and "1152 instead" in (d / "README.md").read_text()
+    readme = (d / "README.md").read_text()
+    assert ds["train_batch_size"] == 1152 and "| `ds_config.json` | global batch | 1056 sequences | 1152 sequences |" in readme
     readme = (d / "README.md").read_text()
     for text in ("## Why this plan", "## Memory per GPU", "| pipeline stage |", "sbatch ", "genconf check",
-                 "one `--flag value` per line | the plan exactly |"):
+                 "one `--flag value` per line | the plan's layout exactly; the model as the format allows",
+                 "| `megatron_args.txt` | norm | LayerNorm without bias | LayerNorm with weight and bias |"):
         assert text in readme
 
 def test_configs_is_pure():

@@ -81,4 +81,4 @@ def test_render_refuses_a_broken_or_malformed_plan(rendered, tmp_path):
 def test_plan_output_still_prints_with_o(tmp_path):
     out = run_genconf(*PLANS["ds_z1"], "--json", "-o", str(tmp_path / "out"))
     assert out.returncode == 0 and json.loads(out.stdout)["plan"]["framework"] == "deepspeed"
-    assert "wrote 7 files" in out.stderr
+    assert "wrote 8 files" in out.stderr

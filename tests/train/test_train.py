@@ -23,6 +23,10 @@ TINY_GPT = str(REPO / "tests" / "data" / "tiny-gpt.yaml")
 TINY_LLAMA = str(REPO / "tests" / "data" / "tiny-llama.yaml")
 TINY_ODD = str(REPO / "tests" / "data" / "tiny-odd.yaml")  # hidden 63: every framework pads its shards
 SMOKE = ["--steps", "12", "--lr", "3e-3", "--vocab", "128"]
+# Runs that verify must pass train 24 steps: verify's loss rule wants the loss below the labels' unigram entropy
+# (4.70 nats at vocab 128), which a model that ignores its inputs cannot beat; from megatron's initial 5.36 a
+# 12-step run only reaches it (genconf.run.loss_rule).
+VERIFIED = ["--steps", "24", "--lr", "3e-3", "--vocab", "128"]
 
 
 def genconf(*args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -93,7 +97,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             continue
         if model == "tiny-odd-tied":
             model = tiny_odd_tied(root)
-        done[name] = launch(plan_dir(root, name, model, gpus, *pins))
+        done[name] = launch(plan_dir(root, name, model, gpus, *pins), smoke=VERIFIED)
     return done
 
 
@@ -109,11 +113,11 @@ def test_run_trains_and_verifies(runs, name):
         pytest.skip(f"{name}: framework not installed")
     run = runs[name]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 12 and all("tokens_per_s" in r and "step_time_s" in r and "peak_mem_gib" in r for r in rows)
+    assert len(rows) == 24 and all("tokens_per_s" in r and "step_time_s" in r and "peak_mem_gib" in r for r in rows)
     report = verified(run)
     checks = {c["name"]: c for c in report["checks"]}
     assert report["ok"], report
-    assert checks["loss"]["status"] == "pass"  # fell by at least 5% in 12 steps
+    assert checks["loss"]["status"] == "pass"  # a significant falling trend, below the labels' unigram entropy
     # Measured parameter and optimizer-state bytes of the built model equal the planner's memory model exactly.
     assert checks["model states"]["status"] == "pass", checks["model states"]
     assert rows[0]["measured_param_bytes"] == rows[0]["planned_param_bytes"] > 0
@@ -256,3 +260,29 @@ def test_a_full_size_plan_on_a_cpu_is_refused_before_it_starts(tmp_path):
     out = genconf("launch", str(artifacts), "--name", "big", "--steps", "1", check=False)
     assert out.returncode == 2 and "shrink it for a smoke test" in out.stderr and "GiB" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and not (artifacts / "runs" / "big").exists()
+
+
+@pytest.mark.skipif(not _has("torchao"), reason="torchao not installed (pip install -e '.[fp8]')")
+def test_fsdp_fp8_through_torchao(runs):
+    """FP8 without Transformer Engine: the FSDP plan at --precision fp8 trains through torchao's Float8Linear
+    (GEMMs emulated on a CPU, the casts real), verifies, and holds exactly the planned bytes."""
+    artifacts = runs["fsdp-full-shard"].parent.parent
+    run = launch(artifacts, "--precision", "fp8", name="fp8", smoke=VERIFIED)
+    config = json.loads((run / "config.json").read_text())
+    assert config["precision_recipe"] == "fp8-current" and config["plan"]["precision"] == "fp8"
+    report = verified(run)
+    assert report["ok"], report
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["measured_param_bytes"] == rows[0]["planned_param_bytes"]
+
+
+def test_speed_switches_reach_the_runner(tmp_path):
+    """`--compile --attention math` reach the FSDP runner (DDP plan: it compiles each block with inductor, here
+    on the CPU) and are recorded in config.json; the run still trains. Their speed is a GPU measurement."""
+    artifacts = plan_dir(tmp_path, "ddp", TINY_LLAMA, 1, "--framework", "fsdp", "--zero", "0")
+    out = genconf("launch", str(artifacts), "--name", "fast", "--steps", "3", "--lr", "3e-3", "--compile",
+                  "--attention", "math")
+    run = artifacts / "runs" / "fast"
+    assert json.loads((run / "config.json").read_text())["speed"] == {"attention": "math", "compile": True}
+    assert "torch.compile (inductor) on each of the 4 decoder blocks" in out.stdout + out.stderr
+    assert len(losses(run)) == 3 and losses(run)[-1] < losses(run)[0]

@@ -9,22 +9,31 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from genconf.plan import precision
 from genconf.plan.runconfig import RunConfig
-from genconf.train import loop, runtime
+from genconf.train import collectives, loop, runtime, speed
 from genconf.train.data import micro_batch
 from genconf.train.torch_model import GPT
 
 
 def runtime_ds_config(cfg: RunConfig) -> dict:
-    """The artifact's ds_config for this (possibly shrunk) plan. On a CPU the optimizer is passed in as a
-    torch.optim.AdamW with the same hyper-parameters (DeepSpeed's fused/CPU Adam need compiled ops)."""
+    """The artifact's ds_config for this (possibly shrunk) plan. On a GPU, DeepSpeed's FusedAdam built for the
+    detected GPU, or torch's fused AdamW with one line saying why (genconf.train.ds_ops). On a CPU the optimizer
+    is passed in as a torch.optim.AdamW with the same hyper-parameters (DeepSpeed's CPU Adam needs compiled ops)."""
     from genconf.render.deepspeed import deepspeed_config
 
     config = deepspeed_config(cfg.model, cfg.plan, cfg.train)
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        from genconf.train import ds_ops
+
+        if speed.SpeedOptions.from_dict(cfg.speed).fused_optimizer:
+            quiet = os.environ.get("RANK", "0") != "0"  # one notice per run, from rank 0
+            config = ds_ops.cuda_optimizer_config(config, log=lambda line: None if quiet else print(line, flush=True))
+        else:  # --no-fused-optimizer: torch's AdamW, unfused
+            config = ds_ops.with_torch_adam(config)
+            config["optimizer"]["params"]["fused"] = False
+    else:
         config.pop("optimizer", None)
         config["zero_allow_untested_optimizer"] = True
         config.pop("flops_profiler", None)
@@ -53,6 +62,13 @@ class DeepSpeedRunner(loop.Runner):
 
         cfg, train = self.cfg, self.cfg.train
         model = GPT(cfg.model, recompute=cfg.plan.recompute == "full")
+        self.fast = speed.SpeedOptions.from_dict(cfg.speed)
+        if self.fast.compile and cfg.plan.zero_stage == 3:
+            if d.is_main:  # ZeRO-3 swaps parameters in and out around each module: it runs uncompiled
+                print("genconf: --compile skipped: ZeRO-3 runs uncompiled (ZeRO 0-2 compile)", flush=True)
+        elif speed.compile_blocks(model, self.fast) and d.is_main:
+            print(f"genconf: torch.compile ({self.fast.compile_backend}) on each of the {cfg.model.num_layers} "
+                  "decoder blocks", flush=True)
         ds_config = runtime_ds_config(cfg)
         if d.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -72,16 +88,17 @@ class DeepSpeedRunner(loop.Runner):
     def step(self, step: int, source, d: runtime.Dist) -> tuple[float, float | None]:
         plan, engine = self.cfg.plan, self.model
         accum = plan.num_microbatches
-        total = torch.zeros(1, dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=d.device)  # NCCL reduces device tensors only
         for micro in range(accum):
             tokens, labels = micro_batch(source, step=step, global_batch=plan.gbs, micro_batch_size=plan.mbs,
                                          dp_rank=d.rank, dp_size=d.world_size, micro_index=micro,
                                          seq_length=plan.seq_length)
-            loss = engine(tokens.to(d.device), labels.to(d.device))
-            engine.backward(loss)
+            with speed.attention_context(self.fast):
+                loss = engine(tokens.to(d.device), labels.to(d.device))
+                engine.backward(loss)
             engine.step()
-            total += loss.detach().double().cpu()
-        dist.all_reduce(total)
+            total += loss.detach().double()
+        collectives.all_reduce(total, d)
         norm = engine.get_global_grad_norm()
         return (total / (accum * d.world_size)).item(), float(norm) if norm is not None else None
 

@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from genconf.plan import precision
 from genconf.plan.runconfig import RunConfig
-from genconf.train import loop, runtime
+from genconf.train import collectives, loop, runtime, speed
 from genconf.train.data import micro_batch
 from genconf.train.torch_model import GPT, Block
 
@@ -71,12 +71,33 @@ class FSDPRunner(loop.Runner):
         return args.artifacts or (args.config.parent if args.config else None)
 
     def build(self, d: runtime.Dist, run_dir: Path) -> None:
-        cfg, train = self.cfg, self.cfg.train
-        model = GPT(cfg.model, recompute=cfg.plan.recompute == "full").to(d.device)
+        cfg, train, plan = self.cfg, self.cfg.train, self.cfg.plan
+        recipe = precision.recipe(cfg.precision_recipe)
+        model = GPT(cfg.model, recompute=plan.recompute == "full").to(d.device)
+        if recipe.plan_precision == "fp8":
+            from genconf.train import float8
+
+            # torchao Float8Linear: FP8 GEMMs, same parameters. On a CPU the GEMM is emulated (the casts are
+            # real): oneDNN pinned to AVX2 (genconf.train.cpu_numerics) has no FP8 matmul.
+            emulate = d.device.type != "cuda"
+            converted = float8.convert(model, recipe.name, emulate=emulate)
+            if d.is_main:
+                print(f"genconf: FP8 through torchao ({recipe.name}{', GEMMs emulated on the CPU' if emulate else ''}): "
+                      f"{converted} linear layers", flush=True)
+        self.fast = speed.SpeedOptions.from_dict(cfg.speed)
+        if self.fast.compile and plan.zero_stage != 0:
+            # FSDP1 needs use_orig_params=True under torch.compile, which changes what the optimizer holds
+            # (unpadded shards) from what the memory model counts: sharded plans run uncompiled, and say so.
+            if d.is_main:
+                print(f"genconf: --compile skipped: FSDP {plan.fsdp_sharding_strategy} runs uncompiled (DDP plans "
+                      "compile)", flush=True)
+        elif speed.compile_blocks(model, self.fast) and d.is_main:
+            print(f"genconf: torch.compile ({self.fast.compile_backend}) on each of the {cfg.model.num_layers} "
+                  "decoder blocks", flush=True)
         self.model = wrap(model, cfg, d)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=train.lr, betas=(train.beta1, train.beta2),
-                                           eps=train.eps, weight_decay=train.weight_decay)
-        recipe = precision.recipe(cfg.precision_recipe)
+                                           eps=train.eps, weight_decay=train.weight_decay,
+                                           **speed.adamw_kwargs(self.fast, d.device))
         self.autocast = (torch.autocast(d.device.type, dtype=getattr(torch, recipe.compute_dtype))
                          if cfg.plan.zero_stage == 0 and recipe.compute_dtype != "float32" else contextlib.nullcontext())
 
@@ -90,22 +111,22 @@ class FSDPRunner(loop.Runner):
         plan, train, net, optimizer = self.cfg.plan, self.cfg.train, self.model, self.optimizer
         accum = plan.num_microbatches
         optimizer.zero_grad(set_to_none=True)
-        total = torch.zeros(1, dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=d.device)  # NCCL reduces device tensors only
         for micro in range(accum):
             tokens, labels = micro_batch(source, step=step, global_batch=plan.gbs, micro_batch_size=plan.mbs,
                                          dp_rank=d.rank, dp_size=d.world_size, micro_index=micro,
                                          seq_length=plan.seq_length)
             sync = micro == accum - 1 or plan.zero_stage != 0
-            with self.autocast, (contextlib.nullcontext() if sync else net.no_sync()):
+            with self.autocast, speed.attention_context(self.fast), (contextlib.nullcontext() if sync else net.no_sync()):
                 loss = net(tokens.to(d.device), labels.to(d.device))
                 (loss / accum).backward()
-            total += loss.detach().double().cpu()
+            total += loss.detach().double()
         if isinstance(net, FSDP):
             norm = net.clip_grad_norm_(train.grad_clip or float("inf"))
         else:
             norm = torch.nn.utils.clip_grad_norm_(net.parameters(), train.grad_clip or float("inf"))
         optimizer.step()
-        dist.all_reduce(total)
+        collectives.all_reduce(total, d)
         return (total / (accum * d.world_size)).item(), float(norm)
 
     def save(self, path: Path, d: runtime.Dist) -> None:

@@ -16,12 +16,11 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from genconf.plan import precision
 from genconf.plan.counting import padded_vocab_size
 from genconf.plan.runconfig import RunConfig
-from genconf.train import loop, measure, runtime
+from genconf.train import collectives, loop, measure, runtime
 from genconf.train.data import micro_batch
 
 
@@ -249,10 +248,8 @@ class MegatronRunner(loop.Runner):
         _ok, grad_norm, _ = optimizer.step()
         local = torch.stack([o["lm loss"].float().cpu() for o in out]).mean().item() if out else 0.0
         reporter = self.last_stage_reporter
-        report = torch.tensor([local if reporter else 0.0, 1.0 if reporter else 0.0],
-                              dtype=torch.float64, device=d.device if d.backend == "nccl" else "cpu")
-        dist.all_reduce(report)
-        return (report[0] / report[1]).item(), float(grad_norm) if grad_norm is not None else None
+        total, count = collectives.sum_over_ranks([local if reporter else 0.0, 1.0 if reporter else 0.0], d)
+        return total / count, float(grad_norm) if grad_norm is not None else None
 
     def step_metrics(self) -> dict:
         return {"layer_spec": self.spec_name}

@@ -1,0 +1,31 @@
+"""genconf verify's speed and memory checks: against the prediction's own interval where the plan carries one,
+else the fixed band."""
+
+from __future__ import annotations
+
+from genconf.run import verify
+
+H100 = {"device": "NVIDIA H100 80GB HBM3"}
+ROWS = [{"step": i, "loss": 5.0, "tokens_per_s_per_gpu": 60_000.0, "peak_mem_gib": 30.0} for i in range(8)]
+
+
+def checks(predicted: dict) -> dict:
+    return {c.name: c for c in verify.check_speed_and_memory(ROWS, {"prediction": {"gpu": "h100-sxm"}, "plan": {}}, H100, predicted)}
+
+
+def test_inside_the_interval_passes_and_says_so():
+    c = checks({"tokens_per_s_per_gpu": 70_000.0, "peak_mem_gib": 32.0, "tokens_band": (55_000.0, 80_000.0),
+                "memory_band": (28.0, 33.0)})
+    assert c["throughput"].status == "pass" and "interval 55,000-80,000" in c["throughput"].detail
+    assert c["peak memory"].status == "pass" and "interval up to 33.00 GiB" in c["peak memory"].detail
+
+
+def test_below_the_interval_fails_even_inside_the_old_band():
+    # 60,000 vs 70,000 is x0.86: inside the fixed 0.80-1.25 band, below a tight interval.
+    c = checks({"tokens_per_s_per_gpu": 70_000.0, "peak_mem_gib": 32.0, "tokens_band": (65_000.0, 75_000.0),
+                "memory_band": (28.0, 29.5)})
+    assert c["throughput"].status == "fail" and "slower than predicted" in c["throughput"].detail
+    assert c["peak memory"].status == "fail"  # 30.0 > the interval's 29.5, though within 10% of 32.0
+    fixed = checks({"tokens_per_s_per_gpu": 70_000.0, "peak_mem_gib": 32.0})
+    assert fixed["throughput"].status == "pass" and "within band" in fixed["throughput"].detail
+    assert fixed["peak memory"].status == "pass" and "limit 35.20 GiB" in fixed["peak memory"].detail
