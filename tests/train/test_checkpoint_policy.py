@@ -88,7 +88,6 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_older_one(tmp_path, frame
             f"checksum") in done.stdout
     assert losses(run) == expected  # steps 8..11 again, bit for bit (CPU runs are deterministic)
     assert checkpoints(run) == ["step_0000008", "step_0000012"]  # the re-saved step 12 replaced the corrupt one
-    assert ok(genconf("verify", str(run), "--json")).returncode == 0
 
 
 def test_resume_extends_a_run_and_refuses_flags_that_disagree(tmp_path):
