@@ -44,6 +44,8 @@ def check_ranges(args: argparse.Namespace) -> None:
     started: the first one out of range is one line."""
     for flag in limits.FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"), None)
+        if isinstance(value, str):
+            continue  # another subcommand's flag of the same name (calibrate --tp 1,2,4,8), not a number
         line = limits.check_flag(flag, value)
         if line:
             raise GenconfError(line)
