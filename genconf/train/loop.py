@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from genconf.plan.runconfig import RunConfig
 from genconf.plan.specs import TrainSpec
-from genconf.train import checkpoints, failure, measure, preempt, runtime, watchdog
+from genconf.train import checkpoints, collectives, failure, measure, preempt, runtime, watchdog
 from genconf.train.data import source_from
 
 
@@ -304,9 +304,7 @@ def checkpoint_estimate(runner: Runner, d: runtime.Dist) -> int:
     runners save, give or take the RNG state; DeepSpeed's 16-bit weights are saved once, so this errs high)."""
     module = getattr(runner.model, "module", runner.model)
     local = measure.param_bytes(module) + measure.optimizer_bytes(runner.optimizer)
-    total = torch.tensor([float(local)], dtype=torch.float64, device=_flag_device(d))
-    dist.all_reduce(total)
-    return int(total.item())
+    return int(collectives.sum_over_ranks([float(local)], d)[0])
 
 
 def save_allowance_s(estimate: int | None, d: runtime.Dist) -> float:
@@ -345,15 +343,9 @@ def save_checkpoint(store: checkpoints.CheckpointStore, runner: Runner, step: in
     dist.barrier()
 
 
-def _flag_device(d: runtime.Dist):
-    return d.device if d.backend == "nccl" else torch.device("cpu")
-
-
 def _any(flag: bool, d: runtime.Dist) -> bool:
     """True on every rank when it is true on any (the preemption signal reaches ranks at different steps)."""
-    t = torch.tensor([1.0 if flag else 0.0], device=_flag_device(d))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return collectives.max_over_ranks([1.0 if flag else 0.0], d)[0] > 0
 
 
 def _first(value, d: runtime.Dist):
