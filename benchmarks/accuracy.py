@@ -62,7 +62,10 @@ def pins_for(run: Run) -> Pins | None:
                 fp8_recipe=p.fp8_recipe, layer_spec=p.layer_spec,
                 tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
                 expandable_segments=p.expandable_segments,
-                grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype)
+                grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype,
+                # Megatron-FSDP is opt-in (genconf.plan.search.search): where the recipe turned it on (FSDP > 0 in
+                # the notes), the user asks for it (--megatron-fsdp) and the search still chooses the stage.
+                megatron_fsdp=p.framework == "megatron" and p.zero_stage >= 2)
 
 
 def _variants(run: Run):
@@ -527,7 +530,7 @@ def write_calibration(override: dict, path: Path | None = None) -> None:
     an existing key's value is replaced in place, a missing one appended to its block, marked '# fit'."""
     import re
 
-    path = path or Path(__file__).resolve().parents[1] / "genconf" / "calibration.yaml"
+    path = path or Path(__file__).resolve().parents[1] / "genconf" / "catalog" / "calibration.yaml"
     lines = path.read_text().splitlines()
     for arch, values in override.items():
         start = lines.index(f"  {arch}:")
