@@ -674,6 +674,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
 
 
 def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> Evaluation | None:
+    # Megatron-FSDP counts: search() falls back to it where nothing else fits, so a suggestion may rely on it.
+    pins = replace(pins, megatron_fsdp=True)
     for _, plan in candidates(model, cluster, num_gpus, pins):
         if plan == BATCH_TOO_LARGE:
             continue
