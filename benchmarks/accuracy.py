@@ -529,7 +529,7 @@ def _yaml_number(value) -> str:
 
 
 def write_calibration(override: dict, path: Path | None = None) -> None:
-    """Put fitted values into genconf/calibration.yaml under each architecture, keeping the file's comments:
+    """Put fitted values into genconf/catalog/calibration.yaml under each architecture, keeping the file's comments:
     an existing key's value is replaced in place, a missing one appended to its block, marked '# fit'."""
     import re
 
@@ -559,7 +559,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="refit the end-to-end calibration terms and print them")
     ap.add_argument("--write-calibration", action="store_true",
-                    help="with --fit: write the fitted terms into genconf/calibration.yaml; with --loso: the 80%% bands")
+                    help="with --fit: write the fitted terms into genconf/catalog/calibration.yaml; with --loso: the 80%% bands")
     ap.add_argument("--loso", action="store_true", help="leave-one-source-out scores, intervals and coverage")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
