@@ -62,7 +62,10 @@ def pins_for(run: Run) -> Pins | None:
                 fp8_recipe=p.fp8_recipe, layer_spec=p.layer_spec,
                 tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
                 expandable_segments=p.expandable_segments,
-                grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype)
+                grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype,
+                # Megatron-FSDP is opt-in (genconf.plan.search.search): where the recipe turned it on (FSDP > 0 in
+                # the notes), the user asks for it (--megatron-fsdp) and the search still chooses the stage.
+                megatron_fsdp=p.framework == "megatron" and p.zero_stage >= 2)
 
 
 def _variants(run: Run):
@@ -251,6 +254,9 @@ FIT_GRID = {
     ("blackwell", "attention_fwd_efficiency"): [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8],
     ("blackwell", "attention_bwd_efficiency"): [0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7],
     ("all", "microbatch_overhead_s"): [0.0, 0.001, 0.002, 0.004, 0.008],
+    # The exposed part of the interleaved schedule's point-to-point sends (megatron overlap_p2p_comm: each
+    # chunk boundary's send and receive run beside the next chunk's compute, but wait at its start).
+    ("all", "pp_overlap_exposed"): [0.0, 0.25, 0.5, 0.75, 1.0],
     ("all", "step_overhead_s"): [0.0, 0.01, 0.02, 0.05],
     ("all", "dp_overlap_efficiency"): [0.5, 0.7, 0.9],
     ("all", "ring_hop_latency_s"): [2e-6, 5e-6, 1e-5, 2e-5, 4e-5],
@@ -523,11 +529,11 @@ def _yaml_number(value) -> str:
 
 
 def write_calibration(override: dict, path: Path | None = None) -> None:
-    """Put fitted values into genconf/calibration.yaml under each architecture, keeping the file's comments:
+    """Put fitted values into genconf/catalog/calibration.yaml under each architecture, keeping the file's comments:
     an existing key's value is replaced in place, a missing one appended to its block, marked '# fit'."""
     import re
 
-    path = path or Path(__file__).resolve().parents[1] / "genconf" / "calibration.yaml"
+    path = path or Path(__file__).resolve().parents[1] / "genconf" / "catalog" / "calibration.yaml"
     lines = path.read_text().splitlines()
     for arch, values in override.items():
         start = lines.index(f"  {arch}:")
@@ -553,7 +559,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="refit the end-to-end calibration terms and print them")
     ap.add_argument("--write-calibration", action="store_true",
-                    help="with --fit: write the fitted terms into genconf/calibration.yaml; with --loso: the 80%% bands")
+                    help="with --fit: write the fitted terms into genconf/catalog/calibration.yaml; with --loso: the 80%% bands")
     ap.add_argument("--loso", action="store_true", help="leave-one-source-out scores, intervals and coverage")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()

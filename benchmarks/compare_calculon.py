@@ -324,7 +324,7 @@ def markdown(rows: list[dict], summ: dict, skipped: list[dict], commit: str) -> 
         "Command: `python benchmarks/compare_calculon.py --calculon DIR` with DIR a clone of "
         f"https://github.com/calculon-ai/calculon at commit `{commit}`. "
         "Error = predicted / measured tokens/s/GPU - 1. The input mapping is in the script's docstring. "
-        "genconf's calibration (genconf/calibration.yaml) was fitted on these same published runs "
+        "genconf's calibration (genconf/catalog/calibration.yaml) was fitted on these same published runs "
         "(`benchmarks/accuracy.py --fit`) and Calculon's system files were not, so genconf's figures here are "
         "in-sample; the issue's gate is measured on runs genconf has not seen.", "",
         f"- runs mapped to Calculon: {summ['rows_mapped']}; Calculon says over its memory limit: "

@@ -102,7 +102,9 @@ def run_case(c: dict) -> dict:
     res = search(model, cluster, c["gpus"], cal, pinned, keep=1)
     feasible = bool(res.ranked)
     reason = "" if feasible else (str(res.nearest_misses[0].errors[0]) if res.nearest_misses else str(res.rejected))
-    free = search(model, cluster, c["gpus"], cal, Pins(**base), keep=400)
+    # Megatron-FSDP is opt-in (genconf.plan.search.search): where NVIDIA's recipe turned it on
+    # (use_mcore_fsdp / FSDP > 0), the user asks for it too (--megatron-fsdp), as the recipe's choice of sharding mode.
+    free = search(model, cluster, c["gpus"], cal, Pins(**base, megatron_fsdp=c["fsdp"]), keep=400)
     t1 = time.perf_counter()
     order, seen = [], set()
     for ev in free.ranked:

@@ -30,7 +30,7 @@ CASES = [
 
 def in_process(args: list[str]) -> float:
     """The search alone, cold: a fresh interpreter that imports genconf first, then times plan_from_args."""
-    code = ("import sys, time; from genconf.cli import build_parser; from genconf.commands import plan_from_args; "
+    code = ("import sys, time; from genconf.cli.parser import build_parser; from genconf.cli.commands import plan_from_args; "
             "a = build_parser().parse_args(['plan'] + sys.argv[1:]); t = time.perf_counter(); plan_from_args(a); "
             "print(time.perf_counter() - t)")
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO)

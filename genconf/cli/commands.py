@@ -56,7 +56,7 @@ def pins_from_args(args: argparse.Namespace):
                 layer_spec=args.layer_spec, offload=args.offload or None, fused_kernels=args.fused_kernels,
                 expandable_segments=args.expandable_segments,
                 pp_first_stage_layers=args.first_stage_layers, pp_last_stage_layers=args.last_stage_layers,
-                tp_comm_overlap=args.tp_comm_overlap)
+                tp_comm_overlap=args.tp_comm_overlap, megatron_fsdp=bool(getattr(args, "megatron_fsdp", False)))
 
 
 def plan_from_args(args: argparse.Namespace) -> Planned:

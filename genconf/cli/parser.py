@@ -85,6 +85,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         g.add_argument(flag, type=positive_int, help=text)
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (megatron: 1 = distributed optimizer; "
                    "fsdp: 0 NO_SHARD, 2 SHARD_GRAD_OP, 3 FULL_SHARD)")
+    g.add_argument("--megatron-fsdp", action="store_true",
+                   help="also search Megatron-FSDP (megatron --zero 3) beside the distributed optimizer (default: only "
+                        "where no other megatron plan fits, or with --zero 2/3)")
     g.add_argument("--recompute", choices=("none", "selective", "full"))
     g.add_argument("--precision", choices=PRECISION_NAMES, default="bf16",
                    help="bf16 | fp16 | fp32 (Megatron verification: TP reproduces TP=1 exactly) | fp8 (= fp8-current) "

@@ -715,13 +715,27 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
         if plan.framework == "megatron" or plan.fused_kernels:
             # Megatron's model (also under DeepSpeed): vocab_parallel_cross_entropy upcasts once and works in place: bf16 logits + one fp32 buffer.
             transient.append(("bf16 logits before the fp32 loss", d.e * d.n * rows / d.t))
+        elif plan.framework == "fsdp" and d.t > 1:
+            # torchtitan's 2D FSDP + TP computes the loss on vocab-sharded DTensor logits (loss_parallel,
+            # torch/distributed/tensor/parallel/loss.py): its nll-loss backward builds fp32 zeros, exp(log-softmax)
+            # and their sum beside the saved fp32 log-softmax before multiplying by the gradient, 12 bytes per
+            # element (the forward's x - max and exp(x - max) beside the fp32 logits are 8).
+            transient.append(("fp32 loss-parallel cross-entropy backward (zeros, exp, sum)", 12.0 * d.n * rows / d.t))
         else:
             # F.cross_entropy(logits.float()): bf16 logits, their fp32 copy and the fp32 log-softmax coexist.
             transient.append(("bf16 logits + fp32 copy before the loss", (d.e + 4.0) * d.n * rows / d.t))
     if plan.pp > 1:
         transient.append(("pipeline send/recv buffers", 4.0 * d.e * d.n * d.h / d.r))
     if plan.recompute == "full":
-        transient.append(("recomputed layer during backward", layer_activation_bytes(model, plan, recompute="none")))
+        layer = ("recomputed layer during backward", layer_activation_bytes(model, plan, recompute="none"))
+        # The loss's buffers are gone before the first layer is recomputed: the larger of the two is the peak.
+        loss = [i for i, (name, _) in enumerate(transient) if "loss" in name]
+        if loss and transient[loss[0]][1] >= layer[1]:
+            pass
+        elif loss:
+            transient[loss[0]] = layer
+        else:
+            transient.append(layer)
     return saved, transient
 
 

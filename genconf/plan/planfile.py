@@ -265,7 +265,12 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         chunks = f" with {p.vp} virtual stages each" if p.vp > 1 else ""
         reasons.append(f"pp={p.pp}{chunks} over {p.num_microbatches} micro-batches: bubble {cost.bubble_fraction:.1%} "
                        f"((p-1)/(v*m))")
-    if p.distributed_optimizer:
+    if p.framework == "megatron" and p.zero_stage >= 2:
+        reasons.append(f"Megatron-FSDP (zero {p.zero_stage}) shards "
+                       f"{'parameters, ' if p.zero_stage == 3 else ''}gradients and optimizer states over "
+                       f"{p.shard_size} GPUs: genconf plans it only when asked (--megatron-fsdp, --zero 2/3) or when "
+                       f"no plan with the distributed optimizer fits")
+    elif p.distributed_optimizer:
         reasons.append(f"distributed optimizer shards fp32 master weights and Adam over dp*cp={p.dp * p.cp}")
     elif p.framework in ("deepspeed", "fsdp") and p.zero_stage:
         reasons.append(f"{'ZeRO-' + str(p.zero_stage) if p.framework == 'deepspeed' else p.fsdp_sharding_strategy} "

@@ -78,6 +78,9 @@ class Pins:
     """local spec: megatron's fused softmax and element-wise kernels were built (ParallelPlan.fused_kernels)."""
     expandable_segments: bool = True
     """False: price PyTorch's classic caching allocator (the run does not set expandable segments)."""
+    megatron_fsdp: bool = False
+    """Search Megatron-FSDP (megatron zero 3) beside the distributed optimizer. Off by default: search() turns it
+    on only when no other megatron plan fits (or when --zero pins the stage)."""
 
     def degrees_pinned(self) -> bool:
         return None not in (self.framework, self.tp, self.pp, self.mbs, self.zero_stage, self.recompute)
@@ -258,8 +261,11 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                             # The distributed optimizer moves the same bytes as DDP's all-reduce (reduce-scatter +
                             # all-gather) and holds less: DDP (0) only where there is nothing to shard over (there the
                             # distributed optimizer still enables FP8 parameters and the precision-aware optimizer).
+                            # Megatron-FSDP (zero 2/3) is opt-in: typed with --zero, or searched when nothing
+                            # else fits (search's second pass): an experimental sharding mode is never the default.
                             zeros = ([pins.zero_stage] if pins.zero_stage is not None
-                                     else [0, 1] if dp * cp == 1 else ([1, 3] if pp == 1 else [1]))
+                                     else [0, 1] if dp * cp == 1
+                                     else ([1, 3] if pp == 1 and pins.megatron_fsdp else [1]))
                         else:
                             zeros = ([pins.zero_stage] if pins.zero_stage is not None
                                      else ([1, 2, 3, 0] if framework == "deepspeed" else [3, 2, 0]))
@@ -458,6 +464,16 @@ _RECOMPUTE_MEMORY = {"full": 0, "selective": 1, "none": 2}
 """Activation memory order of the recompute settings (more recompute, less memory)."""
 
 
+def _lean_plan(model: ModelSpec, layout: _Layout, pins: Pins, seq: int) -> ParallelPlan:
+    """The layout's plan that needs the least memory among those the pins allow: the smallest micro-batch, the
+    fewest virtual stages (fewest micro-batches in flight), full recompute."""
+    vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, layout.pp, dict(layout.split))
+    lean = replace(layout, vp=min(vps))
+    mbs = pins.mbs or 1
+    gbs = pins.gbs if pins.gbs is not None else mbs * layout.dp * layout.pp
+    return _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or "full")
+
+
 def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, layout: _Layout, usable: float,
                   memo: dict) -> bool:
     """True when the leanest plan of this layout's core (same degrees and sharding; the smallest micro-batch,
@@ -467,11 +483,7 @@ def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, 
             layout.shard_group, layout.etp)
     if core in memo:
         return memo[core]
-    vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, layout.pp, dict(layout.split))
-    lean = replace(layout, vp=min(vps))
-    mbs = pins.mbs or 1
-    gbs = pins.gbs if pins.gbs is not None else mbs * layout.dp * layout.pp
-    plan = _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or "full")
+    plan = _lean_plan(model, layout, pins, seq)
     try:
         peak = mem.estimate(model, plan, cluster).peak
     except ValueError:
@@ -513,6 +525,20 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
     """All candidates, the feasible ones ranked by tokens/s (best per layout first); among plans within
     TIE_FRACTION of the fastest, the simplest comes first.
 
+    Megatron-FSDP is searched only when asked for (--zero 2/3) or when no other megatron plan fits: NVIDIA's
+    published layouts use it for few models (Llama 3 70B and 405B on GB200/GB300), and a user should not get an
+    experimental sharding mode unless it is what makes the model fit."""
+    result = _search(model, cluster, num_gpus, cal, pins, keep=keep)
+    if (not pins.megatron_fsdp and pins.zero_stage is None and pins.framework in (None, "megatron")
+            and pins.pp in (None, 1) and not any(ev.plan.framework == "megatron" for ev in result.ranked)):
+        result = _search(model, cluster, num_gpus, cal, replace(pins, megatron_fsdp=True), keep=keep)
+    return result
+
+
+def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins, *,
+            keep: int) -> SearchResult:
+    """search() over the candidates the pins allow.
+
     Branch and bound: every candidate gets a cheap upper bound on its tokens/s; they are evaluated best bound
     first, and once no remaining bound can enter the ranked list the rest are counted as pruned."""
     seq = pins.seq_length or model.seq_length
@@ -534,7 +560,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
     usable = cluster.gpu.hbm_gib * GIB * (1 if pinned else 1 - mem.HEADROOM_FRACTION)
     core_memo: dict[tuple, bool] = {}
     failed: dict[_Layout, list[tuple[int, int]]] = {}  # (mbs, recompute level) that fit nowhere, per layout
-    floored: list[tuple[float, ParallelPlan]] = []  # rejected on a memory bound without a full estimate
+    floored: list[tuple[float, _Layout]] = []  # rejected on a memory bound without a full estimate
     fits_at: dict[tuple, str] = {}   # (layout, mbs) -> the recompute that fitted: costlier ones cannot win
     too_big: dict[_Layout, int] = {}  # layout -> smallest micro-batch that fits nowhere, even with full recompute
     best_per_layout: dict[tuple, float] = {}
@@ -570,7 +596,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
         floor = _states_floor_bytes(model, layout, pins.precision, bool(pins.offload))
         if floor > usable or _core_too_big(model, cluster, pins, seq, layout, usable, core_memo):
             rejected["memory_fits"] += 1  # even its leanest variant does not fit: no need to look closer
-            floored.append((floor, plan))
+            floored.append((floor, layout))
             continue
         ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned)
         found = [ev] if ev.ok else []
@@ -622,10 +648,22 @@ def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrati
         rest = ranked[len(tied):]
         tied.sort(key=lambda e: (_complexity(e.plan), -e.cost.tokens_per_s))
         ranked = tied + rest
-    if not memory_misses and floored:
-        # Everything was cut on a memory bound: estimate the closest few in full, for the error message.
+    if not feasible and floored:
+        # Nothing fits: estimate in full the leanest plan (micro-batch 1, full recompute, fewest virtual stages,
+        # the precision-aware optimizer where it applies) of the layouts with the smallest states, so that the
+        # error names the plan that comes closest, not a fat variant that was cut on a bound.
         floored.sort(key=lambda f: f[0])
-        for _, plan in floored[:5]:
+        lean_seen: set[ParallelPlan] = set()
+        for _, layout in floored:
+            if len(lean_seen) >= 8:
+                break
+            plan = _lean_plan(model, layout, pins, seq)
+            if plan.framework == "megatron" and plan.zero_stage >= 1 and pins.precision_aware_optimizer is None \
+                    and plan.precision in ("bf16", "fp8", "fp4"):
+                plan = replace(plan, precision_aware_optimizer=True)
+            if plan in lean_seen:
+                continue
+            lean_seen.add(plan)
             ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned)
             if ev.memory is not None and not ev.ok:
                 memory_misses.append(ev)
@@ -658,6 +696,8 @@ def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     model that fits nowhere is proved so quickly (issue 15: the suggestions alone took over 2 s): a layout whose
     leanest variant cannot fit is skipped whole, and so is a micro-batch and recompute that needs more memory
     than one of the same layout that did not fit."""
+    # Megatron-FSDP counts: search() falls back to it where nothing else fits, so a suggestion may rely on it.
+    pins = replace(pins, megatron_fsdp=True)
     seq = pins.seq_length or model.seq_length
     usable = cluster.gpu.hbm_gib * GIB * (1 - mem.HEADROOM_FRACTION)
     core_memo: dict[tuple, bool] = {}

@@ -8,6 +8,7 @@ from genconf.catalog.clusters import list_clusters, resolve_cluster
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import list_models, resolve_model
 from genconf.plan import memory, rules
+from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.pipeline import stage_layers
 from genconf.plan.search import TIE_FRACTION, Pins, evaluate, plan_or_explain, search
@@ -98,6 +99,22 @@ def test_no_fit_says_what_would_fit():
     assert "does not fit on 8 x h100-sxm" in text and "--gpus" in text and "GiB per GPU" in text
 
 
+def test_no_fit_names_the_leanest_plan():
+    """The closest plan in the message is the leanest one (micro-batch 1, full recompute), and what it needs is
+    bounded by the parameter states alone: 405B parameters with 16-bit weights and gradients and ~10 bytes of
+    optimizer state each, spread over 8 GPUs at best, are 405e9 x 14 / 8 bytes = 660 GiB per GPU; before the fix
+    the message named an mbs=8, no-recompute variant that needed 1,970 GiB."""
+    model, _ = resolve_model("llama3.1-405b")
+    cluster = resolve_cluster()
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 8, calibration_for(cluster.gpu.name), Pins())
+    text = str(info.value)
+    assert "mbs=1 " in text and "recompute=full" in text
+    needed_gib = float(text.split(" needs ")[1].split(" GiB")[0])
+    states_floor_gib = exact_param_count(model) * 14 / 8 / 2**30
+    assert states_floor_gib <= needed_gib < 1.3 * states_floor_gib
+
+
 def test_explain_counts_reasons():
     model, _ = resolve_model("70b")
     cluster = resolve_cluster()
@@ -114,3 +131,25 @@ def test_evaluate_without_rules_for_published_runs():
                         recompute="full", layer_spec="local")
     ev = evaluate(model, cluster, plan, 384, calibration_for("a100-80gb"), check_rules=False)
     assert ev.cost is not None and ev.memory is not None
+
+
+def test_megatron_fsdp_is_opt_in():
+    """Megatron-FSDP (megatron zero 3) is searched only when asked for or when nothing else fits: Llama 3 8B on
+    8 H100s fits with the distributed optimizer, so the default search has no zero-3 megatron plan, and asking
+    for Megatron-FSDP puts it back among the candidates."""
+    model, _ = resolve_model("llama3-8b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for("h100-sxm")
+    default = search(model, cluster, 8, cal, Pins(framework="megatron"), keep=50)
+    assert default.ranked and all(ev.plan.zero_stage <= 1 for ev in default.ranked)
+    asked = search(model, cluster, 8, cal, Pins(framework="megatron", megatron_fsdp=True), keep=50)
+    assert any(ev.plan.zero_stage == 3 for ev in asked.ranked)
+
+
+def test_megatron_fsdp_when_nothing_else_fits():
+    """Llama 3 70B with tp=1 pp=1 on 64 H100s: the distributed optimizer keeps 70B x (2 + 4) bytes of weights
+    and fp32 gradients on every GPU (420 GB), so only Megatron-FSDP fits; the search falls back to it."""
+    model, _ = resolve_model("llama3-70b")
+    cluster = resolve_cluster("dgx-h100")
+    result = search(model, cluster, 64, calibration_for("h100-sxm"), Pins(framework="megatron", tp=1, pp=1, cp=1))
+    assert result.ranked and result.ranked[0].plan.zero_stage == 3
