@@ -5,7 +5,7 @@ memory and has MFU <= 1.
 Hypothesis draws the flags (huge, zero, negative and malformed numbers among ordinary ones), model YAML
 files (every key, values of every type) and cluster YAML files (nccl_env as a mapping, list, string or
 number; infinite bandwidths; 2**31 NVLink domains). The default suite runs a fixed-seed sample of
-GENCONF_FUZZ_EXAMPLES (default 1,000; about 15 s) examples; the long mode is the same test with more:
+GENCONF_FUZZ_EXAMPLES (default 1,000; about 12 s) examples; the long mode is the same test with more:
 
     GENCONF_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/cli/test_fuzz_cli.py
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
 from genconf.catalog import clusters, hardware
@@ -149,7 +149,8 @@ def check_plan(run: dict) -> None:
     assert not errors, errors
     assert rules.memory_violation(ctx, estimate(model, plan, cluster)) is None
     mfu = run["perf"]["mfu"]
-    assert math.isfinite(mfu) and 0 < mfu <= 1.0, f"MFU {mfu}"
+    # >= 0, not > 0: plan.json rounds MFU, and a model with hidden size 1 rounds to 0.0
+    assert math.isfinite(mfu) and 0 <= mfu <= 1.0, f"MFU {mfu}"
     for key in ("step_time_s", "tokens_per_s"):
         assert math.isfinite(run["perf"][key]) and run["perf"][key] > 0, (key, run["perf"][key])
 
@@ -161,6 +162,8 @@ def check_plan(run: dict) -> None:
 def test_the_cli_never_hangs_never_tracebacks_and_accepts_only_sound_plans(data):
     with tempfile.TemporaryDirectory() as tmp:
         args = data.draw(argv(Path(tmp)), label="argv")
+        for path in sorted(Path(tmp).glob("*.yaml")):  # printed with a failing example
+            note(f"{path.name}:\n{path.read_text()}")
         code, out, err, seconds = run_cli(args)
         if seconds >= TIME_LIMIT_S:  # a shared 2-core CI machine: confirm a slow run once before failing
             seconds = min(seconds, run_cli(args)[3])
