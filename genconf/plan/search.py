@@ -18,6 +18,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
+from genconf.plan import limits
 from genconf.plan import memory as mem
 from genconf.plan import rules
 from genconf.plan.batch import BatchDefault, default_batch, global_batch_for
@@ -144,14 +145,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, num_gpu
 
 @functools.lru_cache(maxsize=4096)
 def divisors(n: int) -> tuple[int, ...]:
-    """Divisors of n, ascending, in O(sqrt n)."""
-    small, large = [], []
-    for d in range(1, math.isqrt(n) + 1):
-        if n % d == 0:
-            small.append(d)
-            if d != n // d:
-                large.append(n // d)
-    return tuple(small + large[::-1])
+    """Divisors of n, ascending (genconf.plan.limits.divisors, O(sqrt n)), cached: the search asks for few;
+    none for n < 1 (an empty remainder of GPUs)."""
+    return tuple(limits.divisors(n)) if n >= 1 else ()
 
 
 def _divisors(n: int) -> list[int]:
