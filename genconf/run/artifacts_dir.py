@@ -77,7 +77,7 @@ def write_artifacts(out_dir: Path, files: dict[str, str], force: bool, *, run_di
             if not ancestor.exists():
                 ancestor.mkdir()
                 created.append(ancestor)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{leftovers.writer_tag()}-", dir=parent))
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the artifacts directory is an ordinary one
@@ -92,7 +92,7 @@ def write_artifacts(out_dir: Path, files: dict[str, str], force: bool, *, run_di
         if problems:
             raise GenconfError(f"the rendered artifacts fail their own check: {problems[0]}")
         if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-{leftovers.writer_tag()}-", dir=parent))
             old.rmdir()
             os.rename(out_dir, old)
             for child in sorted(old.iterdir()):
