@@ -93,7 +93,17 @@ class Calibration:
     """Per micro-batch and model chunk: schedule bookkeeping, p2p handshakes, Python dispatch."""
     clock_factor: float = 1.0
     """Sustained tensor-core clock under a training load relative to the one the kernels were measured at
-    (power and thermal limits; < 1 for power-capped parts)."""
+    (thermal limits and clock behaviour of the architecture's best-powered part; see sustained_clock)."""
+    full_clock_w_per_tflop: float = 0.0
+    """Board power per dense BF16 datasheet TFLOP/s at which a part of this architecture holds the clock its
+    efficiencies were fitted at: the best-powered part's TDP over its peak (A100 400 W / 312, H100 SXM
+    700 / 989, GB300 1,400 / 2,500). A part with less power per TFLOP/s runs its tensor cores slower. 0: no
+    power limit modelled."""
+    power_clock_exponent: float = 0.0
+    """How the sustained clock follows the power budget: clock ~ (TDP / power needed) ** this. CMOS dynamic
+    power ~ C V^2 f with the voltage lowered along with the clock (DVFS) gives 1/3 at most; leakage and the
+    fixed memory and I/O power make it steeper. Fitted across architectures (H100 at 500 W vs 700 W, B200 /
+    B300 / GB200 / GB300 at 1,000-1,400 W)."""
     tp_overlap_exposed: float = 0.25
     """Fraction of TP communication still exposed with --tp-comm-overlap (userbuffers, split pipelined GEMMs)."""
     dp_overlap_efficiency: float = 0.9
@@ -132,15 +142,25 @@ class LayerTime:
     """Host time to launch the layer's kernels, forward + backward (the GPU waits when this is longer)."""
 
 
+def sustained_clock(gpu: GPUSpec, cal: Calibration) -> float:
+    """Tensor-core clock under a training load as a fraction of the datasheet's: the architecture's
+    clock_factor, lowered where the part's TDP is below what its datasheet rate needs (power-capped parts:
+    H100 96 GB at 500 W, B200 at 1,000 W against GB300's 1,400 W for a similar peak)."""
+    need_w = cal.full_clock_w_per_tflop * gpu.peak_bf16_tflops
+    power = min(1.0, gpu.tdp_w / need_w) ** cal.power_clock_exponent if need_w > 0 else 1.0
+    return cal.clock_factor * power
+
+
 def _peak(gpu: GPUSpec, cal: Calibration, dtype: str) -> tuple[float, float, float]:
     """(peak TFLOP/s at the sustained clock, main-loop efficiency, bytes per input element) for GEMMs in dtype."""
+    clock = sustained_clock(gpu, cal)
     if dtype == "fp4":
-        return gpu.peak_tflops("fp4") * cal.clock_factor, cal.fp4_gemm_efficiency, 0.5
+        return gpu.peak_tflops("fp4") * clock, cal.fp4_gemm_efficiency, 0.5
     if dtype == "fp8":
-        return gpu.peak_tflops("fp8") * cal.clock_factor, cal.fp8_gemm_efficiency, 1.0
+        return gpu.peak_tflops("fp8") * clock, cal.fp8_gemm_efficiency, 1.0
     if dtype == "fp32":
-        return gpu.peak_tflops("tf32") * cal.clock_factor, cal.gemm_efficiency, 4.0
-    return gpu.peak_bf16_tflops * cal.clock_factor, cal.gemm_efficiency, 2.0
+        return gpu.peak_tflops("tf32") * clock, cal.gemm_efficiency, 4.0
+    return gpu.peak_bf16_tflops * clock, cal.gemm_efficiency, 2.0
 
 
 def gemm_s(gpu: GPUSpec, cal: Calibration, m: int, n: int, k: int, dtype: str) -> float:
@@ -294,7 +314,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     causal = True
     if windowed and model.sliding_window and model.sliding_window < seq:
         keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving
-    peak16 = gpu.peak_bf16_tflops * cal.clock_factor
+    peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal)
     if impl in ("megatron-local", "megatron-local-fused"):
         score_bytes = cal.local_fused_score_bytes if impl == "megatron-local-fused" else cal.local_score_bytes
         # Unfused: batched QK^T and AV GEMMs over (mbs x heads) with K = head dim, scores through HBM.

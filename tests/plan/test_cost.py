@@ -58,7 +58,7 @@ def _gpu_and_cal(efficiency: float = 0.5):
     cluster = resolve_cluster("dgx-h100")
     gpu = dataclasses.replace(cluster.gpu, peak_bf16_tflops=PEAK_TFLOPS, hbm_tbyte_per_s=HBM_TBYTE_PER_S, num_sms=128)
     cal = dataclasses.replace(calibration_for("h100-sxm"), gemm_efficiency=efficiency, gemm_tile_overhead_s=0.0,
-                              hbm_efficiency=1.0, clock_factor=1.0)
+                              hbm_efficiency=1.0, clock_factor=1.0, power_clock_exponent=0.0)
     return gpu, cal
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from genconf.catalog.hardware import calibration_for, resolve_gpu
 from genconf.cli.main import main
-from genconf.plan.cost import gemm_s
+from genconf.plan.cost import gemm_s, sustained_clock
 
 M = N = K = 8192  # compute-bound on every GPU here: 1.1e12 FLOPs over 400 MB of BF16 operands
 
@@ -33,7 +33,7 @@ def test_a_compute_bound_gemm_runs_at_its_dtypes_peak(gpu_name, dtype, peak_dtyp
     # 2 M N K FLOPs at the dtype's peak, the sustained clock and the dtype's main-loop efficiency; the 64 x 64 =
     # 4,096 tiles of 128 x 128 fill whole waves within a few percent (tile quantization, per-tile overhead:
     # 5% at B200's 9 PFLOP/s of FP4, where a tile's fixed cost weighs most).
-    ideal_s = 2 * M * N * K / (gpu.peak_tflops(peak_dtype) * 1e12 * cal.clock_factor * efficiency)
+    ideal_s = 2 * M * N * K / (gpu.peak_tflops(peak_dtype) * 1e12 * sustained_clock(gpu, cal) * efficiency)
     assert gemm_s(gpu, cal, M, N, K, dtype) == pytest.approx(ideal_s, rel=0.08)
     assert gemm_s(gpu, cal, M, N, K, dtype) >= ideal_s * (1 - 1e-9)
     if peak_dtype == "tf32":  # FP32 runs on the TF32 tensor cores: half the BF16 rate on A100 and H100
@@ -63,3 +63,28 @@ def test_an_fp32_plan_is_costed_at_the_tf32_peak_and_its_mfu_is_at_most_1():
     # The unpinned plan from the issue.
     issue = plan_json("--model", "7b", "--gpus", "16", "--cluster", "kempner-a100", "--precision", "fp32")
     assert issue["perf"]["peak_tflops_per_gpu"] == 156 and 0 < issue["perf"]["mfu"] <= 1
+
+
+@pytest.mark.parametrize("gpu_name,want", [
+    # clock_factor x min(1, TDP / (W per datasheet TFLOP/s x BF16 peak)) ** 0.65 (calibration.yaml):
+    ("h100-sxm", 0.85),                           # 700 W for 989.4 TFLOP/s: the Hopper reference, full clock
+    ("h200", 0.85),                               # the same chip and power
+    ("h100-96gb-500w", 0.85 * (500 / 700) ** 0.65),  # 0.6830: capped at 500 W
+    ("gb300", 1.0),                               # 1,400 W for 2,500: the Blackwell reference
+    ("gb200", (1200 / 1400) ** 0.65),             # 0.9047
+    ("b200", (1000 / 1260) ** 0.65),              # 0.8605: 2,250 TFLOP/s need 1,260 W at GB300's ratio
+    ("b300", (1100 / 1260) ** 0.65),              # 0.9155
+    ("a100-80gb", 0.85),
+])
+def test_the_sustained_clock_follows_the_power_budget(gpu_name, want):
+    gpu = resolve_gpu(gpu_name)
+    assert sustained_clock(gpu, calibration_for(gpu.name)) == pytest.approx(want, rel=2e-3)
+
+
+def test_more_power_than_the_datasheet_needs_does_not_raise_the_clock():
+    import dataclasses
+
+    gpu = dataclasses.replace(resolve_gpu("gb300"), tdp_w=5000)
+    cal = calibration_for("gb300")
+    assert sustained_clock(gpu, cal) == cal.clock_factor
+    assert sustained_clock(gpu, dataclasses.replace(cal, full_clock_w_per_tflop=0.0)) == cal.clock_factor
