@@ -92,8 +92,11 @@ class Calibration:
     microbatch_overhead_s: float = 0.0
     """Per micro-batch and model chunk: schedule bookkeeping, p2p handshakes, Python dispatch."""
     clock_factor: float = 1.0
-    """Sustained tensor-core clock under a training load relative to the one the kernels were measured at
-    (thermal limits and clock behaviour of the architecture's best-powered part; see sustained_clock)."""
+    """Sustained tensor-core clock under a training load's dense GEMMs relative to the one the kernels were
+    measured at, on the architecture's best-powered part (see sustained_clock). Attention kernels are not
+    slowed by it: the kernel table's flash-attention rates hold end to end (NeMo's long-sequence runs, where
+    attention is 95% of the time at 1M tokens, run at the table's boost-clock rates, not 0.8 of them), as the
+    softmax phases between their matmuls keep them below the power limit that dense GEMM streams hit."""
     full_clock_w_per_tflop: float = 0.0
     """Board power per dense BF16 datasheet TFLOP/s at which a part of this architecture holds the clock its
     efficiencies were fitted at: the best-powered part's TDP over its peak (A100 400 W / 312, H100 SXM
@@ -142,13 +145,13 @@ class LayerTime:
     """Host time to launch the layer's kernels, forward + backward (the GPU waits when this is longer)."""
 
 
-def sustained_clock(gpu: GPUSpec, cal: Calibration) -> float:
-    """Tensor-core clock under a training load as a fraction of the datasheet's: the architecture's
-    clock_factor, lowered where the part's TDP is below what its datasheet rate needs (power-capped parts:
-    H100 96 GB at 500 W, B200 at 1,000 W against GB300's 1,400 W for a similar peak)."""
+def sustained_clock(gpu: GPUSpec, cal: Calibration, *, gemm: bool = True) -> float:
+    """Tensor-core clock under a training load as a fraction of the datasheet's: lowered where the part's TDP
+    is below what its datasheet rate needs (power-capped parts: H100 96 GB at 500 W, B200 at 1,000 W against
+    GB300's 1,400 W for a similar peak), and for dense GEMMs by the architecture's clock_factor."""
     need_w = cal.full_clock_w_per_tflop * gpu.peak_bf16_tflops
     power = min(1.0, gpu.tdp_w / need_w) ** cal.power_clock_exponent if need_w > 0 else 1.0
-    return cal.clock_factor * power
+    return (cal.clock_factor if gemm else 1.0) * power
 
 
 def _peak(gpu: GPUSpec, cal: Calibration, dtype: str) -> tuple[float, float, float]:
@@ -314,7 +317,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     causal = True
     if windowed and model.sliding_window and model.sliding_window < seq:
         keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving
-    peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal)
+    peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)  # attention: the power cap only
     if impl in ("megatron-local", "megatron-local-fused"):
         score_bytes = cal.local_fused_score_bytes if impl == "megatron-local-fused" else cal.local_score_bytes
         # Unfused: batched QK^T and AV GEMMs over (mbs x heads) with K = head dim, scores through HBM.
