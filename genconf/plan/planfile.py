@@ -312,5 +312,6 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         runner = result.ranked[1]
         gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
         tied = " (a tie within the model's error; the simpler layout first)" if gain < TIE_FRACTION else ""
-        reasons.append(f"{gain:.1%} faster than the runner-up ({describe(runner.plan)}){tied}")
+        faster = f"{gain:.1%} faster than" if gain >= 0.0005 else "as fast (within 0.05%) as"
+        reasons.append(f"{faster} the runner-up ({describe(runner.plan)}){tied}")
     return reasons
