@@ -291,9 +291,14 @@ SlurmdUser=root
 # Auth through OUR munged: its socket lives in a world-traversable folder of
 # the state dir (not /run/munge, which may not exist or belong to another
 # munged).  cred/munge reads the same AuthInfo.
+# cred_expire: a job step credential's lifetime, and how long a requeued job
+# waits before it may start again (its old credential stays revoked until
+# then; a job started earlier is killed, "Job credential revoked").  Slurm's
+# default is 120 s; 20 s is plenty for steps launched on this one machine and
+# keeps the preemption test's requeue wait short.
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$MUNGE_SOCK
+AuthInfo=socket=$MUNGE_SOCK,cred_expire=20
 
 # All state, spool, logs and pid files stay inside the private folder.
 # %n = node name: each emulated slurmd needs its own spool dir and pid file.
