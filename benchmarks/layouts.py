@@ -90,9 +90,11 @@ def _key(plan) -> tuple:
     return (plan.tp, plan.pp, plan.vp, plan.cp)
 
 
-def run_case(c: dict) -> dict:
+def run_case(c: dict, cal_override: dict | None = None) -> dict:
+    """One layout, pinned and unpinned. `cal_override`: calibration fields replaced on top of the committed ones
+    (benchmarks/variants.py scores a hypothesis this way)."""
     model, cluster = c["model"], c["cluster"]
-    cal = calibration_for(cluster.gpu.name)
+    cal = replace(calibration_for(cluster.gpu.name), **(cal_override or {}))
     # Both files' performance recipes reduce gradients in bf16 (Megatron-Bridge set_basic_perf_overrides and
     # NeMo 2.0's performance optimisations: grad_reduce_in_fp32 = False): a recipe setting, typed for both searches.
     base = dict(gbs=c["gbs"], seq_length=model.seq_length, precision=c["precision"], fp8_recipe=c["fp8_recipe"],
