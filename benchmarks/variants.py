@@ -2,6 +2,12 @@
 
     python benchmarks/variants.py all.nvlink_efficiency=0.6 hopper.clock_factor=0.85,ampere.clock_factor=0.9
     python benchmarks/variants.py --no-layouts all.pp_overlap_exposed=0.25
+    python benchmarks/variants.py --refit hopper.nvlink_efficiency=0.5/0.6/0.7/0.8/0.9
+
+--refit asks a different question: each variant adds terms to accuracy.py's fit grid (`ARCH.FIELD=v1/v2/...`;
+a field already fitted gets the new grid), refits everything as `accuracy.py --fit` does and scores in sample
+and leave-one-source-out, with the values the fit chose; a term that helps only in sample, or only at the edge
+of a physically plausible range, is absorbing something else.
 
 Each positional argument is one variant: comma-separated `ARCH.FIELD=VALUE` assignments (ARCH: ampere, hopper,
 blackwell, or `all`) applied on top of genconf/catalog/calibration.yaml, with a GPU's own overrides in that file
@@ -27,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import layouts  # noqa: E402
-from accuracy import ARCHS, cal_key, evaluate_all, load_runs  # noqa: E402
+import accuracy  # noqa: E402
+from accuracy import ARCHS, cal_key, cals_for, evaluate_all, fit, load_runs, loso  # noqa: E402
 
 from genconf.catalog.hardware import calibration_for, gpu_calibration_overrides  # noqa: E402
 from genconf.plan.cost import Calibration  # noqa: E402
@@ -54,6 +61,77 @@ def parse_variant(text: str) -> dict[str, dict[str, float]]:
         for a in (ARCHS if arch == "all" else (arch,)):
             out[a][field] = number
     return {a: v for a, v in out.items() if v}
+
+
+def parse_grid(text: str) -> dict[tuple[str, str], list[float]]:
+    """'hopper.nvlink_efficiency=0.6/0.8' -> the fit-grid entry {('hopper', 'nvlink_efficiency'): [0.6, 0.8]}."""
+    fields = {f.name for f in dataclasses.fields(Calibration)}
+    grid = {}
+    for part in filter(None, text.split(",")):
+        key, sep, values = part.partition("=")
+        arch, dot, field = key.partition(".")
+        if not (sep and dot) or (arch != "all" and arch not in ARCHS) or field not in fields:
+            raise SystemExit(f"variants.py: {part!r}: expected ARCH.FIELD=V1/V2/... with ARCH in all, "
+                             f"{', '.join(ARCHS)} and FIELD a Calibration field")
+        try:
+            grid[(arch, field)] = [float(v) for v in values.split("/")]
+        except ValueError:
+            raise SystemExit(f"variants.py: {part!r}: {values!r} is not a list of numbers") from None
+    return grid
+
+
+def _medians(rows: list[dict]) -> dict:
+    scored = [r for r in rows if r["throughput_error"] is not None]
+    every = sorted(abs(r["throughput_error"]) for r in scored)
+    dense = sorted(abs(r["throughput_error"]) for r in scored if r["kind"] == "dense")
+    return {"median": statistics.median(every), "p90": every[int(0.9 * (len(every) - 1))],
+            "dense": statistics.median(dense), "dense_p90": dense[int(0.9 * (len(dense) - 1))]}
+
+
+def refit_score(runs, grid: dict) -> dict:
+    """Fit with `grid` added to accuracy.FIT_GRID, then in-sample and leave-one-source-out figures."""
+    saved = dict(accuracy.FIT_GRID)
+    accuracy.FIT_GRID.update(grid)
+    try:
+        override = fit(runs, quiet=True)
+        held, _ = loso(runs, quiet=True)
+    finally:
+        accuracy.FIT_GRID.clear()
+        accuracy.FIT_GRID.update(saved)
+    by_source: dict[str, list[float]] = defaultdict(list)
+    for r in held:
+        if r["throughput_error"] is not None and r["kind"] == "dense":
+            by_source[r["source"]].append(abs(r["throughput_error"]))
+    chosen = {f"{arch}.{field}": override[a][field] for (arch, field) in grid
+              for a in (ARCHS if arch == "all" else (arch,))[:1]}
+    return {"in_sample": _medians(evaluate_all(runs, cals_for(runs, override))), "held_out": _medians(held),
+            "held_out_dense_by_source": {k: statistics.median(v) for k, v in by_source.items()}, "chosen": chosen}
+
+
+def refit_main(texts: list[str], write: bool) -> int:
+    runs, _ = load_runs()
+    results = [("committed grid", refit_score(runs, {}))] + [(t, refit_score(runs, parse_grid(t))) for t in texts]
+    sources = sorted(results[0][1]["held_out_dense_by_source"])
+    lines = ["# Refits with added fit terms, in sample and leave-one-source-out", "",
+             f"Command: `python benchmarks/variants.py {' '.join(sys.argv[1:])}`.", "",
+             "| fit grid | in sample: median / p90 / dense / dense p90 | held out: median / p90 / dense / dense p90 "
+             "| values chosen |", "|---|---|---|---|"]
+    for text, s in results:
+        a, h = s["in_sample"], s["held_out"]
+        chosen = ", ".join(f"{k} {v:g}" for k, v in s["chosen"].items()) or "-"
+        lines.append(f"| `{text}` | {a['median']:.2%} / {a['p90']:.2%} / {a['dense']:.2%} / {a['dense_p90']:.2%} | "
+                     f"{h['median']:.2%} / {h['p90']:.2%} / {h['dense']:.2%} / {h['dense_p90']:.2%} | {chosen} |")
+    lines += ["", "Held-out dense median |error| by source (each source left out of the fit in turn):", "",
+              "| fit grid | " + " | ".join(sources) + " |", "|---|" + "---:|" * len(sources)]
+    for text, s in results:
+        lines.append(f"| `{text}` | " + " | ".join(f"{s['held_out_dense_by_source'].get(k, float('nan')):.1%}"
+                                                   for k in sources) + " |")
+    out = "\n".join(lines) + "\n"
+    print(out)
+    if write:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "variants_refit.md").write_text(out)
+    return 0
 
 
 def gpu_override(override: dict, gpu_name: str) -> dict[str, float]:
@@ -88,8 +166,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("variants", nargs="+", help="ARCH.FIELD=VALUE[,ARCH.FIELD=VALUE...] (one variant per argument)")
     ap.add_argument("--no-layouts", action="store_true", help="skip the layout top 5 (about 25 s per variant)")
+    ap.add_argument("--refit", action="store_true",
+                    help="variants are fit-grid additions (ARCH.FIELD=V1/V2/...): refit, score in sample and held out")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if args.refit:
+        return refit_main(args.variants, not args.no_write)
     overrides = [(text, parse_variant(text)) for text in args.variants]
     runs, _ = load_runs()
     base = score(runs, {}, not args.no_layouts)

@@ -56,3 +56,12 @@ def test_a_changed_term_moves_only_the_groups_of_its_architecture():
             assert moved < stats[1], (source, kind)  # a slower clock predicts fewer tokens/s: the signed error falls
         else:
             assert moved == stats[1], (source, kind, generation)
+
+
+def test_a_refit_grid_names_each_term_and_its_values():
+    assert variants.parse_grid("hopper.nvlink_efficiency=0.6/0.8,all.tp_overlap_exposed=0.25/0.5") == {
+        ("hopper", "nvlink_efficiency"): [0.6, 0.8], ("all", "tp_overlap_exposed"): [0.25, 0.5]}
+    with pytest.raises(SystemExit, match="not a list of numbers"):
+        variants.parse_grid("hopper.nvlink_efficiency=0.6/high")
+    with pytest.raises(SystemExit, match="ARCH.FIELD=V1/V2"):
+        variants.parse_grid("nvlink_efficiency=0.6/0.8")
