@@ -44,20 +44,26 @@ GROUP_MOVE = 0.005
 """A group counts as better or worse when its median |error| moves by more than half a point."""
 
 
-def parse_variant(text: str) -> dict[str, dict[str, float]]:
-    """'all.a=1,hopper.b=2' -> {'ampere': {'a': 1.0}, 'hopper': {'a': 1.0, 'b': 2.0}, 'blackwell': {'a': 1.0}}."""
+def _terms(text: str, form: str, parse_value, what: str):
+    """Each comma-separated `ARCH.FIELD=VALUE` of `text` as (arch, field, parsed value); one line naming the part
+    and the expected `form` for anything else."""
     fields = {f.name for f in dataclasses.fields(Calibration)}
-    out: dict[str, dict[str, float]] = {arch: {} for arch in ARCHS}
     for part in filter(None, text.split(",")):
         key, sep, value = part.partition("=")
         arch, dot, field = key.partition(".")
         if not (sep and dot) or (arch != "all" and arch not in ARCHS) or field not in fields:
-            raise SystemExit(f"variants.py: {part!r}: expected ARCH.FIELD=VALUE with ARCH in all, {', '.join(ARCHS)} "
+            raise SystemExit(f"variants.py: {part!r}: expected {form} with ARCH in all, {', '.join(ARCHS)} "
                              f"and FIELD a Calibration field")
         try:
-            number = float(value)
+            yield arch, field, parse_value(value)
         except ValueError:
-            raise SystemExit(f"variants.py: {part!r}: {value!r} is not a number") from None
+            raise SystemExit(f"variants.py: {part!r}: {value!r} is not {what}") from None
+
+
+def parse_variant(text: str) -> dict[str, dict[str, float]]:
+    """'all.a=1,hopper.b=2' -> {'ampere': {'a': 1.0}, 'hopper': {'a': 1.0, 'b': 2.0}, 'blackwell': {'a': 1.0}}."""
+    out: dict[str, dict[str, float]] = {arch: {} for arch in ARCHS}
+    for arch, field, number in _terms(text, "ARCH.FIELD=VALUE", float, "a number"):
         for a in (ARCHS if arch == "all" else (arch,)):
             out[a][field] = number
     return {a: v for a, v in out.items() if v}
@@ -65,19 +71,8 @@ def parse_variant(text: str) -> dict[str, dict[str, float]]:
 
 def parse_grid(text: str) -> dict[tuple[str, str], list[float]]:
     """'hopper.nvlink_efficiency=0.6/0.8' -> the fit-grid entry {('hopper', 'nvlink_efficiency'): [0.6, 0.8]}."""
-    fields = {f.name for f in dataclasses.fields(Calibration)}
-    grid = {}
-    for part in filter(None, text.split(",")):
-        key, sep, values = part.partition("=")
-        arch, dot, field = key.partition(".")
-        if not (sep and dot) or (arch != "all" and arch not in ARCHS) or field not in fields:
-            raise SystemExit(f"variants.py: {part!r}: expected ARCH.FIELD=V1/V2/... with ARCH in all, "
-                             f"{', '.join(ARCHS)} and FIELD a Calibration field")
-        try:
-            grid[(arch, field)] = [float(v) for v in values.split("/")]
-        except ValueError:
-            raise SystemExit(f"variants.py: {part!r}: {values!r} is not a list of numbers") from None
-    return grid
+    return {(arch, field): values for arch, field, values in
+            _terms(text, "ARCH.FIELD=V1/V2/...", lambda v: [float(x) for x in v.split("/")], "a list of numbers")}
 
 
 def _medians(rows: list[dict]) -> dict:
