@@ -33,7 +33,7 @@ from genconf.catalog.hardware import calibration_for  # noqa: E402
 from genconf.plan.cost import Calibration, step_cost  # noqa: E402
 from genconf.plan.counting import model_flops_per_token  # noqa: E402
 from genconf.plan.memory import GIB  # noqa: E402
-from genconf.plan.search import Pins, _split_options, evaluate, search  # noqa: E402
+from genconf.plan.search import DEFAULT_LAYOUT, Pins, _split_options, evaluate, search  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("Narayanan 2021", "Korthikanti 2022", "Megatron-LM H100 2024", "torchtitan", "BLOOM sweep",
@@ -65,7 +65,11 @@ def pins_for(run: Run) -> Pins | None:
                 grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype,
                 # Megatron-FSDP is opt-in (genconf.plan.search.search): where the recipe turned it on (FSDP > 0 in
                 # the notes), the user asks for it (--megatron-fsdp) and the search still chooses the stage.
-                megatron_fsdp=p.framework == "megatron" and p.zero_stage >= 2)
+                megatron_fsdp=p.framework == "megatron" and p.zero_stage >= 2,
+                # Every published run split its layers megatron's own way: the one recipe here that later pinned a
+                # pipeline layout (Megatron-Bridge Llama 3 70B FP8 on H100, #5391, August 2026) did so after every
+                # release these rows were measured on.
+                pp_layout=DEFAULT_LAYOUT)
 
 
 def _variants(run: Run):

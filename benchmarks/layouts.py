@@ -29,7 +29,7 @@ from published import CATALOG_KEYS, DATA, _family_defaults, _int, _model_key, _p
 from genconf.catalog.clusters import resolve_cluster  # noqa: E402
 from genconf.catalog.hardware import calibration_for  # noqa: E402
 from genconf.catalog.models import resolve_model  # noqa: E402
-from genconf.plan.search import Pins, search  # noqa: E402
+from genconf.plan.search import DEFAULT_LAYOUT, Pins, search  # noqa: E402
 from genconf.plan.specs import ModelSpec  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -99,7 +99,8 @@ def run_case(c: dict, cal_override: dict | None = None) -> dict:
     # NeMo 2.0's performance optimisations: grad_reduce_in_fp32 = False): a recipe setting, typed for both searches.
     base = dict(gbs=c["gbs"], seq_length=model.seq_length, precision=c["precision"], fp8_recipe=c["fp8_recipe"],
                 grad_dtype="bf16")
-    pinned = Pins(framework="megatron", tp=c["tp"], pp=c["pp"], vp=c["vp"], cp=c["cp"], ep=1, mbs=c["mbs"], **base)
+    pinned = Pins(framework="megatron", tp=c["tp"], pp=c["pp"], vp=c["vp"], cp=c["cp"], ep=1, mbs=c["mbs"],
+                  pp_layout=DEFAULT_LAYOUT, **base)
     t0 = time.perf_counter()
     res = search(model, cluster, c["gpus"], cal, pinned, keep=1)
     feasible = bool(res.ranked)

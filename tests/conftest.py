@@ -126,6 +126,10 @@ PLANS = {
     # Megatron-FSDP (zero 3 = optim_grads_params)
     "megatron_fsdp": ["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--framework", "megatron",
                       "--tp", "1", "--pp", "1", "--zero", "3", "--mbs", "1"],
+    # NVIDIA's pipeline layout for Llama 3 70B FP8 on 64 H100s (Megatron-Bridge #5391): one layer off the last rank
+    "pp_layout": ["--model", "llama3-70b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
+                  "--tp", "4", "--pp", "8", "--pp-layout", "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL", "--precision", "fp8",
+                  "--mbs", "1", "--global-batch", "256", "--seq-len", "8192"],
     # DeepSpeed ZeRO-1 with an fp32 gradient accumulation buffer (BF16_Optimizer)
     "ds_z1_fp32_grads": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "1",
                          "--grad-dtype", "fp32"],
@@ -135,7 +139,7 @@ DS_PLANS = ["ds_z0", "ds_z1", "ds_z2_fp16", "ds_z3", "ds_z2_offload", "ds_z3_off
             "uneven_pp", "ds_z1_fp32_grads"]
 
 MEGATRON_PLANS = ["olmo70b", "gqa_fp8_pp2vp2", "moe_ep_cp", "uneven_pp", "selective", "full_fp16_local", "ds_z3",
-                  "fsdp1b", "fp8_block_knobs", "megatron_fsdp"]
+                  "fsdp1b", "fp8_block_knobs", "megatron_fsdp", "pp_layout"]
 
 
 def genconf_quiet(*args: str) -> int:

@@ -22,7 +22,7 @@ TOP_KEYS = ("name", "version", "description", "extends", "model", "cluster", "gp
             "optimizer", "batch", "seed", "data", "train", "expect", "smoke")
 SECTIONS = {
     "layout": ("framework", "tp", "pp", "vp", "cp", "ep", "zero", "mbs", "recompute", "layer_spec",
-               "first_stage_layers", "last_stage_layers", "tp_comm_overlap", "grad_dtype"),
+               "first_stage_layers", "last_stage_layers", "pp_layout", "tp_comm_overlap", "grad_dtype"),
     "optimizer": ("lr", "min_lr", "warmup_steps", "lr_decay", "weight_decay", "beta1", "beta2", "eps", "grad_clip"),
     "batch": ("global_batch", "seq_length"),
     "data": ("kind", "path", "dtype", "branching"),
@@ -191,7 +191,7 @@ def pins_of(recipe: Recipe):
                 precision=recipe.precision_recipe.plan_precision, layer_spec=layout.get("layer_spec", "te"),
                 fp8_recipe=recipe.precision_recipe.train_fp8_recipe,
                 pp_first_stage_layers=layout.get("first_stage_layers"),
-                pp_last_stage_layers=layout.get("last_stage_layers"),
+                pp_last_stage_layers=layout.get("last_stage_layers"), pp_layout=layout.get("pp_layout"),
                 tp_comm_overlap=layout.get("tp_comm_overlap"), grad_dtype=layout.get("grad_dtype"))
 
 
@@ -246,7 +246,7 @@ def smoke_run(recipe: Recipe) -> dict:
         plan, tp=tp, pp=pp, vp=vp, cp=1, dp=dp, mbs=mbs, gbs=gbs, seq_length=seq,
         zero_stage=layout.get("zero", plan.zero_stage), recompute=layout.get("recompute", plan.recompute),
         sequence_parallel=plan.framework == "megatron" and tp > 1, shard_group_size=None,
-        pp_first_stage_layers=None, pp_last_stage_layers=None,
+        pp_first_stage_layers=None, pp_last_stage_layers=None, pp_layout=None,
         pp_embedding_as_layer=False, pp_loss_as_layer=False, offload_optimizer=False, offload_params=False,
         ep=min(plan.ep, dp))
     small = precision.plan_in_precision(small, r.plan_precision)

@@ -40,13 +40,31 @@ class Planned:
 
 def pins_from_args(args: argparse.Namespace):
     from genconf.plan.precision import plan_precision_of
-    from genconf.plan.search import Pins
+    from genconf.plan.search import DEFAULT_LAYOUT, Pins
 
     precision, fp8_recipe = plan_precision_of(args.precision)
     if args.recompute_layers and args.recompute not in (None, "full"):
         raise GenconfError("--recompute-layers recomputes whole layers: it needs --recompute full")
     if args.fused_kernels and args.layer_spec != "local":
         raise GenconfError("--fused-kernels describes the local spec's kernels: add --layer-spec local")
+    layout = getattr(args, "pp_layout", None)
+    if layout is not None and layout != DEFAULT_LAYOUT:
+        from genconf.plan.pipeline import parse_layout
+
+        try:
+            stages = len(parse_layout(layout))
+        except ValueError as exc:
+            raise GenconfError(f"--pp-layout: {exc}") from None
+        if args.framework not in (None, "megatron"):
+            raise GenconfError("--pp-layout is a megatron pipeline layout: it needs --framework megatron")
+        if args.first_stage_layers or args.last_stage_layers:
+            raise GenconfError("--pp-layout places every layer itself: drop --first-stage-layers/--last-stage-layers")
+        if args.pp is not None and (args.pp < 2 or stages % args.pp):
+            raise GenconfError(f"--pp-layout has {stages} virtual stages: --pp must be a divisor of it above 1, "
+                               f"got {args.pp}")
+        if args.pp is not None and args.vp is not None and args.vp != stages // args.pp:
+            raise GenconfError(f"--pp-layout has {stages} virtual stages = pp {args.pp} x vp {stages // args.pp}, "
+                               f"not --vp {args.vp} (megatron derives vp from the layout)")
     return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, etp=args.etp,
                 mbs=args.mbs, gbs=args.global_batch, seq_length=args.seq_len, zero_stage=args.zero,
                 recompute="full" if args.recompute_layers else args.recompute,
@@ -56,7 +74,8 @@ def pins_from_args(args: argparse.Namespace):
                 layer_spec=args.layer_spec, offload=args.offload or None, fused_kernels=args.fused_kernels,
                 expandable_segments=args.expandable_segments,
                 pp_first_stage_layers=args.first_stage_layers, pp_last_stage_layers=args.last_stage_layers,
-                tp_comm_overlap=args.tp_comm_overlap, megatron_fsdp=bool(getattr(args, "megatron_fsdp", False)))
+                tp_comm_overlap=args.tp_comm_overlap, megatron_fsdp=bool(getattr(args, "megatron_fsdp", False)),
+                pp_layout=layout)
 
 
 def plan_from_args(args: argparse.Namespace) -> Planned:

@@ -83,6 +83,11 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                                               "(megatron --recompute-method block)"),
                        ("--offload-activations", "layers whose activations Transformer Engine offloads to the host")):
         g.add_argument(flag, type=positive_int, help=text)
+    g.add_argument("--pp-layout", metavar="LAYOUT",
+                   help="megatron pipeline layout: 'default' (megatron's own split only) or a layout string such as "
+                        "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL' (E embedding, t layer, L loss, | between virtual stages; "
+                        "vp = stages / pp). Default: megatron's split, or one moving layers off the slowest rank "
+                        "where that is faster")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (megatron: 1 = distributed optimizer; "
                    "fsdp: 0 NO_SHARD, 2 SHARD_GRAD_OP, 3 FULL_SHARD)")
     g.add_argument("--megatron-fsdp", action="store_true",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from genconf.plan import kernels
 from genconf.plan.counting import layer_tensors, model_flops_per_token, recompute_flops_per_token
 from genconf.plan.memory import offload_bytes_per_layer, rank_params, vocab_rows
-from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, recomputed_layers, stage_layers
+from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, format_layout, recomputed_layers, stage_layers
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
 
@@ -639,6 +639,59 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
         forward += (t - layers_s - re - off) / 3
         stages.append(StageTime(total_s=t, forward_s=forward, recompute_s=re, offload_s=off))
     return tuple(stages)
+
+
+def layout_of_counts(counts: list[int] | tuple[int, ...], vp: int) -> str:
+    """The layout string giving rank r counts[r] layers over its vp virtual stages, the extra layers of an uneven
+    share on its earliest stages (so the last rank's final stage, which runs the loss, holds the fewest)."""
+    pp = len(counts)
+    stages = [0] * (pp * vp)
+    for rank, n in enumerate(counts):
+        base, extra = divmod(n, vp)
+        for chunk in range(vp):
+            stages[chunk * pp + rank] = base + (1 if chunk < extra else 0)
+    return format_layout(stages)
+
+
+BALANCE_GAIN = 0.005
+"""A layer moves to another pipeline rank only when that shortens the slowest rank by more than this fraction."""
+
+
+def balanced_layout(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> str | None:
+    """A pipeline layout (megatron --pipeline-model-parallel-layout) that moves whole layers off the slowest
+    pipeline rank onto the fastest while that shortens the slowest: the pipeline runs at its slowest rank's pace
+    (Narayanan 2021, Sec. 2.2), and the last rank also runs the output layer and the loss (under FP8 the BF16
+    output GEMMs of a 128K vocabulary cost one to two layers). NVIDIA's Megatron-Bridge recipe for Llama 3 70B
+    FP8 on 64 H100s (tp4 pp8 vp5) moves one layer the same way (llama3_70b_pretrain_64gpu_h100_fp8cs_config,
+    Megatron-Bridge #5391). None when no move gains BALANCE_GAIN or the plan is not a megatron pipeline."""
+    if plan.framework != "megatron" or plan.pp == 1 or plan.pp_layout is not None:
+        return None
+    full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
+    base = plan.replace(pp_first_stage_layers=None, pp_last_stage_layers=None, pp_embedding_as_layer=False,
+                        pp_loss_as_layer=False)
+    counts = list(stage_layers(model.num_layers, plan))
+
+    def loads(cs: list[int]) -> list[float]:
+        trial = base.replace(pp_layout=layout_of_counts(cs, plan.vp))
+        return [st.total_s for st in _stage_times(model, trial, cluster, cal, full, layer_gpu)]
+
+    start = current = loads(counts)
+    for _ in range(plan.pp * plan.vp):
+        slow = max(range(plan.pp), key=current.__getitem__)
+        # Among equally fast ranks the latest: it keeps the fewest micro-batches in flight (least memory).
+        fast = min(range(plan.pp), key=lambda r: (current[r], -r))
+        if counts[slow] <= 1 or slow == fast:
+            break
+        trial = counts.copy()
+        trial[slow] -= 1
+        trial[fast] += 1
+        after = loads(trial)
+        if max(after) >= max(current):
+            break
+        counts, current = trial, after
+    if max(current) >= max(start) * (1 - BALANCE_GAIN):
+        return None
+    return layout_of_counts(counts, plan.vp)
 
 
 def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> StepCost:

@@ -801,8 +801,23 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemor
 def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> MemoryEstimate:
     """Memory of the pipeline stages that can hold the peak: stage 0 (most micro-batches in flight, the
     embedding), the last (the loss) and, when the ends hold fewer layers than the middle, stage 1."""
-    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i) for i in _stages_to_check(plan.pp, plan.uneven_pipeline)),
+    if plan.pp_layout is not None:
+        stages = _layout_stages_to_check(stage_layers(model.num_layers, plan))
+    else:
+        stages = _stages_to_check(plan.pp, plan.uneven_pipeline)
+    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i) for i in stages),
                           capacity_bytes=int(cluster.gpu.hbm_gib * GIB))
+
+
+def _layout_stages_to_check(counts: tuple[int, ...]) -> tuple[int, ...]:
+    """With a pipeline layout any rank may hold the most layers: the ends, and every rank holding more layers than
+    all ranks before it (a later rank with no more layers holds fewer micro-batches in flight)."""
+    out, most = {0, len(counts) - 1}, -1
+    for i, n in enumerate(counts):
+        if n > most:
+            out.add(i)
+            most = n
+    return tuple(sorted(out))
 
 
 @functools.lru_cache(maxsize=64)

@@ -2,9 +2,88 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 
 from genconf.plan.specs import ParallelPlan
+
+MAX_LAYOUT_STAGES = 16_384
+"""Virtual stages a layout string may unroll to (pp x vp; limits.py caps vp at 16,384 too)."""
+
+
+@functools.lru_cache(maxsize=256)
+def parse_layout(text: str) -> tuple[int, ...]:
+    """Decoder layers of each virtual stage of a megatron-core pipeline layout string, in its flattened order
+    (virtual stage chunk * pp + rank: rank r runs stages r, r + pp, ...).
+
+    The grammar is megatron-core's (PipelineParallelLayerLayout.parse_str_to_list): 'E' embedding, 't' a
+    transformer layer, 'L' the output layer and loss, '|' between virtual stages, 'x*n' and '(...)*n' repeat,
+    commas are cosmetic; the embedding opens the first stage and the loss closes the last
+    (validate_layer_layout). Raises ValueError with the reason.
+    """
+    s = text.replace(",", "")
+    if not s or len(s) > 10_000:
+        raise ValueError("a pipeline layout is a non-empty megatron layout string such as 'Et*2|(t*2|)*6tL'")
+    if "m" in s:
+        raise ValueError("multi-token-prediction layers ('m') are not modelled by genconf")
+    bad = sorted(set(re.sub(r"[EtL|()*0-9]", "", s)))
+    if bad:
+        raise ValueError(f"pipeline layout: unknown character(s) {''.join(bad)!r} (E embedding, t layer, L loss, "
+                         f"| between virtual stages, *n repeats)")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        def unroll(match: re.Match) -> str:
+            times = int(match.group(2))
+            if len(match.group(1)) * times > MAX_LAYOUT_STAGES * 64:
+                raise ValueError(f"pipeline layout: {match.group(0)!r} unrolls too far (at most {MAX_LAYOUT_STAGES} "
+                                 f"virtual stages)")
+            return match.group(1) * times
+        s = re.sub(pattern, unroll, s)
+    if re.search(r"[()*0-9]", s):
+        raise ValueError(f"pipeline layout {text!r}: unbalanced parentheses or a repeat without a count")
+    stages = s.split("|")
+    if len(stages) > MAX_LAYOUT_STAGES:
+        raise ValueError(f"pipeline layout: {len(stages)} virtual stages, more than {MAX_LAYOUT_STAGES}")
+    flat = "".join(stages)
+    if flat.count("E") != 1 or not flat.startswith("E"):
+        raise ValueError("pipeline layout: the embedding 'E' comes exactly once, first")
+    if flat.count("L") != 1 or not flat.endswith("L"):
+        raise ValueError("pipeline layout: the loss 'L' comes exactly once, last")
+    return tuple(stage.count("t") for stage in stages)
+
+
+def format_layout(counts: tuple[int, ...] | list[int]) -> str:
+    """The megatron-core layout string of decoder layers per virtual stage (flattened order, embedding on the
+    first, loss on the last), runs of equal stages written as (...|)*n: parse_layout's inverse."""
+    if not counts:
+        raise ValueError("a pipeline layout needs at least one virtual stage")
+
+    def layers(k: int) -> str:
+        return "" if k == 0 else ("t" if k == 1 else f"t*{k}")
+
+    last = len(counts) - 1
+    pieces = [("E" if i == 0 else "") + layers(k) + ("L" if i == last else "") + ("|" if i < last else "")
+              for i, k in enumerate(counts)]
+    out, i = [], 0
+    while i < len(pieces):
+        j = i
+        while 0 < i < last and j + 1 < last and pieces[j + 1] == pieces[i]:
+            j += 1
+        if j > i:
+            out.append(f"({pieces[i]})*{j - i + 1},")
+        else:
+            out.append(pieces[i])
+        i = j + 1
+    return "".join(out)
+
+
+def layout_stage_layers(text: str, pp: int, vp: int) -> tuple[int, ...]:
+    """Layers per pipeline rank (its virtual stages together) of a layout string for pp ranks x vp stages."""
+    counts = parse_layout(text)
+    if len(counts) != pp * vp:
+        raise ValueError(f"the pipeline layout has {len(counts)} virtual stages, pp x vp = {pp} x {vp} = {pp * vp} "
+                         f"(megatron-core derives vp from the layout: {len(counts)} / pp)")
+    return tuple(sum(counts[chunk * pp + rank] for chunk in range(vp)) for rank in range(pp))
 
 
 def stage_layers(num_layers: int, plan: ParallelPlan) -> tuple[int, ...]:
@@ -15,6 +94,16 @@ def stage_layers(num_layers: int, plan: ParallelPlan) -> tuple[int, ...]:
     """
     pp, vp = plan.pp, plan.vp
     first, last = plan.pp_first_stage_layers, plan.pp_last_stage_layers
+    if plan.pp_layout is not None:
+        if first is not None or last is not None or plan.pp_embedding_as_layer or plan.pp_loss_as_layer:
+            raise ValueError("a pipeline layout places every layer itself: it cannot be combined with first/last "
+                             "stage layers or counting the embedding/loss as layers")
+        if pp == 1:
+            raise ValueError("a pipeline layout needs pp > 1")
+        counts = layout_stage_layers(plan.pp_layout, pp, vp)
+        if sum(counts) != num_layers:
+            raise ValueError(f"the pipeline layout places {sum(counts)} layers, the model has {num_layers}")
+        return counts
     if (first is not None or last is not None) and (plan.pp_embedding_as_layer or plan.pp_loss_as_layer):
         raise ValueError("explicit first/last stage layers cannot be combined with counting the embedding/loss as layers")
     if pp == 1:

@@ -265,6 +265,10 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         chunks = f" with {p.vp} virtual stages each" if p.vp > 1 else ""
         reasons.append(f"pp={p.pp}{chunks} over {p.num_microbatches} micro-batches: bubble {cost.bubble_fraction:.1%} "
                        f"((p-1)/(v*m))")
+    if p.pp_layout is not None:
+        reasons.append(f"pipeline layout {p.pp_layout} places the layers virtual stage by virtual stage (megatron "
+                       f"--pipeline-model-parallel-layout): the pipeline runs at its slowest rank's pace, and the last "
+                       f"rank also runs the output layer and the loss, so it holds fewer layers")
     if p.framework == "megatron" and p.zero_stage >= 2:
         reasons.append(f"Megatron-FSDP (zero {p.zero_stage}) shards "
                        f"{'parameters, ' if p.zero_stage == 3 else ''}gradients and optimizer states over "

@@ -104,6 +104,8 @@ def _pipeline_split(c: Context) -> str | None:
     try:
         stage_layers(c.model.num_layers, c.plan)
     except ValueError as exc:
+        if c.plan.pp_layout is not None:
+            return f"{exc} (--pp-layout {c.plan.pp_layout!r})"
         return f"{exc}; set --pp to a divisor of {c.model.num_layers} or an uneven split (first/last stage layers)"
     return None
 

@@ -22,10 +22,11 @@ from genconf.plan import limits
 from genconf.plan import memory as mem
 from genconf.plan import rules
 from genconf.plan.batch import BatchDefault, default_batch, global_batch_for
-from genconf.plan.cost import Calibration, StepCost, _layer_time, implementation, step_cost
+from genconf.plan.cost import Calibration, StepCost, _layer_time, balanced_layout, implementation, step_cost
 from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
+from genconf.plan.pipeline import parse_layout
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 MAX_BATCH_GROWTH = 1.5
@@ -37,6 +38,9 @@ TIE_FRACTION = 0.03
 was not fitted to is about this (benchmarks/results/accuracy.md). Among tied plans the simplest is preferred."""
 MICRO_BATCHES = (1, 2, 3, 4, 5, 6, 7, 8)
 """Micro-batch sizes tried (with a pinned global batch, only those that divide the batch per replica)."""
+DEFAULT_LAYOUT = "default"
+"""Pins.pp_layout that keeps megatron's own layer split (no pipeline layout)."""
+
 MIN_TOKENS_PER_CP_RANK = 1024
 """Context parallelism is tried while every rank keeps at least this many tokens of the sequence."""
 
@@ -82,6 +86,10 @@ class Pins:
     megatron_fsdp: bool = False
     """Search Megatron-FSDP (megatron zero 3) beside the distributed optimizer. Off by default: search() turns it
     on only when no other megatron plan fits (or when --zero pins the stage)."""
+    pp_layout: str | None = None
+    """None: megatron's own splits, and a layout moving layers off the slowest pipeline rank where that is faster
+    (genconf.plan.cost.balanced_layout). DEFAULT_LAYOUT: megatron's own splits only. Else a megatron layout
+    string, used as given (vp = its virtual stages / pp)."""
 
     def degrees_pinned(self) -> bool:
         return None not in (self.framework, self.tp, self.pp, self.mbs, self.zero_stage, self.recompute)
@@ -152,6 +160,11 @@ def divisors(n: int) -> tuple[int, ...]:
 
 def _divisors(n: int) -> list[int]:
     return list(divisors(n))
+
+
+def _given_layout(pins: Pins) -> str | None:
+    """The layout string the user pinned, or None (searched, or megatron's own split)."""
+    return None if pins.pp_layout in (None, DEFAULT_LAYOUT) else pins.pp_layout
 
 
 def _split_options(num_layers: int, pp: int) -> list[dict]:
@@ -241,18 +254,28 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                 rest = num_gpus // (tp * cp)
                 pps = [pins.pp] if pins.pp else ([p for p in divisors(rest) if p <= model.num_layers + 2]
                                                 if framework == "megatron" else [1])
+                given = _given_layout(pins)
+                if given is not None and not pins.pp:
+                    pps = [p for p in pps if p > 1 and len(parse_layout(given)) % p == 0] or pps
                 for pp in pps:
                     dp = max(1, rest // pp)
                     etps = ([pins.etp] if pins.etp else ([None, 1] if tp > 1 else [None])) if model.is_moe else [None]
                     eps = [pins.ep] if pins.ep else ([e for e in divisors(model.num_experts) if (tp * dp * cp) % e == 0]
                                                      if model.is_moe and framework == "megatron" else [1])
-                    if pins.pp_first_stage_layers or pins.pp_last_stage_layers:
+                    if given is not None:
+                        splits = [{"pp_layout": given}]
+                    elif pins.pp_first_stage_layers or pins.pp_last_stage_layers:
                         splits = [{k: v for k, v in (("pp_first_stage_layers", pins.pp_first_stage_layers),
                                                      ("pp_last_stage_layers", pins.pp_last_stage_layers)) if v}]
                     else:
                         splits = _split_options(model.num_layers, pp) or [{}]
                     for split in splits:
-                        vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, pp, split)
+                        if given is not None:
+                            # megatron-core derives vp from the layout; a pinned --vp that disagrees is for the
+                            # rules to name (pipeline_split).
+                            vps = [pins.vp or max(1, len(parse_layout(given)) // pp)]
+                        else:
+                            vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, pp, split)
                         if framework == "megatron":
                             # The distributed optimizer moves the same bytes as DDP's all-reduce (reduce-scatter +
                             # all-gather) and holds less: DDP (0) only where there is nothing to shard over (there the
@@ -508,7 +531,7 @@ def _complexity(plan: ParallelPlan) -> tuple:
     sharding = {0: 0, 1: 0, 2: 1, 3: 2}[plan.zero_stage]
     recompute = {"none": 0, "selective": 1, "full": 2}[plan.recompute]
     extras = (int(plan.offload_activation_layers > 0) + int(plan.offload_optimizer) + int(plan.grad_dtype == "bf16")
-              + int(plan.precision_aware_optimizer))
+              + int(plan.precision_aware_optimizer) + int(plan.pp_layout is not None))
     return (sharding, recompute, extras, dims)
 
 
@@ -606,6 +629,21 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 considered += 1
                 trial = evaluate(model, cluster, variant, num_gpus, cal, pinned=pinned)
                 if trial.ok:
+                    found.append(trial)
+        if pins.pp_layout is None and not pinned:  # every degree typed: evaluate exactly that plan
+            for good in list(found):
+                layout_str = balanced_layout(model, good.plan, cluster, cal)
+                if layout_str is None:
+                    continue
+                variant = replace(good.plan, pp_layout=layout_str, pp_first_stage_layers=None,
+                                  pp_last_stage_layers=None, pp_embedding_as_layer=False, pp_loss_as_layer=False)
+                if variant in seen:
+                    continue
+                seen.add(variant)
+                considered += 1
+                trial = evaluate(model, cluster, variant, num_gpus, cal, pinned=pinned)
+                # Kept only where it is faster by more than the model can tell apart (else the simpler split).
+                if trial.ok and trial.cost.tokens_per_s > good.cost.tokens_per_s * (1 + TIE_FRACTION):
                     found.append(trial)
         for good in found:
             feasible.append(good)
@@ -813,4 +851,6 @@ def describe(plan: ParallelPlan) -> str:
         parts.append(f"layers first/last={plan.pp_first_stage_layers}/{plan.pp_last_stage_layers}")
     if plan.pp_embedding_as_layer:
         parts.append("embedding+loss as layers")
+    if plan.pp_layout is not None:
+        parts.append(f"layout={plan.pp_layout}")
     return " ".join(parts)

@@ -397,6 +397,10 @@ class ParallelPlan:
     """Count the embedding as one layer when splitting (megatron --account-for-embedding-in-pipeline-split)."""
     pp_loss_as_layer: bool = False
     """Count the output layer + loss as one layer (megatron --account-for-loss-in-pipeline-split)."""
+    pp_layout: str | None = None
+    """Layers placed virtual stage by virtual stage (megatron --pipeline-model-parallel-layout, megatron-core's
+    string: 'E' embedding, 't' layer, 'L' loss, '|' between stages), e.g. one layer moved off the stage that also
+    runs the output layer; vp is its stage count / pp. genconf.plan.pipeline.parse_layout reads it."""
 
     def __post_init__(self) -> None:
         _one_of(self, "framework", FRAMEWORKS)
@@ -415,6 +419,8 @@ class ParallelPlan:
                 _positive(self, name)
         if not isinstance(self.offload_activation_layers, int) or self.offload_activation_layers < 0:
             raise ValueError(f"ParallelPlan.offload_activation_layers must be >= 0, got {self.offload_activation_layers!r}")
+        if self.pp_layout is not None and (not isinstance(self.pp_layout, str) or not self.pp_layout):
+            raise ValueError(f"ParallelPlan.pp_layout must be a megatron layout string, got {self.pp_layout!r}")
         if self.fused_kernels and self.layer_spec != "local":
             raise ValueError("ParallelPlan.fused_kernels describes the local spec's kernels; Transformer Engine fuses its own")
 
@@ -484,7 +490,7 @@ class ParallelPlan:
     @property
     def uneven_pipeline(self) -> bool:
         return (self.pp_first_stage_layers is not None or self.pp_last_stage_layers is not None
-                or self.pp_embedding_as_layer or self.pp_loss_as_layer)
+                or self.pp_embedding_as_layer or self.pp_loss_as_layer or self.pp_layout is not None)
 
     def replace(self, **changes: object) -> "ParallelPlan":
         return dataclasses.replace(self, **changes)

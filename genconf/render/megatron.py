@@ -7,7 +7,7 @@ import dataclasses
 
 from genconf.plan.counting import as_built_by_megatron
 from genconf.plan.equivalent import equivalent_plan
-from genconf.plan.pipeline import stage_layers
+from genconf.plan.pipeline import parse_layout, stage_layers
 from genconf.plan.precision import megatron_dtype, megatron_flags, megatron_fp8_recipe, megatron_plan_precision
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
@@ -23,6 +23,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--num-virtual-stages-per-pipeline-rank": (INT, ()), "--num-layers-per-virtual-pipeline-stage": (INT, ()),
     "--decoder-first-pipeline-num-layers": (INT, ()), "--decoder-last-pipeline-num-layers": (INT, ()),
     "--account-for-embedding-in-pipeline-split": (SWITCH, ()), "--account-for-loss-in-pipeline-split": (SWITCH, ()),
+    "--pipeline-model-parallel-layout": (STR, ()),
     "--context-parallel-size": (INT, ()), "--expert-model-parallel-size": (INT, ()),
     "--expert-tensor-parallel-size": (INT, ()), "--sequence-parallel": (SWITCH, ()), "--tp-comm-overlap": (SWITCH, ()),
     "--use-distributed-optimizer": (SWITCH, ()), "--overlap-grad-reduce": (SWITCH, ()),
@@ -106,9 +107,13 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         f"{plan.tp} x {plan.pp} x {plan.cp} x {plan.dp} = {plan.world_size}")
     add("--tensor-model-parallel-size", plan.tp)
     add("--pipeline-model-parallel-size", plan.pp)
-    if plan.vp > 1:
+    if plan.pp_layout is not None:
+        # arguments.py derives vp from the layout and refuses --num-virtual-stages-per-pipeline-rank beside it.
+        add("--pipeline-model-parallel-layout", plan.pp_layout)
+    elif plan.vp > 1:
         # The virtual size (not layers per virtual stage): Megatron-LM requires it with uneven pipelines.
         add("--num-virtual-stages-per-pipeline-rank", plan.vp)
+    if plan.vp > 1:
         if plan.pp == 2:
             add("# pp=2 with virtual stages: overlap_p2p_comm stays on (the default), so batch_p2p_comm is off;")
             add("# batched p2p with pp=2 mis-orders sends and trains wrong (Megatron-LM issues 750, 1450).")
@@ -276,6 +281,9 @@ def megatron_vp(values: dict[str, object]) -> int:
     """Virtual pipeline size the way arguments.py derives it (1 = no interleaving)."""
     if "--num-virtual-stages-per-pipeline-rank" in values:
         return int(values.get("--num-virtual-stages-per-pipeline-rank"))
+    if values.get("--pipeline-model-parallel-layout"):
+        stages = len(parse_layout(str(values["--pipeline-model-parallel-layout"])))
+        return max(1, stages // int(values.get("--pipeline-model-parallel-size", 1)))
     per_stage = values.get("--num-layers-per-virtual-pipeline-stage")
     if per_stage:
         layers = int(values.get("--num-layers", 0)) + int("--account-for-embedding-in-pipeline-split" in values) \
@@ -325,6 +333,7 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
         "num_layers_in_last_pipeline_stage": values.get("--decoder-last-pipeline-num-layers"),
         "account_for_embedding_in_pipeline_split": "--account-for-embedding-in-pipeline-split" in values,
         "account_for_loss_in_pipeline_split": "--account-for-loss-in-pipeline-split" in values,
+        "pipeline_model_parallel_layout": values.get("--pipeline-model-parallel-layout"),
         "overlap_p2p_comm": overlap_p2p, "batch_p2p_comm": not overlap_p2p, "deallocate_pipeline_outputs": True,
         "recompute_granularity": values.get("--recompute-granularity"),
         "recompute_method": values.get("--recompute-method"),
@@ -399,5 +408,6 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         pp_first_stage_layers=g("--decoder-first-pipeline-num-layers"),
         pp_last_stage_layers=g("--decoder-last-pipeline-num-layers"),
         pp_embedding_as_layer="--account-for-embedding-in-pipeline-split" in values,
-        pp_loss_as_layer="--account-for-loss-in-pipeline-split" in values)
+        pp_loss_as_layer="--account-for-loss-in-pipeline-split" in values,
+        pp_layout=g("--pipeline-model-parallel-layout"))
     return new_model, plan

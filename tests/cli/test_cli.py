@@ -128,7 +128,8 @@ def test_catalog_commands():
 # Freeze the CLI: flags change only on purpose (update this list in the same commit).
 PLAN_FLAGS = sorted([
     "--model", "--gpus", "--cluster", "--gpu", "--gpus-per-node", "--calibration", "--framework", "--tp", "--pp", "--vp", "--cp", "--ep",
-    "--mbs", "--global-batch", "--seq-len", "--first-stage-layers", "--last-stage-layers", "--zero", "--recompute",
+    "--mbs", "--global-batch", "--seq-len", "--first-stage-layers", "--last-stage-layers", "--pp-layout", "--zero",
+    "--recompute",
     "--precision", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json", "--plot",
     "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
     "--no-fp8-param-gather", "--precision-aware-optimizer", "--no-precision-aware-optimizer", "--no-tp-comm-overlap",

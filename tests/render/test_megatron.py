@@ -35,6 +35,13 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         assert cfg.num_moe_experts == 8 and cfg.moe_router_topk == 2
     if name == "uneven_pp":
         assert (cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage) == (10, 10)
+    if name == "pp_layout":
+        # megatron-core reads the layout itself and derives vp from it: rank 3 holds 11 layers, the last 9
+        assert str(cfg.pipeline_model_parallel_layout) == "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"
+        assert cfg.virtual_pipeline_model_parallel_size == 5
+        assert [sum(len([t for t in chunk if t.name == "decoder"]) for chunk in row)
+                for row in cfg.pipeline_model_parallel_layout.layout] == [10, 10, 10, 11, 10, 10, 10, 9]
+        assert "--num-virtual-stages-per-pipeline-rank" not in (d / "megatron_args.txt").read_text()
     if name == "full_fp16_local":
         assert cfg.fp16 and cfg.recompute_method == "uniform" and cfg.recompute_num_layers == 1
     if name == "fp8_block_knobs":

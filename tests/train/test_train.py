@@ -63,6 +63,9 @@ LAYOUTS = {
     "megatron-tp2": (TINY_LLAMA, 2, ["--framework", "megatron", "--tp", "2", "--pp", "1", "--zero", "0"]),
     "megatron-pp2-vp2": (TINY_GPT, 2, ["--framework", "megatron", "--tp", "1", "--pp", "2", "--vp", "2", "--zero", "0"]),
     "megatron-tp2-pp2": (TINY_LLAMA, 4, ["--framework", "megatron", "--tp", "2", "--pp", "2", "--zero", "0"]),
+    # A pipeline layout (megatron-core builds each virtual stage from it): rank 1's last stage holds only the loss.
+    "megatron-pp2-layout": (TINY_GPT, 2, ["--framework", "megatron", "--tp", "1", "--pp", "2", "--pp-layout",
+                                          "Et|t*2|t|L", "--zero", "0"]),
     "megatron-dp2-distopt": (TINY_GPT, 2, ["--framework", "megatron", "--tp", "1", "--pp", "1", "--zero", "1"]),
     "deepspeed-zero1": (TINY_GPT, 2, ["--framework", "deepspeed", "--zero", "1"]),
     "deepspeed-zero2": (TINY_GPT, 2, ["--framework", "deepspeed", "--zero", "2"]),
