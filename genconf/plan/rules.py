@@ -3,6 +3,8 @@ message that gives the numbers and the nearest fix. The search, the CLI and `gen
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -236,8 +238,10 @@ def _offload_host_memory(c: Context) -> str | None:
     need_gib = exact_param_count(c.model) * per_param / nodes * 1.5 / GIB
     have_gib = c.cluster.cpu_mem_gib_per_node
     if need_gib > have_gib:
+        if have_gib <= 0:
+            return f"CPU offload needs {need_gib:,.0f} GiB of host memory per node but the cluster gives nodes none"
         return (f"CPU offload needs {need_gib:,.0f} GiB of host memory per node but nodes have {have_gib:,.0f} GiB; "
-                f"use at least {-(-int(need_gib * nodes) // int(have_gib))} nodes")
+                f"use at least {math.ceil(need_gib * nodes / have_gib)} nodes")
     return None
 
 

@@ -194,6 +194,8 @@ def _vp_options(num_layers: int, pp: int, split: dict) -> list[int]:
     (megatron-core: num_layers (+ embedding/loss) divisible by pp x vp; explicit end stages by vp too)."""
     if pp == 1:
         return [1]
+    if split.get("pp_layout"):
+        return [max(1, len(parse_layout(split["pp_layout"])) // pp)]  # megatron-core derives vp from the layout
     first, last = split.get("pp_first_stage_layers"), split.get("pp_last_stage_layers")
     if first is not None or last is not None:
         middle = (num_layers - (first or 0) - (last or 0)) // max(1, pp - (first is not None) - (last is not None))

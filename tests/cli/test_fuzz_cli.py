@@ -121,6 +121,12 @@ def argv(draw, tmp: Path) -> list[str]:
     if draw(st.booleans()):
         args += ["--recompute", draw(st.sampled_from(["none", "selective", "full"]))]
     if draw(st.integers(0, 4)) == 0:
+        # pipeline layouts: valid ones of several lengths, malformed ones, and strings that are not layouts
+        args += ["--pp-layout", draw(st.one_of(
+            st.sampled_from(["default", "Et|t|t|L", "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL", "Et*4|(t*4|)*6,t*3L",
+                             "E|L", "Et|tm|L", "(t|*3", "E(t|)*99999L", "tEL", ""]),
+            st.text(alphabet="Et|L()*0123456789,m", max_size=24)))]
+    if draw(st.integers(0, 4)) == 0:
         args += ["--layer-spec", "local"]
     if draw(st.integers(0, 4)) == 0:
         args += ["--offload"]

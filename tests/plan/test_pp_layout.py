@@ -188,3 +188,40 @@ def test_the_simulated_schedule_agrees_the_layout_is_faster():
         assert span == pytest.approx(cost.compute_s + cost.bubble_s, rel=0.005)
         spans.append(span)
     assert spans[0] / spans[1] - 1 > 0.05
+
+
+@st.composite
+def _layouts(draw):
+    """(pp, vp, counts): a split of GPT-3 1.3B's 24 layers over pp x vp virtual stages, sometimes one layer off."""
+    pp, vp = draw(st.sampled_from([2, 4, 8])), draw(st.sampled_from([1, 2, 3]))
+    cuts = sorted(draw(st.lists(st.integers(0, 24), min_size=pp * vp - 1, max_size=pp * vp - 1)))
+    counts = [b - a for a, b in zip([0] + cuts, cuts + [24])]
+    if draw(st.integers(0, 4)) == 0:
+        counts[draw(st.integers(0, len(counts) - 1))] += draw(st.sampled_from([-1, 1]))
+    return pp, vp, [max(0, c) for c in counts]
+
+
+@settings(max_examples=120, deadline=None)
+@given(_layouts(), st.booleans(), st.booleans())
+def test_any_layout_plans_or_says_why_in_one_line(layout, pin_vp, zero):
+    # Layouts of every shape: planned (and then sound: the plan's layers are the model's, vp is the layout's) or
+    # refused in one line, never a traceback.
+    import contextlib
+    import io
+    import json
+
+    from genconf.cli.main import main
+
+    pp, vp, counts = layout
+    out, err = io.StringIO(), io.StringIO()
+    args = ["--model", "gpt3-1.3b", "--gpus", "16", "--cluster", "dgx-h100", "--pp", str(pp), "--pp-layout",
+            format_layout(counts), "--json"] + (["--vp", str(vp)] if pin_vp else []) + (["--zero", "1"] if zero else [])
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(args)
+    assert code in (0, 2), err.getvalue()
+    if code == 2:
+        assert len(err.getvalue().strip().splitlines()) == 1 and "Traceback" not in err.getvalue()
+        return
+    plan = json.loads(out.getvalue())["plan"]
+    assert sum(counts) == 24 and plan["pp_layout"] == format_layout(counts) and plan["vp"] == vp
+    assert sum(plan["stage_layers"]) == 24 and len(plan["stage_layers"]) == pp
