@@ -76,6 +76,10 @@ LAYOUTS = {
     "deepspeed-zero1-odd": (TINY_ODD, 2, ["--framework", "deepspeed", "--zero", "1"]),
     "deepspeed-zero3-odd": (TINY_ODD, 2, ["--framework", "deepspeed", "--zero", "3"]),
     "fsdp-full-shard-odd": (TINY_ODD, 2, ["--framework", "fsdp", "--zero", "3"]),
+    # A layout with odd sizes and the distributed optimizer over dp 2: rank 0 holds two layers, rank 1 one layer and
+    # the loss; the planned optimizer shard bytes stay exact.
+    "megatron-pp2-layout-distopt-odd": ("tiny-odd3", 4, ["--framework", "megatron", "--tp", "1", "--pp", "2",
+                                                         "--pp-layout", "Et|t|t|L", "--zero", "1"]),
     # Tied embeddings across pipeline stages: the shared word embedding gets its own distributed-optimizer bucket.
     "megatron-pp2-distopt-tied-odd": ("tiny-odd-tied", 4, ["--framework", "megatron", "--tp", "1", "--pp", "2",
                                                            "--zero", "1"]),
@@ -86,6 +90,13 @@ def tiny_odd_tied(root: Path) -> str:
     path = root / "tiny-odd-tied.yaml"
     text = Path(TINY_ODD).read_text().replace("name: tiny-odd", "name: tiny-odd-tied")
     path.write_text(text.replace("tie_embeddings: false", "tie_embeddings: true"))
+    return str(path)
+
+
+def tiny_odd3(root: Path) -> str:
+    path = root / "tiny-odd3.yaml"
+    text = Path(TINY_ODD).read_text().replace("name: tiny-odd", "name: tiny-odd3")
+    path.write_text(text.replace("num_layers: 2", "num_layers: 3"))
     return str(path)
 
 
@@ -100,6 +111,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             continue
         if model == "tiny-odd-tied":
             model = tiny_odd_tied(root)
+        if model == "tiny-odd3":
+            model = tiny_odd3(root)
         done[name] = launch(plan_dir(root, name, model, gpus, *pins), smoke=VERIFIED)
     return done
 
