@@ -243,12 +243,10 @@ def smoke_run(recipe: Recipe) -> dict:
     gbs = smoke.get("global_batch", 8)
     mbs = smoke.get("mbs", 1)
     small = dataclasses.replace(
-        plan, tp=tp, pp=pp, vp=vp, cp=1, dp=dp, mbs=mbs, gbs=gbs, seq_length=seq,
+        plan.with_layout(None), tp=tp, pp=pp, vp=vp, cp=1, dp=dp, mbs=mbs, gbs=gbs, seq_length=seq,
         zero_stage=layout.get("zero", plan.zero_stage), recompute=layout.get("recompute", plan.recompute),
         sequence_parallel=plan.framework == "megatron" and tp > 1, shard_group_size=None,
-        pp_first_stage_layers=None, pp_last_stage_layers=None, pp_layout=None,
-        pp_embedding_as_layer=False, pp_loss_as_layer=False, offload_optimizer=False, offload_params=False,
-        ep=min(plan.ep, dp))
+        offload_optimizer=False, offload_params=False, ep=min(plan.ep, dp))
     small = precision.plan_in_precision(small, r.plan_precision)
     world = small.world_size
     ctx = rules.Context(tiny, cluster, small, world)

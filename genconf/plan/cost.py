@@ -667,12 +667,10 @@ def balanced_layout(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, 
     if plan.framework != "megatron" or plan.pp == 1 or plan.pp_layout is not None:
         return None
     full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
-    base = plan.replace(pp_first_stage_layers=None, pp_last_stage_layers=None, pp_embedding_as_layer=False,
-                        pp_loss_as_layer=False)
     counts = list(stage_layers(model.num_layers, plan))
 
     def loads(cs: list[int]) -> list[float]:
-        trial = base.replace(pp_layout=layout_of_counts(cs, plan.vp))
+        trial = plan.with_layout(layout_of_counts(cs, plan.vp))
         return [st.total_s for st in _stage_times(model, trial, cluster, cal, full, layer_gpu)]
 
     start = current = loads(counts)

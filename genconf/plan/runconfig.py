@@ -60,8 +60,7 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
     if layers is not None:
         # An uneven split is specific to the full model's layer count: the shrunk model splits evenly.
         m = dataclasses.replace(m, num_layers=layers)
-        p = dataclasses.replace(p, pp_first_stage_layers=None, pp_last_stage_layers=None,
-                                pp_embedding_as_layer=False, pp_loss_as_layer=False, pp_layout=None)
+        p = p.with_layout(None)
     if hidden is not None or heads is not None:
         h = hidden or m.hidden_size
         a = heads or m.num_attention_heads

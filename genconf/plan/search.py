@@ -272,12 +272,8 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                     else:
                         splits = _split_options(model.num_layers, pp) or [{}]
                     for split in splits:
-                        if given is not None:
-                            # megatron-core derives vp from the layout; a pinned --vp that disagrees is for the
-                            # rules to name (pipeline_split).
-                            vps = [pins.vp or max(1, len(parse_layout(given)) // pp)]
-                        else:
-                            vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, pp, split)
+                        # A pinned --vp that disagrees with a layout's stages is for the rules to name (pipeline_split).
+                        vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, pp, split)
                         if framework == "megatron":
                             # The distributed optimizer moves the same bytes as DDP's all-reduce (reduce-scatter +
                             # all-gather) and holds less: DDP (0) only where there is nothing to shard over (there the
@@ -637,8 +633,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 layout_str = balanced_layout(model, good.plan, cluster, cal)
                 if layout_str is None:
                     continue
-                variant = replace(good.plan, pp_layout=layout_str, pp_first_stage_layers=None,
-                                  pp_last_stage_layers=None, pp_embedding_as_layer=False, pp_loss_as_layer=False)
+                variant = good.plan.with_layout(layout_str)
                 if variant in seen:
                     continue
                 seen.add(variant)

@@ -495,6 +495,12 @@ class ParallelPlan:
     def replace(self, **changes: object) -> "ParallelPlan":
         return dataclasses.replace(self, **changes)
 
+    def with_layout(self, layout: str | None) -> "ParallelPlan":
+        """The plan with its layers placed by a pipeline layout (None: megatron's even split) instead of any
+        first/last stage counts or embedding/loss accounting."""
+        return dataclasses.replace(self, pp_layout=layout, pp_first_stage_layers=None, pp_last_stage_layers=None,
+                                   pp_embedding_as_layer=False, pp_loss_as_layer=False)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainSpec:
