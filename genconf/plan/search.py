@@ -127,6 +127,8 @@ class SearchResult:
     nearest_misses: tuple[Evaluation, ...] = ()
     fastest: Evaluation | None = None
     """The fastest feasible plan, when a simpler one within TIE_FRACTION was ranked first."""
+    split_tokens_per_s: dict[ParallelPlan, float] = field(default_factory=dict)
+    """For each plan the search gave a pipeline layout: the tokens/s of the same plan with megatron's own split."""
 
     @property
     def best(self) -> Evaluation | None:
@@ -584,6 +586,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     threshold = 0.0
     pruned = 0
     seen: set[ParallelPlan] = set()
+    split_speed: dict[ParallelPlan, float] = {}  # layout plan -> tokens/s of megatron's own split
     for index, (neg_bound, _, layout, mbs, gbs, recompute) in enumerate(entries):
         if -neg_bound < threshold:
             pruned = len(entries) - index
@@ -642,6 +645,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 # Kept only where it is faster by more than the model can tell apart (else the simpler split).
                 if trial.ok and trial.cost.tokens_per_s > good.cost.tokens_per_s * (1 + TIE_FRACTION):
                     found.append(trial)
+                    split_speed[variant] = good.cost.tokens_per_s
         for good in found:
             feasible.append(good)
             k = _layout_key(good.plan)
@@ -700,8 +704,10 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 memory_misses.append(ev)
     memory_misses.sort(key=lambda e: e.overflow_ratio)
     misses = tuple(memory_misses[:5]) + tuple(rule_misses[:3])
-    return SearchResult(tuple(ranked[:keep]), considered, dict(rejected.most_common()), misses,
-                        fastest if ranked and fastest is not ranked[0] else None)
+    kept = tuple(ranked[:keep])
+    return SearchResult(kept, considered, dict(rejected.most_common()), misses,
+                        fastest if ranked and fastest is not ranked[0] else None,
+                        {ev.plan: split_speed[ev.plan] for ev in kept if ev.plan in split_speed})
 
 
 class _Budget:

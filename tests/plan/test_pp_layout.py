@@ -128,11 +128,14 @@ def test_search_offers_the_layout_unless_told_not_to():
     model, cluster, _, cal = _llama70b_fp8_h100()
     pins = Pins(framework="megatron", tp=4, pp=8, vp=5, mbs=1, gbs=256, seq_length=8192, precision="fp8",
                 recompute="none")
-    best = search(model, cluster, 64, cal, pins, keep=3).best
+    result = search(model, cluster, 64, cal, pins, keep=3)
+    best = result.best
     assert best.plan.pp_layout is not None and stage_layers(80, best.plan)[-1] == 9
     plain = search(model, cluster, 64, cal, Pins(**{**_fields(pins), "pp_layout": DEFAULT_LAYOUT}), keep=3).best
-    assert plain.plan.pp_layout is None
+    assert plain.plan.pp_layout is None and plain.plan == best.plan.with_layout(None)
     assert best.cost.tokens_per_s > plain.cost.tokens_per_s * (1 + TIE_FRACTION)
+    # the search remembers what megatron's own split gave, for "why this plan"
+    assert result.split_tokens_per_s[best.plan] == pytest.approx(plain.cost.tokens_per_s, rel=1e-12)
     given_ = search(model, cluster, 64, cal, Pins(**{**_fields(pins), "pp_layout": NVIDIA_70B_H100_FP8}), keep=3).best
     assert given_.plan.pp_layout == NVIDIA_70B_H100_FP8
 
@@ -156,6 +159,10 @@ def test_cli_plans_a_given_layout_and_renders_it(tmp_path):
                          "--mbs", "1", "-o", str(out)) == 0
     text = (out / "megatron_args.txt").read_text()
     assert f"--pipeline-model-parallel-layout {NVIDIA_70B_H100_FP8}\n" in text
+    # searched (not given), the layout's reason says what it gains over megatron's split
+    done = run_genconf("--model", "llama3-70b", "--gpus", "64", "--cluster", "dgx-h100", "--tp", "4", "--pp", "8",
+                       "--vp", "5", "--precision", "fp8", "--global-batch", "256", "--mbs", "1")
+    assert done.returncode == 0 and "faster than megatron's own split" in done.stdout
     assert "# layers per pipeline rank: [10, 10, 10, 11, 10, 10, 10, 9]" in text
 
 
