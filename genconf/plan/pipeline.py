@@ -77,6 +77,11 @@ def format_layout(counts: tuple[int, ...] | list[int]) -> str:
     return "".join(out)
 
 
+def layout_vp(text: str, pp: int) -> int:
+    """Virtual stages per rank of a layout for pp ranks, as megatron-core derives it (stages / pp, at least 1)."""
+    return max(1, len(parse_layout(text)) // max(1, pp))
+
+
 def layout_stage_layers(text: str, pp: int, vp: int) -> tuple[int, ...]:
     """Layers per pipeline rank (its virtual stages together) of a layout string for pp ranks x vp stages."""
     counts = parse_layout(text)

@@ -26,7 +26,7 @@ from genconf.plan.cost import Calibration, StepCost, _layer_time, balanced_layou
 from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
-from genconf.plan.pipeline import parse_layout
+from genconf.plan.pipeline import layout_vp, parse_layout
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 MAX_BATCH_GROWTH = 1.5
@@ -197,7 +197,7 @@ def _vp_options(num_layers: int, pp: int, split: dict) -> list[int]:
     if pp == 1:
         return [1]
     if split.get("pp_layout"):
-        return [max(1, len(parse_layout(split["pp_layout"])) // pp)]  # megatron-core derives vp from the layout
+        return [layout_vp(split["pp_layout"], pp)]
     first, last = split.get("pp_first_stage_layers"), split.get("pp_last_stage_layers")
     if first is not None or last is not None:
         middle = (num_layers - (first or 0) - (last or 0)) // max(1, pp - (first is not None) - (last is not None))

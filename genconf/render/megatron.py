@@ -7,7 +7,7 @@ import dataclasses
 
 from genconf.plan.counting import as_built_by_megatron
 from genconf.plan.equivalent import equivalent_plan
-from genconf.plan.pipeline import parse_layout, stage_layers
+from genconf.plan.pipeline import layout_vp, stage_layers
 from genconf.plan.precision import megatron_dtype, megatron_flags, megatron_fp8_recipe, megatron_plan_precision
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 
@@ -282,8 +282,7 @@ def megatron_vp(values: dict[str, object]) -> int:
     if "--num-virtual-stages-per-pipeline-rank" in values:
         return int(values.get("--num-virtual-stages-per-pipeline-rank"))
     if values.get("--pipeline-model-parallel-layout"):
-        stages = len(parse_layout(str(values["--pipeline-model-parallel-layout"])))
-        return max(1, stages // int(values.get("--pipeline-model-parallel-size", 1)))
+        return layout_vp(str(values["--pipeline-model-parallel-layout"]), int(values.get("--pipeline-model-parallel-size", 1)))
     per_stage = values.get("--num-layers-per-virtual-pipeline-stage")
     if per_stage:
         layers = int(values.get("--num-layers", 0)) + int("--account-for-embedding-in-pipeline-split" in values) \
