@@ -195,6 +195,41 @@ def _precision(row: dict, file: str, gpu_arch: str) -> tuple[str, str | None]:
     return "fp8", "current"      # Megatron-Bridge "FP8" / "FP8-CS": per-tensor current scaling; torchao tensorwise
 
 
+def _release(row: dict) -> tuple[int, int] | None:
+    """Megatron-Bridge container release (year, month) from the row's notes ("26.04.01 NeMo Container; ...")."""
+    m = re.match(r"(\d+)\.(\d+)", row["notes"])
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _expandable_segments(row: dict, file: str, model: ModelSpec, gpu: str, fp8_recipe: str | None, task: str,
+                         zero: int) -> bool:
+    """Whether the run's launcher set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
+
+    Only Megatron-Bridge's performance scripts did, and only for some runs until May 2026 (NVIDIA-NeMo/Megatron-Bridge
+    history of scripts/performance): setup_experiment.py cac49dcd7 (2025-09-27, the 25.09 configs): Llama 3.1 405B
+    pre-training on GB200 in FP8-CS; perf_plugins.py 47ff48829 (2025-10-14): also MXFP8; 92161fc0b (2026-02-24):
+    Llama 3 70B SFT FP8-CS on H100; by 2026-04-30 (f69d4dd59): 405B also on GB300, and 70B SFT/LoRA in FP8-CS/MXFP8
+    on GB200/GB300/H100; 6f24c71f3 (2026-05-12): in the Slurm executor's PERF_ENV_VARS for every run, removed where
+    NCCL user buffers are on or for Llama with Megatron-FSDP. Each release is taken with the scripts as they stood
+    at the end of its month. The other sources predate expandable segments or do not say they set them."""
+    release = _release(row) if file == "megatron_bridge_perf_summary.csv" else None
+    if release is None:
+        return False
+    key = _model_key(row["model"])
+    llama = key.startswith("llama")
+    if release >= (26, 6):
+        return not (llama and zero >= 2)
+    low = fp8_recipe in ("current", "mxfp8")
+    if key == "llama3.1_405b" and task == "pretrain" and low:
+        gpus = ("gb200", "gb300") if release >= (26, 4) else ("gb200",)
+        return gpu in gpus and (fp8_recipe == "current" or release >= (25, 11))
+    if key == "llama3_70b" and task == "sft" and low:
+        if release >= (26, 4):
+            return gpu in ("gb200", "gb300", "h100-sxm")
+        return release >= (26, 2) and gpu == "h100-sxm" and fp8_recipe == "current"
+    return False
+
+
 def _group(row: dict, file: str) -> str:
     if file == "megatron_bridge_perf_summary.csv":
         m = re.match(r"(\d+\.\d+)", row["notes"])
@@ -348,9 +383,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
                          or "async TP" in row["notes"]) and tp > 1,
         fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
         torch_compile=fsdp and "compile" in row["notes"],
-        # PyTorch's default allocator: none of the sources says it set expandable segments (BLOOM 2022 and
-        # Megatron 2021-22 predate them; genconf's launcher did not set them before this change).
-        expandable_segments=False)
+        expandable_segments=_expandable_segments(row, file, model, cluster.gpu.name, fp8_recipe, task, zero))
     tokens = _float(row["tokens_per_sec_per_gpu"])
     tflops = _float(row["tflops_per_gpu"])
     mfu = _float(row["mfu"])
