@@ -201,8 +201,7 @@ def _release(row: dict) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _expandable_segments(row: dict, file: str, model: ModelSpec, gpu: str, fp8_recipe: str | None, task: str,
-                         zero: int) -> bool:
+def _expandable_segments(row: dict, file: str, gpu: str, fp8_recipe: str | None, task: str, zero: int) -> bool:
     """Whether the run's launcher set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
 
     Only Megatron-Bridge's performance scripts did, and only for some runs until May 2026 (NVIDIA-NeMo/Megatron-Bridge
@@ -210,8 +209,9 @@ def _expandable_segments(row: dict, file: str, model: ModelSpec, gpu: str, fp8_r
     pre-training on GB200 in FP8-CS; perf_plugins.py 47ff48829 (2025-10-14): also MXFP8; 92161fc0b (2026-02-24):
     Llama 3 70B SFT FP8-CS on H100; by 2026-04-30 (f69d4dd59): 405B also on GB300, and 70B SFT/LoRA in FP8-CS/MXFP8
     on GB200/GB300/H100; 6f24c71f3 (2026-05-12): in the Slurm executor's PERF_ENV_VARS for every run, removed where
-    NCCL user buffers are on or for Llama with Megatron-FSDP. Each release is taken with the scripts as they stood
-    at the end of its month. The other sources predate expandable segments or do not say they set them."""
+    NCCL user buffers are on or for Llama with Megatron-FSDP (the table does not say whether NCCL user buffers were
+    on: taken as off). Each release is taken with the scripts as they stood at the end of its month. The other
+    sources predate expandable segments or do not say they set them."""
     release = _release(row) if file == "megatron_bridge_perf_summary.csv" else None
     if release is None:
         return False
@@ -383,7 +383,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
                          or "async TP" in row["notes"]) and tp > 1,
         fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
         torch_compile=fsdp and "compile" in row["notes"],
-        expandable_segments=_expandable_segments(row, file, model, cluster.gpu.name, fp8_recipe, task, zero))
+        expandable_segments=_expandable_segments(row, file, cluster.gpu.name, fp8_recipe, task, zero))
     tokens = _float(row["tokens_per_sec_per_gpu"])
     tflops = _float(row["tflops_per_gpu"])
     mfu = _float(row["mfu"])
