@@ -255,7 +255,8 @@ FIT_GRID = {
     ("blackwell", "fp4_gemm_efficiency"): [0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65],
     # Attention per 128x128 block: up to 0.8 forward and 0.7 backward of the dense BF16 peak (FlashAttention-4
     # and cuDNN on a B200 reach ~0.7 forward end to end); higher would absorb what the runs do not show.
-    ("blackwell", "attention_fwd_efficiency"): [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8],
+    # Not below ~0.65 forward: the published B200 kernels run at ~0.7 with their own overheads counted.
+    ("blackwell", "attention_fwd_efficiency"): [0.65, 0.7, 0.75, 0.8],
     ("blackwell", "attention_bwd_efficiency"): [0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7],
     # How the sustained clock follows a part's power budget (genconf.plan.cost.sustained_clock): one exponent
     # for every architecture, identified by the power-capped parts beside their full-power siblings.
@@ -278,6 +279,14 @@ MOE_FIT_GRID = {
 MOE_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration) if ("all", f.name) in MOE_FIT_GRID}
 """What the MoE terms fall back to when a fit sees no MoE row (leave-one-source-out without Megatron-Bridge,
 the only MoE source): the counted defaults of genconf.plan.cost.Calibration, not the values fitted on that source."""
+PAIR_FIT_GRID = {
+    # MXFP8's block-scaled GEMMs apart from per-tensor FP8 (0: the same as fp8_gemm_efficiency). Identified by
+    # contrast alone: the rows published in both recipes with the model, layout, GPU and container equal, so
+    # that what else the rows get wrong (a GPU's clock, a release's features) cannot leak into it.
+    ("blackwell", "mxfp8_gemm_efficiency"): [0.0, 0.54, 0.56, 0.58, 0.6, 0.62, 0.64, 0.66, 0.68, 0.7],
+}
+PAIRED_RECIPES = ("current", "mxfp8")
+"""The recipe pair PAIR_FIT_GRID is identified on: FP8 current (per-tensor) scaling against MXFP8."""
 LINKED = {("blackwell", "fp8_gemm_efficiency"): ("gemm_efficiency", 0.70 / 0.68)}
 """Terms moved with a fitted one: Blackwell's BF16 GEMM keeps the BF16/FP8 ratio measured on the H100 (the
 published Blackwell runs are almost all FP8/FP4: BF16 alone is not identifiable)."""
@@ -304,12 +313,59 @@ def fit(runs: list[Run], base: dict | None = None, *, rounds: int = 2, quiet: bo
     # MoE layout measured 50% apart in consecutive container releases).
     moe_runs = [r for r in runs if r.model.is_moe]
     runs = [r for r in runs if not r.model.is_moe]
+    override = _pair_search(runs, override, PAIR_FIT_GRID, quiet)
     override = _coordinate_search(runs, override, FIT_GRID, rounds, quiet)
+    override = _pair_search(runs, override, PAIR_FIT_GRID, quiet)
     if moe_runs:
         override = _joint_search(moe_runs, override, MOE_FIT_GRID, quiet)
     else:
         for a in ARCHS:
             override[a].update(MOE_PRIOR)
+    return override
+
+
+def recipe_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(current-scaling row, MXFP8 row) pairs that differ in the recipe alone: the same model, container
+    release, GPU, task and published layout (the degrees genconf pinned; recompute may differ where memory
+    differs)."""
+    by_key: dict = {}
+    for r in rows:
+        if r.get("_plan") is None or r["throughput_error"] is None:
+            continue
+        words = r["layout"].split()
+        key = (r["label"].split("#")[0].strip(), r["group"], r["gpu"], r["task"], " ".join(words[:9]))
+        by_key.setdefault(key, {})[words[10]] = r
+    return [(v[PAIRED_RECIPES[0]], v[PAIRED_RECIPES[1]]) for v in by_key.values()
+            if PAIRED_RECIPES[0] in v and PAIRED_RECIPES[1] in v]
+
+
+def _pair_objective(pairs: list[tuple[dict, dict]]) -> float:
+    """Mean |log| of predicted over measured second-to-first throughput ratio across the pairs."""
+    errs = [abs(math.log((1 + b["throughput_error"]) / (1 + a["throughput_error"]))) for a, b in pairs]
+    return sum(errs) / len(errs) if errs else 0.0
+
+
+def _pair_search(runs: list[Run], override: dict, grid_of: dict, quiet: bool) -> dict:
+    """Each term of grid_of fitted on the recipe pairs' ratios alone (plans re-costed, as in the other fits)."""
+    rows = evaluate_all(runs, cals_for(runs, override))
+    plans = {id(r["_run"]): r["_plan"] for r in rows if r["_plan"] is not None}
+    paired = {id(r["_run"]) for pair in recipe_pairs(rows) for r in pair}
+    subset = [r for r in runs if id(r) in paired]
+    if not subset:
+        return override
+    for (arch, name), grid in grid_of.items():
+        archs = ARCHS if arch == "all" else (arch,)
+        trials = []
+        for value in grid:
+            trial = {a: {**override[a], **({name: value} if a in archs else {})} for a in ARCHS}
+            trials.append((_pair_objective(recipe_pairs(evaluate_all(subset, cals_for(subset, trial), plans=plans))),
+                           value))
+        err, value = min(trials)
+        for a in archs:
+            override[a][name] = value
+        if not quiet:
+            print(f"  fit {arch}.{name} = {value} (paired objective {err:.4f} over "
+                  f"{len(recipe_pairs(rows))} recipe pairs)", file=sys.stderr)
     return override
 
 
