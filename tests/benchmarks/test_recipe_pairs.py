@@ -1,0 +1,46 @@
+"""benchmarks/accuracy.py: the MXFP8 GEMM efficiency is identified by contrast, on published rows that differ in
+the recipe alone. The pairing is checked on rows built here and on the shared data (known answer: the dense
+Megatron-Bridge rows published in both FP8 current scaling and MXFP8, all slower in MXFP8)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from accuracy import _pair_objective, recipe_pairs  # noqa: E402
+
+
+def _row(label, recipe, gpu="gb200", group="Megatron-Bridge 25.11", layout="tp1 pp1 vp1 cp1 ep1 dp8 mbs2 gbs128 z1",
+         error=0.0):
+    return {"label": label, "group": group, "gpu": gpu, "task": "pretrain", "_plan": object(),
+            "layout": f"{layout} none {recipe} megatron gbf16", "throughput_error": error}
+
+
+def test_rows_pair_only_when_everything_but_the_recipe_matches():
+    rows = [_row("LLAMA3_8B #1", "current"), _row("LLAMA3_8B #2", "mxfp8"),
+            _row("LLAMA3_8B #3", "mxfp8", gpu="b200"),                       # no FP8-CS partner on B200
+            _row("LLAMA3_8B #4", "current", group="Megatron-Bridge 26.02"),   # another release
+            _row("LLAMA3_8B #5", "nvfp4")]
+    pairs = recipe_pairs(rows)
+    assert [(a["label"], b["label"]) for a, b in pairs] == [("LLAMA3_8B #1", "LLAMA3_8B #2")]
+    # The objective is the ratio's error: both rows 10% fast is a perfect pair, one of them is not.
+    assert _pair_objective([(_row("a", "current", error=0.1), _row("b", "mxfp8", error=0.1))]) == 0.0
+    assert _pair_objective([(_row("a", "current", error=0.0), _row("b", "mxfp8", error=0.1))]) > 0.09
+
+
+def test_the_published_recipe_pairs_are_slower_in_mxfp8_and_so_is_genconf():
+    from accuracy import cals_for, evaluate_all
+    from published import load_runs
+
+    runs = [r for r in load_runs()[0] if r.file == "megatron_bridge_perf_summary.csv" and not r.model.is_moe
+            and "LLAMA3_8B" in r.label]
+    pairs = recipe_pairs(evaluate_all(runs, cals_for(runs)))
+    assert len(pairs) == 5  # Llama 3 8B on B200/GB200 (25.09, 25.11) and GB300 (25.11)
+    for cs, mx in pairs:
+        measured = mx["measured_tokens_per_s_per_gpu"] / cs["measured_tokens_per_s_per_gpu"]
+        predicted = mx["predicted_tokens_per_s_per_gpu"] / cs["predicted_tokens_per_s_per_gpu"]
+        assert 0.94 < measured < 0.99
+        assert abs(predicted / measured - 1) < 0.04
