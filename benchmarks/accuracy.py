@@ -330,11 +330,12 @@ def recipe_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
     differs)."""
     by_key: dict = {}
     for r in rows:
-        if r.get("_plan") is None or r["throughput_error"] is None:
+        plan = r.get("_plan")
+        if plan is None or r["throughput_error"] is None:
             continue
-        words = r["layout"].split()
-        key = (r["label"].split("#")[0].strip(), r["group"], r["gpu"], r["task"], " ".join(words[:9]))
-        by_key.setdefault(key, {})[words[10]] = r
+        degrees = (plan.tp, plan.pp, plan.vp, plan.cp, plan.ep, plan.dp, plan.mbs, plan.gbs, plan.zero_stage)
+        key = (r["label"].split("#")[0].strip(), r["group"], r["gpu"], r["task"], degrees)
+        by_key.setdefault(key, {})[plan.quant_recipe] = r
     return [(v[PAIRED_RECIPES[0]], v[PAIRED_RECIPES[1]]) for v in by_key.values()
             if PAIRED_RECIPES[0] in v and PAIRED_RECIPES[1] in v]
 

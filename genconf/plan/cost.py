@@ -34,8 +34,8 @@ class Calibration:
     mxfp8_gemm_efficiency: float = 0.0
     """Same for MXFP8 block-scaled GEMMs (Blackwell: one E8M0 scale per 32 elements of each operand, loaded
     beside the tiles), as a fraction of the FP8 peak; 0: as fp8_gemm_efficiency. Fitted on the published runs
-    that differ only in the recipe (same model, layout, GPU and container): MXFP8 ran 2-6% slower than FP8
-    current scaling where the quantization traffic alone would make it ~1% faster."""
+    that differ only in the recipe (same model, layout, GPU and container): MXFP8 ran 2-10% slower than FP8
+    current scaling (median 5.5%, 10 dense pairs) where the quantization traffic alone would make it ~1% faster."""
     gemm_tile_overhead_s: float = 0.5e-6
     """Fixed prologue/epilogue time per 128x128 output tile and wave."""
     attention_fwd_efficiency: float = 0.65

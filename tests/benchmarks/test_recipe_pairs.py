@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -13,10 +14,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from accuracy import _pair_objective, recipe_pairs  # noqa: E402
 
 
-def _row(label, recipe, gpu="gb200", group="Megatron-Bridge 25.11", layout="tp1 pp1 vp1 cp1 ep1 dp8 mbs2 gbs128 z1",
-         error=0.0):
-    return {"label": label, "group": group, "gpu": gpu, "task": "pretrain", "_plan": object(),
-            "layout": f"{layout} none {recipe} megatron gbf16", "throughput_error": error}
+def _row(label, recipe, gpu="gb200", group="Megatron-Bridge 25.11", error=0.0):
+    plan = SimpleNamespace(tp=1, pp=1, vp=1, cp=1, ep=1, dp=8, mbs=2, gbs=128, zero_stage=1, quant_recipe=recipe)
+    return {"label": label, "group": group, "gpu": gpu, "task": "pretrain", "_plan": plan, "throughput_error": error}
 
 
 def test_rows_pair_only_when_everything_but_the_recipe_matches():
