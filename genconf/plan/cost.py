@@ -723,6 +723,14 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
         # Forward activations and backward gradients at every chunk boundary of a micro-batch.
         pp_comm = 2 * send * plan.vp * (cal.pp_overlap_exposed if plan.vp > 1 else 1.0)
     bubble = (plan.pp - 1) / plan.vp * (slowest + pp_comm) if plan.pp > 1 else 0.0
+    exposed_pp = pp_comm
+    if plan.pp > 1 and plan.vp > 1:
+        # overlap_p2p_comm: sends and receives run beside the next chunk's compute, so only a receive that has
+        # not arrived stalls a rank. In the steady state the slowest rank's inputs come from faster ranks and are
+        # there early: its p2p time hides in their slack and shows only where another rank plus it is slower
+        # (Narayanan 2021 Sec. 2.2: the pipeline runs at its slowest stage's pace).
+        others = max(s for i, s in enumerate(stage_s) if i != slowest_i)
+        exposed_pp = max(0.0, others + pp_comm - slowest)
     compute = m * slowest
     tp_comm = m * max(layers) * (layer_gpu["tp_comm_s"] + layer_gpu["cp_comm_s"])
     heaviest = max(range(plan.pp), key=lambda i: layers[i]) if plan.pp > 1 else 0
@@ -736,12 +744,12 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     optimizer = _optimizer_s(plan, cluster, cal, params) + _quant_weights_s(
         plan, cluster, cal, max(r.gemm for r in rp.values()), m)
     overhead = cal.step_overhead_s
-    step = compute + bubble + m * pp_comm + dp_comm + optimizer + overhead
+    step = compute + bubble + m * exposed_pp + dp_comm + optimizer + overhead
     tokens = plan.gbs * plan.seq_length
     flops_token = model_flops_per_token(model, plan.seq_length)
     hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute)
     peak = gpu.peak_tflops({"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))
-    return StepCost(step_time_s=step, compute_s=compute, bubble_s=bubble, pp_comm_s=m * pp_comm, dp_comm_s=dp_comm,
+    return StepCost(step_time_s=step, compute_s=compute, bubble_s=bubble, pp_comm_s=m * exposed_pp, dp_comm_s=dp_comm,
                     optimizer_s=optimizer, overhead_s=overhead, tp_comm_s=tp_comm, recompute_s=m * recompute_s[slowest_i],
                     offload_s=m * offload_s[slowest_i],
                     model_flops_per_step=flops_token * tokens, hardware_flops_per_step=hw_token * tokens,

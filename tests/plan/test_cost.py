@@ -13,7 +13,7 @@ from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import resolve_model
 from genconf.plan import kernels
-from genconf.plan.cost import Calibration, _dp_comm_s, linear_s, step_cost
+from genconf.plan.cost import Calibration, _dp_comm_s, linear_s, stage_times, step_cost
 from genconf.plan.pipeline import bubble_fraction
 from genconf.plan.specs import ClusterSpec, ParallelPlan
 
@@ -93,13 +93,59 @@ def test_the_pipeline_bubble_is_p_minus_1_over_v_m():
     assert bubble_fraction(plan) == 3 / 32 == 0.09375
     assert bubble_fraction(dataclasses.replace(plan, vp=1)) == 3 / 16
     assert bubble_fraction(dataclasses.replace(plan, pp=1, vp=1, dp=32)) == 0.0
-    # step_cost charges (p-1)/v slowest-stage micro-batch times: its bubble over the m micro-batches of work
-    # (compute and the p2p sends) is the same fraction.
+    # step_cost charges (p-1)/v slowest-stage micro-batch times, each with its p2p sends (in the warm-up and
+    # flush every send is on the critical path): over the m micro-batch times of the slowest stage, the same 3/32.
     model, _ = resolve_model("llama3-8b")
     cluster = resolve_cluster("dgx-h100")
-    cost = step_cost(model, plan, cluster, calibration_for("h100-sxm"))
-    assert cost.bubble_s / (cost.compute_s + cost.pp_comm_s) == pytest.approx(3 / 32, rel=1e-12)
+    cal = calibration_for("h100-sxm")
+    cost = step_cost(model, plan, cluster, cal)
+    slowest = max(st.total_s for st in stage_times(model, plan, cluster, cal))
+    assert cost.compute_s == pytest.approx(16 * slowest, rel=1e-12)
+    assert cost.bubble_s / (cost.compute_s + 16 * _p2p_per_microbatch(plan, cluster, cal)) == pytest.approx(
+        3 / 32, rel=1e-12)
     assert cost.bubble_fraction == 3 / 32
+
+
+def _p2p_per_microbatch(plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> float:
+    """One micro-batch's pipeline sends, worked by hand for llama3-8b (hidden 4096) at 4,096 tokens, tp 4, on
+    dgx-h100: each chunk boundary sends 2 bytes x 4,096 tokens x 4,096 = 32 MiB, a quarter of it per rank with
+    sequence parallelism (the activations stay split along the sequence).
+    Pipeline neighbours are tp x dp = 32 ranks apart (megatron's tp-cp-dp-pp order), in another node: one
+    400 Gb/s NIC (50 GB/s) at ib_efficiency, plus the call latency. Forward activations and backward gradients,
+    at each of the vp virtual stages; under interleaving pp_overlap_exposed of it can stall a rank."""
+    assert (plan.tp, plan.cp, plan.dp, cluster.gpus_per_node) == (4, 1, 8, 8)
+    send = 2 * 4096 * 4096 / (4 if plan.sequence_parallel else 1) / (50e9 * cal.ib_efficiency) + cal.collective_latency_s
+    return 2 * send * plan.vp * (cal.pp_overlap_exposed if plan.vp > 1 else 1.0)
+
+
+def test_interleaved_p2p_hides_in_the_slack_of_faster_ranks():
+    # megatron's interleaved schedule runs its sends and receives beside the next chunk's compute
+    # (overlap_p2p_comm): a rank stalls only on a receive that has not arrived. The last rank also runs the
+    # output layer and the loss, so it is the slowest, and its inputs come from faster ranks, early.
+    model, _ = resolve_model("llama3-8b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for("h100-sxm")
+    plan = ParallelPlan(framework="megatron", tp=4, pp=4, vp=2, dp=8, mbs=1, gbs=128, seq_length=4096,
+                        sequence_parallel=True)
+    stages = sorted(st.total_s for st in stage_times(model, plan, cluster, cal))
+    others, slowest = stages[-2], stages[-1]
+    p2p = _p2p_per_microbatch(plan, cluster, cal)
+    assert slowest - others > p2p > 0  # the loss outweighs the sends: they hide in the other ranks' slack
+    cost = step_cost(model, plan, cluster, cal)
+    assert cost.pp_comm_s == 0.0
+    assert cost.step_time_s == pytest.approx(
+        16 * slowest + cost.bubble_s + cost.dp_comm_s + cost.optimizer_s + cost.overhead_s, rel=1e-12)
+    # Links a hundred times slower: the sends outgrow the slack, and show by what it does not cover.
+    slow = dataclasses.replace(cal, ib_efficiency=cal.ib_efficiency / 100)
+    p2p_slow = _p2p_per_microbatch(plan, cluster, slow)
+    assert others + p2p_slow > slowest
+    assert step_cost(model, plan, cluster, slow).pp_comm_s == pytest.approx(16 * (others + p2p_slow - slowest),
+                                                                           rel=1e-12)
+    # Without interleaving, megatron's 1F1B sends and receives block (batched isend/irecv, waited on): every
+    # rank, the slowest too, spends its own transfers.
+    flat = dataclasses.replace(plan, vp=1)
+    assert step_cost(model, flat, cluster, cal).pp_comm_s == pytest.approx(16 * _p2p_per_microbatch(flat, cluster, cal),
+                                                                          rel=1e-12)
 
 
 def test_a_data_parallel_all_reduce_on_a_stated_link():
