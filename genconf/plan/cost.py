@@ -118,7 +118,9 @@ class Calibration:
     """Fraction of the overlap window (a micro-batch's backward or forward) gradient reduce-scatter /
     all-reduce and parameter all-gather can hide behind."""
     pp_overlap_exposed: float = 0.25
-    """Fraction of pipeline p2p time exposed under the interleaved schedule (overlap_p2p_comm)."""
+    """Fraction of a micro-batch's pipeline p2p time that can stall a rank under the interleaved schedule
+    (overlap_p2p_comm); step_cost charges it only where the slowest rank's slack over the next one does not
+    cover it."""
     throughput_band: tuple[float, float] = (0.8, 1.2)
     """80% interval of measured / predicted tokens/s: the 10th and 90th percentiles of the residuals on
     published runs the calibration was not fitted to (benchmarks/accuracy.py --loso --write-calibration)."""
