@@ -75,6 +75,7 @@ def pins_from_args(args: argparse.Namespace):
                 expandable_segments=args.expandable_segments,
                 pp_first_stage_layers=args.first_stage_layers, pp_last_stage_layers=args.last_stage_layers,
                 tp_comm_overlap=args.tp_comm_overlap, megatron_fsdp=bool(getattr(args, "megatron_fsdp", False)),
+                moe_ep_overlap=bool(getattr(args, "moe_ep_overlap", False)),
                 pp_layout=layout)
 
 

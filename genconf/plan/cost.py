@@ -117,6 +117,10 @@ class Calibration:
     dp_overlap_efficiency: float = 0.9
     """Fraction of the overlap window (a micro-batch's backward or forward) gradient reduce-scatter /
     all-reduce and parameter all-gather can hide behind."""
+    ep_overlap_exposed: float = 0.25
+    """Fraction of the expert-parallel all-to-all still exposed where the combined 1F1B schedule pairs it with
+    another micro-batch's compute (megatron --overlap-moe-expert-parallel-comm): its kernels take SMs and memory
+    bandwidth from the compute they hide behind (as tp_overlap_exposed for TP)."""
     pp_overlap_exposed: float = 0.25
     """Fraction of a micro-batch's pipeline p2p time that can stall a rank under the interleaved schedule
     (overlap_p2p_comm); step_cost charges it only where the slowest rank's slack over the next one does not
@@ -273,13 +277,27 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     """One decoder layer, one micro-batch, one rank. `windowed`: the layer uses sliding-window attention."""
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
                        plan.precision, plan.quant_recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
-                       windowed, plan.expert_tp)
+                       windowed, plan.expert_tp, ep_exposed_fraction(plan, cal))
+
+
+def ep_exposed_fraction(plan: ParallelPlan, cal: Calibration) -> float:
+    """Share of the expert-parallel all-to-all on the critical path. With megatron's EP overlap the combined 1F1B
+    schedule pairs each micro-batch's forward with another's backward, layer by layer, and runs dispatch and
+    combine on a side stream (megatron-core pipeline_parallel/combined_1f1b.py): what pairs is hidden but for
+    ep_overlap_exposed of it; the warm-up forwards and the flush's backwards have no partner (1 of m with pp = 1;
+    megatron's interleaved warm-up, (pp - 1) x 2 + (vp - 1) x pp + 1 of the m x vp chunks, with a pipeline)."""
+    if not plan.moe_ep_overlap:
+        return 1.0
+    chunks = plan.num_microbatches * plan.vp
+    unpaired = 1 if plan.pp == 1 else (plan.pp - 1) * 2 + (plan.vp - 1) * plan.pp + 1
+    share = min(1.0, unpaired / chunks)
+    return share + (1.0 - share) * cal.ep_overlap_exposed
 
 
 @functools.lru_cache(maxsize=8192)
 def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, sp: bool, precision: str,
                 recipe: str | None, impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration,
-                windowed: bool, etp: int | None = None) -> LayerTime:
+                windowed: bool, etp: int | None = None, ep_exposed: float = 1.0) -> LayerTime:
     gpu = cluster.gpu
     n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
     h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.kv_channels
@@ -394,7 +412,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if model.is_moe and ep > 1:
         # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
         # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).
-        a2a = _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t)
+        a2a = _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t) * ep_exposed
         tp_f += 2 * a2a
         tp_b += 2 * a2a
 

@@ -271,6 +271,10 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         reasons.append(f"pipeline layout {p.pp_layout} places the layers virtual stage by virtual stage (megatron "
                        f"--pipeline-model-parallel-layout): the pipeline runs at its slowest rank's pace, and the last "
                        f"rank also runs the output layer and the loss, so it holds fewer layers{gain}")
+    if p.moe_ep_overlap:
+        reasons.append("expert-parallel all-to-all overlapped with another micro-batch's compute (megatron "
+                       "--overlap-moe-expert-parallel-comm, --delay-wgrad-compute; asked for): priced hidden but for "
+                       "its share of SMs and the unpaired warm-up and flush micro-batches")
     if p.framework == "megatron" and p.zero_stage >= 2:
         reasons.append(f"Megatron-FSDP (zero {p.zero_stage}) shards "
                        f"{'parameters, ' if p.zero_stage == 3 else ''}gradients and optimizer states over "

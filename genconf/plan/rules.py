@@ -167,6 +167,23 @@ def _ep(c: Context) -> str | None:
     return None
 
 
+def _moe_ep_overlap(c: Context) -> str | None:
+    # megatron-core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm): expert parallelism, no
+    # full recompute, a virtual pipeline when pp > 1 (the combined 1F1B schedule), bf16/fp16 parameters.
+    p = c.plan
+    if not p.moe_ep_overlap:
+        return None
+    if p.framework != "megatron" or not c.model.is_moe or p.ep == 1:
+        return "--moe-ep-overlap hides megatron's expert-parallel all-to-all: it needs a MoE model with --ep > 1"
+    if p.recompute == "full":
+        return "--moe-ep-overlap runs without full recompute (megatron-core); use --recompute selective or none"
+    if p.pp > 1 and p.vp == 1:
+        return "--moe-ep-overlap with pp > 1 needs virtual stages (--vp > 1): megatron's combined 1F1B schedule"
+    if p.precision not in ("bf16", "fp16", "fp8", "fp4"):
+        return f"--moe-ep-overlap needs bf16/fp16 parameters, not {p.precision}"
+    return None
+
+
 def _moe_sequence_parallel(c: Context) -> str | None:
     p = c.plan
     if c.model.is_moe and p.tp > 1 and not p.sequence_parallel:
@@ -334,6 +351,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cp_divides_sequence", ERROR, "CP divides the sequence (into 2 x cp chunks)", _cp_sequence),
     Rule("cp_needs_te", ERROR, "CP needs TE attention", _cp_needs_te),
     Rule("ep_divides_experts", ERROR, "EP divides the experts and dp x cp", _ep),
+    Rule("moe_ep_overlap", ERROR, "EP overlap needs EP, no full recompute, and VP with PP", _moe_ep_overlap),
     Rule("moe_needs_sequence_parallel", ERROR, "MoE with TP needs sequence parallelism", _moe_sequence_parallel),
     Rule("sequence_parallel", ERROR, "sequence parallelism needs Megatron TP", _sequence_parallel),
     Rule("offload", ERROR, "offload needs DeepSpeed ZeRO", _offload),

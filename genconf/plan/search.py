@@ -67,6 +67,9 @@ class Pins:
     pp_last_stage_layers: int | None = None
     tp_comm_overlap: bool | None = None
     """None: on wherever TP > 1 with Transformer Engine."""
+    moe_ep_overlap: bool = False
+    """MoE: megatron's EP all-to-all overlap (--overlap-moe-expert-parallel-comm); opt-in, where the rules allow it
+    (expert parallelism, no full recompute, pp 1 or interleaved)."""
     fp8_recipe: str | None = None
     grad_dtype: str | None = None
     """None: the framework's default (fp32 for megatron's bf16/FP8 training)."""
@@ -323,6 +326,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         sequence_parallel=megatron and tp > 1, precision=pins.precision,
         fp8_recipe=pins.fp8_recipe if pins.precision == "fp8" else None, fp8_param_gather=fp8_param_gather,
         grad_dtype=pins.grad_dtype, layer_spec=pins.layer_spec, tp_comm_overlap=overlap,
+        moe_ep_overlap=pins.moe_ep_overlap,  # the rules keep it to megatron MoE plans with EP
         precision_aware_optimizer=bool(pins.precision_aware_optimizer) and megatron and layout.zero >= 1,
         offload_optimizer=offload and framework == "deepspeed",
         offload_params=offload and framework == "deepspeed" and layout.zero == 3,

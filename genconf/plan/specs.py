@@ -376,6 +376,10 @@ class ParallelPlan:
     """DeepSpeed ZeRO-3: parameters in host memory."""
     tp_comm_overlap: bool = False
     """Overlap TP collectives with GEMMs (megatron --tp-comm-overlap, TE userbuffers)."""
+    moe_ep_overlap: bool = False
+    """MoE: hide the expert-parallel all-to-all behind another micro-batch's compute (megatron
+    --overlap-moe-expert-parallel-comm --delay-wgrad-compute: the combined 1F1B schedule pairs one micro-batch's
+    forward with another's backward layer by layer, dispatch and combine on their own stream)."""
     expandable_segments: bool = True
     """Launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (genconf's scripts do): the caching
     allocator grows segments in place and fragments little. False prices the classic allocator."""

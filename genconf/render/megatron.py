@@ -26,6 +26,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--pipeline-model-parallel-layout": (STR, ()),
     "--context-parallel-size": (INT, ()), "--expert-model-parallel-size": (INT, ()),
     "--expert-tensor-parallel-size": (INT, ()), "--sequence-parallel": (SWITCH, ()), "--tp-comm-overlap": (SWITCH, ()),
+    "--overlap-moe-expert-parallel-comm": (SWITCH, ()), "--delay-wgrad-compute": (SWITCH, ()),
     "--use-distributed-optimizer": (SWITCH, ()), "--overlap-grad-reduce": (SWITCH, ()),
     "--overlap-param-gather": (SWITCH, ()), "--overlap-param-gather-with-optimizer-step": (SWITCH, ()),
     "--no-overlap-p2p-communication": (SWITCH, ()), "--distributed-backend": (STR, ("nccl", "gloo")),
@@ -200,6 +201,11 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--moe-aux-loss-coeff", 0.01)  # arguments.py: "a starting value of 1e-2 is recommended"
         if plan.ep > 1:
             add("--moe-token-dispatcher-type", "alltoall")  # recommended with expert parallelism (arguments.py)
+        if plan.moe_ep_overlap:
+            add("# EP all-to-all beside another micro-batch's compute (combined 1F1B), expert weight gradients")
+            add("# deferred to overlap it (Megatron-Bridge's moe_a2a_overlap sets both)")
+            add("--overlap-moe-expert-parallel-comm")
+            add("--delay-wgrad-compute")
     add("# NullTokenizer adds one end-of-document id to --vocab-size: V - 1 gives the model's V rows,")
     add("# which Megatron then pads to a multiple of 128 x tp (the memory model's count)")
     add("--tokenizer-type", "NullTokenizer")
@@ -358,6 +364,8 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
                   moe_ffn_hidden_size=values.get("--moe-ffn-hidden-size") or ffn,
                   moe_aux_loss_coeff=values.get("--moe-aux-loss-coeff", 0.0),
                   moe_token_dispatcher_type=values.get("--moe-token-dispatcher-type", "allgather"))
+        if "--overlap-moe-expert-parallel-comm" in values:
+            kw.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute="--delay-wgrad-compute" in values)
     return kw
 
 
@@ -400,6 +408,7 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         recompute_layers=int(g("--recompute-num-layers")) if block else None,
         offload_activation_layers=int(g("--cpu-offloading-num-layers", 0) or 0),
         precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap="--tp-comm-overlap" in values,
+        moe_ep_overlap="--overlap-moe-expert-parallel-comm" in values,
         fp8_param_gather="--fp8-param-gather" in values or "--fp4-param-gather" in values,
         precision_aware_optimizer="--use-precision-aware-optimizer" in values,
         grad_dtype="bf16" if "--grad-reduce-in-bf16" in values else None,

@@ -133,7 +133,7 @@ PLAN_FLAGS = sorted([
     "--precision", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json", "--plot",
     "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
     "--no-fp8-param-gather", "--precision-aware-optimizer", "--no-precision-aware-optimizer", "--no-tp-comm-overlap",
-    "--fused-kernels", "--expandable-segments", "--no-expandable-segments", "--megatron-fsdp",
+    "--fused-kernels", "--expandable-segments", "--no-expandable-segments", "--megatron-fsdp", "--moe-ep-overlap",
     "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
 ])
 

@@ -13,7 +13,8 @@ from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import resolve_model
 from genconf.plan import kernels
-from genconf.plan.cost import Calibration, _dp_comm_s, linear_s, stage_times, step_cost
+from genconf.plan.cost import (Calibration, _dp_comm_s, ep_exposed_fraction, layer_time, linear_s, stage_times,
+                               step_cost)
 from genconf.plan.pipeline import bubble_fraction
 from genconf.plan.specs import ClusterSpec, ParallelPlan
 
@@ -192,3 +193,31 @@ def test_the_step_adds_up():
     assert cost.tokens_per_s_per_gpu == pytest.approx(1056 * 4096 / cost.step_time_s / 384, rel=1e-12)
     assert cost.mfu == pytest.approx(cost.model_flops_per_step / cost.step_time_s / 384 / 989.4e12, rel=1e-9)
     assert isinstance(calibration_for(cluster.gpu.name), Calibration)
+
+
+def test_the_ep_overlap_hides_the_paired_all_to_all():
+    # Mixtral 8x7B (hidden 4096, top-2 routing) at 4,096 tokens, tp 1, ep 8 inside one 8-GPU H100 node. Each
+    # dispatch or combine moves 2 bytes x 4,096 tokens x 2 routes x 4,096 = 64 MiB per rank, 7/8 of it to the other
+    # seven GPUs over NVLink (450 GB/s one way at nvlink_efficiency) plus the call latency, (1 + log2 8) x 15 us.
+    model, _ = resolve_model("mixtral-8x7b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for("h100-sxm")
+    a2a = 7 / 8 * 2 * 4096 * 2 * 4096 / (450e9 * cal.nvlink_efficiency) + cal.collective_latency_s * 4
+    plan = ParallelPlan(framework="megatron", ep=8, dp=8, mbs=1, gbs=32, seq_length=4096)
+    assert plan.num_microbatches == 4
+    off = layer_time(model, plan, cluster, cal)
+    on = layer_time(model, dataclasses.replace(plan, moe_ep_overlap=True), cluster, cal)
+    # Dispatch and combine, forward and backward: 4 all-to-alls per layer, all exposed without the overlap.
+    assert off.tp_comm_s == pytest.approx(4 * a2a, rel=1e-9)
+    # With it, the first forward and the last backward have no partner (1 of 4 micro-batches); the paired rest
+    # leaves ep_overlap_exposed of its time.
+    exposed = 1 / 4 + 3 / 4 * cal.ep_overlap_exposed
+    assert ep_exposed_fraction(dataclasses.replace(plan, moe_ep_overlap=True), cal) == pytest.approx(exposed)
+    assert on.tp_comm_s == pytest.approx(4 * a2a * exposed, rel=1e-9)
+    assert (on.fwd_s, on.bwd_s) == (off.fwd_s, off.bwd_s)  # the compute itself is unchanged
+    # Interleaved pipeline (pp 2, vp 2, 8 micro-batches): megatron's warm-up runs (2 - 1) x 2 + (2 - 1) x 2 + 1 = 5
+    # of the 16 chunk forwards unpaired, and the flush as many backwards.
+    piped = dataclasses.replace(plan, pp=2, vp=2, dp=4, gbs=32, moe_ep_overlap=True)
+    assert piped.num_microbatches == 8
+    assert ep_exposed_fraction(piped, cal) == pytest.approx(5 / 16 + 11 / 16 * cal.ep_overlap_exposed)
+    assert ep_exposed_fraction(dataclasses.replace(piped, moe_ep_overlap=False), cal) == 1.0

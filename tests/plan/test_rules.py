@@ -85,6 +85,28 @@ def test_batch_context_and_expert_parallelism():
         "ep (2) on a dense model: expert parallelism needs num_experts > 0")
 
 
+def test_the_ep_overlap_needs_what_megatron_core_asserts():
+    # megatron-core TransformerConfig: overlap_moe_expert_parallel_comm needs expert parallelism, no full recompute,
+    # a virtual pipeline when pp > 1, and 16-bit parameters.
+    ok = megatron(dp=8, ep=8, gbs=8, moe_ep_overlap=True)
+    assert "moe_ep_overlap" not in violations("mixtral-8x7b", ok, gpus=8)
+    assert "moe_ep_overlap" not in violations("mixtral-8x7b", megatron(dp=4, pp=2, vp=2, ep=4, gbs=8,
+                                                                      moe_ep_overlap=True), gpus=8)
+    needs = "--moe-ep-overlap hides megatron's expert-parallel all-to-all: it needs a MoE model with --ep > 1"
+    assert violations("mixtral-8x7b", megatron(dp=8, gbs=8, moe_ep_overlap=True), gpus=8)["moe_ep_overlap"] == needs
+    assert violations("llama3-8b", megatron(dp=8, gbs=8, moe_ep_overlap=True), gpus=8)["moe_ep_overlap"] == needs
+    assert violations("mixtral-8x7b", ParallelPlan(framework="deepspeed", dp=8, mbs=1, gbs=8, seq_length=4096,
+                                                   moe_ep_overlap=True), gpus=8)["moe_ep_overlap"] == needs
+    assert violations("mixtral-8x7b", megatron(dp=8, ep=8, gbs=8, recompute="full", moe_ep_overlap=True),
+                      gpus=8)["moe_ep_overlap"] == (
+        "--moe-ep-overlap runs without full recompute (megatron-core); use --recompute selective or none")
+    assert violations("mixtral-8x7b", megatron(dp=4, pp=2, ep=4, gbs=8, moe_ep_overlap=True),
+                      gpus=8)["moe_ep_overlap"] == (
+        "--moe-ep-overlap with pp > 1 needs virtual stages (--vp > 1): megatron's combined 1F1B schedule")
+    assert violations("mixtral-8x7b", megatron(dp=8, ep=8, gbs=8, precision="fp32", moe_ep_overlap=True),
+                      gpus=8)["moe_ep_overlap"] == "--moe-ep-overlap needs bf16/fp16 parameters, not fp32"
+
+
 def test_frameworks_precision_offload_and_recompute():
     found = violations("1b", ParallelPlan(framework="deepspeed", tp=2, dp=4, mbs=1, gbs=8, seq_length=4096,
                                           recompute="selective", precision="fp8"))

@@ -49,6 +49,11 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         assert cfg.recompute_method == "block" and cfg.recompute_num_layers == 2
         text = (d / "megatron_args.txt").read_text()
         assert "--grad-reduce-in-bf16\n" in text and "--use-precision-aware-optimizer\n" in text
+    if name == "moe_ep_overlap":
+        # megatron-core's own checks of the EP overlap (expert parallelism, alltoall dispatcher, no full recompute,
+        # a virtual pipeline with pp > 1, bf16) passed in building cfg
+        assert cfg.overlap_moe_expert_parallel_comm and cfg.delay_wgrad_compute
+        assert cfg.moe_token_dispatcher_type == "alltoall" and cfg.virtual_pipeline_model_parallel_size == 2
     if name == "megatron_fsdp":
         text = (d / "megatron_args.txt").read_text()
         assert "--use-megatron-fsdp\n" in text and "--data-parallel-sharding-strategy optim_grads_params" in text
