@@ -61,7 +61,7 @@ def pins_for(run: Run) -> Pins | None:
                 recompute=None if "recompute" in run.unknown else p.recompute, precision=p.precision,
                 fp8_recipe=p.fp8_recipe, layer_spec=p.layer_spec,
                 tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
-                expandable_segments=p.expandable_segments,
+                expandable_segments=p.expandable_segments, moe_ep_overlap=p.moe_ep_overlap,
                 grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype,
                 # Megatron-FSDP is opt-in (genconf.plan.search.search): where the recipe turned it on (FSDP > 0 in
                 # the notes), the user asks for it (--megatron-fsdp) and the search still chooses the stage.
@@ -275,6 +275,9 @@ MOE_FIT_GRID = {
     # (CPU, Python, launch) time, not GPU time.
     ("all", "moe_host_ops"): [0.0, 100.0, 150.0, 200.0, 300.0, 400.0],
     ("all", "moe_host_ops_per_expert"): [0.0, 5.0, 10.0, 20.0, 30.0, 40.0],
+    # What megatron's EP overlap (combined 1F1B) leaves exposed of the all-to-all it pairs with compute: fitted on
+    # the rows whose recipe turned it on (benchmarks/bridge_moe_recipes.csv), the only ones that depend on it.
+    ("all", "ep_overlap_exposed"): [0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0],
 }
 MOE_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration) if ("all", f.name) in MOE_FIT_GRID}
 """What the MoE terms fall back to when a fit sees no MoE row (leave-one-source-out without Megatron-Bridge,

@@ -25,6 +25,20 @@ FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h10
          "megatron_bridge_perf_summary.csv", "genconf_h100_issue13.csv")
 GENCONF_FILE = "genconf_h100_issue13.csv"
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv")
+BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
+"""Per MoE row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
+(docs/versions1.json, docs/releases/software-versions.md), the benchmark config that ran it, whether that config's
+layout matches the row, and the MoE features it turned on (all-to-all overlap, dispatcher, CUDA graphs), each
+with the ref:path:line it was read from."""
+
+
+def bridge_moe_recipe(index: int) -> dict | None:
+    """The recipe features of megatron_bridge_perf_summary.csv's row `index`, where its config's layout matches."""
+    if not hasattr(bridge_moe_recipe, "rows"):
+        with open(BRIDGE_MOE_RECIPES) as f:
+            bridge_moe_recipe.rows = {int(r["row"]): r for r in csv.DictReader(f)}
+    row = bridge_moe_recipe.rows.get(index)
+    return row if row is not None and row["layout_matches_row"].startswith("yes") else None
 
 CATALOG_KEYS = {
     # Models the NVIDIA tables name without an architecture: the catalog entry with the public config.
@@ -369,6 +383,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         zero = int(fields["zero"])
         modern = fields.get("layer_spec", "te") == "te"
     task = "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
+    recipe = (bridge_moe_recipe(int(label.rsplit("#", 1)[1]))
+              if file == "megatron_bridge_perf_summary.csv" and model.is_moe else None)
     plan = ParallelPlan(
         framework="fsdp" if fsdp else "deepspeed" if deepspeed else "megatron", tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, dp=dp,
         mbs=mbs, gbs=gbs, etp=1 if (model.is_moe and file in NVIDIA_FILES) else None,
@@ -383,7 +399,11 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
                          or "async TP" in row["notes"]) and tp > 1,
         fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
         torch_compile=fsdp and "compile" in row["notes"],
-        expandable_segments=_expandable_segments(row, file, cluster.gpu.name, fp8_recipe, task, zero))
+        expandable_segments=_expandable_segments(row, file, cluster.gpu.name, fp8_recipe, task, zero),
+        # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
+        moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on")
+    if recipe is not None and recipe["moe_a2a_overlap"] == "on":
+        notes.append(f"EP all-to-all overlap on ({recipe['bridge_ref']} {recipe['config_name']})")
     tokens = _float(row["tokens_per_sec_per_gpu"])
     tflops = _float(row["tflops_per_gpu"])
     mfu = _float(row["mfu"])

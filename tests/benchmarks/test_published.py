@@ -55,3 +55,27 @@ def test_megatron_bridge_rows_follow_the_release_scripts(runs, release, label, e
 def test_other_sources_ran_the_classic_allocator(runs):
     others = [r for r in runs.values() if not r.group.startswith("Megatron-Bridge")]
     assert others and not any(r.plan.expandable_segments for r in others)
+
+
+# Megatron-Bridge's MoE benchmark configs (benchmarks/bridge_moe_recipes.csv: the config of each row's container
+# release, read at the Megatron-Bridge ref its docs name for it). moe_a2a_overlap=True sets
+# overlap_moe_expert_parallel_comm (scripts/performance/utils/overrides.py, _set_moe_a2a_overlap_overrides).
+@pytest.mark.parametrize("release, label, overlap", [
+    ("26.08", "GPT OSS 120B #4", True),      # perf_recipes/gpt_oss/common.py:49 (v0.6.0)
+    ("26.06", "GPT OSS 120B #43", True),     # GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (v0.5.0)
+    ("26.06.01", "GPT OSS 120B #20", True),  # the same config in v0.5.1
+    ("26.04.01", "GPT OSS 120B #91", False),  # GB300 BF16 V2 (v0.4.2): the WorkloadBaseConfig default, off
+    ("26.02.01", "Qwen3_30B_a3B #190", True),  # H100 FP8-CS V1 with DeepEP, at the v0.3.0 layout the row shows
+    ("25.11", "GPT OSS 120B #239", False),
+])
+def test_megatron_bridge_moe_rows_carry_their_configs_ep_overlap(runs, release, label, overlap):
+    run = runs[(f"Megatron-Bridge {release[:5]}", label)]  # patch releases (26.06.01) group with their release
+    assert run.plan.moe_ep_overlap is overlap
+
+
+def test_a_config_whose_layout_differs_from_the_row_is_not_used():
+    from published import bridge_moe_recipe
+
+    # Row 240 (Qwen3-30B on GB300, 25.11): v0.2.0's config runs micro-batch 8, the row 4; no ref matched it.
+    assert bridge_moe_recipe(240) is None
+    assert bridge_moe_recipe(249)["moe_a2a_overlap"] == "off" and bridge_moe_recipe(4)["moe_a2a_overlap"] == "on"
