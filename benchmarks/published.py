@@ -10,6 +10,7 @@ dropped silently.
 from __future__ import annotations
 
 import csv
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,12 +33,15 @@ layout matches the row, and the MoE features it turned on (all-to-all overlap, d
 with the ref:path:line it was read from."""
 
 
+@functools.cache
+def _bridge_moe_recipes() -> dict[int, dict]:
+    with open(BRIDGE_MOE_RECIPES) as f:
+        return {int(r["row"]): r for r in csv.DictReader(f)}
+
+
 def bridge_moe_recipe(index: int) -> dict | None:
     """The recipe features of megatron_bridge_perf_summary.csv's row `index`, where its config's layout matches."""
-    if not hasattr(bridge_moe_recipe, "rows"):
-        with open(BRIDGE_MOE_RECIPES) as f:
-            bridge_moe_recipe.rows = {int(r["row"]): r for r in csv.DictReader(f)}
-    row = bridge_moe_recipe.rows.get(index)
+    row = _bridge_moe_recipes().get(index)
     return row if row is not None and row["layout_matches_row"].startswith("yes") else None
 
 CATALOG_KEYS = {

@@ -90,6 +90,7 @@ _RULE_FLAGS = {
     "cp_needs_te": ("--context-parallel-size", "--transformer-impl"),
     "ep_divides_experts": ("--expert-model-parallel-size", "--num-experts"),
     "moe_needs_sequence_parallel": ("--tensor-model-parallel-size",),
+    "moe_ep_overlap": ("--overlap-moe-expert-parallel-comm",),
     "sequence_parallel": ("--sequence-parallel",),
     "recompute": ("--recompute-granularity",),
     "precision": ("--fp8-format", "--fp16", "--transformer-impl"),
@@ -105,7 +106,7 @@ _LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size
                  "--fp8-format", "--vocab-size", "--expert-tensor-parallel-size", "--use-megatron-fsdp",
                  "--data-parallel-sharding-strategy", "--grad-reduce-in-bf16", "--fp8-param-gather", "--fp4-format",
                  "--fp4-param-gather", "--use-precision-aware-optimizer", "--recompute-method", "--recompute-num-layers",
-                 "--cpu-offloading-num-layers")
+                 "--cpu-offloading-num-layers", "--overlap-moe-expert-parallel-comm")
 _DEFAULTS = {"--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
              "--expert-model-parallel-size": 1, "--num-virtual-stages-per-pipeline-rank": 1}
 _REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings",
@@ -148,6 +149,10 @@ def _megatron_lm_checks(args: dict[str, MegatronArg], name: str) -> list[Problem
         problem("--recompute-granularity", "full recompute needs --recompute-method and --recompute-num-layers")
     if "--tp-comm-overlap" in args and "--sequence-parallel" not in args:
         problem("--tp-comm-overlap", "needs --sequence-parallel")
+    if "--delay-wgrad-compute" in args and "--overlap-moe-expert-parallel-comm" not in args:
+        problem("--delay-wgrad-compute", "needs --overlap-moe-expert-parallel-comm (megatron-core)")
+    if "--delay-wgrad-compute" in args and _get(args, "--transformer-impl") == "local":
+        problem("--delay-wgrad-compute", "is only supported with --transformer-impl transformer_engine")
     seq, max_pos = _get(args, "--seq-length"), _get(args, "--max-position-embeddings")
     if seq is not None and max_pos is not None and max_pos < seq:
         problem("--max-position-embeddings", f"must be >= --seq-length ({seq})")

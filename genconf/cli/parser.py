@@ -110,7 +110,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="overlap TP communication with GEMMs (TE userbuffers; default: on for megatron te with tp > 1)")
     g.add_argument("--moe-ep-overlap", action="store_true",
                    help="MoE: hide the expert-parallel all-to-all behind another micro-batch's compute (megatron "
-                        "--overlap-moe-expert-parallel-comm; needs --ep > 1, no full recompute, --vp with --pp)")
+                        "--overlap-moe-expert-parallel-comm; needs --ep > 1, TE layers, no full recompute, --vp with --pp)")
     g.add_argument("--fused-kernels", action="store_true",
                    help="local spec: megatron's fused softmax/bias kernels were built (apex or TE installed)")
     g.add_argument("--expandable-segments", action=argparse.BooleanOptionalAction, default=True,

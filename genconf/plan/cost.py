@@ -285,7 +285,9 @@ def ep_exposed_fraction(plan: ParallelPlan, cal: Calibration) -> float:
     schedule pairs each micro-batch's forward with another's backward, layer by layer, and runs dispatch and
     combine on a side stream (megatron-core pipeline_parallel/combined_1f1b.py): what pairs is hidden but for
     ep_overlap_exposed of it; the warm-up forwards and the flush's backwards have no partner (1 of m with pp = 1;
-    megatron's interleaved warm-up, (pp - 1) x 2 + (vp - 1) x pp + 1 of the m x vp chunks, with a pipeline)."""
+    megatron's interleaved warm-up, (pp - 1) x 2 + (vp - 1) x pp + 1 of the m x vp chunks, with a pipeline: rank 0's
+    count, the most of any rank, so an upper bound for the others). The fitted share stands for everything the
+    pairing leaves exposed, a forward shorter than the all-to-all it should cover among it."""
     if not plan.moe_ep_overlap:
         return 1.0
     chunks = plan.num_microbatches * plan.vp
@@ -748,7 +750,7 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
         # overlap_p2p_comm: sends and receives run beside the next chunk's compute, so only a receive that has
         # not arrived stalls a rank. In the steady state the slowest rank's inputs come from faster ranks and are
         # there early: its p2p time hides in their slack and shows only where another rank plus it is slower
-        # (Narayanan 2021 Sec. 2.2: the pipeline runs at its slowest stage's pace).
+        # (the pipeline runs at its slowest stage's pace, Narayanan 2021 Sec. 2.2; the slack argument is genconf's).
         others = max(s for i, s in enumerate(stage_s) if i != slowest_i)
         exposed_pp = max(0.0, others + pp_comm - slowest)
     compute = m * slowest

@@ -156,17 +156,16 @@ def inflight_chunks(plan: ParallelPlan, stage: int) -> int:
     1F1B: the first stage keeps p micro-batches (Korthikanti 2022, eq. 5 discussion); stage i keeps p - i.
     Interleaved: megatron-core's warm-up count (p - i - 1) * 2 + (v - 1) * p, plus the one in flight,
     which gives the first stage L * (1 + (p-1)/(p*v)) layers' worth (Korthikanti 2022, Sec. 4.2.3).
-    MoE EP overlap (combined 1F1B) runs one micro-batch's forward beside another's backward, layer by layer: the
-    interleaved schedule warms up one more chunk (megatron-core schedules.py, get_pp_rank_microbatches); without a
-    pipeline the forward's layers fill as the backward's free, about one micro-batch's worth in all.
+    MoE EP overlap (combined 1F1B) leaves the count as it is: its one extra warm-up forward (megatron-core
+    get_pp_rank_microbatches) takes the place of the steady state's forward before each backward, and in the combined
+    step the forward's layers fill as the paired backward's free (model_chunk_schedule_plan.py), one layer apart.
     """
     m = plan.num_microbatches
-    extra = 1 if plan.moe_ep_overlap else 0
     if plan.pp == 1:
         return 1
     if plan.vp == 1:
         return max(1, min(m, plan.pp - stage))
-    warmup = (plan.pp - stage - 1) * 2 + (plan.vp - 1) * plan.pp + extra
+    warmup = (plan.pp - stage - 1) * 2 + (plan.vp - 1) * plan.pp
     return max(1, min(m * plan.vp, warmup + 1))
 
 

@@ -169,7 +169,8 @@ def _ep(c: Context) -> str | None:
 
 def _moe_ep_overlap(c: Context) -> str | None:
     # megatron-core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm): expert parallelism, no
-    # full recompute, a virtual pipeline when pp > 1 (the combined 1F1B schedule), bf16/fp16 parameters.
+    # full recompute, a virtual pipeline when pp > 1 (the combined 1F1B schedule), bf16/fp16 parameters; Megatron-LM
+    # arguments.py: --delay-wgrad-compute with Transformer Engine layers only.
     p = c.plan
     if not p.moe_ep_overlap:
         return None
@@ -181,6 +182,9 @@ def _moe_ep_overlap(c: Context) -> str | None:
         return "--moe-ep-overlap with pp > 1 needs virtual stages (--vp > 1): megatron's combined 1F1B schedule"
     if p.precision not in ("bf16", "fp16", "fp8", "fp4"):
         return f"--moe-ep-overlap needs bf16/fp16 parameters, not {p.precision}"
+    if p.layer_spec != "te":
+        # Megatron-LM arguments.py: delay_wgrad_compute "is only supported with transformer_engine implementation"
+        return "--moe-ep-overlap needs Transformer Engine layers (--layer-spec te) for its deferred weight gradients"
     return None
 
 
@@ -351,7 +355,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cp_divides_sequence", ERROR, "CP divides the sequence (into 2 x cp chunks)", _cp_sequence),
     Rule("cp_needs_te", ERROR, "CP needs TE attention", _cp_needs_te),
     Rule("ep_divides_experts", ERROR, "EP divides the experts and dp x cp", _ep),
-    Rule("moe_ep_overlap", ERROR, "EP overlap needs EP, no full recompute, and VP with PP", _moe_ep_overlap),
+    Rule("moe_ep_overlap", ERROR, "EP overlap needs EP, TE layers, no full recompute, and VP with PP", _moe_ep_overlap),
     Rule("moe_needs_sequence_parallel", ERROR, "MoE with TP needs sequence parallelism", _moe_sequence_parallel),
     Rule("sequence_parallel", ERROR, "sequence parallelism needs Megatron TP", _sequence_parallel),
     Rule("offload", ERROR, "offload needs DeepSpeed ZeRO", _offload),

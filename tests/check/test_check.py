@@ -104,3 +104,36 @@ def test_check_reports_a_broken_plan_json_and_missing_files(rendered, tmp_path):
     out = run_genconf("check", str(tmp_path / "b"))
     assert out.returncode == 2 and out.stdout.strip() == "ds_config.json: missing (re-render with genconf render)"
     one_line_error(run_genconf("check", str(tmp_path / "nowhere")), "is not a directory")
+
+
+def test_check_holds_the_ep_overlap_to_megatrons_rules(rendered, tmp_path):
+    # A rendered --moe-ep-overlap plan checks clean; its flags edited the way megatron refuses at start-up are named.
+    d = rendered["moe_ep_overlap"]
+    assert run_genconf("check", str(d)).returncode == 0
+    text = (d / "megatron_args.txt").read_text()
+    # --delay-wgrad-compute without the overlap: megatron-core asserts it.
+    _edit(d, tmp_path / "a", "megatron_args.txt", "--overlap-moe-expert-parallel-comm\n", "")
+    out = run_genconf("check", str(tmp_path / "a"))
+    assert out.returncode == 2
+    assert any("--delay-wgrad-compute: needs --overlap-moe-expert-parallel-comm" in l for l in out.stdout.splitlines())
+    # With Megatron's local layers: Megatron-LM's arguments.py refuses the deferred weight gradients.
+    _edit(d, tmp_path / "b", "megatron_args.txt", "--transformer-impl transformer_engine", "--transformer-impl local")
+    out = run_genconf("check", str(tmp_path / "b"))
+    assert any("is only supported with --transformer-impl transformer_engine" in l for l in out.stdout.splitlines())
+    # The overlap on a pipeline without virtual stages: the rule book's message, on the overlap's line.
+    (tmp_path / "c").mkdir()
+    shutil.copytree(d, tmp_path / "c" / "d")
+    edited = text.replace("--num-virtual-stages-per-pipeline-rank 2\n", "")
+    (tmp_path / "c" / "d" / "megatron_args.txt").write_text(edited)
+    line = edited.splitlines().index("--overlap-moe-expert-parallel-comm") + 1
+    out = run_genconf("check", str(tmp_path / "c" / "d"))
+    assert any(l.startswith(f"megatron_args.txt:{line}: --overlap-moe-expert-parallel-comm: --moe-ep-overlap with pp > 1 "
+                            f"needs virtual stages") for l in out.stdout.splitlines()), out.stdout
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"), reason="launch needs the train extra")
+def test_genconfs_own_launcher_refuses_the_ep_overlap_in_one_line(rendered):
+    # Megatron-LM's pretrain_gpt.py builds the combined 1F1B schedule plan; genconf's runner does not: refused before
+    # anything starts, with the way out.
+    out = run_genconf("launch", str(rendered["moe_ep_overlap"]))
+    one_line_error(out, "--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B")

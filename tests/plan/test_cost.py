@@ -215,9 +215,9 @@ def test_the_ep_overlap_hides_the_paired_all_to_all():
     assert ep_exposed_fraction(dataclasses.replace(plan, moe_ep_overlap=True), cal) == pytest.approx(exposed)
     assert on.tp_comm_s == pytest.approx(4 * a2a * exposed, rel=1e-9)
     assert (on.fwd_s, on.bwd_s) == (off.fwd_s, off.bwd_s)  # the compute itself is unchanged
-    # Interleaved pipeline (pp 2, vp 2, 8 micro-batches): megatron's warm-up runs (2 - 1) x 2 + (2 - 1) x 2 + 1 = 5
-    # of the 16 chunk forwards unpaired, and the flush as many backwards.
-    piped = dataclasses.replace(plan, pp=2, vp=2, dp=4, gbs=32, moe_ep_overlap=True)
+    # Interleaved pipeline (pp 2, vp 2, ep 4, 8 micro-batches): megatron's warm-up runs (2 - 1) x 2 + (2 - 1) x 2 + 1
+    # = 5 of the 16 chunk forwards unpaired, and the flush as many backwards.
+    piped = dataclasses.replace(plan, pp=2, vp=2, ep=4, dp=4, gbs=32, moe_ep_overlap=True)
     assert piped.num_microbatches == 8
     assert ep_exposed_fraction(piped, cal) == pytest.approx(5 / 16 + 11 / 16 * cal.ep_overlap_exposed)
     assert ep_exposed_fraction(dataclasses.replace(piped, moe_ep_overlap=False), cal) == 1.0

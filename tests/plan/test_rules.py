@@ -87,7 +87,7 @@ def test_batch_context_and_expert_parallelism():
 
 def test_the_ep_overlap_needs_what_megatron_core_asserts():
     # megatron-core TransformerConfig: overlap_moe_expert_parallel_comm needs expert parallelism, no full recompute,
-    # a virtual pipeline when pp > 1, and 16-bit parameters.
+    # a virtual pipeline when pp > 1, and 16-bit parameters; Megatron-LM: --delay-wgrad-compute needs TE layers.
     ok = megatron(dp=8, ep=8, gbs=8, moe_ep_overlap=True)
     assert "moe_ep_overlap" not in violations("mixtral-8x7b", ok, gpus=8)
     assert "moe_ep_overlap" not in violations("mixtral-8x7b", megatron(dp=4, pp=2, vp=2, ep=4, gbs=8,
@@ -105,6 +105,9 @@ def test_the_ep_overlap_needs_what_megatron_core_asserts():
         "--moe-ep-overlap with pp > 1 needs virtual stages (--vp > 1): megatron's combined 1F1B schedule")
     assert violations("mixtral-8x7b", megatron(dp=8, ep=8, gbs=8, precision="fp32", moe_ep_overlap=True),
                       gpus=8)["moe_ep_overlap"] == "--moe-ep-overlap needs bf16/fp16 parameters, not fp32"
+    assert violations("mixtral-8x7b", megatron(dp=8, ep=8, gbs=8, layer_spec="local", moe_ep_overlap=True),
+                      gpus=8)["moe_ep_overlap"] == (
+        "--moe-ep-overlap needs Transformer Engine layers (--layer-spec te) for its deferred weight gradients")
 
 
 def test_frameworks_precision_offload_and_recompute():
