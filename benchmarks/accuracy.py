@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from published import Run, load_runs  # noqa: E402
+from published import Run, bridge_moe_recipe, load_runs  # noqa: E402
 
 from genconf.catalog.hardware import calibration_for  # noqa: E402
 from genconf.plan.cost import Calibration, step_cost  # noqa: E402
@@ -240,6 +240,17 @@ def summary(rows: list[dict]) -> dict:
                                                                             and r["kind"] == k])
                          for g in sorted({r["group"] for r in bridge}) for k in ("dense", "MoE")
                          if any(r["group"] == g and r["kind"] == k for r in bridge)}
+    # Megatron-Bridge MoE rows by what their benchmark config turned on (benchmarks/bridge_moe_recipes.csv): the
+    # CUDA graphs (host time) and the EP all-to-all overlap; "unmatched" where the config's layout is not the row's.
+    by_config: dict[str, list[dict]] = {}
+    for r in bridge:
+        if r["kind"] != "MoE":
+            continue
+        recipe = bridge_moe_recipe(int(r["label"].rsplit("#", 1)[1]))
+        key = ("unmatched" if recipe is None else
+               f"CUDA graphs {recipe['cuda_graph_impl'].split('=')[0]}, EP overlap {recipe['moe_a2a_overlap']}")
+        by_config.setdefault(key, []).append(r)
+    out["by_moe_config"] = {k: stats(v) for k, v in sorted(by_config.items())}
     return out
 
 
@@ -573,6 +584,8 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None, ba
         lines.append("")
     for facet, title in (("by_kind", "Dense and MoE models"), ("by_source", "By source"),
                          ("by_release", "Megatron-Bridge by container release (same layouts re-measured)"),
+                         ("by_moe_config", "Megatron-Bridge MoE rows by their benchmark config's CUDA graphs and EP "
+                                           "overlap (benchmarks/bridge_moe_recipes.csv)"),
                          ("by_generation", "By GPU generation"),
                          ("by_precision", "By precision"), ("by_framework", "By framework"), ("by_gpu", "By GPU")):
         lines += _table(title, summ[facet])
