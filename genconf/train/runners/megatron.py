@@ -46,8 +46,6 @@ def transformer_config_kwargs(cfg: RunConfig, *, cpu: bool) -> dict:
         if precision.recipe(cfg.precision_recipe).compute_dtype == "float16":
             kw.update(fp16=True, bf16=False, params_dtype=torch.float16, pipeline_dtype=torch.float16)
         kw["tp_comm_overlap"] = False
-        kw.pop("overlap_moe_expert_parallel_comm", None)  # CUDA streams: a GPU schedule
-        kw.pop("delay_wgrad_compute", None)
     else:
         # PP=2 with virtual stages and batched p2p trains silently wrong (Megatron-LM issues 750, 1450).
         if cfg.plan.pp == 2 and cfg.plan.vp > 1:
