@@ -560,7 +560,14 @@ def _norm_terms(model: ModelSpec, d: _Dims, label: str) -> list[tuple[str, float
 
 def _mlp_terms(model: ModelSpec, d: _Dims, spec: str) -> list[tuple[str, float]]:
     k, n = d.moe_k, d.n
-    terms = [("fc1 input", d.g * n * d.h / d.r)]
+    if model.is_moe:
+        # megatron-core 0.16 MoE: the router GEMM keeps its 16-bit input; the grouped fc1 keeps the dispatched tokens
+        # as it consumes them (Transformer Engine GroupedLinear: the quantized copy under FP8/FP4, the bf16 tokens
+        # otherwise); unpermute keeps only indices, since the routing probabilities are applied inside the
+        # activation (experts.py activation_func_with_probs, token_dispatcher.py unpermute without probs).
+        terms = [("router input", d.e * n * d.h / d.r), ("fc1 input (dispatched tokens)", d.g * k * n * d.h / d.r)]
+    else:
+        terms = [("fc1 input", d.g * n * d.h / d.r)]
     if spec == "local" and model.gated:
         # Unfused SwiGLU (megatron-core glu): fc1 output (both branches, kept by silu through a view), silu
         # output, `x_linear + glu_linear_offset` (a new tensor) and the product that fc2 saves: 10 s b f bytes.
@@ -572,8 +579,14 @@ def _mlp_terms(model: ModelSpec, d: _Dims, spec: str) -> list[tuple[str, float]]
         terms += [("activation input (fc1 output)", d.e * k * n * d.branches * d.f / d.t),
                   ("fc2 input (activation output)", (d.g if spec == "te" else d.e) * k * n * d.f / d.t)]
     if model.is_moe:
+        if spec == "local":
+            # The unfused activation_func_with_probs keeps the activation's output for the probabilities' gradient
+            # beside the weighted product fc2 consumes (measured: tests/train, tiny-moe).
+            terms += [("expert activation output (probabilities applied after)", d.e * k * n * d.f / d.t)]
+        # Router scores (fp32, every expert), top-k indices (int64) and probabilities (fp32), the routing map (bool
+        # and a 16-bit copy), the permutation's indices (int64) and the permuted probabilities (16-bit).
         terms += [("router probabilities (fp32)", 4 * n * model.num_experts / d.r),
-                  ("dispatched tokens", d.e * k * n * d.h / d.r)]
+                  ("routing indices and map", n * (22 * k + 3 * model.num_experts) / d.r)]
     return terms
 
 

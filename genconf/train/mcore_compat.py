@@ -228,7 +228,7 @@ class CompatHandle:
         self.active = False
 
     def _patch(self, obj: Any, attr: str, value: Any) -> None:
-        self._restore.append((obj, attr, getattr(obj, attr)))
+        self._restore.append((obj, attr, getattr(obj, attr, _MISSING)))
         setattr(obj, attr, value)
 
     def uninstall(self) -> None:
@@ -239,7 +239,10 @@ class CompatHandle:
             self._mode.__exit__(None, None, None)
             self._mode = None
         for obj, attr, old in reversed(self._restore):
-            setattr(obj, attr, old)
+            if old is _MISSING:
+                delattr(obj, attr)
+            else:
+                setattr(obj, attr, old)
         self._restore.clear()
         self.active = False
         if _ACTIVE is self:
@@ -247,6 +250,7 @@ class CompatHandle:
 
 
 _ACTIVE: Optional[CompatHandle] = None
+_MISSING = object()
 
 
 def is_installed() -> bool:
@@ -282,6 +286,12 @@ def install(force: bool = False, device_mode: bool = True) -> CompatHandle:
     h._patch(torch.cuda, "empty_cache", lambda: None)
     # 4. Module.cuda
     h._patch(torch.nn.Module, "cuda", lambda self, device=None: self)
+    # 5. The MoE router GEMM reads moe_utils.te_general_gemm, which megatron-core 0.16.1 defines only when Transformer
+    #    Engine imports (moe_utils.py:34, read at :1192): without TE it is None, the torch matmul path.
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        h._patch(moe_utils, "te_general_gemm", None)
     # 3. device mode
     if device_mode:
         h._mode = CpuDeviceMode()

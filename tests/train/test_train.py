@@ -21,6 +21,7 @@ pytestmark = [needs_torch, pytest.mark.slow]
 
 TINY_GPT = str(REPO / "tests" / "data" / "tiny-gpt.yaml")
 TINY_LLAMA = str(REPO / "tests" / "data" / "tiny-llama.yaml")
+TINY_MOE = str(REPO / "tests" / "data" / "tiny-moe.yaml")  # 4 experts, top-2: megatron-core's MoE layer on a CPU
 TINY_ODD = str(REPO / "tests" / "data" / "tiny-odd.yaml")  # hidden 63: every framework pads its shards
 SMOKE = ["--steps", "12", "--lr", "3e-3", "--vocab", "128"]
 # Runs that verify must pass train 24 steps: verify's loss rule wants the loss below the labels' unigram entropy
@@ -240,7 +241,7 @@ def test_pp2_with_virtual_stages_never_batches_p2p():
 
 
 @needs_megatron
-@pytest.mark.parametrize("model", [TINY_GPT, TINY_LLAMA])
+@pytest.mark.parametrize("model", [TINY_GPT, TINY_LLAMA, TINY_MOE])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_activation_bytes_match_the_local_spec_estimate(model, recompute):
     out = subprocess.run([sys.executable, "-m", "genconf.train.activations", "--model", model, "--recompute", recompute,
