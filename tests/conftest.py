@@ -133,6 +133,11 @@ PLANS = {
     # MoE with megatron's EP all-to-all overlap (combined 1F1B) over an interleaved pipeline
     "moe_ep_overlap": ["--model", "mixtral-8x7b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
                        "--ep", "8", "--pp", "2", "--vp", "2", "--moe-ep-overlap"],
+    # MoE with Transformer Engine CUDA graphs of attention, the router and the dispatcher's preprocess
+    # (Megatron-Bridge's MoE recipes' scopes)
+    "moe_cuda_graphs": ["--model", "mixtral-8x7b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
+                        "--ep", "8", "--pp", "2", "--vp", "2", "--cuda-graph-impl", "transformer_engine",
+                        "--cuda-graph-scope", "attn", "moe_router", "moe_preprocess"],
     # DeepSpeed ZeRO-1 with an fp32 gradient accumulation buffer (BF16_Optimizer)
     "ds_z1_fp32_grads": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "1",
                          "--grad-dtype", "fp32"],
@@ -142,7 +147,7 @@ DS_PLANS = ["ds_z0", "ds_z1", "ds_z2_fp16", "ds_z3", "ds_z2_offload", "ds_z3_off
             "uneven_pp", "ds_z1_fp32_grads"]
 
 MEGATRON_PLANS = ["olmo70b", "gqa_fp8_pp2vp2", "moe_ep_cp", "uneven_pp", "selective", "full_fp16_local", "ds_z3",
-                  "fsdp1b", "fp8_block_knobs", "megatron_fsdp", "pp_layout", "moe_ep_overlap"]
+                  "fsdp1b", "fp8_block_knobs", "megatron_fsdp", "pp_layout", "moe_ep_overlap", "moe_cuda_graphs"]
 
 
 def genconf_quiet(*args: str) -> int:

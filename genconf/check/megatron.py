@@ -58,7 +58,7 @@ def parse_megatron_args(text: str, name: str = "megatron_args.txt") -> tuple[dic
             wanted = "an integer" if kind == megatron.INT else "a number"
             problems.append(Problem(name, number, f"{shown}: expected {wanted}"))
             continue
-        if choices and str(value) not in choices:
+        if choices and any(str(v) not in choices for v in (value if isinstance(value, list) else [value])):
             problems.append(Problem(name, number, f"{shown}: expected one of {'|'.join(choices)}"))
             continue
         args[flag] = MegatronArg(number, flag, " ".join(rest), value)
@@ -91,6 +91,7 @@ _RULE_FLAGS = {
     "ep_divides_experts": ("--expert-model-parallel-size", "--num-experts"),
     "moe_needs_sequence_parallel": ("--tensor-model-parallel-size",),
     "moe_ep_overlap": ("--overlap-moe-expert-parallel-comm",),
+    "cuda_graphs": ("--cuda-graph-scope", "--cuda-graph-impl"),
     "sequence_parallel": ("--sequence-parallel",),
     "recompute": ("--recompute-granularity",),
     "precision": ("--fp8-format", "--fp16", "--transformer-impl"),
@@ -106,8 +107,9 @@ _LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size
                  "--fp8-format", "--vocab-size", "--expert-tensor-parallel-size", "--use-megatron-fsdp",
                  "--data-parallel-sharding-strategy", "--grad-reduce-in-bf16", "--fp8-param-gather", "--fp4-format",
                  "--fp4-param-gather", "--use-precision-aware-optimizer", "--recompute-method", "--recompute-num-layers",
-                 "--cpu-offloading-num-layers", "--overlap-moe-expert-parallel-comm")
-_DEFAULTS = {"--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
+                 "--cpu-offloading-num-layers", "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl",
+                 "--cuda-graph-scope")
+_DEFAULTS = {"--cuda-graph-impl": "none", "--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
              "--expert-model-parallel-size": 1, "--num-virtual-stages-per-pipeline-rank": 1}
 _REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings",
              "--micro-batch-size", "--seq-length")
@@ -153,6 +155,8 @@ def _megatron_lm_checks(args: dict[str, MegatronArg], name: str) -> list[Problem
         problem("--delay-wgrad-compute", "needs --overlap-moe-expert-parallel-comm (megatron-core)")
     if "--delay-wgrad-compute" in args and _get(args, "--transformer-impl") == "local":
         problem("--delay-wgrad-compute", "is only supported with --transformer-impl transformer_engine")
+    if "full_iteration" in (_get(args, "--cuda-graph-scope") or []) and "--no-check-for-nan-in-loss-and-grad" not in args:
+        problem("--cuda-graph-scope", "full_iteration needs --no-check-for-nan-in-loss-and-grad (Megatron-LM)")
     seq, max_pos = _get(args, "--seq-length"), _get(args, "--max-position-embeddings")
     if seq is not None and max_pos is not None and max_pos < seq:
         problem("--max-position-embeddings", f"must be >= --seq-length ({seq})")

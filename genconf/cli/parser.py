@@ -8,6 +8,7 @@ from genconf import __version__
 from genconf.plan import limits
 from genconf.plan.errors import GenconfError
 from genconf.plan.precision import PLAN_PRECISIONS, PRECISION_NAMES
+from genconf.plan.specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES
 
 SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci", "calibrate")
 
@@ -111,6 +112,12 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--moe-ep-overlap", action="store_true",
                    help="MoE: hide the expert-parallel all-to-all behind another micro-batch's compute (megatron "
                         "--overlap-moe-expert-parallel-comm; needs --ep > 1, TE layers, no full recompute, --vp with --pp)")
+    g.add_argument("--cuda-graph-impl", choices=CUDA_GRAPH_IMPLS, default="none",
+                   help="megatron CUDA graphs: transformer_engine (parts of each layer, --cuda-graph-scope) or local "
+                        "(whole layers, or the whole step with --cuda-graph-scope full_iteration); replayed kernels "
+                        "launch without the host")
+    g.add_argument("--cuda-graph-scope", nargs="+", choices=CUDA_GRAPH_SCOPES, default=(), metavar="SCOPE",
+                   help=f"what the graphs capture ({', '.join(CUDA_GRAPH_SCOPES)}; none given: whole layers)")
     g.add_argument("--fused-kernels", action="store_true",
                    help="local spec: megatron's fused softmax/bias kernels were built (apex or TE installed)")
     g.add_argument("--expandable-segments", action=argparse.BooleanOptionalAction, default=True,

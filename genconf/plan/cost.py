@@ -118,9 +118,10 @@ class Calibration:
     """Fraction of the overlap window (a micro-batch's backward or forward) gradient reduce-scatter /
     all-reduce and parameter all-gather can hide behind."""
     ep_overlap_exposed: float = 0.25
-    """Fraction of the expert-parallel all-to-all still exposed where the combined 1F1B schedule pairs it with
-    another micro-batch's compute (megatron --overlap-moe-expert-parallel-comm): its kernels take SMs and memory
-    bandwidth from the compute they hide behind (as tp_overlap_exposed for TP)."""
+    """Fraction of the expert-parallel all-to-all the combined 1F1B schedule hides behind another micro-batch's
+    compute that still costs (megatron --overlap-moe-expert-parallel-comm): its kernels take SMs and memory
+    bandwidth from the compute they hide behind (as tp_overlap_exposed for TP). What outlasts that compute is
+    exposed in full."""
     pp_overlap_exposed: float = 0.25
     """Fraction of a micro-batch's pipeline p2p time that can stall a rank under the interleaved schedule
     (overlap_p2p_comm); step_cost charges it only where the slowest rank's slack over the next one does not
@@ -220,6 +221,13 @@ KERNELS_PER_LAYER = {"megatron-te": 18, "megatron-local": 45, "megatron-local-fu
 """Forward kernels per layer (backward launches about twice as many), counted from profiles of each stack
 (megatron's fused softmax, bias-GeLU and bias-dropout-add kernels replace about ten of the local spec's)."""
 
+MOE_ROUTER_HOST_SHARE = 0.3
+"""Share of a dropless MoE layer's eager host ops in its router (GEMM, score function, top-k, auxiliary losses:
+~15 of ~50 forward ops, counted as for Calibration.moe_host_ops): what a moe_router CUDA graph replays."""
+MOE_PREPROCESS_HOST_SHARE = 0.2
+"""Same for the dispatcher's preprocess (routing map to per-expert counts and permutation indices: ~10 of ~50):
+what a moe_preprocess graph replays. The permutation, all-to-alls, experts and unpermute stay eager."""
+
 PARAM_BYTES_PER_MICROBATCH = {"megatron-te": 0.0, "megatron-local": 10.0, "megatron-local-fused": 10.0,
                               "torch-bf16": 6.0, "torch-autocast": 16.0, "torch-compiled": 6.0}
 """HBM traffic per parameter and micro-batch outside the GEMMs: megatron with TE accumulates weight gradients
@@ -277,29 +285,35 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     """One decoder layer, one micro-batch, one rank. `windowed`: the layer uses sliding-window attention."""
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
                        plan.precision, plan.quant_recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
-                       windowed, plan.expert_tp, ep_exposed_fraction(plan, cal))
+                       windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan))
 
 
-def ep_exposed_fraction(plan: ParallelPlan, cal: Calibration) -> float:
-    """Share of the expert-parallel all-to-all on the critical path. With megatron's EP overlap the combined 1F1B
-    schedule pairs each micro-batch's forward with another's backward, layer by layer, and runs dispatch and
-    combine on a side stream (megatron-core pipeline_parallel/combined_1f1b.py): what pairs is hidden but for
-    ep_overlap_exposed of it; the warm-up forwards and the flush's backwards have no partner (1 of m with pp = 1;
-    megatron's interleaved warm-up, (pp - 1) x 2 + (vp - 1) x pp + 1 of the m x vp chunks, with a pipeline: rank 0's
-    count, the most of any rank, so an upper bound for the others). The fitted share stands for everything the
-    pairing leaves exposed, a forward shorter than the all-to-all it should cover among it."""
+def graphed_scopes(plan: ParallelPlan) -> tuple[str, ...]:
+    """What CUDA graphs capture of each layer: () for none, ("layer",) for whole layers (an implementation with an
+    empty scope), else the plan's scopes (full_iteration: everything)."""
+    if plan.cuda_graph_impl == "none":
+        return ()
+    return tuple(sorted(plan.cuda_graph_scope)) or ("layer",)
+
+
+def ep_unpaired_share(plan: ParallelPlan) -> float | None:
+    """With megatron's EP overlap, the share of chunks whose all-to-alls have no partner: the combined 1F1B schedule
+    pairs each micro-batch's forward with another's backward, layer by layer (megatron-core
+    pipeline_parallel/combined_1f1b.py); the warm-up forwards and the flush's backwards run alone (1 of m with
+    pp = 1; megatron's interleaved warm-up, (pp - 1) x 2 + (vp - 1) x pp + 1 of the m x vp chunks, with a
+    pipeline: rank 0's count, the most of any rank, so an upper bound for the others). None without the overlap."""
     if not plan.moe_ep_overlap:
-        return 1.0
+        return None
     chunks = plan.num_microbatches * plan.vp
     unpaired = 1 if plan.pp == 1 else (plan.pp - 1) * 2 + (plan.vp - 1) * plan.pp + 1
-    share = min(1.0, unpaired / chunks)
-    return share + (1.0 - share) * cal.ep_overlap_exposed
+    return min(1.0, unpaired / chunks)
 
 
 @functools.lru_cache(maxsize=8192)
 def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, sp: bool, precision: str,
                 recipe: str | None, impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration,
-                windowed: bool, etp: int | None = None, ep_exposed: float = 1.0) -> LayerTime:
+                windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
+                graphs: tuple[str, ...] = ()) -> LayerTime:
     gpu = cluster.gpu
     n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
     h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.kv_channels
@@ -414,9 +428,17 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if model.is_moe and ep > 1:
         # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
         # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).
-        a2a = _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t) * ep_exposed
-        tp_f += 2 * a2a
-        tp_b += 2 * a2a
+        comm = 4 * _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t)
+        exposed = comm
+        if ep_unpaired is not None:
+            # EP overlap: a paired layer runs one micro-batch's forward beside another's backward, each one's
+            # dispatch and combine on a side stream under the other's compute. What outlasts that compute stays
+            # exposed, and ep_overlap_exposed of the rest (the SMs the all-to-all kernels take from the GEMMs).
+            hidden = min(comm, fwd + bwd)
+            paired = comm - hidden + cal.ep_overlap_exposed * hidden
+            exposed = ep_unpaired * comm + (1.0 - ep_unpaired) * paired
+        tp_f += exposed / 2
+        tp_b += exposed / 2
 
     cp_comm = 0.0
     if cp > 1:
@@ -432,12 +454,17 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     kernels_fwd = KERNELS_PER_LAYER[impl] + (6 if recipe else 0)
     launch = cal.graph_launch_s if impl == "megatron-te" else cal.kernel_launch_s
     host = 3 * kernels_fwd * launch
-    if model.is_moe:
+    if model.is_moe and "layer" not in graphs:
         # Dropless MoE copies the token counts per expert to the host and synchronises in every layer's
-        # forward (megatron-core token_dispatcher.py, cuda_sync_point): the expert block runs eagerly, outside
-        # CUDA graphs, and the host cannot run ahead of the GPU past it, so its time per op bounds the layer
-        # when the experts' kernels are short (small micro-batches, many local experts).
-        host += (cal.moe_host_ops + cal.moe_host_ops_per_expert * local_experts) * cal.kernel_launch_s
+        # forward (megatron-core token_dispatcher.py, cuda_sync_point): the expert block runs eagerly, and the
+        # host cannot run ahead of the GPU past it, so its time per op bounds the layer when the experts' kernels
+        # are short (small micro-batches, many local experts). Graphed router and preprocess scopes replay
+        # their share of the ops without the host (megatron-core moe_layer.py: route(), preprocess()).
+        eager = cal.moe_host_ops * (1.0 - MOE_ROUTER_HOST_SHARE * ("moe_router" in graphs)
+                                    - MOE_PREPROCESS_HOST_SHARE * ("moe_preprocess" in graphs))
+        host += (eager + cal.moe_host_ops_per_expert * local_experts) * cal.kernel_launch_s
+    if "full_iteration" in graphs:
+        host = 0.0  # one graph replays the whole forward-backward (megatron-core full_iteration scope)
     return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host)
 
 

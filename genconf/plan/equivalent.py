@@ -50,6 +50,8 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
         notes.append(f"global batch {plan.gbs} is not a multiple of mbs x GPUs ({plan.mbs} x {world}); {gbs} instead")
     if (plan.offload_optimizer or plan.offload_params) and framework != "deepspeed":
         notes.append("CPU offload is DeepSpeed's; states stay on the GPU here")
+    if plan.cuda_graph_impl != "none" and framework != "megatron":
+        notes.append("CUDA graphs are megatron's (--cuda-graph-impl); this framework launches its kernels eagerly")
     shard_group = plan.shard_group_size if zero == 3 and framework != "megatron" else None
     if plan.shard_group_size and shard_group is None:
         notes.append(f"hybrid sharding over groups of {plan.shard_group_size} is not available; plain sharding")

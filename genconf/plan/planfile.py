@@ -207,7 +207,10 @@ def model_from_dict(d: dict) -> ModelSpec:
 def plan_from_dict(d: dict) -> ParallelPlan:
     """A ParallelPlan from its dict (plan.json's `plan` also carries derived values: those are skipped)."""
     fields = {f.name for f in dataclasses.fields(ParallelPlan)}
-    return ParallelPlan(**{k: v for k, v in d.items() if k in fields})
+    kwargs = {k: v for k, v in d.items() if k in fields}
+    if isinstance(kwargs.get("cuda_graph_scope"), list):
+        kwargs["cuda_graph_scope"] = tuple(kwargs["cuda_graph_scope"])  # JSON has lists; the plan holds a tuple
+    return ParallelPlan(**kwargs)
 
 
 def cluster_from_dict(c: dict) -> ClusterSpec:
@@ -271,6 +274,11 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         reasons.append(f"pipeline layout {p.pp_layout} places the layers virtual stage by virtual stage (megatron "
                        f"--pipeline-model-parallel-layout): the pipeline runs at its slowest rank's pace, and the last "
                        f"rank also runs the output layer and the loss, so it holds fewer layers{gain}")
+    if p.cuda_graph_impl != "none":
+        scope = " ".join(p.cuda_graph_scope) or "whole layers"
+        reasons.append(f"CUDA graphs ({p.cuda_graph_impl}: {scope}; asked for) replay their kernels without the host: "
+                       f"priced as host time saved where a layer's launches outlast its GPU work (MoE routing, small "
+                       f"micro-batches); their static buffers and memory pools are not priced")
     if p.moe_ep_overlap:
         reasons.append("expert-parallel all-to-all overlapped with another micro-batch's compute (megatron "
                        "--overlap-moe-expert-parallel-comm, --delay-wgrad-compute; asked for): priced hidden but for "

@@ -188,6 +188,40 @@ def _moe_ep_overlap(c: Context) -> str | None:
     return None
 
 
+def _cuda_graphs(c: Context) -> str | None:
+    # megatron-core 0.16.1 TransformerConfig.__post_init__ (cuda_graph_impl / cuda_graph_scope) and Megatron-LM's
+    # --cuda-graph-scope help: what each implementation captures and what it cannot be combined with.
+    p = c.plan
+    impl, scope = p.cuda_graph_impl, set(p.cuda_graph_scope)
+    if impl == "none":
+        return "--cuda-graph-scope needs --cuda-graph-impl (local or transformer_engine)" if scope else None
+    if p.framework != "megatron":
+        return f"--cuda-graph-impl is megatron's CUDA graph capture; {p.framework} plans run eagerly"
+    if "full_iteration" in scope and (impl != "local" or len(scope) > 1):
+        return "--cuda-graph-scope full_iteration captures the whole step alone, with --cuda-graph-impl local"
+    if impl == "local" and scope - {"full_iteration"}:
+        return ("--cuda-graph-impl local captures whole layers or, with --cuda-graph-scope full_iteration, the step; "
+                "parts of a layer (attn, mlp, moe_router, moe_preprocess) need --cuda-graph-impl transformer_engine")
+    if "moe" in scope:
+        return ("--cuda-graph-scope moe captures drop-and-pad experts only (megatron-core); genconf plans dropless "
+                "MoE: use moe_router moe_preprocess")
+    if "moe_preprocess" in scope and "moe_router" not in scope:
+        return "--cuda-graph-scope moe_preprocess needs moe_router beside it (megatron-core)"
+    if scope & {"moe_router", "moe_preprocess"} and not c.model.is_moe:
+        return f"--cuda-graph-scope moe_router/moe_preprocess capture MoE routing; {c.model.name} has no experts"
+    if "mlp" in scope and c.model.is_moe:
+        return f"--cuda-graph-scope mlp captures dense MLPs; every layer of {c.model.name} is MoE (use moe_router)"
+    if p.recompute == "full" and scope != {"full_iteration"}:
+        return ("full recompute runs under CUDA graphs only with --cuda-graph-scope full_iteration (megatron-core); "
+                "use --recompute selective or none")
+    if p.offload_activation_layers:
+        return "CUDA graphs do not run with activation offload (megatron-core cpu_offloading)"
+    if p.moe_ep_overlap and impl != "transformer_engine":
+        return ("--moe-ep-overlap runs with CUDA graphs of --cuda-graph-impl transformer_engine only (megatron-core "
+                "0.16; full_iteration beside it needs 0.18)")
+    return None
+
+
 def _moe_sequence_parallel(c: Context) -> str | None:
     p = c.plan
     if c.model.is_moe and p.tp > 1 and not p.sequence_parallel:
@@ -356,6 +390,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cp_needs_te", ERROR, "CP needs TE attention", _cp_needs_te),
     Rule("ep_divides_experts", ERROR, "EP divides the experts and dp x cp", _ep),
     Rule("moe_ep_overlap", ERROR, "EP overlap needs EP, TE layers, no full recompute, and VP with PP", _moe_ep_overlap),
+    Rule("cuda_graphs", ERROR, "CUDA graphs: megatron, a scope its implementation captures", _cuda_graphs),
     Rule("moe_needs_sequence_parallel", ERROR, "MoE with TP needs sequence parallelism", _moe_sequence_parallel),
     Rule("sequence_parallel", ERROR, "sequence parallelism needs Megatron TP", _sequence_parallel),
     Rule("offload", ERROR, "offload needs DeepSpeed ZeRO", _offload),

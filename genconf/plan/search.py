@@ -70,6 +70,10 @@ class Pins:
     moe_ep_overlap: bool = False
     """MoE: megatron's EP all-to-all overlap (--overlap-moe-expert-parallel-comm); opt-in, where the rules allow it
     (expert parallelism, no full recompute, pp 1 or interleaved)."""
+    cuda_graph_impl: str = "none"
+    """megatron --cuda-graph-impl (none | transformer_engine | local); opt-in, never searched."""
+    cuda_graph_scope: tuple[str, ...] = ()
+    """megatron --cuda-graph-scope with it."""
     fp8_recipe: str | None = None
     grad_dtype: str | None = None
     """None: the framework's default (fp32 for megatron's bf16/FP8 training)."""
@@ -327,6 +331,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         fp8_recipe=pins.fp8_recipe if pins.precision == "fp8" else None, fp8_param_gather=fp8_param_gather,
         grad_dtype=pins.grad_dtype, layer_spec=pins.layer_spec, tp_comm_overlap=overlap,
         moe_ep_overlap=pins.moe_ep_overlap,  # the rules keep it to megatron MoE plans with EP
+        cuda_graph_impl=pins.cuda_graph_impl, cuda_graph_scope=pins.cuda_graph_scope,
         precision_aware_optimizer=bool(pins.precision_aware_optimizer) and megatron and layout.zero >= 1,
         offload_optimizer=offload and framework == "deepspeed",
         offload_params=offload and framework == "deepspeed" and layout.zero == 3,

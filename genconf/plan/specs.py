@@ -20,6 +20,9 @@ RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
 GRAD_DTYPES = ("fp32", "bf16")
 LAYER_SPECS = ("te", "local")
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
+"""megatron-core 0.16.1's CudaGraphScope names (transformer/enums.py) less mamba, which genconf does not model."""
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 ARCHS = ("ampere", "hopper", "blackwell")
 
@@ -380,6 +383,13 @@ class ParallelPlan:
     """MoE: hide the expert-parallel all-to-all behind another micro-batch's compute (megatron
     --overlap-moe-expert-parallel-comm --delay-wgrad-compute: the combined 1F1B schedule pairs one micro-batch's
     forward with another's backward layer by layer, dispatch and combine on their own stream)."""
+    cuda_graph_impl: str = "none"
+    """CUDA graphs (megatron --cuda-graph-impl): none; transformer_engine (TE make_graphed_callables, per layer
+    or per part of it); local (megatron-core's CudaGraphManager: whole layers, or with scope full_iteration the
+    whole forward-backward). A replayed graph launches its kernels without the host."""
+    cuda_graph_scope: tuple[str, ...] = ()
+    """megatron --cuda-graph-scope: the parts of each layer captured (attn, mlp, moe_router, moe_preprocess;
+    megatron-core's CudaGraphScope) or full_iteration; empty with an implementation: the whole layer."""
     expandable_segments: bool = True
     """Launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (genconf's scripts do): the caching
     allocator grows segments in place and fragments little. False prices the classic allocator."""
@@ -425,6 +435,11 @@ class ParallelPlan:
             raise ValueError(f"ParallelPlan.offload_activation_layers must be >= 0, got {self.offload_activation_layers!r}")
         if self.pp_layout is not None and (not isinstance(self.pp_layout, str) or not self.pp_layout):
             raise ValueError(f"ParallelPlan.pp_layout must be a megatron layout string, got {self.pp_layout!r}")
+        _one_of(self, "cuda_graph_impl", CUDA_GRAPH_IMPLS)
+        if not isinstance(self.cuda_graph_scope, tuple) or len(set(self.cuda_graph_scope)) != len(self.cuda_graph_scope) \
+                or any(scope not in CUDA_GRAPH_SCOPES for scope in self.cuda_graph_scope):
+            raise ValueError(f"ParallelPlan.cuda_graph_scope must be a tuple of distinct names from "
+                             f"{'|'.join(CUDA_GRAPH_SCOPES)}, got {self.cuda_graph_scope!r}")
         if self.fused_kernels and self.layer_spec != "local":
             raise ValueError("ParallelPlan.fused_kernels describes the local spec's kernels; Transformer Engine fuses its own")
 

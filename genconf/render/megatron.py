@@ -9,7 +9,7 @@ from genconf.plan.counting import as_built_by_megatron
 from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.pipeline import layout_vp, stage_layers
 from genconf.plan.precision import megatron_dtype, megatron_flags, megatron_fp8_recipe, megatron_plan_precision
-from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
+from genconf.plan.specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES, ModelSpec, ParallelPlan, TrainSpec
 
 MEGATRON_LM_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
 """Where every Megatron-LM flag name, type and choice below was checked."""
@@ -27,6 +27,11 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--context-parallel-size": (INT, ()), "--expert-model-parallel-size": (INT, ()),
     "--expert-tensor-parallel-size": (INT, ()), "--sequence-parallel": (SWITCH, ()), "--tp-comm-overlap": (SWITCH, ()),
     "--overlap-moe-expert-parallel-comm": (SWITCH, ()), "--delay-wgrad-compute": (SWITCH, ()),
+    "--cuda-graph-impl": (STR, CUDA_GRAPH_IMPLS),
+    # As Megatron-LM core_v0.16.1 (the release of genconf's megatron-core pin) takes it: nargs='+' of megatron-core's
+    # CudaGraphScope names (MEGATRON_LM_SOURCE's own took one of full, attn or full_iteration).
+    "--cuda-graph-scope": (LIST, CUDA_GRAPH_SCOPES),
+    "--no-check-for-nan-in-loss-and-grad": (SWITCH, ()),
     "--use-distributed-optimizer": (SWITCH, ()), "--overlap-grad-reduce": (SWITCH, ()),
     "--overlap-param-gather": (SWITCH, ()), "--overlap-param-gather-with-optimizer-step": (SWITCH, ()),
     "--no-overlap-p2p-communication": (SWITCH, ()), "--distributed-backend": (STR, ("nccl", "gloo")),
@@ -223,6 +228,15 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--recompute-granularity", "full")
         add("--recompute-method", "uniform")
         add("--recompute-num-layers", 1)
+    if plan.cuda_graph_impl != "none":
+        scope = " ".join(plan.cuda_graph_scope) or "the whole layer"
+        add(f"# CUDA graphs ({plan.cuda_graph_impl}) replay {scope} without the host's kernel launches")
+        add("--cuda-graph-impl", plan.cuda_graph_impl)
+        if plan.cuda_graph_scope:
+            add("--cuda-graph-scope", " ".join(plan.cuda_graph_scope))
+        if "full_iteration" in plan.cuda_graph_scope:
+            add("# the step's graph cannot stop on a NaN check (Megatron-LM arguments.py asserts it off)")
+            add("--no-check-for-nan-in-loss-and-grad")
     if plan.offload_activation_layers:
         add("# Transformer Engine CPU offload of these layers' activations (arguments.py sets --cpu-offloading)")
         add("--cpu-offloading-num-layers", plan.offload_activation_layers)
@@ -366,6 +380,8 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
                   moe_token_dispatcher_type=values.get("--moe-token-dispatcher-type", "allgather"))
         if "--overlap-moe-expert-parallel-comm" in values:
             kw.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute="--delay-wgrad-compute" in values)
+    if values.get("--cuda-graph-impl", "none") != "none":
+        kw.update(cuda_graph_impl=values["--cuda-graph-impl"], cuda_graph_scope=list(values.get("--cuda-graph-scope", [])))
     return kw
 
 
@@ -409,6 +425,7 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         offload_activation_layers=int(g("--cpu-offloading-num-layers", 0) or 0),
         precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap="--tp-comm-overlap" in values,
         moe_ep_overlap="--overlap-moe-expert-parallel-comm" in values,
+        cuda_graph_impl=g("--cuda-graph-impl", "none"), cuda_graph_scope=tuple(g("--cuda-graph-scope", [])),
         fp8_param_gather="--fp8-param-gather" in values or "--fp4-param-gather" in values,
         precision_aware_optimizer="--use-precision-aware-optimizer" in values,
         grad_dtype="bf16" if "--grad-reduce-in-bf16" in values else None,

@@ -125,4 +125,7 @@ def slurm_settings(cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, opti
         "megatron_max_connections": (megatron.tp > 1 or megatron.cp > 1) and not megatron.megatron_fsdp,
         # PyTorch's caching allocator grows segments in place (the memory model's expandable_segments).
         "expandable_segments": plan.expandable_segments,
+        # Megatron-LM (core_v0.16.1 arguments.py) asserts NCCL_GRAPH_REGISTER=0 with TE's CUDA graphs over expandable
+        # segments (illegal memory accesses otherwise).
+        "nccl_graph_register_off": plan.expandable_segments and plan.cuda_graph_impl == "transformer_engine",
     }

@@ -137,3 +137,32 @@ def test_genconfs_own_launcher_refuses_the_ep_overlap_in_one_line(rendered):
     # anything starts, with the way out.
     out = run_genconf("launch", str(rendered["moe_ep_overlap"]))
     one_line_error(out, "--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B")
+
+
+def test_check_holds_cuda_graphs_to_megatrons_rules(rendered, tmp_path):
+    # A rendered CUDA-graph plan checks clean; a scope megatron-core refuses, or a changed scope, is named on its line.
+    d = rendered["moe_cuda_graphs"]
+    assert run_genconf("check", str(d)).returncode == 0
+    # moe_preprocess without moe_router: megatron-core's assert, as the rule book words it.
+    _edit(d, tmp_path / "a", "megatron_args.txt", "--cuda-graph-scope attn moe_router moe_preprocess",
+          "--cuda-graph-scope attn moe_preprocess")
+    out = run_genconf("check", str(tmp_path / "a"))
+    assert out.returncode == 2
+    assert any("--cuda-graph-scope attn moe_preprocess: --cuda-graph-scope moe_preprocess needs moe_router" in l
+               for l in out.stdout.splitlines()), out.stdout
+    # A scope that is not megatron-core's.
+    _edit(d, tmp_path / "b", "megatron_args.txt", "--cuda-graph-scope attn moe_router moe_preprocess",
+          "--cuda-graph-scope attn everything")
+    out = run_genconf("check", str(tmp_path / "b"))
+    assert any("--cuda-graph-scope attn everything: expected one of" in l for l in out.stdout.splitlines()), out.stdout
+    # A valid scope that is not the plan's: the priced host time no longer holds.
+    _edit(d, tmp_path / "c", "megatron_args.txt", "--cuda-graph-scope attn moe_router moe_preprocess",
+          "--cuda-graph-scope attn")
+    out = run_genconf("check", str(tmp_path / "c"))
+    assert any("--cuda-graph-scope attn: contradicts plan.json" in l for l in out.stdout.splitlines()), out.stdout
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"), reason="launch needs the train extra")
+def test_genconfs_own_launcher_refuses_cuda_graphs_in_one_line(rendered):
+    out = run_genconf("launch", str(rendered["moe_cuda_graphs"]))
+    one_line_error(out, "--cuda-graph-impl transformer_engine: genconf's megatron launcher runs eagerly")

@@ -13,7 +13,7 @@ from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import resolve_model
 from genconf.plan import kernels
-from genconf.plan.cost import (Calibration, _dp_comm_s, ep_exposed_fraction, layer_time, linear_s, stage_times,
+from genconf.plan.cost import (Calibration, _dp_comm_s, ep_unpaired_share, layer_time, linear_s, stage_times,
                                step_cost)
 from genconf.plan.pipeline import bubble_fraction
 from genconf.plan.specs import ClusterSpec, ParallelPlan
@@ -201,7 +201,7 @@ def test_the_ep_overlap_hides_the_paired_all_to_all():
     # seven GPUs over NVLink (450 GB/s one way at nvlink_efficiency) plus the call latency, (1 + log2 8) x 15 us.
     model, _ = resolve_model("mixtral-8x7b")
     cluster = resolve_cluster("dgx-h100")
-    cal = calibration_for("h100-sxm")
+    cal = dataclasses.replace(calibration_for("h100-sxm"), ep_overlap_exposed=0.25)
     a2a = 7 / 8 * 2 * 4096 * 2 * 4096 / (450e9 * cal.nvlink_efficiency) + cal.collective_latency_s * 4
     plan = ParallelPlan(framework="megatron", ep=8, dp=8, mbs=1, gbs=32, seq_length=4096)
     assert plan.num_microbatches == 4
@@ -209,15 +209,24 @@ def test_the_ep_overlap_hides_the_paired_all_to_all():
     on = layer_time(model, dataclasses.replace(plan, moe_ep_overlap=True), cluster, cal)
     # Dispatch and combine, forward and backward: 4 all-to-alls per layer, all exposed without the overlap.
     assert off.tp_comm_s == pytest.approx(4 * a2a, rel=1e-9)
-    # With it, the first forward and the last backward have no partner (1 of 4 micro-batches); the paired rest
-    # leaves ep_overlap_exposed of its time.
-    exposed = 1 / 4 + 3 / 4 * cal.ep_overlap_exposed
-    assert ep_exposed_fraction(dataclasses.replace(plan, moe_ep_overlap=True), cal) == pytest.approx(exposed)
-    assert on.tp_comm_s == pytest.approx(4 * a2a * exposed, rel=1e-9)
+    # With it, the first forward and the last backward have no partner (1 of 4 micro-batches). A paired layer's
+    # all-to-alls run under the other micro-batch's compute, which outlasts them here: ep_overlap_exposed of them
+    # still costs.
+    assert ep_unpaired_share(dataclasses.replace(plan, moe_ep_overlap=True)) == pytest.approx(1 / 4)
+    assert 4 * a2a < off.fwd_s + off.bwd_s
+    assert on.tp_comm_s == pytest.approx(4 * a2a * (1 / 4 + 3 / 4 * 0.25), rel=1e-9)
     assert (on.fwd_s, on.bwd_s) == (off.fwd_s, off.bwd_s)  # the compute itself is unchanged
+    # Over NVLink fifty times slower the all-to-alls outlast the compute: the paired layers pay the excess in full.
+    slow = dataclasses.replace(cal, nvlink_efficiency=cal.nvlink_efficiency / 50)
+    comm = layer_time(model, plan, cluster, slow).tp_comm_s
+    compute = off.fwd_s + off.bwd_s
+    assert comm > compute
+    paired = comm - compute + 0.25 * compute
+    assert layer_time(model, dataclasses.replace(plan, moe_ep_overlap=True), cluster, slow).tp_comm_s == \
+        pytest.approx(comm / 4 + 3 / 4 * paired, rel=1e-9)
     # Interleaved pipeline (pp 2, vp 2, ep 4, 8 micro-batches): megatron's warm-up runs (2 - 1) x 2 + (2 - 1) x 2 + 1
     # = 5 of the 16 chunk forwards unpaired, and the flush as many backwards.
     piped = dataclasses.replace(plan, pp=2, vp=2, ep=4, dp=4, gbs=32, moe_ep_overlap=True)
     assert piped.num_microbatches == 8
-    assert ep_exposed_fraction(piped, cal) == pytest.approx(5 / 16 + 11 / 16 * cal.ep_overlap_exposed)
-    assert ep_exposed_fraction(dataclasses.replace(piped, moe_ep_overlap=False), cal) == 1.0
+    assert ep_unpaired_share(piped) == pytest.approx(5 / 16)
+    assert ep_unpaired_share(dataclasses.replace(piped, moe_ep_overlap=False)) is None

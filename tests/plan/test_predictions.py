@@ -230,6 +230,37 @@ def test_dropless_moe_layers_pay_their_eager_host_ops():
         pytest.approx(dense_part + (200 + 30 * 4) * 2e-5)
 
 
+def test_cuda_graphs_take_their_scopes_ops_off_the_host():
+    """Graphed router (0.3 of the layer's ~50 forward MoE ops) and preprocess (0.2) scopes replay without the host;
+    the per-expert ops stay eager; whole-layer graphs leave only the graphed dense part; a full-iteration graph
+    replays the whole step, so no layer waits on the host."""
+    from genconf.plan.cost import KERNELS_PER_LAYER, Calibration, layer_time
+
+    model, cluster = resolve_model("qwen3-30b-a3b")[0], resolve_cluster("dgx-b200")
+    cal = Calibration(gemm_efficiency=0.67, fp8_gemm_efficiency=0.65, moe_host_ops=200.0,
+                      moe_host_ops_per_expert=30.0, kernel_launch_s=2e-5, graph_launch_s=1e-6)
+    plan = ParallelPlan(framework="megatron", ep=8, dp=8, mbs=1, gbs=512, seq_length=4096, zero_stage=1,
+                        precision="fp8", fp8_recipe="mxfp8")
+    dense_part = 3 * (KERNELS_PER_LAYER["megatron-te"] + 6) * 1e-6
+
+    def host(impl, *scope):
+        return layer_time(model, dataclasses.replace(plan, cuda_graph_impl=impl, cuda_graph_scope=scope), cluster,
+                          cal).host_s
+
+    assert host("transformer_engine", "attn") == pytest.approx(dense_part + (200 + 30 * 16) * 2e-5)
+    assert host("transformer_engine", "attn", "moe_router") == pytest.approx(dense_part + (140 + 30 * 16) * 2e-5)
+    assert host("transformer_engine", "attn", "moe_router", "moe_preprocess") == \
+        pytest.approx(dense_part + (100 + 30 * 16) * 2e-5)
+    assert host("local") == pytest.approx(dense_part)
+    assert host("local", "full_iteration") == 0.0
+    # what the host time costs: the same layout is faster with its MoE routing graphed, not slower
+    speeds = [evaluate(model, cluster, dataclasses.replace(plan, cuda_graph_impl=impl, cuda_graph_scope=scope), 8,
+                       calibration_for("b200")).cost.tokens_per_s_per_gpu
+              for impl, scope in (("none", ()), ("transformer_engine", ("attn", "moe_router", "moe_preprocess")),
+                                  ("local", ("full_iteration",)))]
+    assert speeds[0] < speeds[1] < speeds[2]
+
+
 def test_small_micro_batches_of_a_dropless_moe_are_host_bound():
     """Megatron-Bridge 26.02 / 26.04, Qwen3-30B-A3B MXFP8 on 8 B200, EP 8, the same layout at micro-batch 1 and 4:
     9,691 and 26,859 tokens/s per GPU (2.8x), because the host's time per MoE layer does not shrink with the

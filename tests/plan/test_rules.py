@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from genconf.catalog.clusters import resolve_cluster
@@ -108,6 +110,42 @@ def test_the_ep_overlap_needs_what_megatron_core_asserts():
     assert violations("mixtral-8x7b", megatron(dp=8, ep=8, gbs=8, layer_spec="local", moe_ep_overlap=True),
                       gpus=8)["moe_ep_overlap"] == (
         "--moe-ep-overlap needs Transformer Engine layers (--layer-spec te) for its deferred weight gradients")
+
+
+def test_cuda_graphs_capture_what_megatron_core_allows():
+    # megatron-core 0.16.1 TransformerConfig.__post_init__ (cuda_graph_impl / cuda_graph_scope) and Megatron-LM's
+    # --cuda-graph-scope help
+    def graphs(model, plan, impl, *scope):
+        return violations(model, replace(plan, cuda_graph_impl=impl, cuda_graph_scope=scope), gpus=8).get("cuda_graphs")
+
+    moe, dense = megatron(dp=8, ep=8, gbs=8), megatron(dp=8, gbs=8)
+    assert graphs("mixtral-8x7b", moe, "transformer_engine", "attn", "moe_router", "moe_preprocess") is None
+    assert graphs("mixtral-8x7b", moe, "local", "full_iteration") is None
+    assert graphs("llama3-8b", dense, "local") is None  # whole layers
+    assert graphs("llama3-8b", dense, "transformer_engine", "attn", "mlp") is None
+    assert graphs("llama3-8b", dense, "none", "attn") == "--cuda-graph-scope needs --cuda-graph-impl (local or transformer_engine)"
+    assert graphs("llama3-8b", ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=4096, zero_stage=3),
+                  "local") == "--cuda-graph-impl is megatron's CUDA graph capture; fsdp plans run eagerly"
+    full_alone = "--cuda-graph-scope full_iteration captures the whole step alone, with --cuda-graph-impl local"
+    assert graphs("llama3-8b", dense, "transformer_engine", "full_iteration") == full_alone
+    assert graphs("llama3-8b", dense, "local", "full_iteration", "attn") == full_alone
+    assert graphs("llama3-8b", dense, "local", "attn").startswith("--cuda-graph-impl local captures whole layers")
+    assert graphs("mixtral-8x7b", moe, "transformer_engine", "moe").startswith(
+        "--cuda-graph-scope moe captures drop-and-pad experts only")
+    assert graphs("mixtral-8x7b", moe, "transformer_engine", "moe_preprocess") == (
+        "--cuda-graph-scope moe_preprocess needs moe_router beside it (megatron-core)")
+    assert graphs("llama3-8b", dense, "transformer_engine", "moe_router") == (
+        "--cuda-graph-scope moe_router/moe_preprocess capture MoE routing; llama3-8b has no experts")
+    assert graphs("mixtral-8x7b", moe, "transformer_engine", "mlp").startswith("--cuda-graph-scope mlp captures dense")
+    assert graphs("llama3-8b", replace(dense, recompute="full"), "transformer_engine", "attn").startswith(
+        "full recompute runs under CUDA graphs only with --cuda-graph-scope full_iteration")
+    assert graphs("llama3-8b", replace(dense, recompute="full"), "local", "full_iteration") is None
+    assert graphs("llama3-8b", replace(dense, offload_activation_layers=2), "transformer_engine", "attn") == (
+        "CUDA graphs do not run with activation offload (megatron-core cpu_offloading)")
+    overlap = replace(moe, moe_ep_overlap=True)
+    assert graphs("mixtral-8x7b", overlap, "transformer_engine", "attn", "moe_router") is None
+    assert graphs("mixtral-8x7b", overlap, "local", "full_iteration").startswith(
+        "--moe-ep-overlap runs with CUDA graphs of --cuda-graph-impl transformer_engine only")
 
 
 def test_frameworks_precision_offload_and_recompute():

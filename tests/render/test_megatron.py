@@ -54,6 +54,13 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         # a virtual pipeline with pp > 1, bf16) passed in building cfg
         assert cfg.overlap_moe_expert_parallel_comm and cfg.delay_wgrad_compute
         assert cfg.moe_token_dispatcher_type == "alltoall" and cfg.virtual_pipeline_model_parallel_size == 2
+    if name == "moe_cuda_graphs":
+        # megatron-core's own scope checks passed (moe_preprocess beside moe_router, MoE scopes on a MoE model)
+        assert cfg.cuda_graph_impl == "transformer_engine"
+        assert [s.name for s in cfg.cuda_graph_scope] == ["attn", "moe_router", "moe_preprocess"]
+        # Megatron-LM refuses TE graphs over expandable segments unless NCCL leaves graph buffers unregistered
+        sbatch = (d / "launch_megatron.sbatch").read_text()
+        assert "expandable_segments:True" in sbatch and "\nexport NCCL_GRAPH_REGISTER=0\n" in sbatch
     if name == "megatron_fsdp":
         text = (d / "megatron_args.txt").read_text()
         assert "--use-megatron-fsdp\n" in text and "--data-parallel-sharding-strategy optim_grads_params" in text
