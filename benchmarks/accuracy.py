@@ -33,7 +33,7 @@ from genconf.catalog.hardware import calibration_for  # noqa: E402
 from genconf.plan.cost import Calibration, step_cost  # noqa: E402
 from genconf.plan.counting import model_flops_per_token  # noqa: E402
 from genconf.plan.memory import GIB  # noqa: E402
-from genconf.plan.search import DEFAULT_LAYOUT, Pins, _split_options, evaluate, search  # noqa: E402
+from genconf.plan.search import DEFAULT_LAYOUT, Pins, _split_options, _vp_options, evaluate, search  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("Narayanan 2021", "Korthikanti 2022", "Megatron-LM H100 2024", "torchtitan", "BLOOM sweep",
@@ -54,6 +54,8 @@ def pins_for(run: Run) -> Pins | None:
         return None
     if p.framework == "fsdp" and p.recompute == "selective":
         return None  # torchtitan's per-op selective checkpointing; genconf's FSDP renders whole-layer checkpointing
+    if p.moe_ep_overlap and p.cuda_graph_impl == "local":
+        return None  # full-iteration graphs beside the EP overlap: megatron-core 0.18+, genconf's rules follow 0.16.1
     return Pins(framework=p.framework if p.framework != "megatron" else "megatron", tp=p.tp, pp=p.pp,
                 vp=None if "vp" in run.unknown else p.vp, cp=p.cp, ep=p.ep, etp=p.etp,
                 mbs=None if "mbs" in run.unknown else p.mbs, gbs=p.gbs, seq_length=p.seq_length,
@@ -62,6 +64,7 @@ def pins_for(run: Run) -> Pins | None:
                 fp8_recipe=p.fp8_recipe, layer_spec=p.layer_spec,
                 tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
                 expandable_segments=p.expandable_segments, moe_ep_overlap=p.moe_ep_overlap,
+                cuda_graph_impl=p.cuda_graph_impl, cuda_graph_scope=p.cuda_graph_scope,
                 grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype,
                 # Megatron-FSDP is opt-in (genconf.plan.search.search): where the recipe turned it on (FSDP > 0 in
                 # the notes), the user asks for it (--megatron-fsdp) and the search still chooses the stage.
@@ -82,7 +85,7 @@ def _variants(run: Run):
     # megatron can express (embedding/loss as layers, or lighter first/last stages).
     splits = [{}] if run.model.num_layers % plan.pp == 0 else _split_options(run.model.num_layers, plan.pp)
     for mbs, vp, rc, split in itertools.product(mbss, vps, recomputes, splits):
-        if plan.gbs % (mbs * plan.dp) or (vp > 1 and (split or run.model.num_layers % (plan.pp * vp))):
+        if plan.gbs % (mbs * plan.dp) or (vp > 1 and vp not in _vp_options(run.model.num_layers, plan.pp, split)):
             continue
         candidate = dataclasses.replace(plan, mbs=mbs, vp=vp, recompute=rc, **split)
         if vp > 1 and candidate.num_microbatches % plan.pp:
@@ -286,8 +289,9 @@ MOE_FIT_GRID = {
     # (CPU, Python, launch) time, not GPU time.
     ("all", "moe_host_ops"): [0.0, 100.0, 150.0, 200.0, 300.0, 400.0],
     ("all", "moe_host_ops_per_expert"): [0.0, 5.0, 10.0, 20.0, 30.0, 40.0],
-    # What megatron's EP overlap (combined 1F1B) leaves exposed of the all-to-all it pairs with compute: fitted on
-    # the rows whose recipe turned it on (benchmarks/bridge_moe_recipes.csv), the only ones that depend on it.
+    # What megatron's EP overlap (combined 1F1B) leaves exposed of the all-to-all it hides behind the paired
+    # micro-batch's compute (what outlasts that compute is exposed in full): fitted on the rows whose recipe turned
+    # it on (benchmarks/bridge_moe_recipes.csv), the only ones that depend on it.
     ("all", "ep_overlap_exposed"): [0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0],
 }
 MOE_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration) if ("all", f.name) in MOE_FIT_GRID}

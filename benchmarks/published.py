@@ -44,6 +44,20 @@ def bridge_moe_recipe(index: int) -> dict | None:
     row = _bridge_moe_recipes().get(index)
     return row if row is not None and row["layout_matches_row"].startswith("yes") else None
 
+def _cuda_graphs(recipe: dict | None) -> dict:
+    """ParallelPlan's CUDA graph fields from a bridge_moe_recipes.csv row (its config's cuda_graph_impl/scope)."""
+    if recipe is None or recipe["cuda_graph_impl"] == "none":
+        return {}
+    impl = recipe["cuda_graph_impl"]
+    if impl.startswith("enable_cuda_graph"):
+        return dict(cuda_graph_impl="local", cuda_graph_scope=())  # the legacy flag: megatron's per-layer graphs
+    if impl == "full_iteration":
+        return dict(cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))
+    # Mamba layers are not in genconf's model: a scope of those alone graphs none of its layers.
+    scopes = tuple(s for s in re.findall(r"\w+", recipe["cuda_graph_scope"].split("(")[0]) if s != "mamba")
+    return dict(cuda_graph_impl=impl, cuda_graph_scope=scopes) if scopes else {}
+
+
 CATALOG_KEYS = {
     # Models the NVIDIA tables name without an architecture: the catalog entry with the public config.
     "llama3_8b": "llama3-8b", "llama3_70b": "llama3-70b", "llama3.1_405b": "llama3.1-405b",
@@ -405,9 +419,15 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         torch_compile=fsdp and "compile" in row["notes"],
         expandable_segments=_expandable_segments(row, file, cluster.gpu.name, fp8_recipe, task, zero),
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
-        moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on")
+        moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
+        **_cuda_graphs(recipe))
     if recipe is not None and recipe["moe_a2a_overlap"] == "on":
         notes.append(f"EP all-to-all overlap on ({recipe['bridge_ref']} {recipe['config_name']})")
+    if plan.cuda_graph_impl != "none":
+        notes.append(f"CUDA graphs {plan.cuda_graph_impl} {' '.join(plan.cuda_graph_scope) or 'whole layers'} "
+                     f"({recipe['bridge_ref']} {recipe['config_name']})"
+                     + ("; beside the EP overlap this needs megatron-core 0.18+: evaluated with the rules off"
+                        if plan.moe_ep_overlap and plan.cuda_graph_impl == "local" else ""))
     if file == "megatron_bridge_perf_summary.csv" and row["model"] == "GPT OSS 120B" and row["notes"].startswith("26.06.01"):
         # Megatron-Bridge docs/performance-summary-archive.md:90 (footnote gpt-oss-note): "Performance regression
         # in GPT-OSS 120B pre-training is a known issue" (NVIDIA/cudnn-frontend #256: the fused MoE grouped-GEMM

@@ -73,6 +73,31 @@ def test_megatron_bridge_moe_rows_carry_their_configs_ep_overlap(runs, release, 
     assert run.plan.moe_ep_overlap is overlap
 
 
+# The same configs' CUDA graphs (cuda_graph_impl / cuda_graph_scope; Bridge's older configs enable_cuda_graph, megatron's
+# local per-layer graphs). Mamba scopes are dropped: genconf models no Mamba layer.
+@pytest.mark.parametrize("release, label, impl, scope", [
+    ("26.08", "GPT OSS 120B #4", "local", ("full_iteration",)),      # perf_recipes/gpt_oss/common.py:25 (v0.6.0)
+    ("26.04", "GPT OSS 120B #91", "transformer_engine", ("attn", "moe_router", "moe_preprocess")),  # v0.4.2 :96
+    ("26.02", "Qwen3_30B_a3B #226", "transformer_engine", ("moe_router", "moe_preprocess")),  # v0.3.0 :405
+    ("26.02", "Qwen3_30B_a3B #190", "none", ()),
+    ("25.09", "Qwen3_30B_a3B (tokendrop) #273", "local", ()),  # v0.1.0rc3 perf_matrix: enable_cuda_graph
+])
+def test_megatron_bridge_moe_rows_carry_their_configs_cuda_graphs(runs, release, label, impl, scope):
+    run = runs[(f"Megatron-Bridge {release[:5]}", label)]
+    assert (run.plan.cuda_graph_impl, run.plan.cuda_graph_scope) == (impl, scope)
+
+
+def test_rows_megatron_core_016_cannot_express_are_evaluated_with_the_rules_off(runs):
+    """Full-iteration graphs beside the EP overlap ran on megatron-core 0.18+; genconf's rules follow the 0.16.1 it
+    renders for, so such rows are priced as published with the rules off, never rejected."""
+    from accuracy import pins_for
+
+    run = runs[("Megatron-Bridge 26.08", "GPT OSS 120B #4")]
+    assert run.plan.moe_ep_overlap and pins_for(run) is None
+    assert pins_for(runs[("Megatron-Bridge 26.04", "GPT OSS 120B #91")]).cuda_graph_scope == (
+        "attn", "moe_router", "moe_preprocess")
+
+
 def test_a_config_whose_layout_differs_from_the_row_is_not_used():
     from published import bridge_moe_recipe
 
