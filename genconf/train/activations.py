@@ -1,6 +1,7 @@
 """Measure the activation bytes megatron-core saves for backward, against the planner's estimate.
 
     python -m genconf.train.activations --model tests/data/tiny-gpt.yaml --recompute selective --mbs 2 --json
+    python -m genconf.train.activations --model A.yaml B.yaml --recompute none selective full --json  # every pair
 
 One forward (with the launcher's loss) of a megatron-core GPTModel built exactly as the megatron launcher builds
 it (local layer spec, BF16, one process) is recorded with torch.autograd.graph.saved_tensors_hooks: every
@@ -188,21 +189,24 @@ def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    ap.add_argument("--model", required=True, nargs="+")
+    ap.add_argument("--recompute", choices=("none", "selective", "full"), default=["none"], nargs="+")
     ap.add_argument("--mbs", type=int, default=2)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
-    torch.manual_seed(0)
-    result = measure(args.model, recompute=args.recompute, mbs=args.mbs, seq=args.seq, precision=args.precision)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"{result['model']} recompute={args.recompute}: measured {result['measured_bytes']:,} B, "
-              f"planned {result['planned_bytes']:,} B (x{result['ratio']:.3f})")
+    # One process for every (model, recompute) pair: the imports, not the forward, are most of a measurement's time.
+    for model in args.model:
+        for recompute in args.recompute:
+            torch.manual_seed(0)
+            result = measure(model, recompute=recompute, mbs=args.mbs, seq=args.seq, precision=args.precision)
+            if args.json:
+                print(json.dumps(result), flush=True)
+            else:
+                print(f"{result['model']} recompute={recompute}: measured {result['measured_bytes']:,} B, "
+                      f"planned {result['planned_bytes']:,} B (x{result['ratio']:.3f})", flush=True)
     return 0
 
 

@@ -46,6 +46,13 @@ What ``install()`` does (everything is undone by ``uninstall()``):
    because mcore's optimizers dispatch on / assert those strings, and
    ``Tensor.type("torch.cuda.<X>Tensor")`` casts to the CPU type.
 4. ``torch.nn.Module.cuda`` becomes a no-op (returns the module).
+5. ``torch.cuda.Stream`` / ``Event`` / ``current_stream`` / ``stream`` are host stand-ins whose waits and
+   records do nothing (the host runs every op in order): megatron-core's MoE token dispatcher copies its
+   token counts to the host on a side stream.
+6. ``moe_utils.te_general_gemm`` is defined (None: the torch path) where megatron-core 0.16.1 leaves it
+   undefined without Transformer Engine.
+7. The MoE token dispatcher's host copies (``maybe_move_tensor_to_cpu``) give numpy split sizes for CPU
+   tensors too, as all_to_all_single needs them.
 """
 
 from __future__ import annotations
@@ -218,6 +225,58 @@ def model_parallel_manual_seed(seed: int, **kw) -> None:
 
 
 # --------------------------------------------------------------------------------------
+# streams and events: the host runs every op in order, so a side stream is the main one
+# --------------------------------------------------------------------------------------
+class _CpuEvent:
+    """A CUDA event on a host where every op has finished when the next starts."""
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+
+class _CpuStream:
+    """A CUDA stream on the host: work is ordered already, so waits and records are no-ops (megatron-core's MoE
+    dispatcher copies its token counts on a side stream: token_dispatcher.py cuda_dtoh_stream)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+    def record_event(self, event: Any = None) -> _CpuEvent:
+        return event if event is not None else _CpuEvent()
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+
+_MAIN_STREAM = _CpuStream()
+
+
+def _host_copy(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+    """megatron-core's moe_utils.maybe_move_tensor_to_cpu on a host: tensors are there already, numpy when asked."""
+    if torch.is_tensor(tensor) and as_numpy:
+        return tensor.numpy()
+    return tensor
+
+
+# --------------------------------------------------------------------------------------
 # install / uninstall
 # --------------------------------------------------------------------------------------
 class CompatHandle:
@@ -286,12 +345,22 @@ def install(force: bool = False, device_mode: bool = True) -> CompatHandle:
     h._patch(torch.cuda, "empty_cache", lambda: None)
     # 4. Module.cuda
     h._patch(torch.nn.Module, "cuda", lambda self, device=None: self)
-    # 5. The MoE router GEMM reads moe_utils.te_general_gemm, which megatron-core 0.16.1 defines only when Transformer
+    # 5. Streams and events (megatron-core's MoE token dispatcher): ordered already on the host.
+    h._patch(torch.cuda, "Stream", _CpuStream)
+    h._patch(torch.cuda, "Event", _CpuEvent)
+    h._patch(torch.cuda, "current_stream", lambda device=None: _MAIN_STREAM)
+    h._patch(torch.cuda, "stream", lambda stream=None: contextlib.nullcontext())
+    # 6. The MoE router GEMM reads moe_utils.te_general_gemm, which megatron-core 0.16.1 defines only when Transformer
     #    Engine imports (moe_utils.py:34, read at :1192): without TE it is None, the torch matmul path.
     from megatron.core.transformer.moe import moe_utils
 
     if not hasattr(moe_utils, "te_general_gemm"):
         h._patch(moe_utils, "te_general_gemm", None)
+    # 7. The MoE dispatcher's split sizes reach all_to_all_single as the numpy arrays maybe_move_tensor_to_cpu makes of
+    #    CUDA tensors; a CPU tensor it leaves a tensor, which all_to_all_single refuses: the same arrays here.
+    from megatron.core.transformer.moe import token_dispatcher
+
+    h._patch(token_dispatcher, "maybe_move_tensor_to_cpu", _host_copy)
     # 3. device mode
     if device_mode:
         h._mode = CpuDeviceMode()
