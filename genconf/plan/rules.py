@@ -436,7 +436,10 @@ def memory_violation(ctx: Context, mem: MemoryEstimate, *, pinned: bool = False)
              f"{peak.optimizer_bytes / GIB:.1f} + activations {peak.activations_bytes / GIB:.1f} + other "
              f"{peak.other_bytes / GIB:.1f}")
     tries = []
-    if p.recompute != "full":
+    if p.recompute != "full" and p.cuda_graph_impl != "none" and "full_iteration" not in p.cuda_graph_scope:
+        # megatron-core runs full recompute under CUDA graphs only with full-iteration graphs
+        tries.append("--recompute full without partial CUDA graphs (or with --cuda-graph-scope full_iteration)")
+    elif p.recompute != "full":
         tries.append("--recompute full")
     if p.framework == "megatron" and not p.distributed_optimizer and p.dp * p.cp > 1:
         tries.append("--zero 1 (distributed optimizer)")

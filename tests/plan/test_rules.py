@@ -182,6 +182,11 @@ def test_memory_violation_gives_the_breakdown_and_what_to_try():
     assert v.rule == "memory_fits" and v.severity == rules.ERROR
     assert v.message.startswith("stage 0 needs ") and "GiB (params " in v.message
     assert v.message.endswith("on h100-sxm; try --recompute full, --mbs 1, more GPUs or tp/pp")
+    # Under partial CUDA graphs megatron-core refuses full recompute: the advice says what it takes.
+    graphed = replace(plan, cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",))
+    v = rules.memory_violation(rules.Context(m, cluster, graphed, 4), estimate(m, graphed, cluster))
+    assert v.message.endswith("try --recompute full without partial CUDA graphs (or with --cuda-graph-scope "
+                              "full_iteration), --mbs 1, more GPUs or tp/pp")
 
 
 def test_every_rule_has_one_name():
