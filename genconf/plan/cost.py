@@ -452,7 +452,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         cp_comm = steps * (max(0.0, step - attn_f / cp) + max(0.0, 2 * step - attn_b / cp))
 
     kernels_fwd = KERNELS_PER_LAYER[impl] + (6 if recipe else 0)
-    launch = cal.graph_launch_s if impl == "megatron-te" else cal.kernel_launch_s
+    launch = cal.graph_launch_s if impl == "megatron-te" or "layer" in graphs else cal.kernel_launch_s
     host = 3 * kernels_fwd * launch
     if model.is_moe and "layer" not in graphs:
         # Dropless MoE copies the token counts per expert to the host and synchronises in every layer's

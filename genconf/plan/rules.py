@@ -197,11 +197,8 @@ def _cuda_graphs(c: Context) -> str | None:
         return "--cuda-graph-scope needs --cuda-graph-impl (local or transformer_engine)" if scope else None
     if p.framework != "megatron":
         return f"--cuda-graph-impl is megatron's CUDA graph capture; {p.framework} plans run eagerly"
-    if "full_iteration" in scope and (impl != "local" or len(scope) > 1):
-        return "--cuda-graph-scope full_iteration captures the whole step alone, with --cuda-graph-impl local"
-    if impl == "local" and scope - {"full_iteration"}:
-        return ("--cuda-graph-impl local captures whole layers or, with --cuda-graph-scope full_iteration, the step; "
-                "parts of a layer (attn, mlp, moe_router, moe_preprocess) need --cuda-graph-impl transformer_engine")
+    if "full_iteration" in scope and impl != "local":
+        return "--cuda-graph-scope full_iteration captures the whole step with --cuda-graph-impl local"
     if "moe" in scope:
         return ("--cuda-graph-scope moe captures drop-and-pad experts only (megatron-core); genconf plans dropless "
                 "MoE: use moe_router moe_preprocess")
@@ -214,6 +211,10 @@ def _cuda_graphs(c: Context) -> str | None:
     if p.recompute == "full" and scope != {"full_iteration"}:
         return ("full recompute runs under CUDA graphs only with --cuda-graph-scope full_iteration (megatron-core); "
                 "use --recompute selective or none")
+    if p.recompute == "selective" and c.model.attention_dropout > 0 and (not scope or scope & {"attn", "full_iteration"}):
+        # genconf's selective recompute is megatron's core_attn module
+        return (f"attention dropout ({c.model.attention_dropout}) is not supported with graphed attention "
+                f"recomputation (megatron-core): use --recompute none, or graphs that leave attention out")
     if p.offload_activation_layers:
         return "CUDA graphs do not run with activation offload (megatron-core cpu_offloading)"
     if p.moe_ep_overlap and impl != "transformer_engine":

@@ -231,6 +231,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     if plan.cuda_graph_impl != "none":
         scope = " ".join(plan.cuda_graph_scope) or "the whole layer"
         add(f"# CUDA graphs ({plan.cuda_graph_impl}) replay {scope} without the host's kernel launches")
+        if plan.moe_ep_overlap and plan.cuda_graph_impl == "transformer_engine":
+            add("# with --delay-wgrad-compute, TE's graphs need Transformer Engine 2.10 or later (megatron-core asserts it)")
         add("--cuda-graph-impl", plan.cuda_graph_impl)
         if plan.cuda_graph_scope:
             add("--cuda-graph-scope", " ".join(plan.cuda_graph_scope))

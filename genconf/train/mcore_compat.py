@@ -361,6 +361,8 @@ def install(force: bool = False, device_mode: bool = True) -> CompatHandle:
     from megatron.core.transformer.moe import token_dispatcher
 
     h._patch(token_dispatcher, "maybe_move_tensor_to_cpu", _host_copy)
+    # The dispatcher keeps its side stream on the class, made once: restored (None) with the rest on uninstall.
+    h._patch(token_dispatcher.MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", None)
     # 3. device mode
     if device_mode:
         h._mode = CpuDeviceMode()

@@ -126,10 +126,9 @@ def test_cuda_graphs_capture_what_megatron_core_allows():
     assert graphs("llama3-8b", dense, "none", "attn") == "--cuda-graph-scope needs --cuda-graph-impl (local or transformer_engine)"
     assert graphs("llama3-8b", ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=4096, zero_stage=3),
                   "local") == "--cuda-graph-impl is megatron's CUDA graph capture; fsdp plans run eagerly"
-    full_alone = "--cuda-graph-scope full_iteration captures the whole step alone, with --cuda-graph-impl local"
-    assert graphs("llama3-8b", dense, "transformer_engine", "full_iteration") == full_alone
-    assert graphs("llama3-8b", dense, "local", "full_iteration", "attn") == full_alone
-    assert graphs("llama3-8b", dense, "local", "attn").startswith("--cuda-graph-impl local captures whole layers")
+    assert graphs("llama3-8b", dense, "transformer_engine", "full_iteration") == (
+        "--cuda-graph-scope full_iteration captures the whole step with --cuda-graph-impl local")
+    assert graphs("llama3-8b", dense, "local", "attn") is None  # megatron-core's own partial graphs
     assert graphs("mixtral-8x7b", moe, "transformer_engine", "moe").startswith(
         "--cuda-graph-scope moe captures drop-and-pad experts only")
     assert graphs("mixtral-8x7b", moe, "transformer_engine", "moe_preprocess") == (
@@ -140,6 +139,12 @@ def test_cuda_graphs_capture_what_megatron_core_allows():
     assert graphs("llama3-8b", replace(dense, recompute="full"), "transformer_engine", "attn").startswith(
         "full recompute runs under CUDA graphs only with --cuda-graph-scope full_iteration")
     assert graphs("llama3-8b", replace(dense, recompute="full"), "local", "full_iteration") is None
+    # Attention dropout with graphed attention recomputation (genconf's selective recompute is core_attn).
+    dropout = megatron(tp=8, dp=1, gbs=8, sequence_parallel=True, recompute="selective")
+    assert graphs("gpt3-175b", dropout, "transformer_engine", "attn").startswith(
+        "attention dropout (0.1) is not supported with graphed attention recomputation")
+    assert graphs("gpt3-175b", dropout, "local", "full_iteration").startswith("attention dropout")
+    assert graphs("gpt3-175b", dropout, "transformer_engine", "mlp") is None
     assert graphs("llama3-8b", replace(dense, offload_activation_layers=2), "transformer_engine", "attn") == (
         "CUDA graphs do not run with activation offload (megatron-core cpu_offloading)")
     overlap = replace(moe, moe_ep_overlap=True)

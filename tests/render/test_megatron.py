@@ -87,3 +87,55 @@ def test_the_runners_config_is_what_the_text_says(rendered, name):
     written = megatron_config_kwargs({flag: a.value for flag, a in args.items()})
     assert written == config_kwargs(pf.model, pf.plan, pf.train)
     assert written["tensor_model_parallel_size"] == equivalent_plan(pf.plan, "megatron")[0].tp
+
+
+CUDA_GRAPH_CASES = [
+    # (model, plan fields, impl, scope): the rule book and megatron-core's TransformerConfig must agree on each
+    ("mixtral-8x7b", dict(ep=8, dp=8), "transformer_engine", ("attn", "moe_router", "moe_preprocess")),
+    ("mixtral-8x7b", dict(ep=8, dp=8), "transformer_engine", ("moe_preprocess",)),
+    ("mixtral-8x7b", dict(ep=8, dp=8), "transformer_engine", ("mlp",)),
+    ("mixtral-8x7b", dict(ep=8, dp=8), "transformer_engine", ("moe",)),
+    ("mixtral-8x7b", dict(ep=8, dp=8), "local", ()),
+    ("mixtral-8x7b", dict(ep=8, dp=8), "local", ("moe_router",)),
+    ("llama3-8b", dict(dp=8), "transformer_engine", ("moe_router",)),
+    ("llama3-8b", dict(dp=8), "transformer_engine", ("full_iteration",)),
+    ("llama3-8b", dict(dp=8), "local", ("full_iteration",)),
+    ("llama3-8b", dict(dp=8), "transformer_engine", ("attn", "mlp")),
+    ("llama3-8b", dict(dp=8, recompute="full"), "transformer_engine", ("attn",)),
+    ("llama3-8b", dict(dp=8, recompute="full"), "local", ("full_iteration",)),
+    ("gpt3-175b", dict(tp=8, dp=1, sequence_parallel=True, recompute="selective"), "transformer_engine", ("attn",)),
+    ("gpt3-175b", dict(tp=8, dp=1, sequence_parallel=True, recompute="selective"), "transformer_engine", ("mlp",)),
+    ("gpt3-175b", dict(tp=8, dp=1, sequence_parallel=True, recompute="selective"), "local", ()),
+]
+
+
+@needs_megatron
+@pytest.mark.parametrize("model_name, fields, impl, scope", CUDA_GRAPH_CASES)
+def test_the_cuda_graph_rule_agrees_with_megatron_core(model_name, fields, impl, scope):
+    """Each plan the rule accepts builds megatron-core's TransformerConfig from its rendered arguments; each one it
+    refuses, megatron-core refuses too (an assertion in TransformerConfig.__post_init__)."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer import TransformerConfig
+
+    from genconf.catalog.clusters import resolve_cluster
+    from genconf.catalog.models import resolve_model
+    from genconf.plan import rules
+    from genconf.plan.specs import ParallelPlan, TrainSpec
+    from genconf.render.megatron import arg_values, megatron_args
+
+    model, _ = resolve_model(model_name)
+    plan = ParallelPlan(framework="megatron", mbs=1, gbs=64, seq_length=4096, cuda_graph_impl=impl,
+                        cuda_graph_scope=scope, **fields)
+    verdict = rules.check(rules.Context(model, resolve_cluster("dgx-h100"), plan, plan.world_size))
+    refused = any(v.rule == "cuda_graphs" for v in verdict)
+    kw = megatron_config_kwargs(arg_values(megatron_args(model, plan, TrainSpec(train_steps=10))))
+    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    kw.update(params_dtype=dtypes[kw["params_dtype"]], pipeline_dtype=dtypes[kw["pipeline_dtype"]],
+              activation_func={"silu": F.silu, "gelu": F.gelu}[kw["activation_func"]])
+    try:
+        TransformerConfig(**kw)
+        accepted = True
+    except (AssertionError, ValueError):
+        accepted = False
+    assert accepted is not refused, ([str(v) for v in verdict], impl, scope)
