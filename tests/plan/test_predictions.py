@@ -210,18 +210,26 @@ def test_local_spec_costs_more_than_te():
     assert 0.4 < local / te < 0.7
 
 
-def test_dropless_moe_layers_pay_their_eager_host_ops():
-    """A dropless MoE layer synchronises with the host in every forward, so its router, dispatch and per-expert
-    ops run eagerly: host time = (ops per layer + ops per local expert x local experts) x host time per op, on
-    top of the graphed dense part; 128 experts over EP 8 leave 16 local experts."""
-    from genconf.plan.cost import KERNELS_PER_LAYER, Calibration, layer_time
+def _qwen3_host_case():
+    """Qwen3-30B-A3B MXFP8 on 8 B200s, EP 8, with host terms chosen round (200 ops per MoE layer, 30 per local
+    expert, 20 us per eager op, 1 us per graphed one) and the dense part's graphed launches."""
+    from genconf.plan.cost import KERNELS_PER_LAYER, Calibration
 
     model, cluster = resolve_model("qwen3-30b-a3b")[0], resolve_cluster("dgx-b200")
     cal = Calibration(gemm_efficiency=0.67, fp8_gemm_efficiency=0.65, moe_host_ops=200.0,
                       moe_host_ops_per_expert=30.0, kernel_launch_s=2e-5, graph_launch_s=1e-6)
     plan = ParallelPlan(framework="megatron", ep=8, dp=8, mbs=1, gbs=512, seq_length=4096, zero_stage=1,
                         precision="fp8", fp8_recipe="mxfp8")
-    dense_part = 3 * (KERNELS_PER_LAYER["megatron-te"] + 6) * 1e-6
+    return model, cluster, cal, plan, 3 * (KERNELS_PER_LAYER["megatron-te"] + 6) * 1e-6
+
+
+def test_dropless_moe_layers_pay_their_eager_host_ops():
+    """A dropless MoE layer synchronises with the host in every forward, so its router, dispatch and per-expert
+    ops run eagerly: host time = (ops per layer + ops per local expert x local experts) x host time per op, on
+    top of the graphed dense part; 128 experts over EP 8 leave 16 local experts."""
+    from genconf.plan.cost import layer_time
+
+    model, cluster, cal, plan, dense_part = _qwen3_host_case()
     assert layer_time(model, plan, cluster, cal).host_s == pytest.approx(dense_part + (200 + 30 * 16) * 2e-5)
     # The host's work does not grow with the micro-batch; with EP 32 only 4 experts are local.
     assert layer_time(model, dataclasses.replace(plan, mbs=4), cluster, cal).host_s == \
@@ -234,14 +242,9 @@ def test_cuda_graphs_take_their_scopes_ops_off_the_host():
     """Graphed router (0.3 of the layer's ~50 forward MoE ops) and preprocess (0.2) scopes replay without the host;
     the per-expert ops stay eager; whole-layer graphs leave only the graphed dense part; a full-iteration graph
     replays the whole step, so no layer waits on the host."""
-    from genconf.plan.cost import KERNELS_PER_LAYER, Calibration, layer_time
+    from genconf.plan.cost import layer_time
 
-    model, cluster = resolve_model("qwen3-30b-a3b")[0], resolve_cluster("dgx-b200")
-    cal = Calibration(gemm_efficiency=0.67, fp8_gemm_efficiency=0.65, moe_host_ops=200.0,
-                      moe_host_ops_per_expert=30.0, kernel_launch_s=2e-5, graph_launch_s=1e-6)
-    plan = ParallelPlan(framework="megatron", ep=8, dp=8, mbs=1, gbs=512, seq_length=4096, zero_stage=1,
-                        precision="fp8", fp8_recipe="mxfp8")
-    dense_part = 3 * (KERNELS_PER_LAYER["megatron-te"] + 6) * 1e-6
+    model, cluster, cal, plan, dense_part = _qwen3_host_case()
 
     def host(impl, *scope):
         return layer_time(model, dataclasses.replace(plan, cuda_graph_impl=impl, cuda_graph_scope=scope), cluster,
