@@ -65,6 +65,10 @@ def pins_from_args(args: argparse.Namespace):
         if args.pp is not None and args.vp is not None and args.vp != stages // args.pp:
             raise GenconfError(f"--pp-layout has {stages} virtual stages = pp {args.pp} x vp {stages // args.pp}, "
                                f"not --vp {args.vp} (megatron derives vp from the layout)")
+    scopes = list(getattr(args, "cuda_graph_scope", ()) or ())
+    repeated = sorted({s for s in scopes if scopes.count(s) > 1})
+    if repeated:
+        raise GenconfError(f"--cuda-graph-scope names {', '.join(repeated)} more than once")
     return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, etp=args.etp,
                 mbs=args.mbs, gbs=args.global_batch, seq_length=args.seq_len, zero_stage=args.zero,
                 recompute="full" if args.recompute_layers else args.recompute,

@@ -195,3 +195,10 @@ def test_nvfp4_and_mxfp8_need_blackwell(capsys):
     assert main(["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-b200", "--precision", "nvfp4", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["plan"]["precision"] == "fp4" and d["perf"]["peak_tflops_per_gpu"] > 4000
+
+
+def test_a_repeated_cuda_graph_scope_is_one_line(capsys):
+    assert main(["--model", "llama3-8b", "--gpus", "8", "--cuda-graph-impl", "transformer_engine",
+                 "--cuda-graph-scope", "attn", "attn"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "genconf: error: --cuda-graph-scope names attn more than once"
