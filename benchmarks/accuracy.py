@@ -254,7 +254,36 @@ def summary(rows: list[dict]) -> dict:
                f"CUDA graphs {recipe['cuda_graph_impl'].split('=')[0]}, EP overlap {recipe['moe_a2a_overlap']}")
         by_config.setdefault(key, []).append(r)
     out["by_moe_config"] = {k: stats(v) for k, v in sorted(by_config.items())}
+    out["ordering"] = ordering(rows)
     return out
+
+
+ORDER_MARGIN = 0.03
+"""Measured pairs closer than this are not counted by ordering(): a tie the published runs cannot order."""
+
+
+def ordering(rows: list[dict]) -> dict:
+    """Does genconf rank layouts the way the measurements do? Every pair of rows of one source that ran the same
+    model on the same GPU at the same precision, sequence and global batch with different layouts, measured more
+    than ORDER_MARGIN apart: the pairs whose faster run genconf also predicts faster, per source and model kind."""
+    groups: dict = {}
+    for r in rows:
+        run, plan = r.get("_run"), r.get("_plan")
+        if run is None or plan is None or r["throughput_error"] is None:
+            continue
+        key = (r["source"], run.model, r["gpu"], r["precision"], plan.seq_length, plan.gbs)
+        groups.setdefault(key, {}).setdefault(r["layout"], r)
+    out: dict = {}
+    for (source, model, *_), by_layout in groups.items():
+        for a, b in itertools.combinations(by_layout.values(), 2):
+            measured = a["measured_tokens_per_s_per_gpu"] / b["measured_tokens_per_s_per_gpu"] - 1
+            if abs(measured) <= ORDER_MARGIN:
+                continue
+            predicted = a["predicted_tokens_per_s_per_gpu"] / b["predicted_tokens_per_s_per_gpu"]
+            cell = out.setdefault(f"{source}, {'MoE' if model.is_moe else 'dense'}", {"pairs": 0, "agree": 0})
+            cell["pairs"] += 1
+            cell["agree"] += (measured > 0) == (predicted > 1)
+    return dict(sorted(out.items()))
 
 
 # --- fitting ------------------------------------------------------------------------------------------
@@ -585,6 +614,16 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None, ba
             mb = bands["memory"]
             lines.append(f"- peak memory: rows inside a band built without their own model: "
                          f"**{_pct(mb.get('coverage_held_out_model'))}**")
+        lines.append("")
+    if summ.get("ordering"):
+        total = sum(c["pairs"] for c in summ["ordering"].values())
+        agree = sum(c["agree"] for c in summ["ordering"].values())
+        lines += ["### Layout order: measured pairs", "",
+                  f"Rows of one source with the same model, GPU, precision, sequence and global batch and different "
+                  f"layouts, measured more than {ORDER_MARGIN:.0%} apart: does genconf predict the faster one faster? "
+                  f"{agree} of {total} pairs.", "",
+                  "| source, models | pairs | ordered as measured |", "|---|---:|---:|"]
+        lines += [f"| {k} | {c['pairs']} | {c['agree']} |" for k, c in summ["ordering"].items()]
         lines.append("")
     for facet, title in (("by_kind", "Dense and MoE models"), ("by_source", "By source"),
                          ("by_release", "Megatron-Bridge by container release (same layouts re-measured)"),

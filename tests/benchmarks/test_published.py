@@ -104,3 +104,26 @@ def test_a_config_whose_layout_differs_from_the_row_is_not_used():
     # Row 240 (Qwen3-30B on GB300, 25.11): v0.2.0's config runs micro-batch 8, the row 4; no ref matched it.
     assert bridge_moe_recipe(240) is None
     assert bridge_moe_recipe(249)["moe_a2a_overlap"] == "off" and bridge_moe_recipe(4)["moe_a2a_overlap"] == "on"
+
+
+def _nemo_llama_flops_per_token(s, layers, h, heads, kv, ffn, vocab, attention=12.0):
+    """NeMo's nemo/utils/flops_formulas.llama3 per token, as it stood before causal masks were counted (NVIDIA-NeMo
+    issue #14376): attention term 12 s / h; `attention` = 6 is the causal (halved) count."""
+    return layers * h * h * (12 + 12 * kv / heads + 18 * ffn / h + attention * s / h + 6 * vocab / (layers * h))
+
+
+@pytest.mark.parametrize("label, tflops, halved", [
+    # B200, NeMo 25.04.rc2: converted with NeMo's own (unhalved) count.
+    ("LLAMA3_8B long-seq (with CP) #18", 1671, False),
+    ("LLAMA3_8B long-seq (with CP) #25", 1608, False),
+    # H100, NeMo 24.03: the halved count (the unhalved one would put its 1M-token run at half the H100's
+    # measured flash-attention rate).
+    ("LLAMA2_7B long-seq (with CP) #34", 536, True),
+])
+def test_long_sequence_tokens_per_second_follow_the_flop_count_of_their_release(runs, label, tflops, halved):
+    run = next(r for (_, lab), r in runs.items() if lab == label)
+    m = run.model
+    per_token = _nemo_llama_flops_per_token(m.seq_length, m.num_layers, m.hidden_size, m.num_attention_heads,
+                                            m.num_query_groups, m.ffn_hidden_size, m.vocab_size,
+                                            attention=6.0 if halved else 12.0)
+    assert run.measured_tokens_per_s_per_gpu == pytest.approx(tflops * 1e12 / per_token, rel=1e-6)
