@@ -22,7 +22,7 @@ from genconf.plan.counting import (
     output_tensors,
     padded_vocab_size,
 )
-from genconf.plan.pipeline import inflight_chunks, stage_layers
+from genconf.plan.pipeline import chunk_layers, inflight_chunks, stage_layers
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 GIB = 2**30
@@ -37,10 +37,13 @@ peak: blocks freed by initialisation (DeepSpeed/FSDP flattening), by the optimiz
 each micro-batch's activations are split and cached, and later, differently sized requests cannot all reuse
 them. Fitted to the published per-GPU memory (BLOOM's nvidia-smi readings: median |error| 4%; torchtitan's
 max reserved), none of which set expandable segments."""
-UNRELEASABLE_FRACTION = 0.10
+UNRELEASABLE_FRACTION = 0.03
 """Of that slack, what a plan must still budget for: before it reports out-of-memory PyTorch frees its cached
 blocks and retries (CUDACachingAllocator: release_cached_blocks on a failed cudaMalloc), so only blocks split by
-tensors that are still live stay lost to fragmentation (an allowance: about a tenth of the live bytes)."""
+tensors that are still live stay lost to fragmentation. An upper bound from runs that fit: the largest allowance
+under which every published configuration still fits as it ran (Megatron-Bridge's Llama 3 70B FP8 on 64 GB200,
+Megatron-FSDP with 40 layers offloaded and PyTorch's default allocator, is 96.9% of the GPU in live bytes:
+benchmarks/results/accuracy.md, "as configured"); 0.10 before that evidence. It caps both allocators'."""
 EXPANDABLE_FRAGMENTATION_FRACTION = 0.05
 """Same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (genconf's launch scripts set it): segments grow
 in place and freed blocks are reused, so only block rounding and a few cached blocks remain (an allowance, not
@@ -207,8 +210,7 @@ def _groups(model: ModelSpec, plan: ParallelPlan, stage: int, expert: bool) -> l
     rest = [(n, c) for n, c, t in held if not (c == layer_copies and t.name.startswith(("input_", "self_", "pre_", "mlp")))]
     layer = [(n, 1) for n, _ in in_layer]
     if plan.framework == "megatron":
-        per_chunk = layer_copies // plan.vp
-        chunks = [[(n, per_chunk) for n, _ in layer] for _ in range(plan.vp)]
+        chunks = [[(n, per_chunk) for n, _ in layer] for per_chunk in chunk_layers(model.num_layers, plan, stage)]
         first = [(n, c) for n, c, t in held if "embedding" in t.name and (stage == 0 or "word" not in t.name)]
         last = [(n, c) for n, c, t in held if not t.name.startswith(("input_", "self_", "pre_", "mlp", "embedding"))]
         if stage == 0:
@@ -250,18 +252,18 @@ SelfAttention adds linear_qkv): the order of model.parameters(), which the gradi
 
 def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, expert: bool) -> int:
     """Real parameter elements in the busiest data-parallel rank's range of every buffer of this stage."""
-    return _megatron_shard_cached(model, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, stage_layers(model.num_layers, plan)[stage],
+    return _megatron_shard_cached(model, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp,
+                                  chunk_layers(model.num_layers, plan, stage),
                                   stage == 0, stage == plan.pp - 1, vocab_rows(model, plan), d, expert)
 
 
 @functools.lru_cache(maxsize=4096)
-def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int, vp: int, stage_layer_count: int,
+def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int, vp: int, chunks: tuple[int, ...],
                            first: bool, last: bool, rows: int, d: int, expert: bool) -> int:
     megatron_model = as_built_by_megatron(model)
     layer = sorted(layer_tensors(megatron_model, True),
                    key=lambda t: next(i for i, m in enumerate(MEGATRON_LAYER_ORDER) if t.name.startswith(m)))
     layer = [t.numel_per_rank(tp, ep, etp) for t in layer if t.expert == expert]
-    layers = stage_layer_count // vp
     shared = model.tie_embeddings and pp > 1
     align_end = math.lcm(d, 128)
     bucket_size = max(40_000_000, 1_000_000 * d)  # DistributedDataParallel's default with the distributed optimizer
@@ -278,7 +280,7 @@ def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int
     block_end = end
     total_width = 0
     deficit: dict[int, int] = {}  # padding elements inside rank r's ranges
-    for chunk in range(vp):
+    for chunk, layers in enumerate(chunks):
         head: list[tuple[int, bool]] = []  # (elements, own bucket) laid out before the layers (walking backwards)
         tail: list[tuple[int, bool]] = []
         if not expert and last and chunk == vp - 1:
@@ -364,6 +366,14 @@ QUANT_WEIGHT_BYTES = {"delayed": (1.0, 1.0), "current": (1.0, 1.0), "blockwise":
 reads, column-wise/transposed copy the data gradient reads). FP8 per-tensor: one byte each; blockwise adds an
 fp32 scale per 128x128 block; MXFP8 an E8M0 scale per 32 values; NVFP4 4-bit values with an FP8 scale per 16."""
 
+FSDP_GRAD_BUCKETS = "Megatron-FSDP unsharded gradient buckets"
+
+PER_TENSOR_RECIPES = ("delayed", "current")
+"""Recipes whose column-wise copy is the transpose of the row-wise one under the same scale: where the GPU's FP8
+GEMMs take either layout (Blackwell), Transformer Engine keeps only the row-wise data (quantizer.cpp,
+Float8Quantizer / Float8CurrentScalingQuantizer: with_transpose = columnwise && !nvte_is_non_tn_fp8_gemm_supported).
+Blockwise, MXFP8 and NVFP4 scale along one direction, so their column-wise copy is quantized apart."""
+
 QUANT_ACTIVATION_BYTES = {"delayed": 1.0, "current": 1.0, "blockwise": 1.0 + 4 / 128, "mxfp8": 1.0 + 1 / 32,
                           "nvfp4": 0.5 + 1 / 16}
 """Bytes per element of a GEMM input that Transformer Engine saves for the weight gradient, per recipe (the
@@ -371,21 +381,23 @@ quantized copy instead of the BF16 tensor: blockwise keeps an fp32 scale per 1x1
 
 
 def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int,
-                  pp_stage: int = 0) -> tuple[int, int, int, list[tuple[str, int]], int]:
+                  pp_stage: int = 0, *, fp8_any_layout: bool = False) -> tuple[int, int, int, list[tuple[str, int]], int]:
     """(params, grads, optimizer, other, step_transient) bytes for one rank holding `rp` and `layers`
-    transformer layers. step_transient: what exists only during the optimizer step (activations are gone)."""
+    transformer layers. step_transient: what exists only during the optimizer step (activations are gone).
+    fp8_any_layout: the GPU's FP8 GEMMs take either layout (GPUSpec.fp8_gemm_any_layout)."""
     # Model states do not depend on the micro-batch, the batch or recompute: one computation per layout.
     key = (model, rp, layers, pp_stage, plan.framework, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, plan.dp, plan.cp,
            plan.zero_stage, plan.shard_group_size, plan.precision, plan.quant_recipe, plan.fp8_param_gather,
            plan.precision_aware_optimizer,
            plan.grad_bytes, plan.layer_spec, plan.offload_optimizer, plan.offload_params,
            stage_layers(model.num_layers, plan),
-           plan.seq_length if model.position_embedding == "learned" else 0)
+           plan.seq_length if model.position_embedding == "learned" else 0, fp8_any_layout)
     hit = _MODEL_STATES.get(key)
     if hit is None:
         if len(_MODEL_STATES) > 16384:
             _MODEL_STATES.clear()
-        params, grads, optimizer, other, step = _model_states_uncached(model, plan, rp, layers, pp_stage)
+        params, grads, optimizer, other, step = _model_states_uncached(model, plan, rp, layers, pp_stage,
+                                                                       fp8_any_layout)
         hit = _MODEL_STATES[key] = (params, grads, optimizer, tuple(other), step)
     params, grads, optimizer, other, step = hit
     return params, grads, optimizer, list(other), step
@@ -395,7 +407,8 @@ _MODEL_STATES: dict[tuple, tuple] = {}
 
 
 def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int,
-                           pp_stage: int = 0) -> tuple[int, int, int, list[tuple[str, int]], int]:
+                           pp_stage: int = 0, fp8_any_layout: bool = False
+                           ) -> tuple[int, int, int, list[tuple[str, int]], int]:
     other: list[tuple[str, int]] = []
     shard: int | None = None
     step_transient = 0
@@ -419,8 +432,13 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
             # fp32 params + fp32 grads: 16 bytes, or 8 + 8/d (same table): no separate master copy.
             param_bytes, opt_bytes = 4.0, 8
         recipe = plan.quant_recipe
+        gathered_row = 2.0  # bytes per matmul weight element Megatron-FSDP all-gathers
         if recipe is not None and plan.layer_spec == "te":
             row, col = QUANT_WEIGHT_BYTES[recipe]
+            if plan.fp8_param_gather:
+                gathered_row = row  # the quantized row-wise data is what is sharded and gathered
+            if fp8_any_layout and recipe in PER_TENSOR_RECIPES:
+                col = 0.0  # the data gradient reads the row-wise copy (TE quantizer.cpp: no transpose allocated)
             gemm = rp.gemm
             if plan.zero_stage >= 3:
                 # Megatron-FSDP keeps only the gathered units' quantized copies (two layers and the root).
@@ -431,11 +449,13 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
                 # TE fp8 model params: the matmul weights are stored quantized (row-wise); the column-wise copy
                 # the data gradient needs is cached beside them. No BF16 copy of those weights.
                 param_bytes_total = 2.0 * (rp.total - rp.gemm) + row * rp.gemm
-                other.append((f"{recipe} column-wise weight copies (TE)", int(col * gemm)))
+                if col:
+                    other.append((f"{recipe} column-wise weight copies (TE)", int(col * gemm)))
             else:
                 # BF16 weights, and TE's quantized copies kept across the micro-batches of a step.
                 param_bytes_total = 2.0 * rp.total
-                other.append((f"{recipe} weight copies (TE, row- and column-wise)", int((row + col) * gemm)))
+                copies = "row- and column-wise" if col else "row-wise; FP8 GEMMs take either layout"
+                other.append((f"{recipe} weight copies (TE, {copies})", int((row + col) * gemm)))
         else:
             param_bytes_total = param_bytes * rp.total
         fsdp3 = plan.zero_stage >= 3
@@ -446,10 +466,13 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
             # Megatron-FSDP: each layer's gradients are reduce-scattered from an unsharded bucket, and under
             # optim_grads_params its parameters are all-gathered into a double buffer (--fsdp-double-buffer).
             unit = rank_params_block(model, plan)
-            other.append(("Megatron-FSDP unsharded gradient buckets (2 layers)", int(2 * grad_bytes * unit)))
+            other.append((f"{FSDP_GRAD_BUCKETS} (2 layers)", int(2 * grad_bytes * unit)))
             if fsdp3:
                 root = rp.total - layers * unit
-                other.append(("Megatron-FSDP gathered parameters (root + 2 layers)", int(2 * (root + 2 * unit))))
+                unit_gemm = sum(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp)
+                                for t in layer_tensors(as_built_by_megatron(model), True) if t.gemm_weight)
+                layer_bytes = 2.0 * (unit - unit_gemm) + gathered_row * unit_gemm
+                other.append(("Megatron-FSDP gathered parameters (root + 2 layers)", int(2 * root + 2 * layer_bytes)))
         elif plan.grad_bytes == 2 and plan.distributed_optimizer and not plan.precision_aware_optimizer:
             # The optimizer step upcasts this rank's shard of the bf16 gradients to fp32.
             step_transient = sharded(4, True)
@@ -768,10 +791,13 @@ def offload_bytes_per_layer(model: ModelSpec, plan: ParallelPlan) -> float:
     return layer_activation_bytes(model, plan, recompute="none" if plan.recompute == "full" else None)
 
 
-def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemory:
+def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_layout: bool = False) -> StageMemory:
+    """One pipeline stage's memory per GPU. fp8_any_layout: the GPU's FP8 GEMMs take either operand layout
+    (GPUSpec.fp8_gemm_any_layout; False prices Hopper's transposed copies)."""
     layers = stage_layers(model.num_layers, plan)[stage]
     rp = rank_params(model, plan, stage)
-    params, grads, optimizer, other, step_transient = _model_states(model, plan, rp, layers, stage)
+    params, grads, optimizer, other, step_transient = _model_states(model, plan, rp, layers, stage,
+                                                                    fp8_any_layout=fp8_any_layout)
     chunks = inflight_chunks(plan, stage)
     # Each in-flight chunk holds layers/vp layers; Korthikanti 2022 eq. 5 for the first stage.
     per_chunk_layers = layers / plan.vp
@@ -785,17 +811,24 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageMemor
     activations = per_chunk * chunks
     named = list(other)
     if plan.offload_activation_layers and plan.pp == 1:
-        # TE CPU offload: the offloaded layers' activations leave the GPU after their forward; two layers'
-        # worth of staging buffers stay (one going out, one coming back).
+        # TE CPU offload: the offloaded layers' activations leave the GPU after their forward, each layer's copy
+        # synchronised before a later layer's so that activation memory stays (layers - offloaded) x one layer's
+        # (transformer_engine/pytorch/cpu_offload.py, get_cpu_offload_context).
         offloaded = min(plan.offload_activation_layers, layers)
         layer_bytes = offload_bytes_per_layer(model, plan)
         activations -= offloaded * layer_bytes * chunks
-        named.append(("activation offload staging buffers (2 layers)", int(2 * layer_bytes)))
     first_chunks = min(plan.num_microbatches, plan.pp) if plan.pp > 1 else 1
     saved, transient = _stage_extras(model, plan, stage, first_chunks, chunks)
     activations = max(0.0, activations) + saved
     transient_bytes = sum(b for _, b in transient)
     named += [(name, int(b)) for name, b in transient]
+    if plan.megatron_fsdp and stage == plan.pp - 1:
+        # Megatron-FSDP's unsharded gradient buckets exist only in the backward of the layers, after the output
+        # layer's backward has freed the loss's fp32 buffer and the logits: the two peaks do not add up.
+        d = _dims(model, plan)
+        loss = 4.0 * d.n * vocab_rows(model, plan) / d.t + sum(b for n, b in transient if "logits" in n)
+        named = [(n, int(max(0.0, b - loss)) if n.startswith(FSDP_GRAD_BUCKETS) else b) for n, b in named]
+        named = [(n, b) for n, b in named if b or not n.startswith(FSDP_GRAD_BUCKETS)]
     if step_transient > activations + transient_bytes:
         # The optimizer step's fp32 gradients outgrow the activations, which are free by then.
         named.append(("optimizer-step fp32 gradients beyond the activation peak",
@@ -818,7 +851,8 @@ def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> Memo
         stages = _layout_stages_to_check(stage_layers(model.num_layers, plan))
     else:
         stages = _stages_to_check(plan.pp, plan.uneven_pipeline)
-    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i) for i in stages),
+    any_layout = cluster.gpu.fp8_gemm_any_layout
+    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i, fp8_any_layout=any_layout) for i in stages),
                           capacity_bytes=int(cluster.gpu.hbm_gib * GIB))
 
 

@@ -150,6 +150,26 @@ def stage_layers(num_layers: int, plan: ParallelPlan) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def chunk_layers(num_layers: int, plan: ParallelPlan, stage: int) -> tuple[int, ...]:
+    """Layers of each of pipeline rank `stage`'s vp model chunks, in chunk order (megatron-core
+    get_transformer_layer_offset / the layout's stages chunk * pp + stage). With the embedding or loss counted
+    as a layer, the first chunk of the first rank and the last chunk of the last rank hold one layer less."""
+    pp, vp = plan.pp, plan.vp
+    if plan.pp_layout is not None and pp > 1:
+        counts = parse_layout(plan.pp_layout)
+        return tuple(counts[chunk * pp + stage] for chunk in range(vp))
+    total = stage_layers(num_layers, plan)[stage]
+    if plan.pp_embedding_as_layer or plan.pp_loss_as_layer:
+        per_chunk = (num_layers + int(plan.pp_embedding_as_layer) + int(plan.pp_loss_as_layer)) // (pp * vp)
+        chunks = [per_chunk] * vp
+        if stage == 0 and plan.pp_embedding_as_layer:
+            chunks[0] -= 1
+        if stage == pp - 1 and plan.pp_loss_as_layer:
+            chunks[-1] -= 1
+        return tuple(chunks)
+    return tuple([total // vp] * vp)
+
+
 def inflight_chunks(plan: ParallelPlan, stage: int) -> int:
     """Model-chunk forward passes whose activations stage `stage` holds at its peak.
 

@@ -256,6 +256,13 @@ class GPUSpec:
         """Microscaled FP8 (blocks of 32) needs Blackwell tensor cores."""
         return self.arch == "blackwell"
 
+    @property
+    def fp8_gemm_any_layout(self) -> bool:
+        """FP8 GEMMs take either operand layout, so per-tensor-scaled FP8 tensors need no transposed copy:
+        Transformer Engine's nvte_is_non_tn_fp8_gemm_supported (compute capability 10.x-11.x, the datacenter
+        Blackwell parts in this catalog); Hopper's FP8 GEMMs are TN-only."""
+        return self.arch == "blackwell"
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ClusterSpec:

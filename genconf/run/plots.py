@@ -82,7 +82,7 @@ def memory_rows(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> l
     rounds them, with the GPU's capacity and the plan's limit (capacity less the 5% headroom)."""
     capacity = int(cluster.gpu.hbm_gib * GIB)
     usable = int(capacity * (1 - HEADROOM_FRACTION))
-    stages = [stage_memory(model, plan, i) for i in range(plan.pp)]
+    stages = [stage_memory(model, plan, i, fp8_any_layout=cluster.gpu.fp8_gemm_any_layout) for i in range(plan.pp)]
     peak = max(stages, key=lambda s: s.total_bytes).stage
     rows = []
     for s in stages:

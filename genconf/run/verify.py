@@ -148,6 +148,14 @@ def check_model_states(rows: list[dict]) -> Check:
     if bad:
         n, m, p = bad[0]
         return Check("model states", "fail", f"{n}: measured {m:,} bytes vs planned {p:,}", m, p)
+    # Each pipeline stage against its own plan (runs before this field kept only the maxima over ranks).
+    off = [(n, first.get(key, 0)) for n, key in (("params", "param_bytes_off_by"),
+                                                 ("optimizer", "optimizer_bytes_off_by"))]
+    off = [(n, b) for n, b in off if b]
+    if off:
+        n, b = off[0]
+        return Check("model states", "fail", f"{n}: a pipeline stage's measured bytes differ from its own plan by "
+                                             f"{b:,} bytes (the maxima over ranks agree)", b, 0)
     return Check("model states", "pass", f"params {pairs[0][1]:,} and optimizer {pairs[1][1]:,} bytes per GPU: "
                                          "equal to the memory model", pairs[0][1], pairs[0][2])
 

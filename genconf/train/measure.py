@@ -69,17 +69,29 @@ def optimizer_bytes(optimizer) -> int:
 
 def first_step_memory(model, optimizer, cfg, d) -> dict:
     """Measured parameter and optimizer bytes on this rank, next to the planner's, reduced to rank 0 as the
-    maximum over ranks (the busiest rank is what the planner's peak stage describes)."""
+    maximum over ranks (the busiest rank is what the planner's peak stage describes), and per pipeline stage the
+    difference between its busiest rank and its own plan (the largest over stages: a stage the maxima hide still
+    shows; ranks of one stage may hold less than its busiest, which the plan prices, through shard padding)."""
     from genconf.train import collectives
 
     module = getattr(model, "module", model)
     stage = _pipeline_stage(cfg)
     planned = memory.stage_memory(cfg.model, cfg.plan, stage)
-    # One float64 buffer on the run's device (NCCL reduces device tensors only); exact below 2**53 bytes.
-    values = collectives.max_over_ranks([param_bytes(module), optimizer_bytes(optimizer), planned.params_bytes,
-                                         planned.optimizer_bytes], d)
-    return {"measured_param_bytes": int(values[0]), "measured_optimizer_bytes": int(values[1]),
-            "planned_param_bytes": int(values[2]), "planned_optimizer_bytes": int(values[3])}
+    mine = [param_bytes(module), optimizer_bytes(optimizer), planned.params_bytes, planned.optimizer_bytes]
+    # One float64 buffer on the run's device (NCCL reduces device tensors only); exact below 2**53 bytes. Slot
+    # `stage` of each quantity holds this rank's value, the others 0: the maximum over ranks is each stage's.
+    pp = cfg.plan.pp
+    per_stage = [0.0] * (4 * pp)
+    for i, value in enumerate(mine):
+        per_stage[i * pp + stage] = float(value)
+    values = collectives.max_over_ranks(per_stage, d)
+    stages = [[values[i * pp + s] for i in range(4)] for s in range(pp)]
+    return {"measured_param_bytes": int(max(s[0] for s in stages)),
+            "measured_optimizer_bytes": int(max(s[1] for s in stages)),
+            "planned_param_bytes": int(max(s[2] for s in stages)),
+            "planned_optimizer_bytes": int(max(s[3] for s in stages)),
+            "param_bytes_off_by": int(max(abs(s[0] - s[2]) for s in stages)),
+            "optimizer_bytes_off_by": int(max(abs(s[1] - s[3]) for s in stages))}
 
 
 def _pipeline_stage(cfg) -> int:

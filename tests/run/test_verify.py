@@ -29,3 +29,13 @@ def test_below_the_interval_fails_even_inside_the_old_band():
     fixed = checks({"tokens_per_s_per_gpu": 70_000.0, "peak_mem_gib": 32.0})
     assert fixed["throughput"].status == "pass" and "within band" in fixed["throughput"].detail
     assert fixed["peak memory"].status == "pass" and "limit 35.20 GiB" in fixed["peak memory"].detail
+
+
+def test_model_states_fail_where_one_stage_differs_from_its_own_plan():
+    # The maxima over ranks agree (the busiest stage matches), but another pipeline stage's bytes differ from its
+    # own plan: the per-stage difference carries it.
+    row = {"measured_param_bytes": 1000, "planned_param_bytes": 1000, "measured_optimizer_bytes": 600,
+           "planned_optimizer_bytes": 600, "param_bytes_off_by": 0, "optimizer_bytes_off_by": 48}
+    check = verify.check_model_states([row])
+    assert check.status == "fail" and "optimizer" in check.detail and "48" in check.detail
+    assert verify.check_model_states([{**row, "optimizer_bytes_off_by": 0}]).status == "pass"

@@ -142,6 +142,7 @@ def test_run_trains_and_verifies(runs, name):
     assert checks["model states"]["status"] == "pass", checks["model states"]
     assert rows[0]["measured_param_bytes"] == rows[0]["planned_param_bytes"] > 0
     assert rows[0]["measured_optimizer_bytes"] == rows[0]["planned_optimizer_bytes"] > 0
+    assert rows[0]["param_bytes_off_by"] == rows[0]["optimizer_bytes_off_by"] == 0  # every pipeline stage, its own plan
     assert checks["throughput"]["status"] == "n/a"  # CPU run: the prediction is for the plan's GPU
     for file in ("config.json", "versions.json", "seed"):
         assert (run / file).is_file()
