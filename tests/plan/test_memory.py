@@ -213,3 +213,70 @@ def test_torchtitan_loss_parallel_peak():
     assert "recomputed layer during backward" not in other  # it comes after the loss, and is smaller
     for measured_gib in (71.9, 67.6):
         assert peak.reserved_bytes / 2**30 == pytest.approx(measured_gib, rel=0.10)
+
+
+# --- what the modern stack keeps (issue 12: memory the way the frameworks allocate it) ----------------------
+
+LLAMA405 = resolve_model("llama3.1-405b")[0]
+
+
+def _fp8_plan(**kw) -> ParallelPlan:
+    base = dict(framework="megatron", tp=4, pp=16, vp=4, dp=4, mbs=1, gbs=1536, seq_length=8192, zero_stage=1,
+                precision="fp8", fp8_recipe="current", fp8_param_gather=True, grad_dtype="bf16",
+                pp_embedding_as_layer=True, pp_loss_as_layer=True)
+    return ParallelPlan(**{**base, **kw})
+
+
+def test_per_tensor_fp8_keeps_no_transposed_weight_copy_where_fp8_gemms_take_either_layout():
+    # Transformer Engine allocates the transpose only where FP8 GEMMs are TN-only (Hopper): one byte per matmul
+    # weight element on the H100, none on Blackwell; MXFP8's column-wise copy is quantized apart and stays.
+    plan = _fp8_plan()
+    hopper = stage_memory(LLAMA405, plan, 1)
+    blackwell = stage_memory(LLAMA405, plan, 1, fp8_any_layout=True)
+    gemm = rank_params(LLAMA405, plan, 1).gemm
+    assert dict(hopper.other)["current column-wise weight copies (TE)"] == gemm
+    assert "current column-wise weight copies (TE)" not in dict(blackwell.other)
+    assert hopper.allocated_bytes - blackwell.allocated_bytes == gemm
+    mx = _fp8_plan(fp8_recipe="mxfp8")
+    assert (stage_memory(LLAMA405, mx, 1).allocated_bytes
+            == stage_memory(LLAMA405, mx, 1, fp8_any_layout=True).allocated_bytes)
+    assert resolve_cluster("gb200-nvl72").gpu.fp8_gemm_any_layout and not resolve_cluster("dgx-h100").gpu.fp8_gemm_any_layout
+
+
+def test_optimizer_shard_counts_each_virtual_chunks_own_layers():
+    # Llama 3.1 405B, pp 16 x vp 4 with the embedding and loss counted as layers (Megatron-Bridge's recipe): rank 0
+    # holds chunks of 1, 2, 2, 2 layers plus the embedding, a middle rank 2, 2, 2, 2. The distributed optimizer's
+    # shard is about (layers x a layer's parameters + the embedding) / dp x 10 bytes (bf16 moments) on both.
+    from genconf.plan.pipeline import chunk_layers
+
+    plan = _fp8_plan(precision_aware_optimizer=True)
+    assert chunk_layers(LLAMA405.num_layers, plan, 0) == (1, 2, 2, 2)
+    assert chunk_layers(LLAMA405.num_layers, plan, 1) == (2, 2, 2, 2)
+    assert chunk_layers(LLAMA405.num_layers, plan, 15) == (2, 2, 2, 1)
+    for stage in (0, 1, 15):
+        held = rank_params(LLAMA405, plan, stage).total
+        got = stage_memory(LLAMA405, plan, stage).optimizer_bytes
+        assert got == pytest.approx(10 * held / plan.dp, rel=0.01), stage
+
+
+def test_activation_offload_keeps_the_layers_not_offloaded():
+    # TE's default synchroniser: activation memory is (layers - offloaded) x one layer's (cpu_offload.py).
+    model = resolve_model("llama3-70b")[0]
+    plan = ParallelPlan(framework="megatron", tp=1, pp=1, dp=64, mbs=2, gbs=256, seq_length=8192, zero_stage=3,
+                        precision="fp8", fp8_recipe="current", fp8_param_gather=True, grad_dtype="bf16")
+    kept = stage_memory(model, plan, 0)
+    off = stage_memory(model, plan.replace(offload_activation_layers=40), 0)
+    layer = layer_activation_bytes(model, plan)
+    assert kept.activations_bytes - off.activations_bytes == pytest.approx(40 * layer, abs=2)
+    assert not any("staging" in name for name, _ in off.other)
+
+
+def test_megatron_fsdp_gradient_buckets_wait_for_the_loss_buffers_to_go():
+    # The unsharded gradient buckets exist in the layers' backward, after the output layer's backward freed the
+    # loss's fp32 buffer and logits: the last stage budgets the larger of the two, not their sum.
+    model = resolve_model("llama3-70b")[0]
+    plan = ParallelPlan(framework="megatron", tp=1, pp=1, dp=64, mbs=2, gbs=256, seq_length=8192, zero_stage=3,
+                        precision="fp8", fp8_recipe="current", fp8_param_gather=True, grad_dtype="bf16")
+    other = dict(stage_memory(model, plan, 0).other)
+    assert not any(name.startswith("Megatron-FSDP unsharded gradient buckets") for name in other)
+    assert "bf16 logits before the fp32 loss" in other
