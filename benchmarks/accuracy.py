@@ -59,7 +59,13 @@ def pins_for(run: Run) -> Pins | None:
     return Pins(framework=p.framework if p.framework != "megatron" else "megatron", tp=p.tp, pp=p.pp,
                 vp=None if "vp" in run.unknown else p.vp, cp=p.cp, ep=p.ep, etp=p.etp,
                 mbs=None if "mbs" in run.unknown else p.mbs, gbs=p.gbs, seq_length=p.seq_length,
-                zero_stage=None if run.file.startswith(("nemo", "megatron_bridge")) else p.zero_stage,
+                zero_stage=None if run.file.startswith(("nemo", "megatron_bridge")) and not run.configured
+                else p.zero_stage,
+                # A row whose benchmark config is known (bridge_dense_recipes.csv) is typed as it ran: its recompute,
+                # CPU activation offload and FP8 parameter gather too.
+                recompute_layers=p.recompute_layers if run.configured else None,
+                offload_activation_layers=p.offload_activation_layers if run.configured else None,
+                fp8_param_gather=p.fp8_param_gather if run.configured else None,
                 recompute=None if "recompute" in run.unknown else p.recompute, precision=p.precision,
                 fp8_recipe=p.fp8_recipe, layer_spec=p.layer_spec,
                 tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
@@ -311,6 +317,9 @@ FIT_GRID = {
     ("all", "step_overhead_s"): [0.0, 0.01, 0.02, 0.05],
     ("all", "dp_overlap_efficiency"): [0.5, 0.7, 0.9],
     ("all", "ring_hop_latency_s"): [2e-6, 5e-6, 1e-5, 2e-5, 4e-5],
+    # What offload copies reach of the CPU-GPU link: identified by the rows whose config offloads activations
+    # (benchmarks/bridge_dense_recipes.csv: Megatron-FSDP with 20-95 layers offloaded on GB200/GB300).
+    ("all", "host_link_efficiency"): [0.4, 0.5, 0.6, 0.7, 0.85, 1.0],
 }
 MOE_FIT_GRID = {
     # The host time of dropless MoE layers (genconf.plan.cost.Calibration.moe_host_ops*): fitted on the MoE rows alone,

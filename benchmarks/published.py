@@ -44,6 +44,52 @@ def bridge_moe_recipe(index: int) -> dict | None:
     row = _bridge_moe_recipes().get(index)
     return row if row is not None and row["layout_matches_row"].startswith("yes") else None
 
+BRIDGE_DENSE_RECIPES = Path(__file__).resolve().parent / "bridge_dense_recipes.csv"
+"""Per dense row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
+(the same mapping as bridge_moe_recipes.csv), the workload preset and builder that ran it, whether the preset's
+layout matches the row, and the memory and speed settings it used after every override (recompute, CPU activation
+offload, Megatron-FSDP, CUDA graphs, TP communication overlap, the pipeline split, FP8 parameter gather), each with
+the ref:path:line it was read from."""
+
+
+@functools.cache
+def _bridge_dense_recipes() -> dict[int, dict]:
+    with open(BRIDGE_DENSE_RECIPES) as f:
+        return {int(r["row"]): r for r in csv.DictReader(f)}
+
+
+def bridge_dense_recipe(index: int) -> dict | None:
+    """The settings of megatron_bridge_perf_summary.csv's dense row `index`, where its preset's layout matches."""
+    row = _bridge_dense_recipes().get(index)
+    return row if row is not None and row["layout_matches_row"].startswith("yes") else None
+
+
+def dense_recipe_fields(recipe: dict) -> dict:
+    """ParallelPlan fields of a bridge_dense_recipes.csv row: recompute as configured (megatron-core's default: none),
+    CPU activation offload, Megatron-FSDP (genconf's megatron zero 3) or the distributed optimizer, TP overlap, FP8
+    parameter gather and CUDA graphs."""
+    granularity = recipe["recompute_granularity"] or "none"
+    layers = int(recipe["recompute_num_layers"]) if recipe["recompute_num_layers"] else None
+    fields = dict(recompute=granularity, recompute_layers=layers if granularity == "full" else None,
+                  offload_activation_layers=int(recipe["cpu_offloading_num_layers"] or 0),
+                  zero_stage=3 if recipe["use_megatron_fsdp"] == "true" else 1,
+                  tp_comm_overlap=recipe["tp_comm_overlap"] == "true")
+    if recipe["fp8_param_gather"]:
+        fields["fp8_param_gather"] = recipe["fp8_param_gather"] == "true"
+    if recipe["account_for_embedding"] == "true" or recipe["account_for_loss"] == "true":
+        fields.update(pp_embedding_as_layer=recipe["account_for_embedding"] == "true",
+                      pp_loss_as_layer=recipe["account_for_loss"] == "true")
+    impl, scope = recipe["cuda_graph_impl"], recipe["cuda_graph_scope"]
+    if impl == "local" and scope == "full_iteration":
+        fields.update(cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))
+    elif impl == "local":
+        fields.update(cuda_graph_impl="local", cuda_graph_scope=())  # the legacy enable_cuda_graph: whole layers
+    elif impl == "transformer_engine":
+        fields.update(cuda_graph_impl="transformer_engine",
+                      cuda_graph_scope=tuple(re.findall(r"[a-z_]+", scope)))
+    return fields
+
+
 def _cuda_graphs(recipe: dict | None) -> dict:
     """ParallelPlan's CUDA graph fields from a bridge_moe_recipes.csv row (its config's cuda_graph_impl/scope)."""
     if recipe is None or recipe["cuda_graph_impl"] == "none":
@@ -92,6 +138,8 @@ class Run:
     framework_label: str = ""
     """The stack that ran it (Megatron-LM, NeMo/Megatron-Bridge, Megatron-DeepSpeed, torchtitan)."""
     task: str = "pretrain"
+    configured: bool = False
+    """The row's benchmark config is known in full (bridge_dense_recipes.csv): its memory settings are typed too."""
 
     @property
     def generation(self) -> str:
@@ -375,9 +423,12 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         if pp > 1 and file in ("megatron_narayanan2021.csv", "megatron_core_h100_2024.csv") + NVIDIA_FILES:
             unknown.append("vp")
     recompute = _recompute(row["recompute"])
+    dense_recipe = (bridge_dense_recipe(int(label.rsplit("#", 1)[1]))
+                    if file == "megatron_bridge_perf_summary.csv" and not model.is_moe else None)
     if recompute is None:
-        unknown.append("recompute")
-        recompute = "selective" if file not in NVIDIA_FILES else "none"
+        if dense_recipe is None:
+            unknown.append("recompute")
+        recompute = "selective" if file not in NVIDIA_FILES else "none"  # a known config sets it below
     local = re.search(r"local batch size (\d+)", row["notes"])
     gbs = _int(row["gbs"]) or (int(local.group(1)) * dp if local else mbs * dp)
     precision, fp8_recipe = _precision(row, file, cluster.gpu.arch)
@@ -425,11 +476,22 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
         moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
         **_cuda_graphs(recipe))
+    if dense_recipe is not None:
+        # The dense row's benchmark config, as it ran (benchmarks/bridge_dense_recipes.csv).
+        fields = dense_recipe_fields(dense_recipe)
+        if tp == 1:
+            fields["tp_comm_overlap"] = False
+        if pp == 1:  # megatron applies the split settings only to a pipeline
+            fields.pop("pp_embedding_as_layer", None)
+            fields.pop("pp_loss_as_layer", None)
+        plan = replace(plan, **fields)
+        notes.append(f"as configured: {dense_recipe['bridge_ref']} {dense_recipe['config_name'].split(' ')[0]}")
     if recipe is not None and recipe["moe_a2a_overlap"] == "on":
         notes.append(f"EP all-to-all overlap on ({recipe['bridge_ref']} {recipe['config_name']})")
     if plan.cuda_graph_impl != "none":
+        source = recipe or dense_recipe
         notes.append(f"CUDA graphs {plan.cuda_graph_impl} {' '.join(plan.cuda_graph_scope) or 'whole layers'} "
-                     f"({recipe['bridge_ref']} {recipe['config_name']})"
+                     f"({source['bridge_ref']} {source['config_name'].split(' ')[0]})"
                      + ("; beside the EP overlap this needs megatron-core 0.18+: evaluated with the rules off"
                         if plan.moe_ep_overlap and plan.cuda_graph_impl == "local" else ""))
     if file == "megatron_bridge_perf_summary.csv" and row["model"] == "GPT OSS 120B" and row["notes"].startswith("26.06.01"):
@@ -461,4 +523,4 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     return Run(source=row["source"][:90], file=file, label=label, model=model, cluster=cluster, plan=plan,
                measured_tokens_per_s_per_gpu=tokens, measured_mem_gib=mem, unknown=tuple(unknown), notes=notes,
                group=_group(row, file), precision_label=row["precision"].split(" (")[0][:24],
-               framework_label=_framework_label(file, row), task=task), ""
+               framework_label=_framework_label(file, row), task=task, configured=dense_recipe is not None), ""

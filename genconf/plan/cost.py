@@ -73,6 +73,10 @@ class Calibration:
     """NCCL bus bandwidth over NVLink as a fraction of one-way link bandwidth."""
     ib_efficiency: float = 0.85
     """NCCL bus bandwidth over InfiniBand as a fraction of the NIC rate."""
+    host_link_efficiency: float = 0.85
+    """Fraction of the CPU-GPU link (ClusterSpec.host_link_gbyte_per_s_per_gpu) that offload copies to and from
+    pinned host memory reach (the link's protocol overhead, and on Grace-Blackwell the CPU memory both GPUs of a
+    superchip share)."""
     collective_latency_s: float = 1.5e-5
     """Base start-up cost of one collective (grows with log2 of the group)."""
     ring_hop_latency_s: float = 5.0e-6
@@ -596,7 +600,7 @@ def _optimizer_s(plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, par
     p = params / shard
     if plan.offload_optimizer:
         cpu_gbyte_per_s = 100.0 / cluster.gpus_per_node  # node memory bandwidth shared by its GPUs' CPU Adam
-        link = cluster.host_link_gbyte_per_s_per_gpu
+        link = cluster.host_link_gbyte_per_s_per_gpu * cal.host_link_efficiency
         return p * 36 / (cpu_gbyte_per_s * 1e9) + p * (2 + plan.grad_bytes) / (link * 1e9)
     return _mem_s(cluster.gpu, cal, p * 36 + params * plan.grad_bytes)
 
@@ -671,7 +675,7 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
         recompute_per_layer = 0.0
     layers = stage_layers(model.num_layers, plan)
     offload_bytes = offload_bytes_per_layer(model, plan)
-    link = cluster.host_link_gbyte_per_s_per_gpu * 1e9
+    link = cluster.host_link_gbyte_per_s_per_gpu * cal.host_link_efficiency * 1e9
     stages = []
     per_param = PARAM_BYTES_PER_MICROBATCH[implementation(plan)]
     sharded = plan.zero_stage >= 3 or (plan.framework == "fsdp" and plan.zero_stage >= 2)
@@ -683,7 +687,9 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
         off = off_fwd = 0.0
         if plan.offload_activation_layers:
             # Activations of the offloaded layers stream to the host during the forward and back during the
-            # backward, each direction hidden only behind that pass's compute (TE CPU offload: one copy stream).
+            # backward, each direction hidden only behind that pass's compute (TE CPU offload: one copy stream;
+            # its default synchroniser lets layer i's copy finish as late as layer layers - offloaded + i starts,
+            # and its reload start as early as that layer's backward: cpu_offload.py DefaultOffloadSynchronizer).
             moved = min(plan.offload_activation_layers, count) * offload_bytes / link
             off_fwd = max(0.0, moved - count * layer_gpu["fwd_s"])
             off = off_fwd + max(0.0, moved - count * layer_gpu["bwd_s"])
