@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from published import CATALOG_KEYS, DATA, _family_defaults, _int, _model_key, _precision  # noqa: E402
+from published import (CATALOG_KEYS, DATA, _family_defaults, _int, _model_key, _precision,  # noqa: E402
+                       bridge_dense_recipe, dense_recipe_fields)
 
 from genconf.catalog.clusters import resolve_cluster  # noqa: E402
 from genconf.catalog.hardware import calibration_for  # noqa: E402
@@ -79,11 +80,39 @@ def cases() -> list[dict]:
                 vp = _int(row["vp"]) or (1 if pp == 1 else None)
                 gpus = _int(row["num_gpus"])
                 fsdp = bool(re.search(r"(use_mcore_fsdp=1|FSDP=[1-9])", row["notes"]))
+                ran = _as_configured(file, i, row, tp)
                 out.append({"file": file, "label": f"{row['model']} #{i}", "gpu": cluster.gpu.name, "cluster": cluster,
                             "model": model, "gpus": gpus, "tp": tp, "pp": pp, "vp": vp, "cp": cp,
                             "mbs": _int(row["mbs"]) or 1, "gbs": _int(row["gbs"]), "precision": precision,
-                            "fp8_recipe": recipe, "fsdp": fsdp, "task": task})
+                            "fp8_recipe": recipe, "fsdp": fsdp, "task": task, "as_configured": ran})
     return out
+
+
+def _as_configured(file: str, index: int, row: dict, tp: int) -> dict | None:
+    """The memory and speed settings the row's configuration ran with, as Pins fields, where the data says them:
+    NeMo's recommended configs list recompute, activation offload, Megatron-FSDP and CUDA graphs; a Megatron-Bridge
+    row's preset is read at its release's ref (benchmarks/bridge_dense_recipes.csv, where its layout matches)."""
+    if file == FILES[1]:
+        recipe = bridge_dense_recipe(index)
+        if recipe is None:
+            return None
+        fields = dense_recipe_fields(recipe)
+        fields.pop("pp_embedding_as_layer", None)  # the search splits 126 layers over pp the same way
+        fields.pop("pp_loss_as_layer", None)
+        fields.pop("fp8_param_gather", None)  # the search's default for these recipes (on, as Bridge sets it)
+        if tp == 1:
+            fields["tp_comm_overlap"] = None
+        return fields
+    notes = dict(re.findall(r"(\w+)=([\w./]*)", row["notes"]))
+    layers = re.search(r"recompute_layers=(\d+)", row["recompute"])
+    if row["recompute"] != "none listed" and not (layers and int(layers.group(1)) > 0):
+        return None  # recompute_modules: megatron's per-module selective recompute, not genconf's
+    fields = dict(recompute="full" if layers else "none", recompute_layers=int(layers.group(1)) if layers else None,
+                  offload_activation_layers=int(float(notes.get("activation_offload_layers") or 0)),
+                  zero_stage=3 if notes.get("use_mcore_fsdp") == "1" else 1)
+    if notes.get("cuda_graphs", "0").startswith("1"):
+        fields.update(cuda_graph_impl="local", cuda_graph_scope=())  # NeMo's enable_cuda_graph: whole layers
+    return fields
 
 
 def _key(plan) -> tuple:
@@ -105,6 +134,16 @@ def run_case(c: dict, cal_override: dict | None = None) -> dict:
     res = search(model, cluster, c["gpus"], cal, pinned, keep=1)
     feasible = bool(res.ranked)
     reason = "" if feasible else (str(res.nearest_misses[0].errors[0]) if res.nearest_misses else str(res.rejected))
+    # As it ran: the configuration's own recompute, offload, sharding and graphs typed too (every degree pinned,
+    # so the whole GPU is usable, as it was for the run).
+    ran = c.get("as_configured")
+    ran_ok, ran_reason = None, ""
+    if ran is not None:
+        as_ran = search(model, cluster, c["gpus"], cal,
+                        replace(pinned, megatron_fsdp=ran["zero_stage"] >= 2, **ran), keep=1)
+        ran_ok = bool(as_ran.ranked)
+        ran_reason = "" if ran_ok else (str(as_ran.nearest_misses[0].errors[0]) if as_ran.nearest_misses
+                                        else str(as_ran.rejected))
     # Megatron-FSDP is opt-in (genconf.plan.search.search): where NVIDIA's recipe turned it on
     # (use_mcore_fsdp / FSDP > 0), the user asks for it too (--megatron-fsdp), as the recipe's choice of sharding mode.
     free = search(model, cluster, c["gpus"], cal, Pins(**base, megatron_fsdp=c["fsdp"]), keep=400)
@@ -131,6 +170,7 @@ def run_case(c: dict, cal_override: dict | None = None) -> dict:
         "label": c["label"], "file": c["file"], "gpu": c["gpu"], "gpus": c["gpus"], "task": c["task"],
         "precision": c["fp8_recipe"] or c["precision"], "nvidia": f"tp{c['tp']} pp{c['pp']} vp{c['vp']} cp{c['cp']} mbs{c['mbs']}",
         "pinned_feasible": feasible, "pinned_reason": reason[:200],
+        "as_configured_feasible": ran_ok, "as_configured_reason": ran_reason[:200],
         "rank": rank, "in_top5": rank is not None and rank <= 5, "ranked_layouts": len(order),
         "genconf_best": (f"tp{best.plan.tp} pp{best.plan.pp} vp{best.plan.vp} cp{best.plan.cp} mbs{best.plan.mbs} "
                          f"z{best.plan.zero_stage} {best.plan.recompute}") if best else "-",
@@ -149,7 +189,10 @@ def main() -> int:
     gaps = sorted(r["best_tokens_per_s_per_gpu"] / r["nvidia_tokens_per_s_per_gpu"] - 1 for r in rows
                   if r["best_tokens_per_s_per_gpu"] and r["nvidia_tokens_per_s_per_gpu"])
     within = {f"within_{p}pct": sum(g <= p / 100 for g in gaps) / len(gaps) for p in (3, 5, 10)} if gaps else {}
-    summary = {"layouts": n, "pinned_feasible": feasible, "rejected": n - feasible, "in_top5": top5,
+    known = [r for r in rows if r["as_configured_feasible"] is not None]
+    ran_ok = sum(bool(r["as_configured_feasible"]) for r in known)
+    summary = {"layouts": n, "pinned_feasible": feasible, "rejected": n - feasible,
+               "as_configured": len(known), "as_configured_feasible": ran_ok, "in_top5": top5,
                "in_top5_fraction": top5 / n if n else None, "absent_from_ranked": absent,
                "median_gap_to_best": gaps[len(gaps) // 2] if gaps else None, **within}
     print(json.dumps(summary, indent=1))
@@ -160,6 +203,9 @@ def main() -> int:
              "sequence of a NeMo recommended config or a Megatron-Bridge performance-summary row (dense models, "
              "pre-training and SFT).", "",
              f"- layouts: **{n}**; feasible when pinned: **{feasible}** ({n - feasible} rejected)",
+             f"- with the configuration's own recompute, activation offload, Megatron-FSDP and CUDA graphs typed "
+             f"too (NeMo's recommended configs list them; a Megatron-Bridge row's preset from "
+             f"benchmarks/bridge_dense_recipes.csv): **{ran_ok}** of {len(known)} feasible as they ran",
              f"- NVIDIA's (tp, pp, vp, cp) in genconf's unpinned top 5: **{top5}** ({top5 / max(1, n):.0%}); "
              f"absent from the ranked candidates: {absent}",
              f"- genconf's prediction for NVIDIA's layout against its own best: median gap "
@@ -171,7 +217,8 @@ def main() -> int:
     for r in rows:
         speeds = f"{r['best_tokens_per_s_per_gpu']} / {r['nvidia_tokens_per_s_per_gpu']}"
         lines.append(f"| {r['label']} | {r['gpu']} x {r['gpus']} | {r['precision']} | {r['nvidia']} | "
-                     f"{'ok' if r['pinned_feasible'] else 'REJECTED: ' + r['pinned_reason'][:80]} | "
+                     f"{'ok' if r['pinned_feasible'] else 'REJECTED: ' + r['pinned_reason'][:80]}"
+                     f"{'' if r['as_configured_feasible'] in (None, True) else '; as configured REJECTED: ' + r['as_configured_reason'][:80]} | "
                      f"{r['rank'] or '-'} | {r['genconf_best']} | {speeds} |")
     (RESULTS / "layouts.md").write_text("\n".join(lines) + "\n")
     return 0

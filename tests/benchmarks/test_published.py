@@ -106,6 +106,46 @@ def test_a_config_whose_layout_differs_from_the_row_is_not_used():
     assert bridge_moe_recipe(249)["moe_a2a_overlap"] == "off" and bridge_moe_recipe(4)["moe_a2a_overlap"] == "on"
 
 
+@pytest.mark.parametrize("release, label, zero, recompute, layers, offload", [
+    # Llama 3 70B FP8-CS on 64 GB200 (26.04.01, LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): Megatron-FSDP with 40
+    # layers' activations offloaded, no recompute; on GB300 20 layers.
+    ("26.04.01", "LLAMA3_70B #76", 3, "none", None, 40),
+    ("26.04.01", "LLAMA3_70B #73", 3, "none", None, 20),
+    # MXFP8 on GB300, tp1 pp4 vp5: the distributed optimizer, nothing recomputed (genconf had chosen recompute).
+    ("26.04.01", "LLAMA3_70B #74", 1, "none", None, 0),
+    # Llama 3 8B FP8-CS on 8 H100 (25.11): full recompute of 5 layers (block), the only dense row with recompute.
+    ("25.11", "LLAMA3_8B #259", 1, "full", 5, 0),
+])
+def test_megatron_bridge_dense_rows_carry_their_configs_memory_settings(runs, release, label, zero, recompute,
+                                                                      layers, offload):
+    run = runs[(f"Megatron-Bridge {release[:5]}", label)]
+    p = run.plan
+    assert run.configured and "recompute" not in run.unknown
+    assert (p.zero_stage, p.recompute, p.recompute_layers, p.offload_activation_layers) == (zero, recompute, layers,
+                                                                                             offload)
+
+
+def test_every_dense_configuration_fits_as_it_ran(runs):
+    """Each dense Megatron-Bridge row whose config is known is planned with its own recompute, offload, sharding and
+    graphs (every degree typed, so the whole GPU is usable, as it was for the run): none is rejected."""
+    from accuracy import cals_for, predict
+
+    configured = [r for r in runs.values() if r.configured]
+    assert len(configured) == 83  # 88 preset matches, less the 5 LoRA rows genconf does not plan
+    cals = cals_for(configured)
+    rejected = [(r.label, p.rejected) for r in configured
+                if (p := predict(r, cals[r.cluster.gpu.name])).tokens_per_s_per_gpu is None]
+    assert not rejected
+
+
+def test_a_dense_preset_whose_layout_differs_from_the_row_is_not_used():
+    from published import bridge_dense_recipe
+
+    # Row 236 (405B on 256 GB300, 25.11): v0.2.0 has only 128-GPU presets (Megatron-FSDP with offload).
+    assert bridge_dense_recipe(236) is None
+    assert bridge_dense_recipe(76)["cpu_offloading_num_layers"] == "40"
+
+
 def _nemo_llama_flops_per_token(s, layers, h, heads, kv, ffn, vocab, attention=12.0):
     """NeMo's nemo/utils/flops_formulas.llama3 per token, as it stood before causal masks were counted (NVIDIA-NeMo
     issue #14376): attention term 12 s / h; `attention` = 6 is the causal (halved) count."""
