@@ -419,7 +419,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
 
     # Tensor parallelism: with SP, all-gather before QKV and fc1 and reduce-scatter after proj and fc2
     # (Korthikanti 2022, Sec. 4.2.2); without, two all-reduces. Same volume again in the backward.
-    tp_f = 0.0
+    tp_f = tp_b = 0.0
     if t > 1:
         bw = _bandwidth(cluster, cal, t)
         volume = act * n * h
@@ -427,8 +427,25 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             one = kernels.ring_gather_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
         else:
             one = 0.5 * kernels.ring_all_reduce_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
-        tp_f = 4 * one * (cal.tp_overlap_exposed if tp_overlap else 1.0)
-    tp_b = tp_f
+        if tp_overlap:
+            tp_f = tp_b = 4 * one * cal.tp_overlap_exposed
+        elif not impl.startswith("megatron") or (not sp and impl == "megatron-local-fused"):
+            # PyTorch's DTensor TP (torchtitan without async TP) and Megatron-LM / Megatron-DeepSpeed of 2021-22
+            # without SP run the backward's collectives in line.
+            tp_f = tp_b = 4 * one
+        else:
+            tp_f = 4 * one
+            # Backward without userbuffers: a column-parallel layer (QKV, fc1) launches its collective beside an
+            # independent GEMM (megatron-core / TE Linear backward: with SP the input's all-gather runs under the
+            # data-gradient GEMM and the data gradient's reduce-scatter under the weight-gradient GEMM; without SP
+            # the gradient's all-reduce under the weight-gradient GEMM), while a row-parallel layer (proj, fc2)
+            # must all-gather its output gradient before either GEMM (SP; without SP it has none).
+            if sp:
+                hidden = [(one, qkv_b / 2), (one, qkv_b / 2), (one, fc1_b / 2), (one, fc1_b / 2)]
+            else:
+                hidden = [(2 * one, qkv_b / 2), (2 * one, fc1_b / 2)]
+            tp_b = (2 * one if sp else 0.0) + sum(
+                max(0.0, c - g) + cal.tp_overlap_exposed * min(c, g) for c, g in hidden)
     if model.is_moe and ep > 1:
         # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
         # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).

@@ -230,3 +230,31 @@ def test_the_ep_overlap_hides_the_paired_all_to_all():
     assert piped.num_microbatches == 8
     assert ep_unpaired_share(piped) == pytest.approx(5 / 16)
     assert ep_unpaired_share(dataclasses.replace(piped, moe_ep_overlap=False)) is None
+
+
+def test_tp_backward_overlaps_the_column_parallel_collectives_with_independent_gemms():
+    # Llama 3 70B, tp 8 with sequence parallelism on a DGX H100, no userbuffers. Forward: two all-gathers and two
+    # reduce-scatters in line (4 x one). Backward (megatron-core / TE Linear): the two row-parallel layers
+    # all-gather their output gradient before any GEMM (2 x one, exposed); the two column-parallel layers' input
+    # all-gather runs under their data-gradient GEMM and their gradient's reduce-scatter under the weight-gradient
+    # GEMM: each costs what outlasts its GEMM plus tp_overlap_exposed of the rest.
+    model, _ = resolve_model("llama3-70b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = dataclasses.replace(calibration_for("h100-sxm"), collective_latency_s=0.0)
+    plan = ParallelPlan(framework="megatron", tp=8, dp=1, mbs=1, gbs=1, seq_length=8192, zero_stage=0,
+                        sequence_parallel=True, tp_comm_overlap=False)
+    n, h, t = 8192, model.hidden_size, 8
+    one = (t - 1) / t * 2 * n * h / (cluster.nvlink_gbyte_per_s_one_way * 1e9 * cal.nvlink_efficiency)
+    qkv_b = linear_s(cluster.gpu, cal, n, (model.query_width + 2 * model.kv_width) // t, h, "bf16")[1]
+    fc1_b = linear_s(cluster.gpu, cal, n, 2 * model.ffn_hidden_size // t, h, "bf16")[1]
+    hidden = sum(max(0.0, one - g) + cal.tp_overlap_exposed * min(one, g) for g in (qkv_b / 2,) * 2 + (fc1_b / 2,) * 2)
+    layer = layer_time(model, plan, cluster, cal)
+    assert layer.tp_fwd_comm_s == pytest.approx(4 * one, rel=1e-9)
+    assert layer.tp_comm_s == pytest.approx(4 * one + 2 * one + hidden, rel=1e-9)
+    assert layer.tp_comm_s < 8 * one  # less than the forward's collectives twice over
+    # With userbuffers (--tp-comm-overlap) both passes keep tp_overlap_exposed of their collectives.
+    overlapped = layer_time(model, dataclasses.replace(plan, tp_comm_overlap=True), cluster, cal)
+    assert overlapped.tp_comm_s == pytest.approx(8 * one * cal.tp_overlap_exposed, rel=1e-9)
+    # PyTorch's DTensor TP (torchtitan without async TP) runs the backward's collectives in line.
+    fsdp = dataclasses.replace(plan, framework="fsdp", zero_stage=3)
+    assert layer_time(model, fsdp, cluster, cal).tp_comm_s == pytest.approx(8 * one, rel=1e-9)
