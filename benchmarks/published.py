@@ -33,17 +33,6 @@ layout matches the row, and the MoE features it turned on (all-to-all overlap, d
 with the ref:path:line it was read from."""
 
 
-@functools.cache
-def _bridge_moe_recipes() -> dict[int, dict]:
-    with open(BRIDGE_MOE_RECIPES) as f:
-        return {int(r["row"]): r for r in csv.DictReader(f)}
-
-
-def bridge_moe_recipe(index: int) -> dict | None:
-    """The recipe features of megatron_bridge_perf_summary.csv's row `index`, where its config's layout matches."""
-    row = _bridge_moe_recipes().get(index)
-    return row if row is not None and row["layout_matches_row"].startswith("yes") else None
-
 BRIDGE_DENSE_RECIPES = Path(__file__).resolve().parent / "bridge_dense_recipes.csv"
 """Per dense row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
 (the same mapping as bridge_moe_recipes.csv), the workload preset and builder that ran it, whether the preset's
@@ -53,15 +42,25 @@ the ref:path:line it was read from."""
 
 
 @functools.cache
-def _bridge_dense_recipes() -> dict[int, dict]:
-    with open(BRIDGE_DENSE_RECIPES) as f:
+def _recipe_table(path: Path) -> dict[int, dict]:
+    with open(path) as f:
         return {int(r["row"]): r for r in csv.DictReader(f)}
+
+
+def _matched(path: Path, index: int) -> dict | None:
+    """Row `index` of a recipe table, where its config's layout matches the published row."""
+    row = _recipe_table(path).get(index)
+    return row if row is not None and row["layout_matches_row"].startswith("yes") else None
+
+
+def bridge_moe_recipe(index: int) -> dict | None:
+    """The recipe features of megatron_bridge_perf_summary.csv's MoE row `index`, where its config's layout matches."""
+    return _matched(BRIDGE_MOE_RECIPES, index)
 
 
 def bridge_dense_recipe(index: int) -> dict | None:
     """The settings of megatron_bridge_perf_summary.csv's dense row `index`, where its preset's layout matches."""
-    row = _bridge_dense_recipes().get(index)
-    return row if row is not None and row["layout_matches_row"].startswith("yes") else None
+    return _matched(BRIDGE_DENSE_RECIPES, index)
 
 
 def dense_recipe_fields(recipe: dict) -> dict:
