@@ -197,8 +197,11 @@ def report_end(run_dir: Path, rc: int, *, since: float, resume_hint: str) -> int
         saved = f"checkpoint {marker['checkpoint']}" if marker.get("checkpoint") else "no checkpoint (checkpoints off)"
         print(f"genconf: preempted after step {marker['step']} ({saved}); continue with: {resume_hint}", flush=True)
         return 0
-    if rc == 0:
-        print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir})")
+    finished = preempt.read_finished(run_dir)
+    if rc == 0 or (finished and finished.get("time", 0) >= since):
+        # A preemption notice in the last step or the shutdown ends torchrun with 1 after the ranks finished.
+        late = f" (torchrun exited {rc} on a signal after the last step)" if rc else ""
+        print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir}){late}")
         return 0
     hung = watchdog.summarize(run_dir, since=since)
     if hung:

@@ -173,6 +173,8 @@ def train(runner: Runner, run_dir: Path, *, resume: bool | str) -> int:
                     break
             activity = "finishing"
             dist.barrier()
+            if stopped is None and d.is_main:
+                preempt.write_finished(run_dir, step=spec.train_steps)
             if stopped is not None and d.is_main:
                 saved = store.final_dir(stopped)
                 preempt.write_marker(run_dir, step=stopped, checkpoint=saved.name if saved.is_dir() else None)

@@ -20,6 +20,11 @@ SIGNAL = signal.SIGUSR1
 SIGNAL_NAME = "USR1"
 MARKER = "preempted"
 """RUN/preempted: written by rank 0 after the preemption checkpoint; the sbatch script requeues on it."""
+FINISHED = "finished"
+"""RUN/finished: written by rank 0 once every rank has finished the last step. torchrun exits 1 when the signal
+reaches it after the ranks' last look at it (a preemption notice during the last step or the shutdown: the ranks
+finish the run, torchrun raises on the signal), so the sbatch script and `genconf launch` read this marker, not
+the exit code, to tell a finished run."""
 EXIT_PREEMPTED = 0
 """A rank that checkpointed on the signal ends normally; the marker, not the exit code, says it stopped early."""
 
@@ -61,24 +66,43 @@ def install() -> Preemption:
     return _ACTIVE
 
 
-def write_marker(run_dir: Path, *, step: int, checkpoint: str | None) -> Path:
-    """RUN/preempted: where the run stopped and which checkpoint it left (None: checkpoints were off)."""
-    path = Path(run_dir) / MARKER
-    tmp = path.with_name(MARKER + ".tmp")
-    tmp.write_text(json.dumps({"step": step, "checkpoint": checkpoint, "time": time.time()}) + "\n")
+def _write(run_dir: Path, name: str, fields: dict) -> Path:
+    path = Path(run_dir) / name
+    tmp = path.with_name(name + ".tmp")
+    tmp.write_text(json.dumps({**fields, "time": time.time()}) + "\n")
     os.replace(tmp, path)
     return path
 
 
-def read_marker(run_dir: Path) -> dict | None:
+def _read(run_dir: Path, name: str) -> dict | None:
     try:
-        return json.loads((Path(run_dir) / MARKER).read_text())
+        return json.loads((Path(run_dir) / name).read_text())
     except (OSError, ValueError):
         return None
 
 
+def write_marker(run_dir: Path, *, step: int, checkpoint: str | None) -> Path:
+    """RUN/preempted: where the run stopped and which checkpoint it left (None: checkpoints were off)."""
+    return _write(run_dir, MARKER, {"step": step, "checkpoint": checkpoint})
+
+
+def read_marker(run_dir: Path) -> dict | None:
+    return _read(run_dir, MARKER)
+
+
+def write_finished(run_dir: Path, *, step: int) -> Path:
+    """RUN/finished: the run trained through its last step (`step` steps) on every rank."""
+    return _write(run_dir, FINISHED, {"step": step})
+
+
+def read_finished(run_dir: Path) -> dict | None:
+    return _read(run_dir, FINISHED)
+
+
 def clear_marker(run_dir: Path) -> None:
-    (Path(run_dir) / MARKER).unlink(missing_ok=True)
+    """Forget both markers of an earlier launch."""
+    for name in (MARKER, FINISHED):
+        (Path(run_dir) / name).unlink(missing_ok=True)
 
 
 def requeued(environ=os.environ) -> bool:

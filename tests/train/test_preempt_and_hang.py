@@ -75,6 +75,24 @@ def test_sigusr1_checkpoints_stops_and_the_resumed_curve_is_bit_identical(artifa
     assert not (run / "preempted").exists()
 
 
+def test_a_signal_in_the_last_step_still_ends_a_finished_run(artifacts):
+    """A preemption notice that comes during the last step: the ranks finish the run (nothing to requeue) and
+    torchrun, which raises on the signal, exits 1; the launch reads RUN/finished and says the run finished."""
+    run = artifacts / "runs" / "late"
+    env = dict(os.environ, GENCONF_STEP_SLEEP_S="1.5")  # the last step is long enough to be signalled in
+    proc = subprocess.Popen([sys.executable, "-m", "genconf", "launch", str(artifacts), "--run-dir", str(run),
+                             "--checkpoint-every", "0", "--lr", "3e-3", "--vocab", "128", "--steps", "3"], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while len(rows(run)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert len(rows(run)) == 3 and "run finished" in out
+    assert not (run / "preempted").exists() and json.loads((run / "finished").read_text())["step"] == 3
+
+
 def test_a_hung_rank_is_named_with_where_every_rank_waited(artifacts):
     """Rank 1 stops making progress in step 2 (GENCONF_HANG_STEP); rank 0 then waits for it in a collective.
     A 5-second watchdog floor instead of the default 5 minutes."""
