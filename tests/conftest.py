@@ -99,6 +99,9 @@ PLANS = {
                 "--zero", "1", "--mbs", "1", "--recompute", "none"],
     "fsdp1b": ["--model", "1b", "--gpus", "4", "--gpus-per-node", "2", "--framework", "fsdp", "--zero", "3"],
     "ddp1b": ["--model", "1b", "--gpus", "8", "--framework", "fsdp", "--zero", "0"],
+    # the PyTorch model's stack knobs: the fused cross entropy and FlashAttention-2
+    "fsdp_fused_loss": ["--model", "1b", "--gpus", "8", "--framework", "fsdp", "--zero", "3", "--fused-loss",
+                        "--attention-kernel", "flash2"],
     "hsdp7b": ["--model", "7b", "--gpus", "16", "--framework", "fsdp", "--zero", "3", "--gpus-per-node", "4",
                "--mbs", "1", "--global-batch", "512"],
     "ds_z0": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "0"],

@@ -27,7 +27,7 @@ THIRD_PARTY = {
     "catalog": {"yaml"},
     "render": {"yaml", "jinja2"},
     "check": {"yaml"},
-    "train": {"torch", "numpy", "deepspeed", "megatron", "transformer_engine", "torchao"},
+    "train": {"torch", "numpy", "deepspeed", "megatron", "transformer_engine", "torchao", "flash_attn"},
     "run": {"matplotlib", "torch", "numpy"},  # numpy: run/datacheck scans token files (the train extra brings it)
     "cli": set(),
 }

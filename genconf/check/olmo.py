@@ -99,6 +99,13 @@ def check_olmo(text: str, p: PlanFile) -> list[Problem]:
     if get("activation_checkpointing") not in _OLMO_ACTIVATION_CHECKPOINTING:
         bad(("activation_checkpointing",), f"activation_checkpointing {get('activation_checkpointing')!r} is not one of "
                                            f"{'|'.join(str(s) for s in _OLMO_ACTIVATION_CHECKPOINTING[1:])}")
+    fused = get("fused_loss")
+    if fused not in (None, True, False):
+        bad(("fused_loss",), f"fused_loss {fused!r} is not true|false")
+    elif bool(fused) != bool(expected.get("fused_loss")):
+        bad(("fused_loss",), f"fused_loss {bool(fused)} contradicts plan.json ({bool(expected.get('fused_loss'))}): the "
+                             f"plan's memory prices {'the fused' if expected.get('fused_loss') else 'an fp32'} cross "
+                             f"entropy (genconf --fused-loss)")
     replicas = get("fsdp", "hybrid_sharding_num_model_replicas")
     nodes, _ = slurm.slurm_layout(p.cluster, p.num_gpus)
     if replicas is not None and (as_int(replicas) is None or replicas < 1 or nodes % replicas):

@@ -65,6 +65,14 @@ def pins_from_args(args: argparse.Namespace):
         if args.pp is not None and args.vp is not None and args.vp != stages // args.pp:
             raise GenconfError(f"--pp-layout has {stages} virtual stages = pp {args.pp} x vp {stages // args.pp}, "
                                f"not --vp {args.vp} (megatron derives vp from the layout)")
+    kernel = getattr(args, "attention_kernel", "auto")
+    if kernel != "auto" and args.framework == "megatron":
+        raise GenconfError(f"--attention-kernel {kernel} describes the DeepSpeed/FSDP model's flash attention; megatron's "
+                           f"TE layers pick cuDNN's fused attention themselves: drop it or choose --framework "
+                           f"deepspeed/fsdp")
+    if getattr(args, "fused_loss", None) and args.framework == "megatron":
+        raise GenconfError("--fused-loss is the DeepSpeed/FSDP model's cross entropy; megatron's vocab-parallel cross "
+                           "entropy already works in place: drop --fused-loss or choose --framework deepspeed/fsdp")
     scopes = list(getattr(args, "cuda_graph_scope", ()) or ())
     repeated = sorted({s for s in scopes if scopes.count(s) > 1})
     if repeated:
@@ -76,7 +84,8 @@ def pins_from_args(args: argparse.Namespace):
                 precision=precision, fp8_recipe=fp8_recipe, grad_dtype=args.grad_dtype,
                 fp8_param_gather=args.fp8_param_gather, precision_aware_optimizer=args.precision_aware_optimizer,
                 layer_spec=args.layer_spec, offload=args.offload or None, fused_kernels=args.fused_kernels,
-                expandable_segments=args.expandable_segments,
+                expandable_segments=args.expandable_segments, fused_loss=getattr(args, "fused_loss", None),
+                attention_kernel=kernel,
                 pp_first_stage_layers=args.first_stage_layers, pp_last_stage_layers=args.last_stage_layers,
                 tp_comm_overlap=args.tp_comm_overlap, megatron_fsdp=bool(getattr(args, "megatron_fsdp", False)),
                 moe_ep_overlap=bool(getattr(args, "moe_ep_overlap", False)),

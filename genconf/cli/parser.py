@@ -8,7 +8,7 @@ from genconf import __version__
 from genconf.plan import limits
 from genconf.plan.errors import GenconfError
 from genconf.plan.precision import PLAN_PRECISIONS, PRECISION_NAMES
-from genconf.plan.specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES
+from genconf.plan.specs import ATTENTION_KERNELS, CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES
 
 SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci", "calibrate")
 
@@ -120,6 +120,13 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"what the graphs capture ({', '.join(CUDA_GRAPH_SCOPES)}; none given: whole layers)")
     g.add_argument("--fused-kernels", action="store_true",
                    help="local spec: megatron's fused softmax/bias kernels were built (apex or TE installed)")
+    g.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="auto",
+                   help="DeepSpeed/FSDP: the flash-attention kernel the model runs: cudnn (SDPA's cuDNN backend, "
+                        "FlashAttention-3's class), flash2 (FlashAttention-2), triton (Triton flash attention, "
+                        "llm-foundry's); auto: genconf's runners' SDPA choice")
+    g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=None,
+                   help="DeepSpeed/FSDP: cross entropy fused over the 16-bit logits (flash-attn's kernel, OLMo's "
+                        "fused_loss), no fp32 copy of the logits (default: off, or on where it makes a plan fit)")
     g.add_argument("--expandable-segments", action=argparse.BooleanOptionalAction, default=True,
                    help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in launch scripts (default) or the classic "
                         "caching allocator (budgets more fragmentation)")

@@ -63,10 +63,14 @@ class Calibration:
     fused kernels (bias, dropout with its RNG and mask, and the add run apart)."""
     local_fused_elementwise_passes: float = 1.5
     """Same with megatron's fused bias-GeLU and bias-dropout-add kernels and apex's LayerNorm."""
-    compiled_attention_factor: float = 0.6
-    """Attention efficiency of torch.compile'd models (torchtitan) relative to TE/cuDNN's fused attention:
-    their SDPA ran FlashAttention-2, which reaches ~350 of the ~600-650 TFLOP/s FlashAttention-3 and cuDNN reach
-    on an H100 forward (Shah et al. 2024, FlashAttention-3, Fig. 5)."""
+    flash2_attention_factor: float = 0.6
+    """FlashAttention-2's efficiency relative to the attention efficiencies above (cuDNN's fused attention, what
+    the kernel tables measured): on an H100 FlashAttention-2 reaches ~350 of the ~600-650 TFLOP/s FlashAttention-3
+    and cuDNN reach forward (Shah et al. 2024, FlashAttention-3: 1.5-2.0x faster than FlashAttention-2). 1 where
+    the efficiencies are FlashAttention-2's own (Ampere)."""
+    triton_attention_factor: float = 0.6
+    """Flash attention written in Triton relative to FlashAttention-2 (Dao 2023, FlashAttention-2: 1.3-2.5x faster
+    than FlashAttention in Triton)."""
     hbm_efficiency: float = 0.9
     """Fraction of HBM bandwidth that memory-bound kernels reach."""
     nvlink_efficiency: float = 0.8
@@ -209,7 +213,7 @@ IMPLEMENTATIONS = ("megatron-te", "megatron-local", "megatron-local-fused", "tor
 """How a plan's layers run: megatron-core with Transformer Engine (fused kernels, cuDNN flash attention),
 megatron-core's local spec (the attention scores go through HBM; with or without megatron's fused softmax and
 element-wise kernels), genconf's PyTorch GPT under
-DeepSpeed (bf16 weights, SDPA flash attention, eager element-wise ops) or under FSDP/DDP (fp32 weights,
+DeepSpeed or sharded FSDP (bf16 weights, SDPA flash attention, eager element-wise ops) or under DDP (fp32 weights,
 autocast to bf16: norms and the residual stream stay fp32), or either under torch.compile (torchtitan)."""
 
 ELEMENTWISE_PASSES = {"megatron-te": 1.0, "megatron-local": 3.0, "megatron-local-fused": 1.5, "torch-bf16": 2.0,
@@ -249,7 +253,11 @@ def implementation(plan: ParallelPlan) -> str:
         return "megatron-local-fused" if plan.fused_kernels else "megatron-local"
     if plan.torch_compile:
         return "torch-compiled"
-    if plan.framework == "fsdp":
+    if plan.framework == "fsdp" and plan.zero_stage == 0 and plan.precision != "fp32":
+        # DDP (NO_SHARD) keeps fp32 weights and computes under autocast: every forward casts them, and the
+        # norms and the residual stream stay fp32 (genconf.train.runners.fsdp, OLMo's ddp strategy). Sharded FSDP
+        # gathers bf16 weights (MixedPrecision(param_dtype=bf16), as OLMo's and Composer's FSDP do): the model
+        # runs in bf16 like DeepSpeed's.
         return "torch-autocast"
     return "torch-bf16"
 
@@ -289,7 +297,17 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     """One decoder layer, one micro-batch, one rank. `windowed`: the layer uses sliding-window attention."""
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
                        plan.precision, plan.quant_recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
-                       windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan))
+                       windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel)
+
+
+def attention_factor(kernel: str, cal: Calibration) -> float:
+    """The flash-attention kernel's efficiency relative to cuDNN's fused attention (ParallelPlan.attention_kernel;
+    auto is what the stacks genconf prices pick by default: cuDNN's, or on Ampere FlashAttention-2's equal)."""
+    if kernel == "flash2":
+        return cal.flash2_attention_factor
+    if kernel == "triton":
+        return cal.flash2_attention_factor * cal.triton_attention_factor
+    return 1.0
 
 
 def graphed_scopes(plan: ParallelPlan) -> tuple[str, ...]:
@@ -317,7 +335,7 @@ def ep_unpaired_share(plan: ParallelPlan) -> float | None:
 def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, sp: bool, precision: str,
                 recipe: str | None, impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration,
                 windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
-                graphs: tuple[str, ...] = ()) -> LayerTime:
+                graphs: tuple[str, ...] = (), attention: str = "auto") -> LayerTime:
     gpu = cluster.gpu
     n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
     h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.kv_channels
@@ -378,7 +396,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         attn_b = qk_b + av_b + _mem_s(gpu, cal, score_bytes[1] * scores)
     else:
         bh = mbs * heads
-        backend = cal.compiled_attention_factor if impl == "torch-compiled" else 1.0
+        backend = attention_factor(attention, cal)
 
         def flash(seq_q: float, seq_k: float, is_causal: bool) -> tuple[float, float]:
             f = kernels.flash_attention_s(bh, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
@@ -637,6 +655,10 @@ def _logits_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     rows = vocab_rows(model, plan)
     f, b = linear_s(gpu, cal, n, rows // plan.tp, model.hidden_size, "fp32" if plan.precision == "fp32" else "bf16")
     loss_bytes = (16.0 if plan.framework == "megatron" else 24.0) * n * rows / plan.tp
+    if plan.fused_loss and plan.framework != "megatron":
+        # flash-attn's fused cross entropy: the forward reads the 16-bit logits once, the backward reads them
+        # again and writes their gradient (genconf's chunked fallback, without flash-attn, moves ~40 bytes).
+        loss_bytes = 6.0 * n * rows / plan.tp
     return f + b + _mem_s(gpu, cal, loss_bytes)
 
 

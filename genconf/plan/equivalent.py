@@ -50,6 +50,9 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
         notes.append(f"global batch {plan.gbs} is not a multiple of mbs x GPUs ({plan.mbs} x {world}); {gbs} instead")
     if (plan.offload_optimizer or plan.offload_params) and framework != "deepspeed":
         notes.append("CPU offload is DeepSpeed's; states stay on the GPU here")
+    if plan.fused_loss and framework == "megatron":
+        notes.append("the fused cross entropy is the DeepSpeed/FSDP model's; megatron's vocab-parallel cross entropy "
+                     "works in place on its own")
     if plan.cuda_graph_impl != "none" and framework != "megatron":
         notes.append("CUDA graphs are megatron's (--cuda-graph-impl); this framework launches its kernels eagerly")
     shard_group = plan.shard_group_size if zero == 3 and framework != "megatron" else None
@@ -63,5 +66,6 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
     equivalent = ParallelPlan(
         framework=framework, tp=1, pp=1, vp=1, cp=1, ep=1, dp=world, mbs=plan.mbs, gbs=gbs, seq_length=plan.seq_length,
         zero_stage=zero, shard_group_size=shard_group, recompute=recompute, precision=precision,
-        layer_spec=plan.layer_spec, grad_dtype=grad_dtype, expandable_segments=plan.expandable_segments)
+        layer_spec=plan.layer_spec, grad_dtype=grad_dtype, expandable_segments=plan.expandable_segments,
+        fused_loss=plan.fused_loss and framework != "megatron")
     return equivalent, tuple(notes)

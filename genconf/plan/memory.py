@@ -721,6 +721,40 @@ def korthikanti_layer_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     return sbh * (10.0 + 24.0 / t + attn)
 
 
+FUSED_LOSS_CHUNK_ELEMENTS = 2**25
+"""Logits genconf's chunked fused cross entropy turns into fp32 at a time (genconf.train.torch_model): 32 Mi
+elements, two fp32 copies of a chunk (256 MiB) beside the 16-bit logits."""
+
+
+def _loss_bytes(plan: ParallelPlan, d: "_Dims", rows: int) -> tuple[float, tuple[str, float]]:
+    """(saved for backward, the loss's transient peak) of the output layer and the cross entropy, per micro-batch."""
+    logits = d.n * rows / d.t  # logit elements on this rank
+    if plan.fused_loss and plan.framework != "megatron":
+        # Fused cross entropy (flash-attn's cross_entropy_loss, OLMo's fused_loss, llm-foundry's MPT default;
+        # genconf.train.torch_model.fused_cross_entropy): the output-layer input, the 16-bit logits themselves, and
+        # per token the fp32 log-sum-exp and the int64 label. The backward writes a 16-bit logits gradient beside
+        # them; genconf's chunked version also holds two fp32 copies of one chunk (FUSED_LOSS_CHUNK_ELEMENTS).
+        saved = d.e * d.n * d.h / d.r + d.e * logits + 12.0 * d.n
+        return saved, ("fused cross-entropy backward: 16-bit logits gradient + one fp32 chunk (loss)",
+                       d.e * logits + 8.0 * min(logits, FUSED_LOSS_CHUNK_ELEMENTS))
+    # The output-layer input, the fp32 softmax of the cross entropy with its bool target mask and int64 masked
+    # targets, and the fp32 loss mask (megatron tensor_parallel.vocab_parallel_cross_entropy; F.cross_entropy
+    # saves the same fp32 log-softmax).
+    saved = d.e * d.n * d.h / d.r + 4.0 * logits + 13.0 * d.n
+    if plan.framework == "megatron" or plan.fused_kernels:
+        # Megatron's model (also under DeepSpeed): vocab_parallel_cross_entropy upcasts once and works in place:
+        # bf16 logits + one fp32 buffer.
+        return saved, ("bf16 logits before the fp32 loss", d.e * logits)
+    if plan.framework == "fsdp" and d.t > 1:
+        # torchtitan's 2D FSDP + TP computes the loss on vocab-sharded DTensor logits (loss_parallel,
+        # torch/distributed/tensor/parallel/loss.py): its nll-loss backward builds fp32 zeros, exp(log-softmax)
+        # and their sum beside the saved fp32 log-softmax before multiplying by the gradient, 12 bytes per
+        # element (the forward's x - max and exp(x - max) beside the fp32 logits are 8).
+        return saved, ("fp32 loss-parallel cross-entropy backward (zeros, exp, sum)", 12.0 * logits)
+    # F.cross_entropy(logits.float()): bf16 logits, their fp32 copy and the fp32 log-softmax coexist.
+    return saved, ("bf16 logits + fp32 copy before the loss", (d.e + 4.0) * logits)
+
+
 # --- a whole stage --------------------------------------------------------------------------------
 
 def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks: int,
@@ -743,23 +777,11 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
             per_mb += 1.0 * d.n * d.h / d.r
         saved += first_chunks * per_mb
     if stage == plan.pp - 1:
-        # One micro-batch at a time reaches the loss: final norm, output-layer input, fp32 softmax of the
-        # vocab-parallel cross entropy (megatron tensor_parallel.vocab_parallel_cross_entropy) with its bool
-        # target mask and int64 masked targets, and the fp32 loss mask.
+        # One micro-batch at a time reaches the loss: the final norm, the output layer and the cross entropy.
         saved += sum(b for _, b in _norm_terms(model, d, "final norm"))
-        saved += d.e * d.n * d.h / d.r + 4.0 * d.n * rows / d.t + 13.0 * d.n
-        if plan.framework == "megatron" or plan.fused_kernels:
-            # Megatron's model (also under DeepSpeed): vocab_parallel_cross_entropy upcasts once and works in place: bf16 logits + one fp32 buffer.
-            transient.append(("bf16 logits before the fp32 loss", d.e * d.n * rows / d.t))
-        elif plan.framework == "fsdp" and d.t > 1:
-            # torchtitan's 2D FSDP + TP computes the loss on vocab-sharded DTensor logits (loss_parallel,
-            # torch/distributed/tensor/parallel/loss.py): its nll-loss backward builds fp32 zeros, exp(log-softmax)
-            # and their sum beside the saved fp32 log-softmax before multiplying by the gradient, 12 bytes per
-            # element (the forward's x - max and exp(x - max) beside the fp32 logits are 8).
-            transient.append(("fp32 loss-parallel cross-entropy backward (zeros, exp, sum)", 12.0 * d.n * rows / d.t))
-        else:
-            # F.cross_entropy(logits.float()): bf16 logits, their fp32 copy and the fp32 log-softmax coexist.
-            transient.append(("bf16 logits + fp32 copy before the loss", (d.e + 4.0) * d.n * rows / d.t))
+        loss_saved, loss_transient = _loss_bytes(plan, d, rows)
+        saved += loss_saved
+        transient.append(loss_transient)
     if plan.pp > 1:
         transient.append(("pipeline send/recv buffers", 4.0 * d.e * d.n * d.h / d.r))
     if plan.recompute == "full":

@@ -305,6 +305,13 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
     else:
         reasons.append(f"gradients accumulated and reduced in {p.grad_dtype} (chosen): {p.grad_bytes} bytes per "
                        f"parameter in the gradient buffer and the data-parallel traffic")
+    if p.fused_loss:
+        reasons.append("fused cross entropy over the 16-bit logits (--fused-loss): no fp32 copy of the logits, only "
+                       "each token's fp32 log-sum-exp is kept")
+    if p.attention_kernel != "auto":
+        name = {"cudnn": "cuDNN's fused attention", "flash2": "FlashAttention-2",
+                "triton": "flash attention in Triton"}[p.attention_kernel]
+        reasons.append(f"attention priced as {name} (--attention-kernel {p.attention_kernel})")
     if p.precision_aware_optimizer:
         reasons.append("precision-aware optimizer (16-bit master remainders, 10 instead of 12 bytes per parameter) "
                        "is what makes this layout fit")

@@ -338,6 +338,22 @@ def _compile(c: Context) -> str | None:
     return None
 
 
+def _attention_kernel(c: Context) -> str | None:
+    p = c.plan
+    if p.attention_kernel != "auto" and p.framework == "megatron":
+        return (f"attention_kernel {p.attention_kernel} describes a PyTorch stack's flash attention; megatron's TE layers "
+                f"pick cuDNN's fused attention themselves (and the local spec runs unfused attention): drop "
+                f"--attention-kernel")
+    return None
+
+
+def _fused_loss(c: Context) -> str | None:
+    if c.plan.fused_loss and c.plan.framework == "megatron":
+        return ("fused_loss describes the DeepSpeed/FSDP model's cross entropy; megatron's vocab-parallel cross "
+                "entropy already works in place on the 16-bit logits: drop --fused-loss")
+    return None
+
+
 def _precision(c: Context) -> str | None:
     p, gpu = c.plan, c.cluster.gpu
     if p.precision == "fp8" and not gpu.supports_fp8:
@@ -399,6 +415,9 @@ RULES: tuple[Rule, ...] = (
     Rule("recompute", ERROR, "selective and block recompute need Megatron", _recompute),
     Rule("activation_offload", ERROR, "activation offload needs megatron with TE, no PP, no recompute", _activation_offload),
     Rule("torch_compile", ERROR, "torch.compile is for the DeepSpeed/FSDP model", _compile),
+    Rule("attention_kernel", ERROR, "a flash-attention kernel is chosen for the DeepSpeed/FSDP model",
+         _attention_kernel),
+    Rule("fused_loss", ERROR, "the fused cross entropy is for the DeepSpeed/FSDP model", _fused_loss),
     Rule("precision", ERROR, "the precision runs on this GPU and framework", _precision),
     Rule("pipeline_bubble", WARNING, "at least as many micro-batches as stages", _pipeline_microbatches),
 )
@@ -437,6 +456,8 @@ def memory_violation(ctx: Context, mem: MemoryEstimate, *, pinned: bool = False)
              f"{peak.optimizer_bytes / GIB:.1f} + activations {peak.activations_bytes / GIB:.1f} + other "
              f"{peak.other_bytes / GIB:.1f}")
     tries = []
+    if p.framework != "megatron" and not p.fused_loss:
+        tries.append("--fused-loss")  # no time lost: first
     if p.recompute != "full" and p.cuda_graph_impl != "none" and "full_iteration" not in p.cuda_graph_scope:
         # megatron-core runs full recompute under CUDA graphs only with full-iteration graphs
         tries.append("--recompute full without partial CUDA graphs (or with --cuda-graph-scope full_iteration)")

@@ -90,6 +90,11 @@ class Pins:
     """local spec: megatron's fused softmax and element-wise kernels were built (ParallelPlan.fused_kernels)."""
     expandable_segments: bool = True
     """False: price PyTorch's classic caching allocator (the run does not set expandable segments)."""
+    attention_kernel: str = "auto"
+    """DeepSpeed/FSDP plans: the flash-attention kernel their layers run (ParallelPlan.attention_kernel)."""
+    fused_loss: bool | None = None
+    """DeepSpeed/FSDP plans: the fused cross entropy over the 16-bit logits (ParallelPlan.fused_loss). None: off, or
+    on where it is what makes a plan fit (it costs no time: genconf's runners then fuse the loss)."""
     megatron_fsdp: bool = False
     """Search Megatron-FSDP (megatron zero 3) beside the distributed optimizer. Off by default: search() turns it
     on only when no other megatron plan fits (or when --zero pins the stage)."""
@@ -337,6 +342,8 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         offload_params=offload and framework == "deepspeed" and layout.zero == 3,
         offload_activation_layers=pins.offload_activation_layers or 0,
         fused_kernels=pins.fused_kernels and pins.layer_spec == "local", expandable_segments=pins.expandable_segments,
+        fused_loss=bool(pins.fused_loss) and not megatron,
+        attention_kernel="auto" if megatron else pins.attention_kernel,
         **dict(layout.split))
 
 
@@ -389,8 +396,8 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
     quant = "nvfp4" if pins.precision == "fp4" else ((pins.fp8_recipe or "current") if pins.precision == "fp8" else None)
     try:
         lt = _layer_time(model, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
-                         quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels), False,
-                         cluster, cal, False, layout.etp)
+                         quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels, layout.zero), False,
+                         cluster, cal, False, layout.etp, attention="auto" if megatron else pins.attention_kernel)
     except (ValueError, ZeroDivisionError):
         return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
     per_layer = lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": lt.attn_fwd_s}.get(recompute, lt.fwd_s)
@@ -405,10 +412,10 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
 
 
 @functools.lru_cache(maxsize=64)
-def _implementation_of(framework: str, layer_spec: str, fused_kernels: bool) -> str:
+def _implementation_of(framework: str, layer_spec: str, fused_kernels: bool, zero_stage: int) -> str:
     """How a framework's layers run (genconf.plan.cost.implementation), without building a plan per candidate."""
     return implementation(ParallelPlan(framework=framework, layer_spec=layer_spec, torch_compile=False,
-                                       fused_kernels=fused_kernels and layer_spec == "local"))
+                                       fused_kernels=fused_kernels and layer_spec == "local", zero_stage=zero_stage))
 
 
 def num_gpus_of(layout: _Layout) -> int:
@@ -439,12 +446,16 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
     """For a plan that does not fit: the same plan with the framework's memory savers added one after another,
     cheapest first, until it fits (each sized to the excess): the precision-aware optimizer (16-bit master
     remainders: bit-exact, 2 bytes/param), block recompute of just enough layers, activation offload of just
-    enough layers. Returns [] when even all of them do not fit. Gradients in bf16 change the numerics, so they
-    are the user's choice (--grad-dtype bf16), never a saver the search adds."""
-    if estimate.peak.total_bytes <= estimate.usable_bytes or plan.framework != "megatron":
+    enough layers. DeepSpeed/FSDP plans have one: the fused cross entropy (no fp32 copies of the logits), returned
+    for the caller to evaluate. Returns [] when even all of them do not fit. Gradients in bf16 change the numerics,
+    so they are the user's choice (--grad-dtype bf16), never a saver the search adds."""
+    if estimate.peak.total_bytes <= estimate.usable_bytes:
         return []
     current = plan
     ladder = []
+    if plan.framework != "megatron":
+        # DeepSpeed/FSDP: the fused cross entropy drops the logits' fp32 copies (no time lost); nothing else here.
+        return [replace(plan, fused_loss=True)] if pins.fused_loss is None and not plan.fused_loss else []
     if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and current.precision in ("bf16", "fp8", "fp4"):
         ladder.append(lambda m, p, est: replace(p, precision_aware_optimizer=True))
     if current.recompute == "none" and pins.recompute is None and pins.recompute_layers is None:
@@ -499,7 +510,8 @@ def _lean_plan(model: ModelSpec, layout: _Layout, pins: Pins, seq: int) -> Paral
     lean = replace(layout, vp=min(vps))
     mbs = pins.mbs or 1
     gbs = pins.gbs if pins.gbs is not None else mbs * layout.dp * layout.pp
-    return _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or "full")
+    plan = _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or "full")
+    return replace(plan, fused_loss=True) if pins.fused_loss is None and plan.framework != "megatron" else plan
 
 
 def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, layout: _Layout, usable: float,
@@ -855,6 +867,10 @@ def describe(plan: ParallelPlan) -> str:
         parts.append("grads=bf16")
     if plan.precision_aware_optimizer:
         parts.append("precision-aware-optimizer")
+    if plan.fused_loss:
+        parts.append("fused-loss")
+    if plan.attention_kernel != "auto":
+        parts.append(f"attention={plan.attention_kernel}")
     if plan.offload_activation_layers:
         parts.append(f"offload-activations={plan.offload_activation_layers}")
     if plan.offload_optimizer:

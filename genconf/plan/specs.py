@@ -20,6 +20,7 @@ RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
 GRAD_DTYPES = ("fp32", "bf16")
 LAYER_SPECS = ("te", "local")
+ATTENTION_KERNELS = ("auto", "cudnn", "flash2", "triton")
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
 """megatron-core 0.16.1's CudaGraphScope names (transformer/enums.py) less mamba, which genconf does not model."""
@@ -410,6 +411,18 @@ class ParallelPlan:
     torch_compile: bool = False
     """DeepSpeed/FSDP: the model runs under torch.compile, its element-wise ops fused (as torchtitan runs it);
     genconf's own launchers run eager PyTorch."""
+    attention_kernel: str = "auto"
+    """The flash-attention kernel the layers run: cudnn (cuDNN's fused attention as Transformer Engine and PyTorch's
+    SDPA run it on Hopper and Blackwell, FlashAttention-3's class), flash2 (FlashAttention-2: the flash-attn 2
+    package, SDPA's flash backend), triton (flash attention written in Triton: flash-attn's flash_attn_triton,
+    llm-foundry's attn_impl: triton). auto: what the stack picks (cudnn for megatron's TE layers and for genconf's
+    runners on a GPU). Megatron's local spec runs unfused attention whatever this says."""
+    fused_loss: bool = False
+    """DeepSpeed/FSDP: the cross entropy works on the 16-bit logits and keeps only each token's fp32 log-sum-exp
+    (flash-attn's fused cross-entropy, as OLMo's `fused_loss: true` and llm-foundry's MPT default use; genconf's
+    runners do the same in chunks). False: F.cross_entropy(logits.float()), which holds an fp32 copy of the
+    logits and saves their fp32 log-softmax (torchtitan, Hugging Face). Megatron computes its vocab-parallel
+    cross entropy in place either way."""
     pp_first_stage_layers: int | None = None
     """Uneven pipeline: layers on the first stage (megatron --decoder-first-pipeline-num-layers)."""
     pp_last_stage_layers: int | None = None
@@ -431,6 +444,7 @@ class ParallelPlan:
         _one_of(self, "recompute", RECOMPUTE)
         _one_of(self, "precision", PRECISIONS)
         _one_of(self, "layer_spec", LAYER_SPECS)
+        _one_of(self, "attention_kernel", ATTENTION_KERNELS)
         if self.fp8_recipe is not None:
             _one_of(self, "fp8_recipe", FP8_RECIPES)
         if self.grad_dtype is not None:

@@ -96,6 +96,10 @@ def layout_differences(plan: ParallelPlan, framework: str) -> list[Difference]:
     if plan.precision != same.precision:
         why = framework_precision(plan.precision, framework)[1].split("; ")[0]  # the note, without "bf16 here"
         rows.append(Difference(file=file, aspect="precision", plan=plan.precision, in_file=same.precision, why=why))
+    if plan.fused_loss != same.fused_loss:
+        rows.append(Difference(file=file, aspect="cross entropy", plan="fused over the 16-bit logits",
+                               in_file="megatron's vocab-parallel cross entropy (bf16 logits + one fp32 buffer)",
+                               why="megatron computes its own loss"))
     if plan.gbs != same.gbs:
         rows.append(Difference(file=file, aspect="global batch", plan=f"{plan.gbs} sequences",
                                in_file=f"{same.gbs} sequences",

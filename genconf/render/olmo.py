@@ -68,6 +68,9 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
         "fsdp": fsdp,
         "speed_monitor": {"window_size": 20},
     }
+    if plan.fused_loss:
+        # OLMo's fused_loss: flash-attn's cross entropy over the 16-bit logits (needs flash-attn installed).
+        config["fused_loss"] = True
     if strategy == "NO_SHARD":
         # The seed's OLMo 1B DDP config: gradients synchronised once per batch, every parameter used.
         config["ddp"] = {"grad_sync_mode": "batch", "find_unused_params": False}

@@ -72,6 +72,10 @@ def refuse_unrunnable(cfg) -> None:
     if cfg.plan.moe_ep_overlap:
         raise GenconfError("--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B "
                            "schedule plan; run megatron_args.txt with Megatron-LM's pretrain_gpt.py, or re-plan without it")
+    if cfg.plan.attention_kernel == "triton":
+        raise GenconfError("--attention-kernel triton describes Triton flash attention (llm-foundry's attn_impl: triton); "
+                           "genconf's runners run scaled_dot_product_attention: re-plan with --attention-kernel cudnn, "
+                           "flash2 or auto")
     if cfg.plan.cuda_graph_impl != "none":
         raise GenconfError(f"--cuda-graph-impl {cfg.plan.cuda_graph_impl}: genconf's megatron launcher runs eagerly (it "
                            "does not capture CUDA graphs); run megatron_args.txt with Megatron-LM's pretrain_gpt.py, "

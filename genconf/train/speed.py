@@ -20,7 +20,7 @@ defaults leave the run exactly as before (the golden curves depend on it) and th
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 ATTENTION = ("auto", "flash", "cudnn", "efficient", "math")
 
@@ -50,6 +50,19 @@ class SpeedOptions:
         if unknown:
             raise ValueError(f"SpeedOptions: unknown key {unknown[0]!r}")
         return cls(**d)
+
+
+PLAN_ATTENTION = {"cudnn": "cudnn", "flash2": "flash"}
+"""The SDPA backend that runs a plan's attention kernel (ParallelPlan.attention_kernel)."""
+
+
+def for_plan(options: SpeedOptions, plan, device) -> SpeedOptions:
+    """The run's options with the plan's flash-attention kernel where the run left the backend to torch (auto): on a
+    GPU the planned kernel is what the step time was priced with. A CPU has neither kernel: nothing changes there."""
+    backend = PLAN_ATTENTION.get(plan.attention_kernel)
+    if backend is None or options.attention != "auto" or device.type != "cuda":
+        return options
+    return replace(options, attention=backend)
 
 
 def attention_context(options: SpeedOptions):

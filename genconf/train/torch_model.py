@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from genconf.plan.memory import FUSED_LOSS_CHUNK_ELEMENTS
 from genconf.plan.specs import ModelSpec
 
 
@@ -161,12 +162,58 @@ class Embedding(nn.Module):
         return self.dropout(x)
 
 
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross entropy of 16-bit logits without an fp32 copy of them: the forward keeps the logits and each
+    row's fp32 log-sum-exp; the backward writes a 16-bit gradient, turning one chunk of rows at a time into fp32
+    (at most FUSED_LOSS_CHUNK_ELEMENTS logits, genconf.plan.memory prices the two fp32 copies of a chunk)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        rows = max(1, FUSED_LOSS_CHUNK_ELEMENTS // logits.shape[-1])
+        lse = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        target = torch.empty_like(lse)
+        for start in range(0, logits.shape[0], rows):
+            chunk = logits[start:start + rows].float()
+            lse[start:start + rows] = torch.logsumexp(chunk, dim=-1)
+            target[start:start + rows] = chunk.gather(1, labels[start:start + rows, None]).squeeze(1)
+        ctx.save_for_backward(logits, labels, lse)
+        return (lse - target).mean()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        logits, labels, lse = ctx.saved_tensors
+        rows = max(1, FUSED_LOSS_CHUNK_ELEMENTS // logits.shape[-1])
+        scale = grad / logits.shape[0]
+        out = torch.empty_like(logits)
+        for start in range(0, logits.shape[0], rows):
+            probs = torch.exp(logits[start:start + rows].float() - lse[start:start + rows, None])
+            probs.scatter_add_(1, labels[start:start + rows, None], torch.full_like(probs[:, :1], -1.0))
+            out[start:start + rows] = probs * scale
+        return out, None
+
+
+def fused_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross entropy over [tokens, vocab] logits in their own dtype (ParallelPlan.fused_loss):
+    flash-attn's Triton kernel on a GPU where flash-attn is installed (as OLMo's fused_loss runs it), else the
+    chunked PyTorch version above (the same memory; more passes over the logits)."""
+    if logits.is_cuda:
+        try:
+            from flash_attn.ops.triton.cross_entropy import cross_entropy_loss
+        except ImportError:
+            cross_entropy_loss = None
+        if cross_entropy_loss is not None:
+            losses, _ = cross_entropy_loss(logits, labels)
+            return losses.float().mean()
+    return _ChunkedCrossEntropy.apply(logits, labels)
+
+
 class GPT(nn.Module):
     """Decoder-only language model; forward(tokens, labels) returns the mean next-token loss (fp32)."""
 
-    def __init__(self, spec: ModelSpec, *, recompute: bool = False) -> None:
+    def __init__(self, spec: ModelSpec, *, recompute: bool = False, fused_loss: bool = False) -> None:
         super().__init__()
         self.spec = spec
+        self.fused_loss = fused_loss
         self.embedding = Embedding(spec)
         self.decoder = Decoder(spec, recompute=recompute)
         self.output_layer = (None if spec.tie_embeddings
@@ -193,4 +240,6 @@ class GPT(nn.Module):
         logits = F.linear(x, weight)
         if labels is None:
             return logits
+        if self.fused_loss:
+            return fused_cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1))
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1))

@@ -166,3 +166,27 @@ def test_check_holds_cuda_graphs_to_megatrons_rules(rendered, tmp_path):
 def test_genconfs_own_launcher_refuses_cuda_graphs_in_one_line(rendered):
     out = run_genconf("launch", str(rendered["moe_cuda_graphs"]))
     one_line_error(out, "--cuda-graph-impl transformer_engine: genconf's megatron launcher runs eagerly")
+
+
+def test_check_holds_olmos_fused_loss_to_the_plan(rendered, tmp_path):
+    """A rendered --fused-loss plan checks clean; its olmo_fsdp.yaml edited to OLMo's F.cross_entropy is named (the
+    plan's memory priced the fused loss), and the megatron launcher refuses the flag in one line."""
+    assert run_genconf("check", str(rendered["fsdp_fused_loss"])).returncode == 0
+    line = _edit(rendered["fsdp_fused_loss"], tmp_path / "edited", "olmo_fsdp.yaml", "fused_loss: true",
+                 "fused_loss: false")
+    out = run_genconf("check", str(tmp_path / "edited"))
+    assert out.returncode == 2
+    assert out.stdout.splitlines() == [f"olmo_fsdp.yaml:{line}: fused_loss False contradicts plan.json (True): the "
+                                       f"plan's memory prices the fused cross entropy (genconf --fused-loss)"]
+    one_line_error(run_genconf("--model", "1b", "--gpus", "8", "--framework", "megatron", "--fused-loss"),
+                   "--fused-loss is the DeepSpeed/FSDP model's cross entropy")
+    one_line_error(run_genconf("--model", "1b", "--gpus", "8", "--framework", "megatron", "--attention-kernel", "flash2"),
+                   "--attention-kernel flash2 describes the DeepSpeed/FSDP model's flash attention")
+
+
+def test_genconfs_own_runners_refuse_triton_attention_in_one_line(rendered, tmp_path):
+    """Triton flash attention (llm-foundry's) is a stack genconf prices but does not run: launch says so first."""
+    target = tmp_path / "triton"
+    assert run_genconf("--model", "1b", "--gpus", "8", "--framework", "fsdp", "--zero", "3", "--attention-kernel",
+                       "triton", "-o", str(target)).returncode == 0
+    one_line_error(run_genconf("launch", str(target)), "--attention-kernel triton describes Triton flash attention")

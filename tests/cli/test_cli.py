@@ -134,7 +134,7 @@ PLAN_FLAGS = sorted([
     "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
     "--no-fp8-param-gather", "--precision-aware-optimizer", "--no-precision-aware-optimizer", "--no-tp-comm-overlap",
     "--fused-kernels", "--expandable-segments", "--no-expandable-segments", "--megatron-fsdp", "--moe-ep-overlap",
-    "--cuda-graph-impl", "--cuda-graph-scope",
+    "--cuda-graph-impl", "--cuda-graph-scope", "--attention-kernel", "--fused-loss", "--no-fused-loss",
     "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
 ])
 

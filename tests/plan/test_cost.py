@@ -258,3 +258,56 @@ def test_tp_backward_overlaps_the_column_parallel_collectives_with_independent_g
     # PyTorch's DTensor TP (torchtitan without async TP) runs the backward's collectives in line.
     fsdp = dataclasses.replace(plan, framework="fsdp", zero_stage=3)
     assert layer_time(model, fsdp, cluster, cal).tp_comm_s == pytest.approx(8 * one, rel=1e-9)
+
+
+# --- the stacks' own kernels -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gpu, flash2", [("h100-sxm", 0.6), ("a100-80gb", 1.0)])
+def test_the_attention_kernel_scales_the_flash_attention_time(gpu, flash2):
+    """cuDNN's fused attention is the kernel tables' rate; FlashAttention-2 runs at flash2_attention_factor of it
+    (0.6 on Hopper, Shah et al. 2024; 1 on Ampere, whose efficiencies are FlashAttention-2's), and Triton's flash
+    attention at triton_attention_factor (0.6, Dao 2023) of FlashAttention-2. A long sequence, so that attention is
+    what the time difference is."""
+    from genconf.plan.cost import implementation
+
+    model = dataclasses.replace(resolve_model("llama3-8b")[0], seq_length=32768)
+    cluster = resolve_cluster("dgx-h100" if gpu.startswith("h100") else "dgx-a100")
+    cal = calibration_for(gpu)
+    assert cal.flash2_attention_factor == flash2 and cal.triton_attention_factor == 0.6
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=32768, zero_stage=3)
+    assert implementation(plan) == "torch-bf16"
+    attn = {k: layer_time(model, dataclasses.replace(plan, attention_kernel=k), cluster, cal).attn_fwd_s
+            for k in ("auto", "cudnn", "flash2", "triton")}
+    assert attn["auto"] == attn["cudnn"]
+    assert attn["flash2"] == pytest.approx(attn["cudnn"] / flash2, rel=0.02)  # the per-wave overheads are not scaled
+    assert attn["triton"] == pytest.approx(attn["flash2"] / 0.6, rel=0.02)
+
+
+def test_sharded_fsdp_runs_the_bf16_model_and_ddp_the_autocast_one():
+    """genconf's FSDP runner (as OLMo's and Composer's) gathers bf16 weights under FULL_SHARD / SHARD_GRAD_OP
+    (MixedPrecision(param_dtype=bf16)): the same eager bf16 model as DeepSpeed's; DDP (NO_SHARD) keeps fp32 weights
+    and runs under autocast, casting them every micro-batch with fp32 norms and residual stream."""
+    from genconf.plan.cost import ELEMENTWISE_PASSES, implementation
+
+    base = ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8)
+    assert implementation(dataclasses.replace(base, zero_stage=3)) == "torch-bf16"
+    assert implementation(dataclasses.replace(base, zero_stage=2)) == "torch-bf16"
+    assert implementation(dataclasses.replace(base, zero_stage=0)) == "torch-autocast"
+    assert implementation(dataclasses.replace(base, zero_stage=0, precision="fp32")) == "torch-bf16"
+    assert ELEMENTWISE_PASSES["torch-autocast"] > ELEMENTWISE_PASSES["torch-bf16"]
+
+
+def test_the_fused_loss_reads_the_logits_once_each_way():
+    """flash-attn's fused cross entropy moves 6 bytes per logit (read forward; read and write the gradient
+    backward) where F.cross_entropy(logits.float()) is priced at 24: the output layer's time falls by 18 bytes per
+    logit at the GPU's HBM rate."""
+    from genconf.plan.cost import _logits_s, _mem_s
+
+    model = resolve_model("gpt3-125m")[0]
+    cluster, cal = resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=8, gbs=64, seq_length=2048, zero_stage=3)
+    n = 8 * 2048
+    saved = _logits_s(model, plan, cluster, cal) - _logits_s(model, dataclasses.replace(plan, fused_loss=True),
+                                                               cluster, cal)
+    assert saved == pytest.approx(_mem_s(cluster.gpu, cal, 24.0 * n * model.vocab_size)
+                                  - _mem_s(cluster.gpu, cal, 6.0 * n * model.vocab_size))

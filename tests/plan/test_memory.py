@@ -2,6 +2,7 @@
 Megatron's distributed-optimizer table and Korthikanti et al. 2022 Table 2."""
 
 import csv
+import dataclasses
 import math
 
 import pytest
@@ -280,3 +281,39 @@ def test_megatron_fsdp_gradient_buckets_wait_for_the_loss_buffers_to_go():
     other = dict(stage_memory(model, plan, 0).other)
     assert not any(name.startswith("Megatron-FSDP unsharded gradient buckets") for name in other)
     assert "bf16 logits before the fp32 loss" in other
+
+
+# --- the loss, as each stack computes it -------------------------------------------------------------------
+
+def _mpt_760m(seq: int = 2048) -> ModelSpec:
+    # MosaicML's MPT-760M (llm-foundry yamls/pretrain/mpt-760m.yaml): 24 x 1536, 12 heads, GELU x4, vocab 50,368.
+    return ModelSpec(name="mpt-760m", num_layers=24, hidden_size=1536, num_attention_heads=12, num_query_groups=12,
+                     ffn_hidden_size=6144, vocab_size=50368, seq_length=seq, activation="gelu",
+                     normalization="layernorm", position_embedding="learned", tie_embeddings=True,
+                     add_bias_linear=True, hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def test_the_fused_loss_keeps_16_bit_logits_and_a_log_sum_exp():
+    """F.cross_entropy(logits.float()) saves the fp32 log-softmax (4 bytes per logit) and, while the loss runs,
+    holds the bf16 logits and their fp32 copy (2 + 4); the fused cross entropy saves the bf16 logits (2) and per
+    token a log-sum-exp and a label (12 bytes), and its backward writes a bf16 gradient (2) beside one fp32 chunk
+    of 2**25 logits (8 bytes each). MPT-760M, micro-batch 24 x 2048 (n = 49,152 tokens), vocab 50,368."""
+    from genconf.plan.memory import FUSED_LOSS_CHUNK_ELEMENTS
+
+    model = _mpt_760m()
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=24, gbs=192, seq_length=2048, zero_stage=3)
+    n, v = 24 * 2048, 50368
+    upcast = stage_memory(model, plan, 0)
+    fused = stage_memory(model, dataclasses.replace(plan, fused_loss=True), 0)
+    assert upcast.activations_bytes - fused.activations_bytes == (4 - 2) * n * v + (13 - 12) * n
+    assert dict(upcast.other)["bf16 logits + fp32 copy before the loss"] == 6 * n * v
+    assert dict(fused.other)["fused cross-entropy backward: 16-bit logits gradient + one fp32 chunk (loss)"] == \
+        2 * n * v + 8 * FUSED_LOSS_CHUNK_ELEMENTS
+    # MosaicML ran this on 8 H100 80GB (llm-foundry's benchmark table): it fits with the fused loss only.
+    assert fused.total_bytes < 79.6 * 2**30 < upcast.total_bytes
+
+
+def test_megatron_keeps_its_own_vocab_parallel_loss():
+    model = _mpt_760m()
+    plan = ParallelPlan(framework="megatron", dp=8, mbs=2, gbs=16, seq_length=2048, zero_stage=1)
+    assert dict(stage_memory(model, plan, 0).other)["bf16 logits before the fp32 loss"] == 2 * 2 * 2048 * 50432

@@ -191,13 +191,20 @@ def test_issue13_single_h100_runs_are_reproduced(name, framework, spec, mbs, rec
     assert predicted == pytest.approx(measured, rel=0.10)
 
 
-def test_frameworks_are_not_tied_on_a_1b_model_over_8_gpus():
+def test_frameworks_are_priced_apart_where_their_kernels_differ_on_a_1b_model_over_8_gpus():
+    """Megatron's TE layers beat the PyTorch model by more than the tie; FSDP's DDP (fp32 weights cast under
+    autocast every micro-batch, fp32 norms and residual stream) is slower than DeepSpeed ZeRO-0's bf16 model by more
+    than the tie; sharded FSDP gathers bf16 weights and runs the same bf16 model as DeepSpeed (within the tie)."""
     model, cluster, cal = resolve_model("1b")[0], resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
-    speeds = {fw: search(model, cluster, 8, cal, Pins(framework=fw)).best.cost.tokens_per_s_per_gpu
-              for fw in ("megatron", "deepspeed", "fsdp")}
-    ordered = sorted(speeds.values())
-    assert all(b / a - 1 > TIE_FRACTION for a, b in zip(ordered, ordered[1:])), speeds
-    assert max(speeds, key=speeds.get) == "megatron"  # TE fused kernels and flash attention
+
+    def speed(framework: str, zero: int | None = None) -> float:
+        pins = Pins(framework=framework, zero_stage=zero)
+        return search(model, cluster, 8, cal, pins).best.cost.tokens_per_s_per_gpu
+
+    megatron, deepspeed, fsdp = speed("megatron"), speed("deepspeed"), speed("fsdp")
+    assert megatron / max(deepspeed, fsdp) - 1 > TIE_FRACTION  # TE fused kernels
+    assert speed("deepspeed", 0) / speed("fsdp", 0) - 1 > TIE_FRACTION
+    assert abs(fsdp / deepspeed - 1) < TIE_FRACTION
 
 
 def test_local_spec_costs_more_than_te():

@@ -1,5 +1,7 @@
 """The search and the rule book: every plan returned satisfies every rule and fits; rejects are named."""
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -153,3 +155,31 @@ def test_megatron_fsdp_when_nothing_else_fits():
     cluster = resolve_cluster("dgx-h100")
     result = search(model, cluster, 64, calibration_for("h100-sxm"), Pins(framework="megatron", tp=1, pp=1, cp=1))
     assert result.ranked and result.ranked[0].plan.zero_stage == 3
+
+
+def test_the_fused_loss_is_added_where_it_makes_a_pytorch_plan_fit():
+    """MosaicML trained MPT-760M at micro-batch 24 x 2048 on 8 H100s under FSDP without recompute (llm-foundry's
+    benchmark table): with F.cross_entropy's fp32 copies of its 50,368-wide logits it does not fit, with the fused
+    cross entropy it does. The search adds it (--fused-loss unset) and says so; --no-fused-loss keeps the loss as
+    given and the miss names --fused-loss first among the fixes."""
+    from genconf.plan.specs import ModelSpec
+
+    model = ModelSpec(name="mpt-760m", num_layers=24, hidden_size=1536, num_attention_heads=12, num_query_groups=12,
+                      ffn_hidden_size=6144, vocab_size=50368, seq_length=2048, activation="gelu",
+                      normalization="layernorm", position_embedding="learned", tie_embeddings=True,
+                      add_bias_linear=True, hidden_dropout=0.0, attention_dropout=0.0)
+    cluster, cal = resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
+    pins = Pins(framework="fsdp", tp=1, pp=1, mbs=24, gbs=384, zero_stage=3, recompute="none")
+    best = search(model, cluster, 8, cal, pins).best
+    assert best.plan.fused_loss
+    refused = search(model, cluster, 8, cal, dataclasses.replace(pins, fused_loss=False))
+    assert not refused.ranked
+    assert "try --fused-loss" in str(refused.nearest_misses[0].errors[0])
+
+
+def test_the_pytorch_stack_knobs_are_refused_for_megatron():
+    model, cluster = resolve_model("1b")[0], resolve_cluster("dgx-h100")
+    for knob in ({"fused_loss": True}, {"attention_kernel": "flash2"}):
+        plan = ParallelPlan(framework="megatron", dp=8, mbs=1, gbs=8, zero_stage=1, **knob)
+        errors = [v.rule for v in rules.check(rules.Context(model, cluster, plan, 8)) if v.severity == rules.ERROR]
+        assert errors == list(knob)

@@ -24,3 +24,13 @@ def test_olmo_config_matches_the_seed_shapes(rendered):
 def test_bf16_gradients_reduce_in_bf16_under_fsdp(rendered):
     olmo = (rendered["fp8_block_knobs"] / "olmo_fsdp.yaml").read_text()
     assert "precision: pure" in olmo  # bf16 gradients: FSDP reduce_dtype bf16
+
+
+def test_the_fused_loss_is_olmos_fused_loss(rendered):
+    """OLMo's TrainConfig.fused_loss runs flash-attn's cross entropy, the one the plan priced; without it OLMo's
+    F.cross_entropy keeps the fp32 log-softmax, so the key is written only where the plan fuses the loss."""
+    import yaml
+
+    fused = yaml.safe_load((rendered["fsdp_fused_loss"] / "olmo_fsdp.yaml").read_text())
+    assert fused["fused_loss"] is True
+    assert "fused_loss" not in yaml.safe_load((rendered["fsdp1b"] / "olmo_fsdp.yaml").read_text())

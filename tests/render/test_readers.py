@@ -151,3 +151,11 @@ def test_megatron_core_reads_every_megatron_args(artifacts):
             (mplan.tp, mplan.pp, mplan.cp), key
         assert (cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads) == \
             (model.num_layers, model.hidden_size, model.num_attention_heads), key
+
+
+def test_olmo_reads_the_fused_loss(rendered):
+    """OLMo's own TrainConfig.load reads the key genconf writes for --fused-loss (flash-attn's cross entropy)."""
+    olmo_config = require("olmo.config")
+    cfg = olmo_config.TrainConfig.load(rendered["fsdp_fused_loss"] / "olmo_fsdp.yaml")
+    assert cfg.fused_loss is True
+    assert not olmo_config.TrainConfig.load(rendered["fsdp1b"] / "olmo_fsdp.yaml").fused_loss

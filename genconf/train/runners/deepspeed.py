@@ -61,8 +61,9 @@ class DeepSpeedRunner(loop.Runner):
         import deepspeed
 
         cfg, train = self.cfg, self.cfg.train
-        model = GPT(cfg.model, recompute=cfg.plan.recompute == "full")
-        self.fast = speed.SpeedOptions.from_dict(cfg.speed)
+        model = GPT(cfg.model, recompute=cfg.plan.recompute == "full",
+                    fused_loss=cfg.plan.fused_loss)
+        self.fast = speed.for_plan(speed.SpeedOptions.from_dict(cfg.speed), cfg.plan, d.device)
         if self.fast.compile and cfg.plan.zero_stage == 3:
             if d.is_main:  # ZeRO-3 swaps parameters in and out around each module: it runs uncompiled
                 print("genconf: --compile skipped: ZeRO-3 runs uncompiled (ZeRO 0-2 compile)", flush=True)

@@ -73,7 +73,7 @@ class FSDPRunner(loop.Runner):
     def build(self, d: runtime.Dist, run_dir: Path) -> None:
         cfg, train, plan = self.cfg, self.cfg.train, self.cfg.plan
         recipe = precision.recipe(cfg.precision_recipe)
-        model = GPT(cfg.model, recompute=plan.recompute == "full").to(d.device)
+        model = GPT(cfg.model, recompute=plan.recompute == "full", fused_loss=plan.fused_loss).to(d.device)
         if recipe.plan_precision == "fp8":
             from genconf.train import float8
 
@@ -84,7 +84,7 @@ class FSDPRunner(loop.Runner):
             if d.is_main:
                 print(f"genconf: FP8 through torchao ({recipe.name}{', GEMMs emulated on the CPU' if emulate else ''}): "
                       f"{converted} linear layers", flush=True)
-        self.fast = speed.SpeedOptions.from_dict(cfg.speed)
+        self.fast = speed.for_plan(speed.SpeedOptions.from_dict(cfg.speed), cfg.plan, d.device)
         if self.fast.compile and plan.zero_stage != 0:
             # FSDP1 needs use_orig_params=True under torch.compile, which changes what the optimizer holds
             # (unpadded shards) from what the memory model counts: sharded plans run uncompiled, and say so.
