@@ -23,8 +23,10 @@ from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 DATA = Path(__file__).resolve().parent / "data"
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
-         "megatron_bridge_perf_summary.csv", "genconf_h100_issue13.csv")
+         "megatron_bridge_perf_summary.csv", "genconf_h100_issue13.csv", "mosaicml_llm_foundry.csv")
 GENCONF_FILE = "genconf_h100_issue13.csv"
+MOSAIC_FILE = "mosaicml_llm_foundry.csv"
+"""MosaicML's MPT benchmarks (llm-foundry): Composer FSDP, not from shared/data (benchmarks/data/README.md)."""
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv")
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
 """Per MoE row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
@@ -161,6 +163,9 @@ def _cluster(row: dict, file: str) -> tuple[ClusterSpec | None, str]:
         return resolve_cluster("kempner-h100", gpu="h100-sxm", gpus_per_node=1), ""
     if file == "bigscience_bloom_sweep.csv" or "bigscience" in row["source"]:
         return resolve_cluster("jean-zay-a100"), ""
+    if gpu.startswith("A100") and "40GB" in gpu:
+        # MosaicML's A100 40GB nodes: 8 GPUs, 1600 Gb/s RoCE per node (200 Gb/s per GPU, as the DGX A100 preset).
+        return resolve_cluster("dgx-a100", gpu="a100-40gb"), ""
     if gpu.startswith("A100"):
         return resolve_cluster("dgx-a100"), ""
     if gpu.startswith(("H100 (80GB)", "H100-SXM 80GB")) or gpu == "H100":
@@ -227,12 +232,19 @@ def _model(row: dict, file: str) -> ModelSpec:
     if file == GENCONF_FILE:
         return resolve_model(row["model"])[0]
     defaults = _family_defaults(row["model"]) if file in NVIDIA_FILES else {}
+    if file == MOSAIC_FILE:
+        # MPTConfig's defaults as the benchmark ran them (the row's notes): GELU MLP, LayerNorm with bias, learned
+        # positions, tied embeddings, biases on every linear layer (no_bias false), no dropout.
+        defaults = dict(activation="gelu", normalization="layernorm", position_embedding="learned", tie_embeddings=True,
+                        add_bias_linear=True, hidden_dropout=0.0, attention_dropout=0.0)
     llama = file == "torchtitan.csv"
     vocab = _int(row["vocab"]) or (250880 if "250k" in row["vocab"] else defaults.get("vocab_size", 51200))
     spec = dict(activation="swiglu" if llama else "gelu", normalization="rmsnorm" if llama else "layernorm",
                 position_embedding="rope" if llama else "learned", tie_embeddings=False, add_bias_linear=not llama,
                 hidden_dropout=0.0 if llama else 0.1, attention_dropout=0.0 if llama else 0.1)
     spec.update({k: v for k, v in defaults.items() if k != "vocab_size"})
+    if file == MOSAIC_FILE:
+        spec["tie_embeddings"] = True
     return ModelSpec(
         name=re.sub(r"[^a-z0-9.]+", "-", row["model"].lower()).strip("-") or "run",
         num_layers=layers, hidden_size=h, num_attention_heads=heads, num_query_groups=kv,
@@ -322,7 +334,7 @@ def _group(row: dict, file: str) -> str:
     return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
             "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
             "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
-            GENCONF_FILE: "genconf H100 (issue 13)"}[file]
+            GENCONF_FILE: "genconf H100 (issue 13)", MOSAIC_FILE: "MosaicML llm-foundry"}[file]
 
 
 def _framework_label(file: str, row: dict) -> str:
@@ -330,6 +342,8 @@ def _framework_label(file: str, row: dict) -> str:
         return "Megatron-Bridge" if file == "megatron_bridge_perf_summary.csv" else "NeMo"
     if file == "torchtitan.csv":
         return "torchtitan"
+    if file == MOSAIC_FILE:
+        return "Composer FSDP (llm-foundry)"
     if file == GENCONF_FILE:
         return "genconf " + re.search(r"framework=(\w+)", row["notes"]).group(1)
     if file == "bigscience_bloom_sweep.csv" or "BLOOM" in row["model"]:
@@ -431,7 +445,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     local = re.search(r"local batch size (\d+)", row["notes"])
     gbs = _int(row["gbs"]) or (int(local.group(1)) * dp if local else mbs * dp)
     precision, fp8_recipe = _precision(row, file, cluster.gpu.arch)
-    fsdp = file == "torchtitan.csv"
+    fsdp = file in ("torchtitan.csv", MOSAIC_FILE)
     # DeepSpeed: Narayanan 2021 Table 2's ZeRO-3 runs, and Megatron-DeepSpeed (BLOOM) with ZeRO-0/1.
     deepspeed = "ZeRO-3" in row["model"] or "ZeRO" in row["precision"]
     zero = 3 if "ZeRO-3" in row["model"] else 0 if "ZeRO-0" in row["precision"] else 1
@@ -447,20 +461,26 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # Megatron-Bridge's performance scripts (scripts/performance/utils/helpers.py, set_basic_perf_overrides)
         # set ddp.grad_reduce_in_fp32 = False: bf16 gradient buffers and reductions.
         grad_dtype = "bf16"
-    modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv") + NVIDIA_FILES
+    modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv", MOSAIC_FILE) + NVIDIA_FILES
     if file == GENCONF_FILE:
         # The run's own plan, as its notes give it: framework, ZeRO stage, layer spec.
         fields = dict(re.findall(r"(framework|zero|layer_spec)=(\w+)", row["notes"]))
         deepspeed, fsdp = fields["framework"] == "deepspeed", fields["framework"] == "fsdp"
         zero = int(fields["zero"])
         modern = fields.get("layer_spec", "te") == "te"
+    if file == MOSAIC_FILE:
+        # Composer FSDP: FULL_SHARD or SHARD_GRAD_OP; mixed_precision DEFAULT reduces gradients in fp32, PURE in bf16.
+        zero = 2 if "SHARD_GRAD_OP" in row["notes"] else 3
+        grad_dtype = "bf16" if "mixed_precision PURE" in row["notes"] else "fp32"
+        if precision == "fp8":
+            fp8_recipe = "delayed"  # Transformer Engine v0.10's default recipe (DelayedScaling)
     task = "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
     recipe = (bridge_moe_recipe(int(label.rsplit("#", 1)[1]))
               if file == "megatron_bridge_perf_summary.csv" and model.is_moe else None)
     plan = ParallelPlan(
         framework="fsdp" if fsdp else "deepspeed" if deepspeed else "megatron", tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, dp=dp,
         mbs=mbs, gbs=gbs, etp=1 if (model.is_moe and file in NVIDIA_FILES) else None,
-        seq_length=model.seq_length, zero_stage=3 if fsdp and file != GENCONF_FILE else zero, recompute=recompute,
+        seq_length=model.seq_length, zero_stage=3 if file == "torchtitan.csv" else zero, recompute=recompute,
         sequence_parallel=tp > 1 and (file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv")
                                       + NVIDIA_FILES and "no sequence parallel" not in row["recompute"]),
         grad_dtype=grad_dtype,
@@ -472,6 +492,11 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
         torch_compile=fsdp and "compile" in row["notes"],
         expandable_segments=_expandable_segments(row, file, cluster.gpu.name, fp8_recipe, task, zero),
+        # The stacks' flash attention as they ran: torchtitan's SDPA lists FlashAttention-2 first on Hopper (cuDNN
+        # only from Blackwell); llm-foundry's benchmarks ran attn_impl triton (the row's notes).
+        attention_kernel="flash2" if file == "torchtitan.csv" else "triton" if file == MOSAIC_FILE else "auto",
+        # llm-foundry's MPT loss_fn default: flash-attn's fused cross entropy (the row's notes).
+        fused_loss=file == MOSAIC_FILE,
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
         moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
         **_cuda_graphs(recipe))

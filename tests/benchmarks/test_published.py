@@ -167,3 +167,58 @@ def test_long_sequence_tokens_per_second_follow_the_flop_count_of_their_release(
                                             m.num_query_groups, m.ffn_hidden_size, m.vocab_size,
                                             attention=6.0 if halved else 12.0)
     assert run.measured_tokens_per_s_per_gpu == pytest.approx(tflops * 1e12 / per_token, rel=1e-6)
+
+
+# --- MosaicML's MPT benchmarks (llm-foundry): a validation source, scored and never fitted --------------------
+
+def _mosaic_rows():
+    import csv
+
+    from published import DATA, MOSAIC_FILE
+
+    with open(DATA / MOSAIC_FILE) as f:
+        return list(csv.DictReader(f))
+
+
+def test_every_mpt_row_counts_the_parameters_mosaicml_published(runs):
+    """Each of the 216 rows's MPT is built from the yaml's d_model / n_heads / n_layers with MPTConfig's defaults
+    (GELU x4, LayerNorm with bias, biases on every linear layer, tied embeddings, a learned position table of the
+    row's sequence length): genconf's count equals the NumParams column exactly (it grows with the sequence)."""
+    from genconf.plan.counting import exact_param_count
+
+    mosaic = [r for r in runs.values() if r.file == "mosaicml_llm_foundry.csv"]
+    rows = _mosaic_rows()
+    assert len(mosaic) == len(rows) == 216
+    by_label = {r.label: r for r in mosaic}
+    for i, row in enumerate(rows):
+        published = int(row["notes"].split("NumParams ")[1].split(" ")[0])
+        assert exact_param_count(by_label[f"{row['model']} #{i}"].model) == published, row["model"]
+
+
+def test_mpt_rows_are_typed_as_the_benchmark_ran(runs):
+    """Composer FSDP with llm-foundry's defaults (the rows' notes cite the file and line): Triton flash attention,
+    flash-attn's fused cross entropy, FULL_SHARD or SHARD_GRAD_OP, fp32 gradient reduction under mixed_precision
+    DEFAULT and bf16 under PURE, Transformer Engine's delayed scaling for FP8."""
+    mosaic = {r.label: r for r in runs.values() if r.file == "mosaicml_llm_foundry.csv"}
+    plans = [r.plan for r in mosaic.values()]
+    assert all(p.framework == "fsdp" and p.attention_kernel == "triton" and p.fused_loss for p in plans)
+    assert {p.zero_stage for p in plans} == {2, 3}
+    rows = _mosaic_rows()
+    for i, row in enumerate(rows):
+        plan = mosaic[f"{row['model']} #{i}"].plan
+        assert plan.grad_dtype == ("bf16" if "mixed_precision PURE" in row["notes"] else "fp32")
+        assert plan.zero_stage == (2 if "SHARD_GRAD_OP" in row["notes"] else 3)
+        assert (plan.fp8_recipe == "delayed") == (plan.precision == "fp8")
+
+
+def test_every_mpt_configuration_fits_as_it_ran(runs):
+    """None of MosaicML's 216 published configurations is rejected. Before genconf priced the fused cross entropy
+    (bf16 logits and a per-token log-sum-exp instead of an fp32 copy and an fp32 log-softmax), 59 did not fit
+    (at 5bccdcb, planned with the same pins)."""
+    from accuracy import cals_for, predict
+
+    mosaic = [r for r in runs.values() if r.file == "mosaicml_llm_foundry.csv"]
+    cals = cals_for(mosaic)
+    rejected = [(r.label, p.rejected[:80]) for r in mosaic
+                if (p := predict(r, cals[r.cluster.gpu.name])).tokens_per_s_per_gpu is None]
+    assert not rejected
