@@ -72,10 +72,16 @@ def layout_differences(plan: ParallelPlan, framework: str) -> list[Difference]:
     """How `framework`'s artifact rewrites the plan's layout (nothing when it is the plan's own framework)."""
     file = FRAMEWORK_FILES[framework]
     if framework == plan.framework:
-        # Only the dtype can differ: OLMo's trainer config has no FP8 that genconf's FSDP launcher trains (torchao).
+        # Only the dtype can differ: OLMo's trainer config has no FP8 that genconf's FSDP launcher trains (torchao);
+        # and OLMo runs flash-attn 2 or PyTorch's SDPA, no Triton attention.
         in_file, why = framework_precision(plan.precision, framework, plan_framework=plan.framework)
-        return ([Difference(file=file, aspect="precision", plan=plan.precision, in_file=in_file,
+        rows = ([Difference(file=file, aspect="precision", plan=plan.precision, in_file=in_file,
                             why=why.split("; ")[0].split(": ")[0])] if in_file != plan.precision else [])
+        if framework == "fsdp" and plan.attention_kernel == "triton":
+            rows.append(Difference(file=file, aspect="attention kernel", plan="flash attention in Triton",
+                                   in_file="flash_attention: true (flash-attn 2)",
+                                   why="OLMo chooses flash-attn or PyTorch's SDPA, not a Triton kernel"))
+        return rows
     same, _ = equivalent_plan(plan, framework)
     rows: list[Difference] = []
     if _degrees(plan) != _degrees(same):

@@ -34,3 +34,22 @@ def test_the_fused_loss_is_olmos_fused_loss(rendered):
     fused = yaml.safe_load((rendered["fsdp_fused_loss"] / "olmo_fsdp.yaml").read_text())
     assert fused["fused_loss"] is True
     assert "fused_loss" not in yaml.safe_load((rendered["fsdp1b"] / "olmo_fsdp.yaml").read_text())
+
+
+def test_olmos_flash_attention_follows_the_attention_kernel():
+    """OLMo's flash_attention runs flash-attn 2; without it, PyTorch's SDPA (cuDNN's attention on Hopper and newer):
+    the plan's kernel picks the key, and a Triton kernel, which OLMo cannot run, is said in the fidelity table."""
+    import dataclasses
+
+    from genconf.catalog.models import resolve_model
+    from genconf.plan.specs import ParallelPlan, TrainSpec
+    from genconf.render.fidelity import differences
+    from genconf.render.olmo import olmo_config
+
+    model = resolve_model("1b")[0]
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=4, gbs=64, zero_stage=3)
+    flash = {k: olmo_config(model, dataclasses.replace(plan, attention_kernel=k), TrainSpec(train_steps=10), "t")
+             ["model"]["flash_attention"] for k in ("auto", "flash2", "cudnn", "triton")}
+    assert flash == {"auto": True, "flash2": True, "cudnn": False, "triton": True}
+    rows = differences(model, dataclasses.replace(plan, attention_kernel="triton"), ("fsdp",))
+    assert [r.aspect for r in rows] == ["attention kernel"]
