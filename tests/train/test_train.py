@@ -75,6 +75,8 @@ LAYOUTS = {
     "deepspeed-zero2": (TINY_GPT, 2, ["--framework", "deepspeed", "--zero", "2"]),
     "deepspeed-zero3": (TINY_LLAMA, 2, ["--framework", "deepspeed", "--zero", "3"]),
     "fsdp-full-shard": (TINY_LLAMA, 2, ["--framework", "fsdp", "--zero", "3"]),
+    # The fused cross entropy (genconf's chunked version on a CPU): trains, verifies, holds the planned bytes.
+    "fsdp-fused-loss": (TINY_GPT, 2, ["--framework", "fsdp", "--zero", "3", "--fused-loss"]),
     # Odd sizes: the exact byte counts include each framework's padding of its shards.
     "megatron-distopt-odd": (TINY_ODD, 2, ["--framework", "megatron", "--tp", "1", "--pp", "1", "--zero", "1"]),
     "deepspeed-zero1-odd": (TINY_ODD, 2, ["--framework", "deepspeed", "--zero", "1"]),
