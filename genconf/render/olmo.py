@@ -37,7 +37,9 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
         # OLMo's mlp_hidden_size is ff_proj's output: both SwiGLU branches, 2 x megatron's ffn_hidden_size
         "mlp_hidden_size": model.ffn_hidden_size * (2 if model.gated else 1),
         "activation_type": model.activation, "block_type": "sequential", "weight_tying": model.tie_embeddings,
-        "alibi": False, "rope": model.position_embedding == "rope", "flash_attention": plan.layer_spec == "te" and plan.attention_kernel in ("auto", "flash2", "triton"),
+        "alibi": False, "rope": model.position_embedding == "rope",
+        # flash-attn 2; without it OLMo runs PyTorch's SDPA (cuDNN's attention on Hopper and newer)
+        "flash_attention": plan.layer_spec == "te" and plan.attention_kernel in ("auto", "flash2", "triton"),
         "attention_dropout": model.attention_dropout, "attention_layer_norm": model.qk_layernorm,
         "include_bias": model.add_bias_linear, "layer_norm_type": "rms" if model.normalization == "rmsnorm" else "default",
         "layer_norm_with_affine": affine, "attention_layer_norm_with_affine": affine,

@@ -162,6 +162,11 @@ class Embedding(nn.Module):
         return self.dropout(x)
 
 
+def _chunk_rows(vocab: int) -> int:
+    """Rows of logits turned into fp32 at a time: at most FUSED_LOSS_CHUNK_ELEMENTS logits, at least one row."""
+    return max(1, FUSED_LOSS_CHUNK_ELEMENTS // vocab)
+
+
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """Mean cross entropy of 16-bit logits without an fp32 copy of them: the forward keeps the logits and each
     row's fp32 log-sum-exp; the backward writes a 16-bit gradient, turning one chunk of rows at a time into fp32
@@ -169,7 +174,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        rows = max(1, FUSED_LOSS_CHUNK_ELEMENTS // logits.shape[-1])
+        rows = _chunk_rows(logits.shape[-1])
         lse = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
         target = torch.empty_like(lse)
         for start in range(0, logits.shape[0], rows):
@@ -182,7 +187,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         logits, labels, lse = ctx.saved_tensors
-        rows = max(1, FUSED_LOSS_CHUNK_ELEMENTS // logits.shape[-1])
+        rows = _chunk_rows(logits.shape[-1])
         scale = grad / logits.shape[0]
         out = torch.empty_like(logits)
         for start in range(0, logits.shape[0], rows):
