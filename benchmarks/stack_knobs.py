@@ -1,0 +1,64 @@
+"""What each stack knob does to MosaicML's 216 MPT runs (the validation source, never fitted).
+
+    python benchmarks/stack_knobs.py        # writes benchmarks/results/stack_knobs.md
+
+The rows are planned as benchmarks/accuracy.py plans them (published degrees pinned, the committed calibration),
+three ways: as a user types them without the stack's knobs (F.cross_entropy's fp32 loss, the default attention
+kernel), with the fused cross entropy the benchmark ran (ParallelPlan.fused_loss), and as they ran (also its Triton
+flash attention, ParallelPlan.attention_kernel). Each line: rows rejected as out of memory, median and p90 of
+|tokens/s error|, median signed error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from accuracy import RESULTS, cals_for, predict  # noqa: E402
+from published import MOSAIC_FILE, load_runs  # noqa: E402
+
+VARIANTS = {
+    "typed without the stack's knobs": dict(fused_loss=False, attention_kernel="auto"),
+    "with the fused cross entropy": dict(fused_loss=True, attention_kernel="auto"),
+    "as they ran (fused cross entropy, Triton attention)": dict(fused_loss=True, attention_kernel="triton"),
+}
+
+
+def score(runs, knobs: dict) -> dict:
+    runs = [dataclasses.replace(r, plan=dataclasses.replace(r.plan, **knobs)) for r in runs]
+    cals = cals_for(runs)
+    errors, rejected = [], 0
+    for run in runs:
+        got = predict(run, cals[run.cluster.gpu.name])
+        if got.tokens_per_s_per_gpu is None:
+            rejected += 1
+        else:
+            errors.append(got.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu - 1)
+    absolute = sorted(abs(e) for e in errors)
+    return {"rows": len(runs), "rejected": rejected, "median": statistics.median(absolute),
+            "p90": absolute[int(0.9 * len(absolute))], "signed": statistics.median(errors)}
+
+
+def main() -> int:
+    runs = [r for r in load_runs()[0] if r.file == MOSAIC_FILE]
+    lines = ["# MosaicML's MPT runs under each stack knob", "",
+             "Command: `python benchmarks/stack_knobs.py` (the committed calibration; MosaicML is never fitted).", "",
+             "| planned | rows | rejected | median \\|error\\| | p90 | median signed |", "|---|---:|---:|---:|---:|---:|"]
+    for name, knobs in VARIANTS.items():
+        s = score(runs, knobs)
+        print(f"{name}: {s['rejected']} of {s['rows']} rejected, median {s['median']:.1%}, p90 {s['p90']:.1%}, "
+              f"signed {s['signed']:+.1%}")
+        lines.append(f"| {name} | {s['rows']} | {s['rejected']} | {s['median']:.1%} | {s['p90']:.1%} | "
+                     f"{s['signed']:+.1%} |")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "stack_knobs.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
