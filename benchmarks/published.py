@@ -243,8 +243,6 @@ def _model(row: dict, file: str) -> ModelSpec:
                 position_embedding="rope" if llama else "learned", tie_embeddings=False, add_bias_linear=not llama,
                 hidden_dropout=0.0 if llama else 0.1, attention_dropout=0.0 if llama else 0.1)
     spec.update({k: v for k, v in defaults.items() if k != "vocab_size"})
-    if file == MOSAIC_FILE:
-        spec["tie_embeddings"] = True
     return ModelSpec(
         name=re.sub(r"[^a-z0-9.]+", "-", row["model"].lower()).strip("-") or "run",
         num_layers=layers, hidden_size=h, num_attention_heads=heads, num_query_groups=kv,

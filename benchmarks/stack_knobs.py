@@ -12,14 +12,13 @@ flash attention, ParallelPlan.attention_kernel). Each line: rows rejected as out
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accuracy import RESULTS, cals_for, predict  # noqa: E402
+from accuracy import RESULTS, cals_for, evaluate_all, stats  # noqa: E402
 from published import MOSAIC_FILE, load_runs  # noqa: E402
 
 VARIANTS = {
@@ -30,18 +29,9 @@ VARIANTS = {
 
 
 def score(runs, knobs: dict) -> dict:
+    """accuracy.stats() of the runs re-planned with `knobs`: rejected, median and p90 of |error|, median signed."""
     runs = [dataclasses.replace(r, plan=dataclasses.replace(r.plan, **knobs)) for r in runs]
-    cals = cals_for(runs)
-    errors, rejected = [], 0
-    for run in runs:
-        got = predict(run, cals[run.cluster.gpu.name])
-        if got.tokens_per_s_per_gpu is None:
-            rejected += 1
-        else:
-            errors.append(got.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu - 1)
-    absolute = sorted(abs(e) for e in errors)
-    return {"rows": len(runs), "rejected": rejected, "median": statistics.median(absolute),
-            "p90": absolute[int(0.9 * len(absolute))], "signed": statistics.median(errors)}
+    return stats(evaluate_all(runs, cals_for(runs)))
 
 
 def main() -> int:
@@ -51,10 +41,10 @@ def main() -> int:
              "| planned | rows | rejected | median \\|error\\| | p90 | median signed |", "|---|---:|---:|---:|---:|---:|"]
     for name, knobs in VARIANTS.items():
         s = score(runs, knobs)
-        print(f"{name}: {s['rejected']} of {s['rows']} rejected, median {s['median']:.1%}, p90 {s['p90']:.1%}, "
-              f"signed {s['signed']:+.1%}")
-        lines.append(f"| {name} | {s['rows']} | {s['rejected']} | {s['median']:.1%} | {s['p90']:.1%} | "
-                     f"{s['signed']:+.1%} |")
+        print(f"{name}: {s['rejected']} of {s['rows']} rejected, median {s['median_abs']:.1%}, "
+              f"p90 {s['p90_abs']:.1%}, signed {s['median_signed']:+.1%}")
+        lines.append(f"| {name} | {s['rows']} | {s['rejected']} | {s['median_abs']:.1%} | {s['p90_abs']:.1%} | "
+                     f"{s['median_signed']:+.1%} |")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "stack_knobs.md").write_text("\n".join(lines) + "\n")
     return 0
