@@ -198,6 +198,16 @@ def one_line_error(out: subprocess.CompletedProcess, needle: str) -> None:
     assert "Traceback" not in out.stderr
 
 
+def mpt_760m():
+    """MosaicML's MPT-760M (llm-foundry yamls/pretrain/mpt-760m.yaml): 24 x 1536, 12 heads, GELU x4, vocab 50,368."""
+    from genconf.plan.specs import ModelSpec
+
+    return ModelSpec(name="mpt-760m", num_layers=24, hidden_size=1536, num_attention_heads=12, num_query_groups=12,
+                     ffn_hidden_size=6144, vocab_size=50368, seq_length=2048, activation="gelu",
+                     normalization="layernorm", position_embedding="learned", tie_embeddings=True,
+                     add_bias_linear=True, hidden_dropout=0.0, attention_dropout=0.0)
+
+
 def transformer_config(args: dict):
     import torch
     import torch.nn.functional as F

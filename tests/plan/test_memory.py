@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from conftest import DATA, needs_deepspeed
+from conftest import DATA, mpt_760m, needs_deepspeed
 from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.models import resolve_model
 from genconf.plan.counting import exact_param_count
@@ -285,14 +285,6 @@ def test_megatron_fsdp_gradient_buckets_wait_for_the_loss_buffers_to_go():
 
 # --- the loss, as each stack computes it -------------------------------------------------------------------
 
-def _mpt_760m(seq: int = 2048) -> ModelSpec:
-    # MosaicML's MPT-760M (llm-foundry yamls/pretrain/mpt-760m.yaml): 24 x 1536, 12 heads, GELU x4, vocab 50,368.
-    return ModelSpec(name="mpt-760m", num_layers=24, hidden_size=1536, num_attention_heads=12, num_query_groups=12,
-                     ffn_hidden_size=6144, vocab_size=50368, seq_length=seq, activation="gelu",
-                     normalization="layernorm", position_embedding="learned", tie_embeddings=True,
-                     add_bias_linear=True, hidden_dropout=0.0, attention_dropout=0.0)
-
-
 def test_the_fused_loss_keeps_16_bit_logits_and_a_log_sum_exp():
     """F.cross_entropy(logits.float()) saves the fp32 log-softmax (4 bytes per logit) and, while the loss runs,
     holds the bf16 logits and their fp32 copy (2 + 4); the fused cross entropy saves the bf16 logits (2) and per
@@ -300,7 +292,7 @@ def test_the_fused_loss_keeps_16_bit_logits_and_a_log_sum_exp():
     of 2**25 logits (8 bytes each). MPT-760M, micro-batch 24 x 2048 (n = 49,152 tokens), vocab 50,368."""
     from genconf.plan.memory import FUSED_LOSS_CHUNK_ELEMENTS
 
-    model = _mpt_760m()
+    model = mpt_760m()
     plan = ParallelPlan(framework="fsdp", dp=8, mbs=24, gbs=192, seq_length=2048, zero_stage=3)
     n, v = 24 * 2048, 50368
     upcast = stage_memory(model, plan, 0)
@@ -314,6 +306,6 @@ def test_the_fused_loss_keeps_16_bit_logits_and_a_log_sum_exp():
 
 
 def test_megatron_keeps_its_own_vocab_parallel_loss():
-    model = _mpt_760m()
+    model = mpt_760m()
     plan = ParallelPlan(framework="megatron", dp=8, mbs=2, gbs=16, seq_length=2048, zero_stage=1)
     assert dict(stage_memory(model, plan, 0).other)["bf16 logits before the fp32 loss"] == 2 * 2 * 2048 * 50432

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import mpt_760m
 from genconf.catalog.clusters import list_clusters, resolve_cluster
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import list_models, resolve_model
@@ -162,12 +163,7 @@ def test_the_fused_loss_is_added_where_it_makes_a_pytorch_plan_fit():
     benchmark table): with F.cross_entropy's fp32 copies of its 50,368-wide logits it does not fit, with the fused
     cross entropy it does. The search adds it (--fused-loss unset) and says so; --no-fused-loss keeps the loss as
     given and the miss names --fused-loss first among the fixes."""
-    from genconf.plan.specs import ModelSpec
-
-    model = ModelSpec(name="mpt-760m", num_layers=24, hidden_size=1536, num_attention_heads=12, num_query_groups=12,
-                      ffn_hidden_size=6144, vocab_size=50368, seq_length=2048, activation="gelu",
-                      normalization="layernorm", position_embedding="learned", tie_embeddings=True,
-                      add_bias_linear=True, hidden_dropout=0.0, attention_dropout=0.0)
+    model = mpt_760m()
     cluster, cal = resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
     pins = Pins(framework="fsdp", tp=1, pp=1, mbs=24, gbs=384, zero_stage=3, recompute="none")
     best = search(model, cluster, 8, cal, pins).best
