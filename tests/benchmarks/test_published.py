@@ -222,3 +222,16 @@ def test_every_mpt_configuration_fits_as_it_ran(runs):
     rejected = [(r.label, p.rejected[:80]) for r in mosaic
                 if (p := predict(r, cals[r.cluster.gpu.name])).tokens_per_s_per_gpu is None]
     assert not rejected
+
+
+def test_stack_knobs_as_they_ran_is_how_the_rows_are_typed(runs):
+    """benchmarks/stack_knobs.py's last variant is the rows as published.py types them (its figures are accuracy's
+    MosaicML row), and its first, without the stack's knobs, rejects what the fused cross entropy makes fit."""
+    import stack_knobs
+    from accuracy import cals_for, evaluate_all, stats
+
+    mosaic = [r for r in runs.values() if r.file == "mosaicml_llm_foundry.csv"]
+    naive, _, ran = (stack_knobs.score(mosaic, knobs) for knobs in stack_knobs.VARIANTS.values())
+    typed = stats(evaluate_all(mosaic, cals_for(mosaic)))
+    assert {k: ran[k] for k in typed} == typed
+    assert naive["rejected"] > 0 == ran["rejected"]
