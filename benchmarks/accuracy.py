@@ -505,33 +505,64 @@ def loso(runs: list[Run], *, quiet: bool = False) -> tuple[list[dict], dict]:
     return held_rows, fits
 
 
-def _band(logs: list[float], q_lo: float, q_hi: float) -> dict | None:
+def _wq(values: list[tuple[float, float]], q: float) -> float:
+    """The q-quantile of (value, weight) pairs: the value whose cumulative weight, counted to its middle, reaches
+    q of the total (the unweighted _q's positions when every weight is equal, up to interpolation)."""
+    values = sorted(values)
+    total = sum(w for _, w in values)
+    seen = 0.0
+    for v, w in values:
+        if seen + w / 2 >= q * total:
+            return v
+        seen += w
+    return values[-1][0]
+
+
+def _band(logs: list[float], q_lo: float, q_hi: float, weights: list[float] | None = None) -> dict | None:
     """measured / predicted = 1 / (1 + err): the interval on the measured value is predicted x exp(-[q_hi, q_lo])
-    of the log residuals."""
+    of the log residuals (weighted quantiles where `weights` is given)."""
     if len(logs) < 10:
         return None
-    return {"low": math.exp(-_q(logs, q_hi)), "high": math.exp(-_q(logs, q_lo)), "rows": len(logs)}
+    if weights is None:
+        lo, hi = _q(logs, q_lo), _q(logs, q_hi)
+    else:
+        pairs = list(zip(logs, weights))
+        lo, hi = _wq(pairs, q_lo), _wq(pairs, q_hi)
+    return {"low": math.exp(-hi), "high": math.exp(-lo), "rows": len(logs)}
 
 
 def _inside(band: dict, err: float) -> bool:
     return band["low"] <= 1 / (1 + err) <= band["high"]
 
 
+def _source_band(rows: list[dict], q_lo: float, q_hi: float) -> dict | None:
+    """The band of `rows`' throughput residuals with every source weighted alike (each row 1 / its source's rows).
+    A new user's runs are a new source: the interval must hold across sources, and pooled quantiles are those of
+    the two largest (MosaicML 216 rows, Megatron-Bridge 194 of 621). Grouped (per-source) weighting is what makes
+    the nested check below come out near its target: pooled, 72% of rows; source-weighted, 77% (2026-11-25)."""
+    scored = [r for r in rows if r.get("throughput_error") is not None]
+    count: dict = {}
+    for r in scored:
+        count[r["source"]] = count.get(r["source"], 0) + 1
+    return _band([math.log(1 + r["throughput_error"]) for r in scored], q_lo, q_hi,
+                 [1.0 / count[r["source"]] for r in scored])
+
+
 def intervals(held_rows: list[dict], q_lo: float = 0.10, q_hi: float = 0.90) -> dict:
     """80% prediction intervals from held-out log residuals: one band for dense models (the per-generation
     quantiles are reported, not used: each generation's rows come from two or three sources, and a band built
     from them covered 67-70% of a source left out, against 77% for the pooled band), one for MoE models, one
-    for peak memory. Coverage is checked on rows the band was not built from: dense rows with the band built
-    without their own source (nested leave-one-source-out), memory rows with the band built without their own
-    model."""
+    for peak memory. The dense bands weight every source alike (_source_band). Coverage is checked on rows the
+    band was not built from: dense rows with the band built without their own source (nested
+    leave-one-source-out), memory rows with the band built without their own model."""
     def logs(rows, key="throughput_error"):
         return [math.log(1 + r[key]) for r in rows if r.get(key) is not None]
 
     dense = [r for r in held_rows if r["kind"] == "dense"]
     moe = [r for r in held_rows if r["kind"] == "MoE"]
-    bands: dict = {"all": _band(logs(dense), q_lo, q_hi)}
+    bands: dict = {"all": _source_band(dense, q_lo, q_hi)}
     for gen in ARCHS:
-        bands[gen] = _band(logs([r for r in dense if r["generation"] == gen]), q_lo, q_hi)
+        bands[gen] = _source_band([r for r in dense if r["generation"] == gen], q_lo, q_hi)
     bands["moe"] = _band(logs(moe), q_lo, q_hi)
     inside = total = 0
     per_source = {}
@@ -539,7 +570,7 @@ def intervals(held_rows: list[dict], q_lo: float = 0.10, q_hi: float = 0.90) -> 
         test = [r for r in dense if r["source"] == source and r["throughput_error"] is not None]
         if not test:
             continue
-        rest = _band(logs([r for r in dense if r["source"] != source]), q_lo, q_hi)
+        rest = _source_band([r for r in dense if r["source"] != source], q_lo, q_hi)
         hit = sum(_inside(rest, r["throughput_error"]) for r in test)
         per_source[source] = hit / len(test)
         inside += hit
@@ -547,6 +578,7 @@ def intervals(held_rows: list[dict], q_lo: float = 0.10, q_hi: float = 0.90) -> 
     in_sample = [r for r in dense if r["throughput_error"] is not None]
     hit_in = sum(_inside(bands["all"], r["throughput_error"]) for r in in_sample)
     bands["coverage"] = {"dense_nested": inside / total if total else None, "by_source": per_source,
+                         "dense_nested_mean_over_sources": sum(per_source.values()) / len(per_source) if per_source else None,
                          "dense_in_sample": hit_in / len(in_sample) if in_sample else None,
                          "moe_in_sample": (sum(_inside(bands["moe"], r["throughput_error"]) for r in moe) / len(moe)
                                            if moe and bands["moe"] else None)}
@@ -620,10 +652,11 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None, ba
                 label = {"all": "dense tokens/s, all", "moe": "MoE tokens/s", "memory": "peak memory"}.get(
                     key, f"dense tokens/s, {key}")
                 lines.append(f"| {label} | {b['low']:.3f} | {b['high']:.3f} | {b['rows']} |")
-        lines += ["", f"- dense tokens/s (one band; the per-generation rows above are for reading only): held-out rows inside "
-                      f"it: {_pct(cov['dense_in_sample'])}; "
+        lines += ["", f"- dense tokens/s (one band, every source weighted alike; the per-generation rows above are for "
+                      f"reading only): held-out rows inside it: {_pct(cov['dense_in_sample'])}; "
                       f"inside a band built without their own source (nested leave-one-source-out): "
-                      f"**{_pct(cov['dense_nested'])}** (target 80%)"]
+                      f"**{_pct(cov['dense_nested'])}** of rows, {_pct(cov.get('dense_nested_mean_over_sources'))} "
+                      f"averaged over sources (target 80%)"]
         lines += [f"  - {s}: {_pct(v)}" for s, v in cov["by_source"].items()]
         lines.append(f"- MoE tokens/s: one source only, so no nested check; inside the MoE band: "
                      f"{_pct(cov['moe_in_sample'])}")
