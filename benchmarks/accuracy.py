@@ -320,7 +320,7 @@ FIT_GRID = {
     ("all", "microbatch_overhead_s"): [0.0, 0.001, 0.002, 0.004, 0.008],
     # The exposed part of the interleaved schedule's point-to-point sends (megatron overlap_p2p_comm: each
     # chunk boundary's send and receive run beside the next chunk's compute, but wait at its start).
-    ("all", "pp_overlap_exposed"): [0.0, 0.25, 0.5, 0.75, 1.0],
+    ("all", "pp_overlap_exposed"): [0.0, 0.1, 0.25, 0.5, 0.75, 1.0],
     ("all", "step_overhead_s"): [0.0, 0.01, 0.02, 0.05],
     ("all", "dp_overlap_efficiency"): [0.5, 0.7, 0.9],
     ("all", "ring_hop_latency_s"): [2e-6, 5e-6, 1e-5, 2e-5, 4e-5],

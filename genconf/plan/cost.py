@@ -131,9 +131,9 @@ class Calibration:
     bandwidth from the compute they hide behind (as tp_overlap_exposed for TP). What outlasts that compute is
     exposed in full."""
     pp_overlap_exposed: float = 0.25
-    """Fraction of a micro-batch's pipeline p2p time that can stall a rank under the interleaved schedule
-    (overlap_p2p_comm); step_cost charges it only where the slowest rank's slack over the next one does not
-    cover it."""
+    """Fraction of a micro-batch's pipeline p2p time every rank still pays under the interleaved schedule
+    (overlap_p2p_comm): the sends and receives run beside the next chunk's compute, but NCCL's kernels take SMs and
+    memory bandwidth from it (as tp_overlap_exposed for TP), on the slowest rank as on the others."""
     throughput_band: tuple[float, float] = (0.8, 1.2)
     """80% interval of measured / predicted tokens/s: the 10th and 90th percentiles of the residuals on
     published runs the calibration was not fitted to (benchmarks/accuracy.py --loso --write-calibration)."""
@@ -814,17 +814,12 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
               else _bandwidth(cluster, cal, span))  # stage to stage: one GPU's link
         sp = plan.tp if plan.sequence_parallel else 1
         send = kernels.p2p_s(2.0 * n * model.hidden_size / sp, gbyte_per_s=bw, latency_s=cal.collective_latency_s)
-        # Forward activations and backward gradients at every chunk boundary of a micro-batch.
+        # Forward activations and backward gradients at every chunk boundary of a micro-batch. Interleaved
+        # (overlap_p2p_comm), the transfers run beside compute and cost each rank, the slowest too, the share their
+        # kernels take from it: faster ranks' slack does not hide it (genconf dropped that argument on 2026-11-25,
+        # history.md). Without interleaving, batched isend/irecv are waited on: paid in full.
         pp_comm = 2 * send * plan.vp * (cal.pp_overlap_exposed if plan.vp > 1 else 1.0)
     bubble = (plan.pp - 1) / plan.vp * (slowest + pp_comm) if plan.pp > 1 else 0.0
-    exposed_pp = pp_comm
-    if plan.pp > 1 and plan.vp > 1:
-        # overlap_p2p_comm: sends and receives run beside the next chunk's compute, so only a receive that has
-        # not arrived stalls a rank. In the steady state the slowest rank's inputs come from faster ranks and are
-        # there early: its p2p time hides in their slack and shows only where another rank plus it is slower
-        # (the pipeline runs at its slowest stage's pace, Narayanan 2021 Sec. 2.2; the slack argument is genconf's).
-        others = max(s for i, s in enumerate(stage_s) if i != slowest_i)
-        exposed_pp = max(0.0, others + pp_comm - slowest)
     compute = m * slowest
     tp_comm = m * max(layers) * (layer_gpu["tp_comm_s"] + layer_gpu["cp_comm_s"])
     heaviest = max(range(plan.pp), key=lambda i: layers[i]) if plan.pp > 1 else 0
@@ -838,12 +833,12 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     optimizer = _optimizer_s(plan, cluster, cal, params) + _quant_weights_s(
         plan, cluster, cal, max(r.gemm for r in rp.values()), m)
     overhead = cal.step_overhead_s
-    step = compute + bubble + m * exposed_pp + dp_comm + optimizer + overhead
+    step = compute + bubble + m * pp_comm + dp_comm + optimizer + overhead
     tokens = plan.gbs * plan.seq_length
     flops_token = model_flops_per_token(model, plan.seq_length)
     hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute)
     peak = gpu.peak_tflops({"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))
-    return StepCost(step_time_s=step, compute_s=compute, bubble_s=bubble, pp_comm_s=m * exposed_pp, dp_comm_s=dp_comm,
+    return StepCost(step_time_s=step, compute_s=compute, bubble_s=bubble, pp_comm_s=m * pp_comm, dp_comm_s=dp_comm,
                     optimizer_s=optimizer, overhead_s=overhead, tp_comm_s=tp_comm, recompute_s=m * recompute_s[slowest_i],
                     offload_s=m * offload_s[slowest_i],
                     model_flops_per_step=flops_token * tokens, hardware_flops_per_step=hw_token * tokens,
