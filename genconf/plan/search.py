@@ -819,6 +819,32 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     return tips
 
 
+PIN_FLAGS = (("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp"), ("ep", "--ep"), ("etp", "--etp"),
+             ("mbs", "--mbs"), ("gbs", "--global-batch"))
+"""The pinned degrees what_would_be_valid frees one at a time (Pins field, command-line flag)."""
+
+
+def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> list[str]:
+    """For a plan no layout satisfies (the pins break a rule, not the memory): each pinned degree that, freed and
+    searched, gives a valid plan, as the flag with the value the search picks ('--pp 8')."""
+    tips = []
+    for field, flag in PIN_FLAGS:
+        if getattr(pins, field) is None:
+            continue
+        freed = replace(pins, **{field: None})
+        if field == "pp":
+            freed = replace(freed, vp=None)  # the virtual stages follow the pipeline depth
+        result = search(model, cluster, num_gpus, cal, freed, keep=1)
+        if result.ranked:
+            plan = result.best.plan
+            if field == "pp" and plan.pp == pins.pp:
+                continue  # the pipeline depth was not the problem: the virtual stages' own tip says what was
+            tip = f"{flag} {getattr(plan, field)}" + (f" --vp {plan.vp}" if field == "pp" and pins.vp else "")
+            if tip not in tips:
+                tips.append(tip)
+    return tips
+
+
 def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins,
                     *, keep: int = 10) -> SearchResult:
     """search(), raising NoFeasiblePlan with the reason and what would make it fit when nothing does."""
@@ -832,13 +858,22 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
         peak = closest.memory.peak
         why = (f"{model.name} does not fit on {num_gpus} x {gpu.name} ({gpu.hbm_gib:g} GiB each): the closest plan "
                f"({describe(closest.plan)}) needs {peak.total_bytes / GIB:.1f} GiB per GPU on stage {peak.stage}")
-    else:
+        tips = what_would_fit(model, cluster, num_gpus, cal, pins)
+        raise NoFeasiblePlan(why + (f". It would fit with: {'; or '.join(tips)}" if tips else ". Nothing tried makes it fit"))
+    pinned = " ".join(f"{flag} {getattr(pins, field)}" for field, flag in PIN_FLAGS if getattr(pins, field) is not None)
+    if result.considered:
         top = ", ".join(f"{name} x{count}" for name, count in list(result.rejected.items())[:3])
         example = result.nearest_misses[0].errors[0] if result.nearest_misses else None
         why = (f"no valid layout for {model.name} on {num_gpus} x {gpu.name} ({result.considered} candidates rejected: "
                f"{top})" + (f"; e.g. {example}" if example else ""))
+    else:
+        why = (f"no layout of {model.name} on {num_gpus} x {gpu.name} has {pinned or 'these settings'}: the degrees must "
+               f"divide the GPUs (tp x pp x cp x dp), the heads, layers and experts they split")
+    tips = what_would_be_valid(model, cluster, num_gpus, cal, pins)
+    if tips:
+        raise NoFeasiblePlan(why + f". It would be valid with: {'; or '.join(tips)}")
     tips = what_would_fit(model, cluster, num_gpus, cal, pins)
-    raise NoFeasiblePlan(why + (f". It would fit with: {'; or '.join(tips)}" if tips else ". Nothing tried makes it fit"))
+    raise NoFeasiblePlan(why + (f". It would fit with: {'; or '.join(tips)}" if tips else ". Nothing tried makes it valid"))
 
 
 def describe(plan: ParallelPlan) -> str:

@@ -179,3 +179,28 @@ def test_the_pytorch_stack_knobs_are_refused_for_megatron():
         plan = ParallelPlan(framework="megatron", dp=8, mbs=1, gbs=8, zero_stage=1, **knob)
         errors = [v.rule for v in rules.check(rules.Context(model, cluster, plan, 8)) if v.severity == rules.ERROR]
         assert errors == list(knob)
+
+
+def test_a_pin_that_breaks_a_rule_gets_a_valid_value_not_a_memory_tip():
+    # 7 pipeline stages cannot divide 384 GPUs with any tp: the message names the rule and the depth the search
+    # picks when --pp is freed, not ways to save memory (before: "It would fit with: --framework deepspeed ...").
+    model, _ = resolve_model("70b")
+    cluster = resolve_cluster()
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 384, calibration_for(cluster.gpu.name), Pins(pp=7))
+    text = str(info.value)
+    assert "world_size" in text and "It would be valid with: --pp " in text and "deepspeed" not in text
+    suggested = int(text.split("It would be valid with: --pp ")[1].split()[0].rstrip(";"))
+    assert 384 % suggested == 0 and model.num_layers % suggested == 0
+
+
+def test_a_pin_no_candidate_has_says_so():
+    # Mixtral has 8 experts: no layout has 3-way expert parallelism, so no candidate is even generated.
+    model, _ = resolve_model("mixtral-8x7b")
+    cluster = resolve_cluster("dgx-h100")
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 64, calibration_for(cluster.gpu.name), Pins(ep=3))
+    text = str(info.value)
+    assert "has --ep 3" in text and "0 candidates" not in text
+    suggested = int(text.split("It would be valid with: --ep ")[1].split()[0].rstrip(";"))
+    assert model.num_experts % suggested == 0
