@@ -249,7 +249,8 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("runs", metavar="RUN_DIR", nargs="*", help="run directories (metrics.jsonl, config.json, versions.json)")
     cal.add_argument("--bench", action="store_true", help="measure GEMMs, attention, bandwidth and collectives here")
     cal.add_argument("--nproc", type=positive_int, help="ranks for --bench (default: every visible GPU, 1 on a CPU)")
-    cal.add_argument("--model", default="1b", help="--bench: the model whose layer shapes to time (default 1b)")
+    cal.add_argument("--model", help="--bench: the model whose layer shapes to time (default 1b; on a machine without "
+                                     "a CUDA GPU, required: there the bench only tests the plumbing)")
     cal.add_argument("--tokens", type=positive_int, help="--bench: tokens per micro-batch (default 8192; 128 on a CPU)")
     cal.add_argument("--tp", help="--bench: TP splits of the shapes, comma-separated (default 1,2,4,8)")
     cal.add_argument("--gpu", help="the catalog GPU to fit against (default: the device the bench or runs ran on)")

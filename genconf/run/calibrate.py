@@ -275,18 +275,25 @@ def fit_runs(run_dirs: list[str], *, gpu: str | None = None, terms: list[str] | 
 
 # --- the bench under torchrun ---------------------------------------------------------------------
 
-def run_bench(*, nproc: int, model: str, tokens: int | None, tp: str | None, extra_env: dict | None = None,
+DEFAULT_BENCH_MODEL = "1b"
+
+
+def run_bench(*, nproc: int, model: str | None, tokens: int | None, tp: str | None, extra_env: dict | None = None,
               python: str = sys.executable, timeout_s: float | None = None) -> dict:
     """Start genconf.train.bench on `nproc` ranks (or in this torchrun's ranks when already under one) and
-    return its tables."""
+    return its tables. Without a CUDA GPU the bench fits nothing (fit_bench) and a 1B model's shapes take CPU
+    minutes, so there it runs only for a model the caller names (a plumbing test)."""
+    cuda = _cuda()
+    if not cuda and model is None:
+        raise GenconfError("calibrate --bench: no CUDA GPU on this machine, and the bench fits GPU terms only; "
+                           "to test the plumbing on the CPU anyway, name a small model (--model tests/data/tiny-llama.yaml)")
     with tempfile.TemporaryDirectory(prefix="genconf-bench-") as tmp:
         out = Path(tmp) / "bench.json"
-        args = ["-m", "genconf.train.bench", "--out", str(out), "--model", model]
+        args = ["-m", "genconf.train.bench", "--out", str(out), "--model", model or DEFAULT_BENCH_MODEL]
         if tokens:
             args += ["--tokens", str(tokens)]
         if tp:
             args += ["--tp", tp]
-        cuda = _cuda()
         if not cuda:  # a CPU run tests the plumbing: tiny sizes
             args += ["--bandwidth-mib", "1", "--collective-mib", "1", "--tokens", str(tokens or 128)]
         cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]

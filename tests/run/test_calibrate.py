@@ -232,3 +232,16 @@ def test_calibrate_bench_cli_on_cpu(tmp_path):
     assert cf.environment["backend"] == "gloo" and cf.environment["world_size"] == 2 and cf.terms == {}
     refused = genconf("--model", "1b", "--gpus", "8", "--calibration", str(tmp_path / "cpu.yaml"))
     assert refused.returncode == 2 and "measured on a CPU" in refused.stderr
+
+
+@needs_torch
+def test_calibrate_bench_without_a_gpu_needs_a_named_model(tmp_path):
+    # On a CPU the bench fits no term, and the default 1B shapes took over ten CPU minutes: refused at once,
+    # in one line that says how to test the plumbing anyway.
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: the bench runs")
+    out = genconf("calibrate", "--bench", "-o", str(tmp_path / "never.yaml"))
+    assert out.returncode == 2 and "no CUDA GPU" in out.stderr and "--model" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "never.yaml").exists()
