@@ -12,6 +12,7 @@ from genconf.catalog.hardware import calibration_for, list_gpus
 from genconf.catalog.models import list_models, model_aliases, resolve_model
 from genconf.cli import text
 from genconf.cli.text import print_json
+from genconf.plan import rules
 from genconf.plan.errors import GenconfError
 from genconf.plan.search import describe
 
@@ -66,13 +67,10 @@ def pins_from_args(args: argparse.Namespace):
             raise GenconfError(f"--pp-layout has {stages} virtual stages = pp {args.pp} x vp {stages // args.pp}, "
                                f"not --vp {args.vp} (megatron derives vp from the layout)")
     kernel = getattr(args, "attention_kernel", "auto")
-    if kernel != "auto" and args.framework == "megatron":
-        raise GenconfError(f"--attention-kernel {kernel} describes the DeepSpeed/FSDP model's flash attention; megatron's "
-                           f"TE layers pick cuDNN's fused attention themselves: drop it or choose --framework "
-                           f"deepspeed/fsdp")
-    if getattr(args, "fused_loss", None) and args.framework == "megatron":
-        raise GenconfError("--fused-loss is the DeepSpeed/FSDP model's cross entropy; megatron's vocab-parallel cross "
-                           "entropy already works in place: drop --fused-loss or choose --framework deepspeed/fsdp")
+    conflict = (rules.attention_kernel_conflict(kernel, args.framework)
+                or rules.fused_loss_conflict(getattr(args, "fused_loss", None), args.framework))
+    if conflict:
+        raise GenconfError(conflict)
     scopes = list(getattr(args, "cuda_graph_scope", ()) or ())
     repeated = sorted({s for s in scopes if scopes.count(s) > 1})
     if repeated:

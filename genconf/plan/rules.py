@@ -338,20 +338,30 @@ def _compile(c: Context) -> str | None:
     return None
 
 
-def _attention_kernel(c: Context) -> str | None:
-    p = c.plan
-    if p.attention_kernel != "auto" and p.framework == "megatron":
-        return (f"attention_kernel {p.attention_kernel} describes a PyTorch stack's flash attention; megatron's TE layers "
-                f"pick cuDNN's fused attention themselves (and the local spec runs unfused attention): drop "
-                f"--attention-kernel")
+def attention_kernel_conflict(kernel: str, framework: str | None) -> str | None:
+    """Why a flash-attention kernel cannot be asked of this framework (None: it can). Used by the rule below and
+    by the command line before any search."""
+    if kernel != "auto" and framework == "megatron":
+        return (f"--attention-kernel {kernel} describes the DeepSpeed/FSDP model's flash attention; megatron's TE layers pick "
+                f"cuDNN's fused attention themselves (and the local spec runs unfused attention): drop it or choose "
+                f"--framework deepspeed/fsdp")
     return None
+
+
+def fused_loss_conflict(fused_loss: bool | None, framework: str | None) -> str | None:
+    """Why the fused cross entropy cannot be asked of this framework (None: it can)."""
+    if fused_loss and framework == "megatron":
+        return ("--fused-loss is the DeepSpeed/FSDP model's cross entropy; megatron's vocab-parallel cross entropy "
+                "already works in place on the 16-bit logits: drop it or choose --framework deepspeed/fsdp")
+    return None
+
+
+def _attention_kernel(c: Context) -> str | None:
+    return attention_kernel_conflict(c.plan.attention_kernel, c.plan.framework)
 
 
 def _fused_loss(c: Context) -> str | None:
-    if c.plan.fused_loss and c.plan.framework == "megatron":
-        return ("fused_loss describes the DeepSpeed/FSDP model's cross entropy; megatron's vocab-parallel cross "
-                "entropy already works in place on the 16-bit logits: drop --fused-loss")
-    return None
+    return fused_loss_conflict(c.plan.fused_loss, c.plan.framework)
 
 
 def _precision(c: Context) -> str | None:
