@@ -734,6 +734,15 @@ def write_calibration(override: dict, path: Path | None = None) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def write_markdown(name: str, lines: list[str]) -> int:
+    """Write `lines` to results/NAME.md and print them: the end of a benchmark whose result is one table."""
+    text = "\n".join(lines) + "\n"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.md").write_text(text)
+    print(text)
+    return 0
+
+
 def _public(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
 

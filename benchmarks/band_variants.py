@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy import RESULTS, _band, _inside  # noqa: E402
+from accuracy import RESULTS, _band, _inside, write_markdown  # noqa: E402
 
 WEIGHTINGS = {
     "pooled": lambda n: 1.0,
@@ -73,10 +73,7 @@ def main() -> int:
                          ("every model alike", WEIGHTINGS["every source alike (committed)"])):
         band, ins, rows, _ = _coverage(memory, "memory_error", model, weight, 0.10, 0.90)
         lines.append(f"| {name} | {band['low']:.3f}-{band['high']:.3f} | {ins:.1%} | {rows:.1%} |")
-    text = "\n".join(lines) + "\n"
-    (RESULTS / "band_variants.md").write_text(text)
-    print(text)
-    return 0
+    return write_markdown("band_variants", lines)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accuracy import RESULTS, cals_for, predict  # noqa: E402
+from accuracy import cals_for, predict, write_markdown  # noqa: E402
 from published import load_runs  # noqa: E402
 
 from genconf.plan.memory import FRAGMENTATION_FRACTION, GIB  # noqa: E402
@@ -67,10 +67,7 @@ def main() -> int:
              "|---|---:|---:|",
              f"| committed: {f:g} of all live bytes | {within} | {median:.1%} |"]
     lines += [f"| {a:g} of states, {b:g} of the rest | {w} | {m:.1%} |" for w, m, a, b in trials[:8]]
-    text = "\n".join(lines) + "\n"
-    (RESULTS / "memory_fragmentation.md").write_text(text)
-    print(text)
-    return 0
+    return write_markdown("memory_fragmentation", lines)
 
 
 if __name__ == "__main__":
