@@ -16,6 +16,8 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +39,11 @@ def _has(name: str) -> bool:
 
 TE, TORCHAO, MEGATRON, DEEPSPEED = _has("transformer_engine"), _has("torchao"), _has("megatron.core"), _has("deepspeed")
 RESULTS = REPO / "benchmarks" / "results" / "gpu.md"
+RESULTS_JSON = RESULTS.with_suffix(".json")
 STEPS = 25
+LOGS = os.environ.get("GENCONF_GPU_LOGS")
+"""A folder to copy each case's plan.json, metrics.jsonl, verify report and launch output into (the run folders
+themselves live in pytest's temporary directory)."""
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (none here)")]
 
@@ -61,16 +67,27 @@ def _fp8_tensor_cores() -> bool:
 
 
 CASES = {
-    # name: (pins, needs, why skipped)
+    # name: (plan pins, extra launch flags, can run here, why skipped)
     "megatron-bf16": (["--framework", "megatron", "--tp", "1", "--pp", "1", "--zero", "0"]
-                      + ([] if TE else ["--layer-spec", "local"]), MEGATRON, "megatron-core not installed"),
-    "deepspeed-bf16": (["--framework", "deepspeed", "--zero", "1"], DEEPSPEED, "deepspeed not installed"),
-    "fsdp-bf16": (["--framework", "fsdp", "--zero", "0"], True, ""),
-    "megatron-fp8": (["--framework", "megatron", "--tp", "1", "--pp", "1", "--zero", "0", "--precision", "fp8"],
+                      + ([] if TE else ["--layer-spec", "local"]), [], MEGATRON, "megatron-core not installed"),
+    "deepspeed-bf16": (["--framework", "deepspeed", "--zero", "1"], [], DEEPSPEED, "deepspeed not installed"),
+    "fsdp-bf16": (["--framework", "fsdp", "--zero", "0"], [], True, ""),
+    # The issue's launched-speed bar (50% MFU for a ~1B GPT in BF16 through the FSDP or DeepSpeed launcher) is
+    # judged on these two: torch.compile of each decoder block (genconf.train.speed).
+    "deepspeed-bf16-compile": (["--framework", "deepspeed", "--zero", "1"], ["--compile"], DEEPSPEED,
+                               "deepspeed not installed"),
+    "fsdp-bf16-compile": (["--framework", "fsdp", "--zero", "0"], ["--compile"], True, ""),
+    "megatron-fp8": (["--framework", "megatron", "--tp", "1", "--pp", "1", "--zero", "0", "--precision", "fp8"], [],
                      MEGATRON and TE and _fp8_tensor_cores(), "FP8 with megatron needs Transformer Engine and FP8 tensor cores"),
-    "fsdp-fp8": (["--framework", "fsdp", "--zero", "0", "--precision", "fp8"], TORCHAO and _fp8_tensor_cores(),
+    "fsdp-fp8": (["--framework", "fsdp", "--zero", "0", "--precision", "fp8"], [], TORCHAO and _fp8_tensor_cores(),
                  "FP8 with FSDP needs torchao (pip install -e '.[fp8]') and FP8 tensor cores"),
 }
+ONLY = [n for n in os.environ.get("GENCONF_GPU_CASES", "").split(",") if n]
+"""GENCONF_GPU_CASES=a,b runs those cases alone (the others skip, saying so): a lease too short for all."""
+CHECKPOINTED = ("megatron-bf16", "deepspeed-bf16", "fsdp-bf16")
+"""The cases that save a checkpoint after their last step (its size is compared with the plan's); the others
+run with --checkpoint-every 0. Each checkpoint is deleted once measured: the 1B's are 10-12 GiB each."""
+MFU_BAR = 0.50
 
 
 @pytest.fixture(scope="session")
@@ -106,20 +123,42 @@ def _version(dist: str) -> str | None:
 
 
 def write_results(rows: list[dict]) -> None:
+    """gpu.json keeps every case's newest row (a session may run some cases: GENCONF_GPU_CASES); gpu.md is drawn
+    from it, each row with the environment it ran in."""
     v = _versions()
+    env = (f"{v.get('device')}, driver {v.get('driver')}, CUDA {v.get('cuda')}, torch {v.get('torch')}, "
+           f"DeepSpeed {v.get('deepspeed')}, megatron-core {v.get('megatron-core')}, "
+           f"Transformer Engine {v.get('transformer-engine') or 'not installed (megatron runs use --layer-spec local)'}, "
+           f"torchao {v.get('torchao') or 'not installed'}, genconf {v.get('genconf')} "
+           f"at {os.environ.get('GENCONF_COMMIT') or 'an unrecorded commit'}")
+    today = datetime.date.today().isoformat()
+    kept = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.is_file() else []
+    fresh = [{k: r[k] for k in r if k != "plan_cmd"} | {"date": today, "environment": env} for r in rows]
+    names = {r["name"] for r in fresh}
+    rows = [r for r in kept if r["name"] not in names] + fresh
+    rows.sort(key=lambda r: list(CASES).index(r["name"]) if r["name"] in CASES else len(CASES))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS_JSON.write_text(json.dumps(rows, indent=1) + "\n")
+    envs = list(dict.fromkeys((r["date"], r["environment"]) for r in rows))
     lines = ["# genconf on a real GPU", "",
-             f"Written by `python -m pytest -m gpu` on {datetime.date.today().isoformat()}: "
-             f"{v.get('device')}, driver {v.get('driver')}, CUDA {v.get('cuda')}, torch {v.get('torch')}, "
-             f"DeepSpeed {v.get('deepspeed')}, megatron-core {v.get('megatron-core')}, "
-             f"Transformer Engine {v.get('transformer-engine') or 'not installed (megatron runs use --layer-spec local)'}, "
-             f"torchao {v.get('torchao') or 'not installed'}, genconf {v.get('genconf')}.", "",
-             "| run | verify | tokens/s/GPU measured | predicted (built-in) | predicted (calibrated) | peak GiB measured | "
-             "planned | params/optimizer bytes = plan | command |",
-             "|---|---|---:|---:|---:|---:|---:|---|---|"]
+             "Written by `python -m pytest -m gpu` (tests/train/test_gpu.py; benchmarks/gpu_suite.sh runs it and keeps "
+             "the logs); every row is one case's newest run, in:", "",
+             *[f"- [{i + 1}] {date}: {e}" for i, (date, e) in enumerate(envs)], "",
+             "| run | ran in | verify | tokens/s/GPU measured | predicted (built-in) | predicted (calibrated) | MFU measured | "
+             "peak GiB measured | planned | params/optimizer bytes = plan | checkpoint GiB measured / planned | command |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['verify']} | {r['measured_tps']:,.0f} | {r['predicted_tps']:,.0f} | "
-                     f"{r.get('calibrated_tps', float('nan')):,.0f} | {r['peak_gib']:.2f} | {r['planned_gib']:.2f} | "
-                     f"{r['states_equal']} | `{r['command']}` |")
+        ck = (f"{r['checkpoint_bytes'] / 2**30:.2f} / {r['planned_checkpoint_bytes'] / 2**30:.2f}"
+              if r.get("checkpoint_bytes") else "not saved")
+        cal = r.get("calibrated_tps")
+        lines.append(f"| {r['name']} | [{envs.index((r['date'], r['environment'])) + 1}] | {r['verify']} | "
+                     f"{r['measured_tps']:,.0f} | {r['predicted_tps']:,.0f} | {f'{cal:,.0f}' if cal else '-'} | "
+                     f"{r['mfu']:.1%} | {r['peak_gib']:.2f} | {r['planned_gib']:.2f} | {r['states_equal']} | {ck} | "
+                     f"`{r['command']}` |")
+    lines += ["", "Verify's checks per run:", ""]
+    for r in rows:
+        lines.append(f"- {r['name']}: " + "; ".join(f"{c['name']} {c['status']} ({c.get('detail', '')})"
+                                                   for c in r["checks"]))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(lines) + "\n")
 
@@ -130,32 +169,60 @@ def trained(tmp_path_factory, record):
     gpu = _gpu_name()
     root = tmp_path_factory.mktemp("gpu")
     out = {}
-    for name, (pins, can, _) in CASES.items():
-        if not can:
+    for name, (pins, launch_flags, can, _) in CASES.items():
+        if not can or (ONLY and name not in ONLY):
             continue
         artifacts = root / name
         plan_cmd = ["--model", "1b", "--gpus", "1", "--gpu", gpu, "--gpus-per-node", "1", "--global-batch", "32",
                     *pins, "-o", str(artifacts)]
         planned = genconf(*plan_cmd)
         assert planned.returncode == 0, planned.stderr
-        launched = genconf("launch", str(artifacts), "--name", "run", "--steps", str(STEPS))
+        launch_flags = [*launch_flags, *([] if name in CHECKPOINTED else ["--checkpoint-every", "0"])]
+        launched = genconf("launch", str(artifacts), "--name", "run", "--steps", str(STEPS), *launch_flags)
         run = artifacts / "runs" / "run"
+        (artifacts / "launch.out").write_text(launched.stdout + "\n--- stderr ---\n" + launched.stderr)
         verdict = genconf("verify", str(run), "--json")
         report = json.loads(verdict.stdout) if verdict.stdout.strip() else {"ok": False, "checks": []}
-        out[name] = {"plan_cmd": plan_cmd, "launch": launched, "run": run, "report": report, "artifacts": artifacts}
+        checkpoint_bytes = _newest_checkpoint_bytes(run)
+        shutil.rmtree(run / "checkpoints", ignore_errors=True)  # the next case needs the disk
+        out[name] = {"plan_cmd": plan_cmd, "launch": launched, "run": run, "report": report, "artifacts": artifacts,
+                     "checkpoint_bytes": checkpoint_bytes}
         checks = {c["name"]: c for c in report.get("checks", [])}
         rows = _rows(run)
         plan = json.loads((artifacts / "plan.json").read_text())
+        measured = (checks.get("throughput") or {}).get("measured") or float("nan")
         record.append({"name": name, "verify": "PASS" if report.get("ok") else "FAIL",
-                       "measured_tps": (checks.get("throughput") or {}).get("measured") or float("nan"),
+                       "measured_tps": measured,
                        "predicted_tps": plan["perf"]["tokens_per_s_per_gpu"],
+                       # genconf's FLOP count per token is the plan's: measured MFU = planned MFU x measured/predicted
+                       "mfu": plan["perf"]["mfu"] * measured / plan["perf"]["tokens_per_s_per_gpu"],
                        "peak_gib": max((r.get("peak_mem_gib", 0.0) for r in rows), default=float("nan")),
                        "planned_gib": plan["memory"]["total_gib"],
                        "states_equal": bool(rows) and rows[0].get("measured_param_bytes") == rows[0].get("planned_param_bytes")
                        and rows[0].get("measured_optimizer_bytes") == rows[0].get("planned_optimizer_bytes"),
-                       "command": "genconf " + " ".join(plan_cmd[:-2]) + f" -o D && genconf launch D --steps {STEPS}",
+                       "checkpoint_bytes": checkpoint_bytes,
+                       "planned_checkpoint_bytes": (plan.get("checkpoint") or {}).get("bytes"),
+                       "checks": report.get("checks", []),
+                       "command": "genconf " + " ".join(plan_cmd[:-2]) + f" -o D && genconf launch D --steps {STEPS}"
+                                  + "".join(f" {f}" for f in launch_flags),
                        "plan_cmd": plan_cmd})
+        if LOGS:
+            keep = Path(LOGS) / name
+            keep.mkdir(parents=True, exist_ok=True)
+            for f in (artifacts / "plan.json", artifacts / "launch.out", run / "metrics.jsonl"):
+                if f.is_file():
+                    shutil.copy(f, keep / f.name)
+            (keep / "verify.json").write_text(verdict.stdout + verdict.stderr)
     return out
+
+
+def _newest_checkpoint_bytes(run: Path) -> int | None:
+    """Bytes on disk of the newest checkpoint under run/checkpoints (None where none was saved)."""
+    folder = run / "checkpoints"
+    saved = sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    if not saved:
+        return None
+    return sum(f.stat().st_size for f in saved[-1].rglob("*") if f.is_file())
 
 
 def _rows(run: Path) -> list[dict]:
@@ -165,9 +232,11 @@ def _rows(run: Path) -> list[dict]:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_framework_trains_and_verifies_on_one_gpu(trained, name):
-    pins, can, why = CASES[name]
+    pins, _, can, why = CASES[name]
     if not can:
         pytest.skip(why)
+    if ONLY and name not in ONLY:
+        pytest.skip(f"not in GENCONF_GPU_CASES={','.join(ONLY)}")
     case = trained[name]
     launched = case["launch"]
     assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
@@ -186,6 +255,20 @@ def test_framework_trains_and_verifies_on_one_gpu(trained, name):
     assert report["ok"], report
     if name.startswith("megatron") and not TE:
         assert rows[0].get("layer_spec") == "local"
+    if name in CHECKPOINTED:  # the plan's checkpoint size is what was written (within 5%: metadata, padding)
+        planned = (plan.get("checkpoint") or {}).get("bytes")
+        assert case["checkpoint_bytes"], "no checkpoint was saved after the last step"
+        assert abs(case["checkpoint_bytes"] / planned - 1) <= 0.05, (case["checkpoint_bytes"], planned)
+
+
+def test_launched_speed_reaches_half_of_peak(trained, record):
+    """The issue's bar: a ~1B GPT in BF16 on one GPU reaches 50% MFU (genconf's own FLOP count) through the FSDP or
+    DeepSpeed launcher."""
+    runs = {r["name"]: r["mfu"] for r in record if r["name"].split("-")[0] in ("fsdp", "deepspeed") and "bf16" in r["name"]}
+    if not runs:
+        pytest.skip("no FSDP or DeepSpeed BF16 run here")
+    best = max(runs, key=runs.get)
+    assert runs[best] >= MFU_BAR, f"best {best} at {runs[best]:.1%} MFU: {runs}"
 
 
 def test_calibrate_bench_then_predictions_within_10_percent(trained, record, tmp_path):
