@@ -6,6 +6,7 @@ layout), and the framework's entry point in `launchers/` trains from it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -132,14 +133,29 @@ def entry_point(framework: str) -> Path:
     return resource_dir("launchers") / ENTRY_POINTS[framework]
 
 
+@functools.cache
+def torchrun_accepts(python: str, flag: str) -> bool:
+    """Whether `python -m torch.distributed.run` has the option `flag` (asked of that interpreter's torch: the
+    `--shutdown-timeout` the launch gives ranks to checkpoint after a signal is missing from torch 2.11's)."""
+    if python == sys.executable:
+        from torch.distributed.run import get_args_parser
+
+        return any(flag in action.option_strings for action in get_args_parser()._actions)
+    code = ("import sys; from torch.distributed.run import get_args_parser as p; "
+            "sys.exit(0 if any(sys.argv[1] in a.option_strings for a in p()._actions) else 1)")
+    return subprocess.run([python, "-c", code, flag], capture_output=True, timeout=300).returncode == 0
+
+
 def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executable, extra_env: dict | None = None,
                  stdout=None) -> int:
     """torchrun --standalone with one process per rank of the plan (gloo on CPUs, NCCL on GPUs). SIGUSR1 to
     torchrun reaches every rank, which checkpoints and stops (as a Slurm job does before its time limit)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
+    grace = ([f"--shutdown-timeout={PREEMPT_SIGNAL_LEAD_S}"] if torchrun_accepts(python, "--shutdown-timeout")
+             else [])  # older torchruns (2.11) lack it: they give the ranks their fixed 30 s after a signal
     cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={cfg.plan.world_size}",
-           f"--signals-to-handle={TORCHRUN_SIGNALS}", f"--shutdown-timeout={PREEMPT_SIGNAL_LEAD_S}",
+           f"--signals-to-handle={TORCHRUN_SIGNALS}", *grace,
            str(entry_point(cfg.plan.framework)), "--artifacts", cfg.artifacts, "--run-dir", str(run_dir)]
     if resume:
         cmd.append("--resume")
