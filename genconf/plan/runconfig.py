@@ -189,3 +189,12 @@ def resumed(saved: RunConfig, flags: dict, data: dict | None = None,
         t = dataclasses.replace(t, keep_checkpoints=flags["keep_checkpoints"])
     shrink = dict(saved.shrink, **{k: flags[k] for k in RESUME_MAY_CHANGE if flags.get(k) is not None})
     return dataclasses.replace(saved, train=t, shrink=shrink), notes
+
+
+def compile_supported(plan) -> bool:
+    """Whether genconf's runner compiles this plan's decoder blocks when the run asks (launch --compile): DeepSpeed
+    ZeRO 0-2 and DDP (FSDP NO_SHARD). ZeRO-3 swaps parameters in and out around each module, and FSDP1 needs
+    use_orig_params=True under torch.compile, which changes what the optimizer holds from what memory counts."""
+    if plan.framework == "deepspeed":
+        return plan.zero_stage != 3
+    return plan.framework == "fsdp" and plan.zero_stage == 0

@@ -7,11 +7,13 @@ the run used the hardware the prediction is for.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from genconf.plan import runconfig
 from genconf.plan.errors import GenconfError
 
 DEFAULT_MIN_DROP = None
@@ -227,6 +229,8 @@ def predict_run(config: dict, gpu_name: str) -> dict | None:
 
     try:
         model, plan = model_from_dict(config["model"]), plan_from_dict(config["plan"])
+        if (config.get("speed") or {}).get("compile") and runconfig.compile_supported(plan):
+            plan = dataclasses.replace(plan, torch_compile=True)  # the runner compiled its blocks: priced so
         cluster = resolve_cluster(None, gpu=gpu_name)
         cal = calibration_for(cluster.gpu.name)
         cost = step_cost(model, plan, cluster, cal)

@@ -15,26 +15,40 @@ import torch
 from genconf.plan.errors import GenconfError
 
 
+ACTIVE_TOKENS = 1024
+"""Token ids the synthetic chain visits (the first ones of the vocabulary). Text through a real tokenizer also
+spends most of its tokens on a few thousand ids, which is why a language model's loss leaves the unigram
+entropy within its first steps. A chain over all 32,128 ids of a 1B model gives each id two occurrences per
+65,536-token step: on an H200, 25 healthy steps of OLMo 1B went from 10.42 to 10.23 nats against a unigram floor
+of 10.20 (benchmarks/results/gpu.md's first run), so a short run could not be told from one with shuffled labels."""
+
+
 @dataclass(frozen=True)
 class SyntheticTokens:
-    """Sequences from a fixed sparse bigram chain: each token has `branching` likely successors, so the
-    loss falls from ln(vocab) towards ln(branching) as a model learns it. Sample i is a pure function of
-    (seed, i)."""
+    """Sequences from a fixed sparse bigram chain over the first `active_tokens` ids: each token has
+    `branching` likely successors, so the loss falls from ln(vocab) to about ln(active_tokens) as a model
+    learns the token frequencies and on towards ln(branching) as it learns the chain. Sample i is a pure
+    function of (seed, i). Vocabularies no larger than active_tokens (the CPU smoke models') use every id."""
 
     vocab_size: int
     seed: int = 1234
     branching: int = 4
+    active_tokens: int = ACTIVE_TOKENS
+
+    @property
+    def states(self) -> int:
+        return min(self.vocab_size, self.active_tokens)
 
     def _table(self) -> np.ndarray:
         rng = np.random.default_rng(self.seed)
-        return rng.integers(0, self.vocab_size, size=(self.vocab_size, self.branching), dtype=np.int64)
+        return rng.integers(0, self.states, size=(self.states, self.branching), dtype=np.int64)
 
     def sample(self, index: int, length: int) -> np.ndarray:
-        table = _TABLES.setdefault((self.vocab_size, self.seed, self.branching), self._table())
+        table = _TABLES.setdefault((self.states, self.seed, self.branching), self._table())
         rng = np.random.default_rng((self.seed, index))
         choices = rng.integers(0, self.branching, size=length)
         out = np.empty(length, dtype=np.int64)
-        out[0] = rng.integers(0, self.vocab_size)
+        out[0] = rng.integers(0, self.states)
         for t in range(1, length):
             out[t] = table[out[t - 1], choices[t]]
         return out
@@ -78,10 +92,12 @@ def micro_batch(source, *, step: int, global_batch: int, micro_batch_size: int, 
 
 
 def source_from(spec: dict, vocab_size: int, seed: int):
-    """{"kind": "synthetic"} or {"kind": "memmap", "path": ..., "dtype": "uint16"}."""
+    """{"kind": "synthetic"[, "branching": 4, "active_tokens": 1024]} or {"kind": "memmap", "path": ...,
+    "dtype": "uint16"}."""
     kind = spec.get("kind", "synthetic")
     if kind == "synthetic":
-        return SyntheticTokens(vocab_size=vocab_size, seed=seed, branching=int(spec.get("branching", 4)))
+        return SyntheticTokens(vocab_size=vocab_size, seed=seed, branching=int(spec.get("branching", 4)),
+                               active_tokens=int(spec.get("active_tokens", ACTIVE_TOKENS)))
     if kind == "memmap":
         return MemmapTokens(path=spec["path"], dtype=spec.get("dtype", "uint16"))
     raise GenconfError(f"unknown data kind {kind!r} (synthetic | memmap)")

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from genconf.train.data import MemmapTokens, SyntheticTokens
+from genconf.train.data import MemmapTokens, SyntheticTokens, source_from
 
 MAX_WINDOWS = 4096
 """Token-file windows read at most (evenly spaced over those the run used)."""
@@ -27,7 +27,7 @@ def _entropy_nats(p: np.ndarray) -> float:
 def synthetic_label_entropy_nats(source: SyntheticTokens, seq_length: int) -> float:
     """Labels are positions 1..seq of each sample; position 0 is uniform and each step moves through the
     chain's table (one of `branching` successors, uniformly). Exact expected marginal, averaged over positions."""
-    v, b = source.vocab_size, source.branching
+    v, b = source.states, source.branching
     table = source._table().ravel()
     pi = np.full(v, 1.0 / v)
     total = np.zeros(v)
@@ -61,9 +61,7 @@ def label_entropy_nats(config: dict) -> float | None:
     vocab, seq = int(model["vocab_size"]), int(plan["seq_length"])
     kind = data.get("kind", "synthetic")
     if kind == "synthetic":
-        source = SyntheticTokens(vocab_size=vocab, seed=int(train.get("seed", 1234)),
-                                 branching=int(data.get("branching", 4)))
-        return synthetic_label_entropy_nats(source, seq)
+        return synthetic_label_entropy_nats(source_from(data, vocab, int(train.get("seed", 1234))), seq)
     if kind == "memmap":
         try:
             source = MemmapTokens(path=data["path"], dtype=data.get("dtype", "uint16"))

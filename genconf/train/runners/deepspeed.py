@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from genconf.plan import precision
+from genconf.plan import precision, runconfig
 from genconf.plan.runconfig import RunConfig
 from genconf.train import collectives, loop, runtime, speed
 from genconf.train.data import micro_batch
@@ -64,8 +64,8 @@ class DeepSpeedRunner(loop.Runner):
         model = GPT(cfg.model, recompute=cfg.plan.recompute == "full",
                     fused_loss=cfg.plan.fused_loss)
         self.fast = speed.for_plan(speed.SpeedOptions.from_dict(cfg.speed), cfg.plan, d.device)
-        if self.fast.compile and cfg.plan.zero_stage == 3:
-            if d.is_main:  # ZeRO-3 swaps parameters in and out around each module: it runs uncompiled
+        if self.fast.compile and not runconfig.compile_supported(cfg.plan):
+            if d.is_main:  # ZeRO-3 runs uncompiled (genconf.plan.runconfig.compile_supported)
                 print("genconf: --compile skipped: ZeRO-3 runs uncompiled (ZeRO 0-2 compile)", flush=True)
         elif speed.compile_blocks(model, self.fast) and d.is_main:
             print(f"genconf: torch.compile ({self.fast.compile_backend}) on each of the {cfg.model.num_layers} "

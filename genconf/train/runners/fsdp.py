@@ -15,7 +15,7 @@ from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from genconf.plan import precision
+from genconf.plan import precision, runconfig
 from genconf.plan.runconfig import RunConfig
 from genconf.train import collectives, loop, runtime, speed
 from genconf.train.data import micro_batch
@@ -85,10 +85,8 @@ class FSDPRunner(loop.Runner):
                 print(f"genconf: FP8 through torchao ({recipe.name}{', GEMMs emulated on the CPU' if emulate else ''}): "
                       f"{converted} linear layers", flush=True)
         self.fast = speed.for_plan(speed.SpeedOptions.from_dict(cfg.speed), cfg.plan, d.device)
-        if self.fast.compile and plan.zero_stage != 0:
-            # FSDP1 needs use_orig_params=True under torch.compile, which changes what the optimizer holds
-            # (unpadded shards) from what the memory model counts: sharded plans run uncompiled, and say so.
-            if d.is_main:
+        if self.fast.compile and not runconfig.compile_supported(plan):
+            if d.is_main:  # sharded plans run uncompiled (genconf.plan.runconfig.compile_supported), and say so
                 print(f"genconf: --compile skipped: FSDP {plan.fsdp_sharding_strategy} runs uncompiled (DDP plans "
                       "compile)", flush=True)
         elif speed.compile_blocks(model, self.fast) and d.is_main:

@@ -150,13 +150,17 @@ def _ensure_adam_state(inner) -> None:
 
 
 def _state_tensors(chunks, optimizer) -> list[torch.Tensor]:
-    """Every tensor a same-layout resume needs, in a fixed order: parameters, fp32 masters, Adam state."""
-    for opt in measure._inner_optimizers(optimizer):
-        _ensure_adam_state(getattr(opt, "optimizer", opt))
+    """Every tensor a same-layout resume needs, in a fixed order: parameters, fp32 masters, Adam state, each
+    once. (_inner_optimizers lists a mixed-precision wrapper and the torch optimizer inside it: taking the Adam
+    state of both saved it twice, 22 bytes per parameter instead of 14 for BF16 on a GPU.)"""
+    wrappers = measure._inner_optimizers(optimizer)
+    torch_optimizers = list({id(o): o for o in (getattr(w, "optimizer", w) for w in wrappers)}.values())
+    for inner in torch_optimizers:
+        _ensure_adam_state(inner)
     out = [p.data for m in chunks for p in m.parameters()]
-    for opt in measure._inner_optimizers(optimizer):
+    for opt in wrappers:
         out += [t.data for t in measure._master_tensors(opt)]
-        inner = getattr(opt, "optimizer", opt)
+    for inner in torch_optimizers:
         for group in inner.param_groups:
             for p in group["params"]:
                 state = inner.state.get(p, {})
