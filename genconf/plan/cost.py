@@ -253,7 +253,7 @@ def implementation(plan: ParallelPlan) -> str:
         return "megatron-local-fused" if plan.fused_kernels else "megatron-local"
     if plan.torch_compile:
         return "torch-compiled"
-    if plan.framework == "fsdp" and plan.zero_stage == 0 and plan.precision != "fp32":
+    if plan.autocast_fp32_weights:
         # DDP (NO_SHARD) keeps fp32 weights and computes under autocast: every forward casts them, and the
         # norms and the residual stream stay fp32 (genconf.train.runners.fsdp, OLMo's ddp strategy). Sharded FSDP
         # gathers bf16 weights (MixedPrecision(param_dtype=bf16), as OLMo's and Composer's FSDP do): the model

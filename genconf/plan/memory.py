@@ -559,6 +559,7 @@ class _Dims:
     t: int      # TP divisor of TP-sharded tensors
     r: int      # divisor of replicated-region tensors: t under sequence parallelism, else 1
     e: int      # activation bytes (bf16/fp16)
+    ne: int     # bytes of a norm's saved input: 4 under DDP autocast (the norms run in fp32), else e
     g: float    # GEMM-input bytes saved for the weight gradient (the quantized copy under FP8/FP4 with TE)
     moe_k: int  # routed experts per token (1 for dense)
 
@@ -572,13 +573,15 @@ def _dims(model: ModelSpec, plan: ParallelPlan) -> _Dims:
     return _Dims(n=plan.mbs * plan.seq_length // plan.cp, s=plan.seq_length, h=model.hidden_size,
                  q=model.query_width, kv=model.kv_width, f=f, branches=2 if model.gated else 1,
                  heads=model.num_attention_heads, t=plan.tp, r=plan.tp if sp else 1, e=e,
+                 ne=4 if plan.autocast_fp32_weights else e,
                  g=QUANT_ACTIVATION_BYTES[recipe] if recipe else e, moe_k=model.moe_top_k if model.is_moe else 1)
 
 
 def _norm_terms(model: ModelSpec, d: _Dims, label: str) -> list[tuple[str, float]]:
-    """A norm saves its input (e bytes) and fp32 statistics (mean+rstd for LayerNorm, rstd for RMSNorm)."""
+    """A norm saves its input (e bytes; fp32 under DDP autocast, which runs norms in fp32 on the fp32 residual
+    stream) and fp32 statistics (mean+rstd for LayerNorm, rstd for RMSNorm)."""
     stats = 8 if model.normalization in ("layernorm", "nonparametric") else 4
-    return [(f"{label} input", d.e * d.n * d.h / d.r), (f"{label} statistics (fp32)", stats * d.n / d.r)]
+    return [(f"{label} input", d.ne * d.n * d.h / d.r), (f"{label} statistics (fp32)", stats * d.n / d.r)]
 
 
 def _mlp_terms(model: ModelSpec, d: _Dims, spec: str) -> list[tuple[str, float]]:
@@ -635,11 +638,16 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     terms: list[tuple[str, float]] = _norm_terms(model, d, "input norm")
     terms.append(("qkv input", d.g * n * d.h / r))
     if model.qk_layernorm:
-        terms += [("q/k norm inputs", e * n * (d.q + d.kv) / t)]
+        terms += [("q/k norm inputs", d.ne * n * (d.q + d.kv) / t)]
     if spec == "te":
         terms += [("flash attention q", e * n * d.q / t), ("flash attention k, v", e * n * 2 * d.kv / t),
                   ("flash attention output", e * n * d.q / t),
                   ("softmax log-sum-exp (fp32)", 4.0 * n * d.heads / t)]
+        if d.ne > e and (model.qk_layernorm or model.position_embedding == "rope"):
+            # Under autocast q and k reach attention as bf16 casts of fp32 tensors (the fp32 q/k norms, RoPE by
+            # fp32 tables), so v, a view, keeps the whole qkv output alive beside them (measured on an H200 with
+            # benchmarks/gpu_memory_probe.py: OLMo 1B saves 48 bytes per token and hidden unit per layer, 36 in bf16).
+            terms.append(("qkv output kept alive by v (q, k are autocast copies)", e * n * (d.q + d.kv) / t))
         if d.g < d.e:
             terms.append(("proj input (quantized copy)", d.g * n * d.q / t))
     else:
@@ -696,13 +704,16 @@ def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bo
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None) -> float:
     recompute = plan.recompute if recompute is None else recompute
     return _layer_activation_bytes(model, plan.mbs, plan.seq_length, plan.cp, plan.tp, plan.sequence_parallel,
-                                   plan.precision, plan.quant_recipe, plan.layer_spec, recompute, plan.fused_kernels)
+                                   plan.precision, plan.quant_recipe, plan.layer_spec, recompute, plan.fused_kernels,
+                                   plan.framework, plan.zero_stage)
 
 
 @functools.lru_cache(maxsize=16384)
 def _layer_activation_bytes(model: ModelSpec, mbs: int, seq: int, cp: int, tp: int, sp: bool, precision: str,
-                            recipe: str | None, layer_spec: str, recompute: str, fused: bool = False) -> float:
-    plan = ParallelPlan(framework="megatron", tp=tp, cp=cp, mbs=mbs, gbs=mbs, seq_length=seq, sequence_parallel=sp,
+                            recipe: str | None, layer_spec: str, recompute: str, fused: bool = False,
+                            framework: str = "megatron", zero_stage: int = 0) -> float:
+    plan = ParallelPlan(framework=framework, zero_stage=zero_stage, tp=tp, cp=cp, mbs=mbs, gbs=mbs, seq_length=seq,
+                        sequence_parallel=sp,
                         precision=precision, fp8_recipe=recipe if precision == "fp8" else None,
                         layer_spec=layer_spec, recompute=recompute, fused_kernels=fused)
     return sum(b for _, b in layer_activation_terms(model, plan, recompute=recompute))

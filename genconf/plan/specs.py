@@ -465,6 +465,12 @@ class ParallelPlan:
             raise ValueError("ParallelPlan.fused_kernels describes the local spec's kernels; Transformer Engine fuses its own")
 
     @property
+    def autocast_fp32_weights(self) -> bool:
+        """DDP (FSDP NO_SHARD) with a 16-bit recipe: fp32 weights, the layers run under torch.autocast
+        (genconf's FSDP runner, OLMo's ddp strategy); the residual stream and every norm stay fp32."""
+        return self.framework == "fsdp" and self.zero_stage == 0 and self.precision != "fp32"
+
+    @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
 
