@@ -30,9 +30,10 @@ def h100():
     return cluster, dict(calibrate.as_terms(calibration_for("h100-sxm")), **TRUTH)
 
 
-def synthetic_bench_tables(truth: dict | None = None) -> dict:
+def synthetic_bench_tables(truth: dict | None = None, floor_s: float = calibrate.BENCH_CALL_FLOOR_S) -> dict:
     """Bench tables whose times the cost model produced with `truth` (default TRUTH) on an H100 (olmo-1b's layer
-    shapes), at the boost clock a few timed calls of one kernel run at (clock_factor 1)."""
+    shapes), at the boost clock a few timed calls of one kernel run at (clock_factor 1), each call costing
+    `floor_s` beyond its work."""
     cluster, t = h100()
     t.update(truth or {})
     gpu = cluster.gpu
@@ -44,7 +45,7 @@ def synthetic_bench_tables(truth: dict | None = None) -> dict:
                                                                    (model.hidden_size, model.ffn_hidden_size // tp))
                         for m, n, k in ((m, n, k), (m, k, n), (k, n, m))}:
             for dtype in ("bf16", "fp8"):
-                s = cost.gemm_s(gpu, cal, m, n, k, dtype) + calibrate.BENCH_CALL_FLOOR_S
+                s = cost.gemm_s(gpu, cal, m, n, k, dtype) + floor_s
                 gemm.append({"layer": "x", "pass": "fwd", "tp": tp, "dtype": dtype, "m": m, "n": n, "k": k, "seconds": s})
     attention = []
     for heads, seq in ((16, 2048), (8, 4096), (4, 8192)):
@@ -56,10 +57,10 @@ def synthetic_bench_tables(truth: dict | None = None) -> dict:
                                         tile_overhead_s=t["attention_bwd_tile_s"], backward=True)
         attention.append({"kind": "flash", "batch": 4, "heads": heads, "seq": seq, "head_dim": 128,
                           "fwd_flops": 4.0 * 4 * heads * seq * seq * 128 / 2,
-                          "fwd_s": fwd + calibrate.BENCH_CALL_FLOOR_S, "fwd_bwd_s": fwd + bwd + calibrate.BENCH_CALL_FLOOR_S})
+                          "fwd_s": fwd + floor_s, "fwd_bwd_s": fwd + bwd + floor_s})
     bandwidth = [{"op": "add", "mib_per_operand": mib, "bytes_moved": 3 * mib * 2**20,
                   "seconds": 3 * mib * 2**20 / (gpu.hbm_tbyte_per_s * 1e12 * t["hbm_efficiency"])
-                  + calibrate.BENCH_CALL_FLOOR_S} for mib in (64, 512)]
+                  + floor_s} for mib in (64, 512, 2048)]
     collectives = []
     for op, factor in (("all_reduce", 2 * 7 / 8), ("all_gather", 7 / 8), ("reduce_scatter", 7 / 8)):
         for mib in (1, 16, 128, 512):
@@ -91,6 +92,26 @@ def test_bench_fit_recovers_the_terms_that_generated_the_tables(tmp_path):
     assert cal.step_overhead_s == calibration_for("h100-sxm").step_overhead_s  # untouched
     with pytest.raises(GenconfError, match="is for h100-sxm but the plan's GPU is a100-80gb"):
         calibration_file.apply(calibration_for("a100-80gb"), cf, "a100-80gb")
+
+
+@pytest.mark.parametrize("floor_s", [7e-6, 14e-6])
+def test_the_bench_measures_its_own_per_call_floor(floor_s):
+    """A timed call costs a fixed time beyond its work (7 us on the H200, 14 us in the H100 tables): the element-wise
+    rows give it, and the fit then recovers the efficiencies instead of absorbing the floor into them."""
+    tables = synthetic_bench_tables(floor_s=floor_s)
+    assert calibrate.call_floor_s(tables) == pytest.approx(floor_s, rel=1e-6)
+    content = calibrate.fit_bench(tables, "h100-sxm")
+    assert content["measurements"]["timer_call_floor_s"] == pytest.approx(floor_s, rel=1e-6)
+    for name, value in TRUTH.items():
+        assert content["terms"][name]["value"] == pytest.approx(value, rel=1e-3), name
+
+
+def test_the_h100_kernel_tables_floor():
+    """benchmarks/data/h100_kernels' add rows (64, 512, 4096 MiB): 3.07 TB/s from the two largest, 14 us per call."""
+    rows = [{"bytes_moved": 3 * mib * 2**20, "seconds": s} for mib, s in ((64, 7.945600e-05), (512, 5.421440e-04),
+                                                                          (4096, 4.215968e-03))]
+    assert calibrate.call_floor_s({"bandwidth": rows}) == pytest.approx(14.0e-6, abs=0.5e-6)
+    assert calibrate.call_floor_s({"bandwidth": rows[:2]}) == calibrate.BENCH_CALL_FLOOR_S  # two sizes: no estimate
 
 
 def test_a_bench_that_measures_the_built_in_kernel_terms_leaves_the_prediction_unchanged():
