@@ -705,7 +705,7 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     recompute = plan.recompute if recompute is None else recompute
     return _layer_activation_bytes(model, plan.mbs, plan.seq_length, plan.cp, plan.tp, plan.sequence_parallel,
                                    plan.precision, plan.quant_recipe, plan.layer_spec, recompute, plan.fused_kernels,
-                                   plan.framework, plan.zero_stage)
+                                   plan.framework, plan.zero_stage if plan.framework == "fsdp" else 0)  # one cache entry per layout
 
 
 @functools.lru_cache(maxsize=16384)
