@@ -170,6 +170,9 @@ def write_results(rows: list[dict]) -> None:
 def trained(tmp_path_factory, record):
     """Plan, launch and verify every case that can run here (once per session)."""
     gpu = _gpu_name()
+    unknown = [n for n in ONLY if n not in CASES]
+    if unknown:
+        pytest.fail(f"GENCONF_GPU_CASES: unknown case {unknown[0]!r} (cases: {', '.join(CASES)})")
     root = tmp_path_factory.mktemp("gpu")
     out = {}
     for name in ONLY or CASES:  # GENCONF_GPU_CASES's order: a short lease runs what matters first
