@@ -2,6 +2,9 @@
 
     python benchmarks/gpu_calibration.py    # reads results/gpu_runs/ (tables and runs), writes results/gpu_calibration.md
 
+It also lists every kept run's measured tokens/s and MFU (genconf's FLOP count: the plan's MFU scaled by measured
+over predicted tokens/s), the launched-speed figures the README and the issue quote.
+
 The GPU suite (tests/train/test_gpu.py) ran `genconf calibrate --bench` on an H200 at 8793d0e and kept the file
 (results/gpu_runs/calibration.yaml: the fitted terms and every measured row), and each run's plan.json and
 metrics.jsonl. This refits the file's measurements with the current calibrate code and predicts each run with the
@@ -73,6 +76,13 @@ def main() -> int:
             cells += [f"{predicted:,.0f}", f"{measured / predicted:.2f}"]
         label = name + (" (--compile)" if plan.torch_compile else "")
         lines.append(f"| {label} | {measured:,.0f} | " + " | ".join(cells) + " |")
+    lines += ["", "Every kept run (the commit each ran at: results/gpu_runs/README.md):", "",
+              "| run | measured tok/s/GPU | plan's prediction | plan's MFU | measured MFU |", "|---|---:|---:|---:|---:|"]
+    for case in sorted(p for p in RUNS.iterdir() if (p / "metrics.jsonl").is_file()):
+        perf = json.loads((case / "plan.json").read_text())["perf"]
+        measured = measured_tokens_per_s(case)
+        lines.append(f"| {case.name} | {measured:,.0f} | {perf['tokens_per_s_per_gpu']:,.0f} | {perf['mfu']:.1%} | "
+                     f"{perf['mfu'] * measured / perf['tokens_per_s_per_gpu']:.1%} |")
     return write_markdown("gpu_calibration", lines)
 
 

@@ -48,8 +48,8 @@ def call_floor_s(tables: dict) -> float:
     """The bench timer's per-call cost on this machine, from its element-wise add rows: the two largest sizes are
     bandwidth-bound and give the bandwidth; what the smallest takes beyond its bytes at that bandwidth is the floor
     (within [0, BENCH_CALL_FLOOR_S]). On the H200 it is about 7 us: with 30 us assumed, every fitted efficiency
-    absorbed the difference (GEMM 0.86, HBM at its bound 1.0) and the calibrated predictions came out 1.1-1.2x
-    the measured runs (benchmarks/results/gpu.md)."""
+    absorbed the difference (GEMM 0.86, HBM at its bound 1.0) and the calibrated predictions came out 1.08-1.22x
+    the measured runs (benchmarks/results/gpu.md; benchmarks/gpu_calibration.py refits without it)."""
     rows = sorted(tables.get("bandwidth") or [], key=lambda r: float(r["bytes_moved"]))
     if len({float(r["bytes_moved"]) for r in rows}) < 3:
         return BENCH_CALL_FLOOR_S
@@ -100,7 +100,7 @@ def _at_boost(terms: dict[str, float], base: Calibration) -> Calibration:
     which run at the boost clock, as the H100 kernel tables behind the built-in kernel terms did; a training
     step's sustained clock (clock_factor, fitted end to end) stays the file's. Fitting the GEMM efficiency
     at the sustained clock put the boost into it: on an H200 every calibrated prediction came out 1.2-1.3x
-    the measured tokens/s (benchmarks/results/gpu.md) while the built-in ones were within 6%."""
+    the measured tokens/s while the built-in ones were within 7% (benchmarks/results/gpu_runs/README.md, call 2)."""
     return _calibration({**terms, "clock_factor": 1.0}, base)
 
 

@@ -7,10 +7,9 @@ the run used the hardware the prediction is for.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from genconf.plan import runconfig
@@ -230,7 +229,7 @@ def predict_run(config: dict, gpu_name: str) -> dict | None:
     try:
         model, plan = model_from_dict(config["model"]), plan_from_dict(config["plan"])
         if (config.get("speed") or {}).get("compile") and runconfig.compile_supported(plan):
-            plan = dataclasses.replace(plan, torch_compile=True)  # the runner compiled its blocks: priced so
+            plan = replace(plan, torch_compile=True)  # the runner compiled its blocks: priced so
         cluster = resolve_cluster(None, gpu=gpu_name)
         cal = calibration_for(cluster.gpu.name)
         cost = step_cost(model, plan, cluster, cal)

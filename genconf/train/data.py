@@ -20,7 +20,8 @@ ACTIVE_TOKENS = 1024
 spends most of its tokens on a few thousand ids, which is why a language model's loss leaves the unigram
 entropy within its first steps. A chain over all 32,128 ids of a 1B model gives each id two occurrences per
 65,536-token step: on an H200, 25 healthy steps of OLMo 1B went from 10.42 to 10.23 nats against a unigram floor
-of 10.20 (benchmarks/results/gpu.md's first run), so a short run could not be told from one with shuffled labels."""
+of 10.20 (benchmarks/results/gpu_runs/README.md, call 2), so a short run could not be told from one with shuffled
+labels."""
 
 
 @dataclass(frozen=True)
