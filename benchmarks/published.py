@@ -370,14 +370,15 @@ def load_runs() -> tuple[list[Run], list[tuple[str, str, str]]]:
     return runs, skipped
 
 
+LORA_RANK = 32
+"""The adapter rank of the published LoRA rows: Megatron-Bridge peft/lora.py's LoRA.dim default (NeMo 2's likewise)."""
+
+
 def _not_modelled(row: dict) -> str | None:
     key = _model_key(row["model"])
     for prefix, why in NOT_MODELLED.items():
         if key.startswith(prefix):
             return why
-    if "lora" in row["model"].lower() or "LoRA Perf" in row["notes"]:
-        return ("LoRA fine-tuning (frozen base weights: no weight gradients or optimizer states for them); "
-                "genconf plans full-parameter training")
     if "torchtitan" in row["source"] and "rowwise" in row["precision"]:
         return ("torchao float8 with rowwise scales: its own quantization kernels and rowwise-scaled GEMMs, "
                 "measured slower than BF16 here; genconf prices Transformer Engine's FP8 recipes only")
@@ -472,7 +473,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         grad_dtype = "bf16" if "mixed_precision PURE" in row["notes"] else "fp32"
         if precision == "fp8":
             fp8_recipe = "delayed"  # Transformer Engine v0.10's default recipe (DelayedScaling)
-    task = "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
+    lora = "lora" in row["model"].lower() or "LoRA Perf" in row["notes"]
+    task = "lora" if lora else "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
     recipe = (bridge_moe_recipe(int(label.rsplit("#", 1)[1]))
               if file == "megatron_bridge_perf_summary.csv" and model.is_moe else None)
     plan = ParallelPlan(
@@ -497,6 +499,9 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         fused_loss=file == MOSAIC_FILE,
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
         moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
+        # NeMo's and Megatron-Bridge's LoRA recipes: the default adapters (peft/lora.py: dim 32 on linear_qkv,
+        # linear_proj, linear_fc1 and linear_fc2).
+        lora_rank=LORA_RANK if lora else 0,
         **_cuda_graphs(recipe))
     if dense_recipe is not None:
         # The dense row's benchmark config, as it ran (benchmarks/bridge_dense_recipes.csv).

@@ -67,8 +67,11 @@ def pins_from_args(args: argparse.Namespace):
             raise GenconfError(f"--pp-layout has {stages} virtual stages = pp {args.pp} x vp {stages // args.pp}, "
                                f"not --vp {args.vp} (megatron derives vp from the layout)")
     kernel = getattr(args, "attention_kernel", "auto")
+    lora_rank = getattr(args, "lora_rank", 0) or 0
     conflict = (rules.attention_kernel_conflict(kernel, args.framework)
-                or rules.fused_loss_conflict(getattr(args, "fused_loss", None), args.framework))
+                or rules.fused_loss_conflict(getattr(args, "fused_loss", None), args.framework)
+                or rules.lora_conflict(lora_rank, args.framework, False, args.zero)
+                or (rules.lora_artifacts_refusal(lora_rank) if getattr(args, "output", None) else None))
     if conflict:
         raise GenconfError(conflict)
     scopes = list(getattr(args, "cuda_graph_scope", ()) or ())
@@ -89,7 +92,7 @@ def pins_from_args(args: argparse.Namespace):
                 moe_ep_overlap=bool(getattr(args, "moe_ep_overlap", False)),
                 cuda_graph_impl=getattr(args, "cuda_graph_impl", "none"),
                 cuda_graph_scope=tuple(getattr(args, "cuda_graph_scope", ()) or ()),
-                pp_layout=layout)
+                pp_layout=layout, lora_rank=lora_rank)
 
 
 def plan_from_args(args: argparse.Namespace) -> Planned:
@@ -113,6 +116,9 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     if args.cp and seq % (2 * args.cp):
         raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
     pins = pins_from_args(args)
+    lora = rules.lora_conflict(pins.lora_rank, pins.framework, model.is_moe, pins.zero_stage)
+    if lora:
+        raise GenconfError(lora)
     cal = calibration_for(cluster.gpu.name)
     used = None
     if getattr(args, "calibration", None):

@@ -127,6 +127,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=None,
                    help="DeepSpeed/FSDP: cross entropy fused over the 16-bit logits (flash-attn's kernel, OLMo's "
                         "fused_loss), no fp32 copy of the logits (default: off, or on where it makes a plan fit)")
+    g.add_argument("--lora-rank", type=positive_int, default=0, metavar="R",
+                   help="plan LoRA fine-tuning: rank-R adapters on linear_qkv/proj/fc1/fc2, base weights frozen (no "
+                        "weight gradients or optimizer states for them), priced as Megatron-Bridge's PEFT runs it "
+                        "(megatron, dense models; sizing only: no artifacts). Its default rank is 32")
     g.add_argument("--expandable-segments", action=argparse.BooleanOptionalAction, default=True,
                    help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in launch scripts (default) or the classic "
                         "caching allocator (budgets more fragmentation)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genconf.plan.counting import exact_param_count
+from genconf.plan.counting import exact_param_count, lora_param_count
 from genconf.plan.specs import ModelSpec, ParallelPlan
 
 ADAM_BYTES_PER_PARAM = 8
@@ -53,4 +53,8 @@ def bytes_per_param(plan: ParallelPlan) -> tuple[int, str]:
 
 def checkpoint_size(model: ModelSpec, plan: ParallelPlan, *, keep_last: int = 2) -> CheckpointSize:
     per_param, what = bytes_per_param(plan)
+    if plan.lora_rank:
+        # Megatron-Bridge's PEFT checkpoints hold the adapters' states only; the frozen base is the pretrained one.
+        return CheckpointSize(bytes_per_param=per_param, params=lora_param_count(model, plan.lora_rank),
+                              keep_last=keep_last, what=f"LoRA adapters only: {what}")
     return CheckpointSize(bytes_per_param=per_param, params=exact_param_count(model), keep_last=keep_last, what=what)

@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 
 from genconf.plan import kernels
-from genconf.plan.counting import layer_tensors, model_flops_per_token, recompute_flops_per_token
+from genconf.plan.counting import (layer_tensors, lora_flops_per_token, lora_layer_tensors, model_flops_per_token,
+                                   recompute_flops_per_token)
 from genconf.plan.memory import offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, format_layout, recomputed_layers, stage_layers
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
@@ -196,12 +197,24 @@ def gemm_s(gpu: GPUSpec, cal: Calibration, m: int, n: int, k: int, dtype: str) -
                           out_bytes=4.0 if dtype == "fp32" else 2.0)
 
 
-def linear_s(gpu: GPUSpec, cal: Calibration, m: int, n: int, k: int, dtype: str, *, groups: int = 1) -> tuple[float, float]:
+def linear_s(gpu: GPUSpec, cal: Calibration, m: int, n: int, k: int, dtype: str, *, groups: int = 1,
+             frozen: bool = False) -> tuple[float, float]:
     """(forward, backward) of `groups` linear layers of one (m x k) @ (k x n) each: forward, then the data
-    gradient (m x n) @ (n x k) and the weight gradient (k x m) @ (m x n)."""
+    gradient (m x n) @ (n x k) and the weight gradient (k x m) @ (m x n), which a frozen weight (LoRA's base
+    layers) skips."""
     fwd = gemm_s(gpu, cal, m, n, k, dtype)
-    bwd = gemm_s(gpu, cal, m, k, n, dtype) + gemm_s(gpu, cal, k, n, m, dtype)
+    bwd = gemm_s(gpu, cal, m, k, n, dtype) + (0.0 if frozen else gemm_s(gpu, cal, k, n, m, dtype))
     return groups * fwd, groups * bwd
+
+
+def _lora_s(gpu: GPUSpec, cal: Calibration, m: int, rank: int, fan_in: int, fan_out: int, act: int) -> tuple[float, float]:
+    """(forward, backward) of one LoRA adapter on an (m x fan_in) -> (m x fan_out) layer (Hu et al. 2021): the
+    input through A (fan_in -> r) and B (r -> fan_out) in bf16, its output added to the base layer's (read 2,
+    write 1 of m x fan_out) and, backward, its data gradient added to the base layer's (m x fan_in)."""
+    a_f, a_b = linear_s(gpu, cal, m, rank, fan_in, "bf16")
+    b_f, b_b = linear_s(gpu, cal, m, fan_out, rank, "bf16")
+    return (a_f + b_f + _mem_s(gpu, cal, 3.0 * act * m * fan_out),
+            a_b + b_b + _mem_s(gpu, cal, 3.0 * act * m * fan_in))
 
 
 def _mem_s(gpu: GPUSpec, cal: Calibration, num_bytes: float) -> float:
@@ -297,7 +310,8 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     """One decoder layer, one micro-batch, one rank. `windowed`: the layer uses sliding-window attention."""
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
                        plan.precision, plan.quant_recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
-                       windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel)
+                       windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel,
+                       plan.lora_rank)
 
 
 def attention_factor(kernel: str, cal: Calibration) -> float:
@@ -335,7 +349,7 @@ def ep_unpaired_share(plan: ParallelPlan) -> float | None:
 def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, sp: bool, precision: str,
                 recipe: str | None, impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration,
                 windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
-                graphs: tuple[str, ...] = (), attention: str = "auto") -> LayerTime:
+                graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0) -> LayerTime:
     gpu = cluster.gpu
     n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
     h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.kv_channels
@@ -345,9 +359,11 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         dtype = "mxfp8"                       # block-scaled GEMMs (calibrated apart)
     act = 4 if precision == "fp32" else 2     # activation bytes
 
-    # GEMMs: QKV, output projection, MLP (dense or the routed experts as a grouped GEMM).
-    qkv_f, qkv_b = linear_s(gpu, cal, n, (q + 2 * kv) // t, h, dtype)
-    proj_f, proj_b = linear_s(gpu, cal, n, h, q // t, dtype)
+    # GEMMs: QKV, output projection, MLP (dense or the routed experts as a grouped GEMM). Under LoRA the base
+    # weights are frozen (no weight-gradient GEMMs) and each of the four gets an adapter (dense models only).
+    frozen = lora > 0
+    qkv_f, qkv_b = linear_s(gpu, cal, n, (q + 2 * kv) // t, h, dtype, frozen=frozen)
+    proj_f, proj_b = linear_s(gpu, cal, n, h, q // t, dtype, frozen=frozen)
     quant_in = n * (h + q // t)               # GEMM-input activation elements (forward), per rank
     quant_grad = n * ((q + 2 * kv) // t + h)  # output-gradient elements (backward)
     if model.is_moe:
@@ -366,12 +382,19 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         quant_grad += routed * (branches * f // t + h * et / t)
     else:
         f, k_top, routed = model.ffn_hidden_size, 1, n
-        fc1_f, fc1_b = linear_s(gpu, cal, n, branches * f // t, h, dtype)
-        fc2_f, fc2_b = linear_s(gpu, cal, n, h, f // t, dtype)
+        fc1_f, fc1_b = linear_s(gpu, cal, n, branches * f // t, h, dtype, frozen=frozen)
+        fc2_f, fc2_b = linear_s(gpu, cal, n, h, f // t, dtype, frozen=frozen)
         quant_in += n * (h + f // t)
         quant_grad += n * (branches * f // t + h)
     gemm_f = qkv_f + proj_f + fc1_f + fc2_f
     gemm_b = qkv_b + proj_b + fc1_b + fc2_b
+    if frozen:
+        # Column-parallel targets (QKV, fc1) read the full input and write their TP share; row-parallel ones
+        # (proj, fc2) read their TP share and write the full width.
+        for fan_in, fan_out in ((h, (q + 2 * kv) // t), (q // t, h), (h, branches * f // t), (f // t, h)):
+            ad_f, ad_b = _lora_s(gpu, cal, n, lora, fan_in, fan_out, act)
+            gemm_f += ad_f
+            gemm_b += ad_b
 
     # FP8 / FP4 quantization passes (casts, transposes, amax), memory-bound.
     q_in, q_grad = kernels.QUANT_BYTES_PER_ELEMENT[recipe]
@@ -653,7 +676,8 @@ def _logits_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     gpu = cluster.gpu
     n = plan.mbs * plan.seq_length // plan.cp
     rows = vocab_rows(model, plan)
-    f, b = linear_s(gpu, cal, n, rows // plan.tp, model.hidden_size, "fp32" if plan.precision == "fp32" else "bf16")
+    f, b = linear_s(gpu, cal, n, rows // plan.tp, model.hidden_size, "fp32" if plan.precision == "fp32" else "bf16",
+                    frozen=plan.lora_rank > 0)
     loss_bytes = (16.0 if plan.framework == "megatron" else 24.0) * n * rows / plan.tp
     if plan.fused_loss and plan.framework != "megatron":
         # flash-attn's fused cross entropy: the forward reads the 16-bit logits once, the backward reads them
@@ -665,7 +689,9 @@ def _logits_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
 def _embedding_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> float:
     """Embedding lookup forward and its scatter-add into the fp32 gradient backward."""
     n = plan.mbs * plan.seq_length // plan.cp
-    return _mem_s(cluster.gpu, cal, n * model.hidden_size * (2 + 2 + 4 + 4))
+    # Forward: read the rows, write the output (2 + 2); backward: scatter-add into the fp32 gradient (4 + 4),
+    # which a frozen embedding (LoRA) skips.
+    return _mem_s(cluster.gpu, cal, n * model.hidden_size * (2 + 2 + (0 if plan.lora_rank else 4 + 4)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -825,17 +851,23 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     heaviest = max(range(plan.pp), key=lambda i: layers[i]) if plan.pp > 1 else 0
     rp = {i: rank_params(model, plan, i) for i in {0, plan.pp - 1, heaviest}}
     busiest = max(rp.values(), key=lambda r: r.total)
-    params = busiest.total
+    params, dense, expert = busiest.total, busiest.dense, busiest.expert
+    if plan.lora_rank:
+        # Only the adapters are trained: their gradients are reduced and their optimizer steps; the frozen
+        # weights move nowhere.
+        params = dense = max(layers) * sum(t.numel_per_rank(plan.tp) for t in lora_layer_tensors(model, plan.lora_rank))
+        expert = 0
     passes = dp_overlap_passes(plan)
     bwd_window = passes * max(layers) * layer_gpu["bwd_s"]
     fwd_window = passes * max(layers) * layer_gpu["fwd_s"]
-    dp_comm = _dp_comm_s(model, plan, cluster, cal, busiest.dense, busiest.expert, bwd_window, fwd_window)
+    dp_comm = _dp_comm_s(model, plan, cluster, cal, dense, expert, bwd_window, fwd_window)
     optimizer = _optimizer_s(plan, cluster, cal, params) + _quant_weights_s(
         plan, cluster, cal, max(r.gemm for r in rp.values()), m)
     overhead = cal.step_overhead_s
     step = compute + bubble + m * pp_comm + dp_comm + optimizer + overhead
     tokens = plan.gbs * plan.seq_length
-    flops_token = model_flops_per_token(model, plan.seq_length)
+    flops_token = (lora_flops_per_token(model, plan.seq_length, plan.lora_rank) if plan.lora_rank
+                   else model_flops_per_token(model, plan.seq_length))
     hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute)
     peak = gpu.peak_tflops({"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))
     return StepCost(step_time_s=step, compute_s=compute, bubble_s=bubble, pp_comm_s=m * pp_comm, dp_comm_s=dp_comm,

@@ -19,6 +19,7 @@ from genconf.plan.counting import (
     embedding_tensors,
     final_norm_tensors,
     layer_tensors,
+    lora_layer_tensors,
     output_tensors,
     padded_vocab_size,
 )
@@ -388,7 +389,7 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
     # Model states do not depend on the micro-batch, the batch or recompute: one computation per layout.
     key = (model, rp, layers, pp_stage, plan.framework, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, plan.dp, plan.cp,
            plan.zero_stage, plan.shard_group_size, plan.precision, plan.quant_recipe, plan.fp8_param_gather,
-           plan.precision_aware_optimizer,
+           plan.precision_aware_optimizer, plan.lora_rank,
            plan.grad_bytes, plan.layer_spec, plan.offload_optimizer, plan.offload_params,
            stage_layers(model.num_layers, plan),
            plan.seq_length if model.position_embedding == "learned" else 0, fp8_any_layout)
@@ -476,6 +477,16 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
         elif plan.grad_bytes == 2 and plan.distributed_optimizer and not plan.precision_aware_optimizer:
             # The optimizer step upcasts this rank's shard of the bf16 gradients to fp32.
             step_transient = sharded(4, True)
+        if plan.lora_rank:
+            # LoRA (Megatron-Bridge PEFT): the base weights are frozen, kept as above (bf16 and TE's quantized
+            # copies) but with no gradient buffer and no optimizer state; the adapters are trained like any
+            # parameter (bf16 weight, gradient buffer, fp32 master and Adam, sharded by the distributed optimizer).
+            adapters = layers * sum(t.numel_per_rank(plan.tp) for t in lora_layer_tensors(model, plan.lora_rank))
+            shards = plan.dp * plan.cp if plan.distributed_optimizer else 1
+            params += 2 * adapters
+            grads = grad_bytes * adapters
+            optimizer = -(-opt_bytes * adapters // shards)
+            step_transient = -(-4 * adapters // shards) if grad_bytes == 2 and plan.distributed_optimizer else 0
     elif plan.framework == "deepspeed":
         # DeepSpeed estimate_zero2/3_model_states_mem_needs: 2 bytes 16-bit params + 18 bytes per parameter
         # (2 grads16, 4 grads32, 4 params32, 8 Adam) of which ZeRO shards the stage's part over dp.

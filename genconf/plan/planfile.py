@@ -305,6 +305,10 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
     else:
         reasons.append(f"gradients accumulated and reduced in {p.grad_dtype} (chosen): {p.grad_bytes} bytes per "
                        f"parameter in the gradient buffer and the data-parallel traffic")
+    if p.lora_rank:
+        reasons.append(f"LoRA rank {p.lora_rank} (Megatron-Bridge PEFT): only the adapters on linear_qkv/proj/fc1/fc2 "
+                       f"train; the frozen base weights carry no gradients or optimizer states and skip their "
+                       f"weight-gradient GEMMs")
     if p.fused_loss:
         reasons.append("fused cross entropy over the 16-bit logits (--fused-loss): no fp32 copy of the logits, only "
                        "each token's fp32 log-sum-exp is kept")

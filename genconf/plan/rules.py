@@ -392,6 +392,34 @@ def _precision(c: Context) -> str | None:
     return None
 
 
+def lora_conflict(lora_rank: int, framework: str | None, is_moe: bool, zero_stage: int | None) -> str | None:
+    """Why LoRA cannot be planned this way (None: it can). genconf prices LoRA as Megatron-Bridge and NeMo run it."""
+    if not lora_rank:
+        return None
+    if framework not in (None, "megatron"):
+        return (f"--lora-rank is priced as Megatron-Bridge/NeMo run LoRA (framework megatron); genconf's {framework} "
+                f"model trains every weight: drop --lora-rank or choose --framework megatron")
+    if is_moe:
+        return "--lora-rank on a mixture-of-experts model is not modelled (adapters on routed experts): drop it"
+    if zero_stage is not None and zero_stage >= 2:
+        return "--lora-rank with Megatron-FSDP (--zero 2/3) is not modelled: the frozen weights need no sharding, use --zero 1"
+    return None
+
+
+def lora_artifacts_refusal(lora_rank: int) -> str | None:
+    """Why a LoRA plan gets no artifacts (None: not a LoRA plan). genconf's renderers and launchers train every
+    weight; Megatron-LM has no LoRA arguments."""
+    if not lora_rank:
+        return None
+    return (f"a LoRA plan (--lora-rank {lora_rank}) is for sizing only: genconf's artifacts and launchers train every "
+            f"weight and Megatron-LM has no LoRA arguments; run it with Megatron-Bridge's PEFT "
+            f"(peft/lora.py LoRA(dim={lora_rank})) and drop -o, or plan without --lora-rank")
+
+
+def _lora(c: Context) -> str | None:
+    return lora_conflict(c.plan.lora_rank, c.plan.framework, c.model.is_moe, c.plan.zero_stage)
+
+
 def _pipeline_microbatches(c: Context) -> str | None:
     p = c.plan
     if p.pp > 1 and p.num_microbatches < p.pp:
@@ -429,6 +457,7 @@ RULES: tuple[Rule, ...] = (
          _attention_kernel),
     Rule("fused_loss", ERROR, "the fused cross entropy is for the DeepSpeed/FSDP model", _fused_loss),
     Rule("precision", ERROR, "the precision runs on this GPU and framework", _precision),
+    Rule("lora", ERROR, "LoRA: megatron, a dense model, no Megatron-FSDP", _lora),
     Rule("pipeline_bubble", WARNING, "at least as many micro-batches as stages", _pipeline_microbatches),
 )
 RULE_NAMES = tuple(r.name for r in RULES) + ("memory_fits", "batch_above_target", "cannot_reach_top")

@@ -98,6 +98,8 @@ class Pins:
     megatron_fsdp: bool = False
     """Search Megatron-FSDP (megatron zero 3) beside the distributed optimizer. Off by default: search() turns it
     on only when no other megatron plan fits (or when --zero pins the stage)."""
+    lora_rank: int = 0
+    """LoRA fine-tuning with adapters of this rank (ParallelPlan.lora_rank); 0: full-parameter training."""
     pp_layout: str | None = None
     """None: megatron's own splits, and a layout moving layers off the slowest pipeline rank where that is faster
     (genconf.plan.cost.balanced_layout). DEFAULT_LAYOUT: megatron's own splits only. Else a megatron layout
@@ -252,7 +254,8 @@ class _Layout:
 
 def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, seq: int):
     """(layout, reason or None): every layout shape the search considers, before micro-batch and recompute."""
-    frameworks = [pins.framework] if pins.framework else ["megatron", "deepspeed", "fsdp"]
+    # LoRA is priced as Megatron-Bridge runs it (rules.lora_conflict): megatron plans only.
+    frameworks = [pins.framework] if pins.framework else ["megatron"] if pins.lora_rank else ["megatron", "deepspeed", "fsdp"]
     domain = cluster.nvlink_domain
     for framework in frameworks:
         if framework == "megatron":
@@ -343,7 +346,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         offload_activation_layers=pins.offload_activation_layers or 0,
         fused_kernels=pins.fused_kernels and pins.layer_spec == "local", expandable_segments=pins.expandable_segments,
         fused_loss=bool(pins.fused_loss) and not megatron,
-        attention_kernel="auto" if megatron else pins.attention_kernel,
+        attention_kernel="auto" if megatron else pins.attention_kernel, lora_rank=pins.lora_rank,
         **dict(layout.split))
 
 
@@ -397,7 +400,8 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
     try:
         lt = _layer_time(model, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
                          quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels, layout.zero), False,
-                         cluster, cal, False, layout.etp, attention="auto" if megatron else pins.attention_kernel)
+                         cluster, cal, False, layout.etp, attention="auto" if megatron else pins.attention_kernel,
+                         lora=pins.lora_rank if megatron else 0)
     except (ValueError, ZeroDivisionError):
         return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
     per_layer = lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": lt.attn_fwd_s}.get(recompute, lt.fwd_s)
@@ -423,10 +427,11 @@ def num_gpus_of(layout: _Layout) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offload: bool) -> float:
+def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offload: bool, lora: bool = False) -> float:
     """A lower bound on one GPU's parameters + gradients + optimizer states for the layout, whatever the
     micro-batch, recompute or memory savers: the average stage's share, 16-bit (or FP8) weights and gradients,
-    10 bytes of optimizer state per parameter, each sharded as far as the layout shards it."""
+    10 bytes of optimizer state per parameter, each sharded as far as the layout shards it. LoRA: the frozen
+    weights alone (the adapters' states are a fraction of a percent)."""
     per_rank = exact_param_count(model) / (layout.tp * layout.pp * (layout.ep if model.is_moe else 1))
     shard = max(1, layout.dp * layout.cp)
     weights = 1.0 if precision in ("fp8", "fp4") else 2.0
@@ -434,6 +439,8 @@ def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offlo
         return weights * per_rank / (shard if layout.zero >= 3 else 1)
     if layout.framework == "fsdp":
         weights = 4.0  # fp32 parameters
+    if lora:
+        return weights * per_rank
     params = weights * per_rank / (shard if layout.zero >= 3 else 1)
     grads = 2.0 * per_rank / (shard if layout.zero >= 2 else 1)
     optimizer = 10.0 * per_rank / (shard if layout.zero >= 1 else 1)
@@ -634,7 +641,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
             if len(rule_misses) < 50:
                 rule_misses.append(Evaluation(plan, tuple(broken)))
             continue
-        floor = _states_floor_bytes(model, layout, pins.precision, bool(pins.offload))
+        floor = _states_floor_bytes(model, layout, pins.precision, bool(pins.offload), bool(pins.lora_rank))
         if floor > usable or _core_too_big(model, cluster, pins, seq, layout, usable, core_memo):
             rejected["memory_fits"] += 1  # even its leanest variant does not fit: no need to look closer
             floored.append((floor, layout))
@@ -766,7 +773,7 @@ def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
         level = _RECOMPUTE_MEMORY[recompute]
         if any(mbs >= f_mbs and level >= f_level for f_mbs, f_level in failed.get(layout, ())):
             continue
-        if _states_floor_bytes(model, layout, pins.precision, bool(pins.offload)) > usable:
+        if _states_floor_bytes(model, layout, pins.precision, bool(pins.offload), bool(pins.lora_rank)) > usable:
             continue
         known = len(core_memo)
         too_big = _core_too_big(model, cluster, pins, seq, layout, usable, core_memo)

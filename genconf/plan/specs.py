@@ -423,6 +423,11 @@ class ParallelPlan:
     runners do the same in chunks). False: F.cross_entropy(logits.float()), which holds an fp32 copy of the
     logits and saves their fp32 log-softmax (torchtitan, Hugging Face). Megatron computes its vocab-parallel
     cross entropy in place either way."""
+    lora_rank: int = 0
+    """LoRA fine-tuning (Hu et al. 2021): rank-r adapters on linear_qkv, linear_proj, linear_fc1 and linear_fc2 of
+    every layer (Megatron-Bridge peft/lora.py's default target_modules; its default dim is 32), the base weights
+    frozen: no weight gradients, gradient buffers or optimizer states for them, and no weight-gradient GEMMs.
+    0 = full-parameter training. Priced as Megatron-Bridge / NeMo run it (framework megatron, dense models)."""
     pp_first_stage_layers: int | None = None
     """Uneven pipeline: layers on the first stage (megatron --decoder-first-pipeline-num-layers)."""
     pp_last_stage_layers: int | None = None
@@ -452,6 +457,8 @@ class ParallelPlan:
         for name in ("pp_first_stage_layers", "pp_last_stage_layers", "shard_group_size", "recompute_layers", "etp"):
             if getattr(self, name) is not None:
                 _positive(self, name)
+        if not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 0:
+            raise ValueError(f"ParallelPlan.lora_rank must be >= 0, got {self.lora_rank!r}")
         if not isinstance(self.offload_activation_layers, int) or self.offload_activation_layers < 0:
             raise ValueError(f"ParallelPlan.offload_activation_layers must be >= 0, got {self.offload_activation_layers!r}")
         if self.pp_layout is not None and (not isinstance(self.pp_layout, str) or not self.pp_layout):

@@ -137,6 +137,11 @@ def _inside(run_dir: str | None, out_dir: Path) -> Path | None:
 
 def write_from_run(run: dict, args: argparse.Namespace) -> Path:
     """Render and write a run dict's artifacts to args.output with the Slurm options from the command line."""
+    from genconf.plan import rules
+
+    refusal = rules.lora_artifacts_refusal(int(run.get("plan", {}).get("lora_rank") or 0))
+    if refusal:
+        raise GenconfError(refusal)  # before anything is written
     out_dir = Path(os.path.abspath(args.output))
     options = default_options(run, out_dir, job_name=args.job_name, run_dir=args.run_dir, python=args.python,
                               account=args.account, partition=args.partition, time=args.time)
