@@ -3,7 +3,7 @@
     python benchmarks/layouts.py            # writes benchmarks/results/layouts.{md,json}
 
 For every dense-model layout in nemo_recommended_configs_configonly.csv and megatron_bridge_perf_summary.csv
-(pre-training and full fine-tuning; LoRA is not planned by genconf), with the model, GPU count, cluster,
+(pre-training and full fine-tuning; the LoRA layouts are scored as throughput rows by accuracy.py, not here), with the model, GPU count, cluster,
 precision, global batch and sequence length of the row:
 - pinned: the layout typed as a user would (--tp --pp --vp --cp --ep --mbs --global-batch --precision), the rest
   searched: is it feasible (not rejected as invalid or out of memory)?
