@@ -15,9 +15,8 @@ import math
 from dataclasses import dataclass
 
 from genconf.plan import kernels
-from genconf.plan.counting import (layer_tensors, lora_flops_per_token, lora_layer_tensors, model_flops_per_token,
-                                   recompute_flops_per_token)
-from genconf.plan.memory import offload_bytes_per_layer, rank_params, vocab_rows
+from genconf.plan.counting import layer_tensors, lora_flops_per_token, model_flops_per_token, recompute_flops_per_token
+from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, format_layout, recomputed_layers, stage_layers
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
@@ -855,7 +854,7 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     if plan.lora_rank:
         # Only the adapters are trained: their gradients are reduced and their optimizer steps; the frozen
         # weights move nowhere.
-        params = dense = max(layers) * sum(t.numel_per_rank(plan.tp) for t in lora_layer_tensors(model, plan.lora_rank))
+        params = dense = lora_rank_params(model, plan, max(layers))
         expert = 0
     passes = dp_overlap_passes(plan)
     bwd_window = passes * max(layers) * layer_gpu["bwd_s"]

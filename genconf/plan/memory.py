@@ -481,7 +481,7 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
             # LoRA (Megatron-Bridge PEFT): the base weights are frozen, kept as above (bf16 and TE's quantized
             # copies) but with no gradient buffer and no optimizer state; the adapters are trained like any
             # parameter (bf16 weight, gradient buffer, fp32 master and Adam, sharded by the distributed optimizer).
-            adapters = layers * sum(t.numel_per_rank(plan.tp) for t in lora_layer_tensors(model, plan.lora_rank))
+            adapters = lora_rank_params(model, plan, layers)
             shards = plan.dp * plan.cp if plan.distributed_optimizer else 1
             params += 2 * adapters
             grads = grad_bytes * adapters
@@ -546,6 +546,11 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
             other.append(("FSDP gathered units (compute dtype, root + 2 blocks)", c * (root + 2 * unit)))
             other.append(("FSDP unsharded block gradient", (c + reduce_bytes) * unit))
     return params, grads, optimizer, other, step_transient
+
+
+def lora_rank_params(model: ModelSpec, plan: ParallelPlan, layers: int) -> int:
+    """Trainable LoRA adapter parameters on one rank holding `layers` layers (0 without LoRA)."""
+    return layers * sum(t.numel_per_rank(plan.tp) for t in lora_layer_tensors(model, plan.lora_rank))
 
 
 def rank_params_block(model: ModelSpec, plan: ParallelPlan) -> int:
