@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 
 from genconf.plan import kernels
-from genconf.plan.counting import layer_tensors, lora_flops_per_token, model_flops_per_token, recompute_flops_per_token
+from genconf.plan.counting import (dense_layer_model, layer_tensors, lora_flops_per_token, model_flops_per_token,
+                                    recompute_flops_per_token)
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, format_layout, recomputed_layers, stage_layers
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
@@ -351,7 +352,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
                 graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0) -> LayerTime:
     gpu = cluster.gpu
     n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
-    h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.kv_channels
+    h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.attention_head_dim
     branches = 2 if model.gated else 1
     dtype = {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(precision, "bf16")
     if dtype == "fp8" and recipe == "mxfp8":
@@ -361,10 +362,27 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     # GEMMs: QKV, output projection, MLP (dense or the routed experts as a grouped GEMM). Under LoRA the base
     # weights are frozen (no weight-gradient GEMMs) and each of the four gets an adapter (dense models only).
     frozen = lora > 0
-    qkv_f, qkv_b = linear_s(gpu, cal, n, (q + 2 * kv) // t, h, dtype, frozen=frozen)
-    proj_f, proj_b = linear_s(gpu, cal, n, h, q // t, dtype, frozen=frozen)
-    quant_in = n * (h + q // t)               # GEMM-input activation elements (forward), per rank
-    quant_grad = n * ((q + 2 * kv) // t + h)  # output-gradient elements (backward)
+    r = t if sp else 1
+    if model.mla:
+        # Multi-head latent attention (megatron-core MLASelfAttention): the down projections run replicated on the
+        # rank's sequence shard, the up projections column-parallel on the gathered latents, the output projection
+        # row-parallel from the a x v_head_dim context. Counted as "qkv" (everything before attention) and "proj".
+        a, ql, kl, dr = model.num_attention_heads, model.q_lora_rank, model.kv_lora_rank, model.qk_pos_emb_head_dim
+        shapes = [(n // r, kl + dr, h), (n, a * (model.qk_head_dim + model.v_head_dim) // t, kl)]
+        shapes += [(n // r, ql, h), (n, q // t, ql)] if ql else [(n, q // t, h)]
+        qkv_f = qkv_b = 0.0
+        for rows_, cols, inner in shapes:
+            f_, b_ = linear_s(gpu, cal, rows_, cols, inner, dtype)
+            qkv_f, qkv_b = qkv_f + f_, qkv_b + b_
+        v_width = model.value_width
+        proj_f, proj_b = linear_s(gpu, cal, n, h, v_width // t, dtype)
+        quant_in = sum(rows_ * inner for rows_, _, inner in shapes) + n * v_width // t
+        quant_grad = sum(rows_ * cols for rows_, cols, _ in shapes) + n * h
+    else:
+        qkv_f, qkv_b = linear_s(gpu, cal, n, (q + 2 * kv) // t, h, dtype, frozen=frozen)
+        proj_f, proj_b = linear_s(gpu, cal, n, h, q // t, dtype, frozen=frozen)
+        quant_in = n * (h + q // t)               # GEMM-input activation elements (forward), per rank
+        quant_grad = n * ((q + 2 * kv) // t + h)  # output-gradient elements (backward)
     if model.is_moe:
         f, k_top, experts = model.moe_ffn_hidden_size, model.moe_top_k, model.num_experts
         et = etp or t
@@ -379,6 +397,14 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         routed = n * k_top
         quant_in += routed * (h * et / t + f // t)
         quant_grad += routed * (branches * f // t + h * et / t)
+        fs = model.moe_shared_expert_intermediate_size
+        if fs:
+            # Shared experts (megatron-core SharedExpertMLP): a TP-split dense MLP on every token.
+            s1_f, s1_b = linear_s(gpu, cal, n, branches * fs // t, h, dtype)
+            s2_f, s2_b = linear_s(gpu, cal, n, h, fs // t, dtype)
+            fc1_f, fc1_b, fc2_f, fc2_b = fc1_f + s1_f, fc1_b + s1_b, fc2_f + s2_f, fc2_b + s2_b
+            quant_in += n * (h + fs // t)
+            quant_grad += n * (branches * fs // t + h)
     else:
         f, k_top, routed = model.ffn_hidden_size, 1, n
         fc1_f, fc1_b = linear_s(gpu, cal, n, branches * f // t, h, dtype, frozen=frozen)
@@ -445,7 +471,6 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             attn_f, attn_b = flash(seq / cp, keys, causal)
 
     # Element-wise work: norms, residual adds, RoPE, activation, dropout (TE fused: one read + one write each).
-    r = t if sp else 1
     per_token = act * (10 * h / r + 2 * (q + kv) / t + (3 if model.gated else 2) * k_top * f / t)
     if model.is_moe:
         per_token += act * 4 * k_top * h / r  # token permute/unpermute around the experts
@@ -709,12 +734,29 @@ class StageTime:
 
 def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration
                  ) -> tuple[LayerTime, dict[str, float]]:
-    """The layer with full attention, and the per-layer average over full and sliding-window layers."""
+    """The layer with full attention, and the per-layer average over full and sliding-window layers and over an
+    MoE model's MoE and dense layers (its first_k_dense_replace)."""
+    keys = ("fwd_s", "bwd_s", "tp_comm_s", "cp_comm_s", "attn_fwd_s", "tp_fwd_comm_s")
     full = layer_time(model, plan, cluster, cal)
     windowed = layer_time(model, plan, cluster, cal, windowed=True) if model.sliding_window else full
     win_frac = model.windowed_layer_fraction
-    return full, {k: (1 - win_frac) * getattr(full, k) + win_frac * getattr(windowed, k)
-                  for k in ("fwd_s", "bwd_s", "tp_comm_s", "cp_comm_s", "attn_fwd_s", "tp_fwd_comm_s")}
+    mixed = {k: (1 - win_frac) * getattr(full, k) + win_frac * getattr(windowed, k) for k in keys}
+    if model.is_moe and model.dense_layers:
+        dense = layer_time(dense_layer_model(model), plan, cluster, cal)
+        share = model.dense_layers / model.num_layers
+        mixed = {k: (1 - share) * mixed[k] + share * getattr(dense, k) for k in keys}
+    return full, mixed
+
+
+def _mtp_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> float:
+    """The multi-token-prediction layers' extra work on the last stage besides their decoder layer: the shifted
+    tokens' embedding, the 2h -> h eh_proj GEMMs, and the output layer and loss again."""
+    if not model.mtp_num_layers:
+        return 0.0
+    n = plan.mbs * plan.seq_length // plan.cp
+    dtype = {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(plan.precision, "bf16")
+    f, b = linear_s(cluster.gpu, cal, n, model.hidden_size // plan.tp, 2 * model.hidden_size, dtype)
+    return model.mtp_num_layers * (f + b + _logits_s(model, plan, cluster, cal) + _embedding_s(model, plan, cluster, cal))
 
 
 def stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> tuple[StageTime, ...]:
@@ -762,6 +804,7 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
             t += _embedding_s(model, plan, cluster, cal)
         if i == plan.pp - 1:
             t += _logits_s(model, plan, cluster, cal)
+            t += model.mtp_num_layers * (busy + host_wait) + _mtp_s(model, plan, cluster, cal)
         layers_s = count * (busy + host_wait)
         forward = count * layer_gpu["fwd_s"] + (layers_s - count * base) * share + off_fwd
         forward += (t - layers_s - re - off) / 3

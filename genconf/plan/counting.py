@@ -57,13 +57,43 @@ def as_built_by_megatron(model: ModelSpec) -> ModelSpec:
 
 
 @functools.lru_cache(maxsize=256)
-def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[ParamTensor, ...]:
-    """The parameters of one decoder layer, as megatron-core's GPT layer spec names them.
-    per_head_qk_norm: q/k norms one head wide (megatron-core) instead of the full width (OLMo)."""
+def dense_layer_model(model: ModelSpec) -> ModelSpec:
+    """The model as its dense layers see it: an MoE model's first_k_dense_replace layers have a plain MLP of
+    ffn_hidden_size (megatron-core moe_layer_freq 0); every per-layer function prices them through this spec."""
+    if not model.is_moe:
+        return model
+    import dataclasses
+
+    return dataclasses.replace(model, num_experts=0, moe_top_k=0, moe_ffn_hidden_size=None,
+                               moe_shared_expert_intermediate_size=None, first_k_dense_replace=0, mtp_num_layers=0)
+
+
+def _attention_tensors(model: ModelSpec, per_head_qk_norm: bool) -> list[ParamTensor]:
     h, q, kv = model.hidden_size, model.query_width, model.kv_width
-    bias = model.add_bias_linear
+    out: list[ParamTensor] = []
+    if model.mla:
+        # megatron-core MLASelfAttention (DeepSeek-V2 eq. 9-19): the down projections are replicated over TP
+        # ("duplicated"), the up projections column-parallel, the latents RMS-normalised; the RoPE key part
+        # (qk_pos_emb_head_dim wide) comes straight from the kv down projection, shared by every head.
+        a, qk = model.num_attention_heads, model.query_width
+        if model.q_lora_rank is None:
+            out.append(ParamTensor("self_attention.linear_q_proj.weight", qk * h, True, gemm_weight=True))
+        else:
+            out.append(ParamTensor("self_attention.linear_q_down_proj.weight", model.q_lora_rank * h, False,
+                                   gemm_weight=True))
+            out += _norm("self_attention.q_layernorm", model.q_lora_rank, model)
+            out.append(ParamTensor("self_attention.linear_q_up_proj.weight", qk * model.q_lora_rank, True,
+                                   gemm_weight=True))
+        out.append(ParamTensor("self_attention.linear_kv_down_proj.weight",
+                               (model.kv_lora_rank + model.qk_pos_emb_head_dim) * h, False, gemm_weight=True))
+        out += _norm("self_attention.kv_layernorm", model.kv_lora_rank, model)
+        out.append(ParamTensor("self_attention.linear_kv_up_proj.weight",
+                               a * (model.qk_head_dim + model.v_head_dim) * model.kv_lora_rank, True, gemm_weight=True))
+        out.append(ParamTensor("self_attention.linear_proj.weight", h * model.value_width, True, gemm_weight=True))
+        if model.add_bias_linear:
+            out.append(ParamTensor("self_attention.linear_proj.bias", h, False))
+        return out
     qkv = q + 2 * kv
-    out: list[ParamTensor] = _norm("input_layernorm", h, model)
     out.append(ParamTensor("self_attention.linear_qkv.weight", qkv * h, True, gemm_weight=True))
     if model.qkv_bias:
         out.append(ParamTensor("self_attention.linear_qkv.bias", qkv, True))
@@ -74,8 +104,20 @@ def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[Par
         qn, kn = (model.kv_channels, model.kv_channels) if per_head else (q, kv)
         out += _norm("self_attention.q_layernorm", qn, model) + _norm("self_attention.k_layernorm", kn, model)
     out.append(ParamTensor("self_attention.linear_proj.weight", h * q, True, gemm_weight=True))
-    if bias:
+    if model.add_bias_linear:
         out.append(ParamTensor("self_attention.linear_proj.bias", h, False))
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[ParamTensor, ...]:
+    """The parameters of one decoder layer, as megatron-core's GPT layer spec names them (an MoE model's MoE
+    layer; its dense layers are dense_layer_model's).
+    per_head_qk_norm: q/k norms one head wide (megatron-core) instead of the full width (OLMo)."""
+    h = model.hidden_size
+    bias = model.add_bias_linear
+    out: list[ParamTensor] = _norm("input_layernorm", h, model)
+    out += _attention_tensors(model, per_head_qk_norm)
     if model.sandwich_norm:
         out += _norm("post_attention_layernorm", h, model)
     out += _norm("pre_mlp_layernorm", h, model)
@@ -89,6 +131,11 @@ def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[Par
         out.append(ParamTensor("mlp.experts.linear_fc2.weight", e * h * f, True, expert=True, gemm_weight=True))
         if bias:
             out.append(ParamTensor("mlp.experts.linear_fc2.bias", e * h, False, expert=True))
+        fs = model.moe_shared_expert_intermediate_size
+        if fs:
+            # megatron-core SharedExpertMLP: a dense TP-split MLP every token passes through (DeepSeekMoE Sec. 2.2).
+            out.append(ParamTensor("mlp.shared_experts.linear_fc1.weight", branches * fs * h, True, gemm_weight=True))
+            out.append(ParamTensor("mlp.shared_experts.linear_fc2.weight", h * fs, True, gemm_weight=True))
     else:
         f = model.ffn_hidden_size
         out.append(ParamTensor("mlp.linear_fc1.weight", branches * f * h, True, gemm_weight=True))
@@ -100,6 +147,31 @@ def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[Par
     if model.sandwich_norm:
         out += _norm("post_mlp_layernorm", h, model)
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def mtp_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[ParamTensor, ...]:
+    """The multi-token-prediction layers (megatron-core MultiTokenPredictionLayer, DeepSeek-V3 Sec. 2.2): per
+    layer the normalised embedding and hidden state (enorm, hnorm), their 2h -> h projection (eh_proj,
+    column-parallel), one decoder layer and a final norm. They share the embedding and output layer."""
+    h = model.hidden_size
+    out: list[ParamTensor] = []
+    for i in range(model.mtp_num_layers):
+        p = f"mtp.layers.{i}"
+        out += _norm(f"{p}.enorm", h, model) + _norm(f"{p}.hnorm", h, model)
+        out.append(ParamTensor(f"{p}.eh_proj.weight", h * 2 * h, True, gemm_weight=True))
+        out += [ParamTensor(f"{p}.transformer_layer.{t.name}", t.numel, t.tp_sharded, t.expert, t.gemm_weight)
+                for t in layer_tensors(model, per_head_qk_norm)]
+        out += _norm(f"{p}.final_layernorm", h, model)
+    return tuple(out)
+
+
+def decoder_layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[tuple[ParamTensor, ...], int]:
+    """(tensors of one layer, how many) for each kind of decoder layer: the MoE layers, then the dense ones."""
+    kinds = [(layer_tensors(model, per_head_qk_norm), model.moe_layers or model.num_layers)]
+    if model.is_moe and model.dense_layers:
+        kinds.append((layer_tensors(dense_layer_model(model), per_head_qk_norm), model.dense_layers))
+    return tuple(kinds)
 
 
 LORA_TARGETS = ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")
@@ -159,8 +231,10 @@ def _total(tensors: tuple[ParamTensor, ...]) -> int:
 
 
 def exact_param_count(model: ModelSpec) -> int:
-    """Parameters of the checkpoint: layers, embeddings (unpadded rows), final norm, output layer."""
-    return (model.num_layers * _total(layer_tensors(model))
+    """Parameters of the checkpoint: layers, embeddings (unpadded rows), final norm, output layer, and the
+    multi-token-prediction layers (their shared embedding and output layer counted once)."""
+    return (sum(count * _total(tensors) for tensors, count in decoder_layer_tensors(model))
+            + _total(mtp_tensors(model))
             + _total(embedding_tensors(model, model.vocab_size))
             + _total(final_norm_tensors(model))
             + _total(output_tensors(model, model.vocab_size)))
@@ -171,7 +245,8 @@ def active_param_count(model: ModelSpec) -> int:
     if not model.is_moe:
         return exact_param_count(model)
     expert = sum(t.numel for t in layer_tensors(model) if t.expert)
-    return exact_param_count(model) - model.num_layers * expert * (model.num_experts - model.moe_top_k) // model.num_experts
+    moe_layers = model.moe_layers + model.mtp_num_layers
+    return exact_param_count(model) - moe_layers * expert * (model.num_experts - model.moe_top_k) // model.num_experts
 
 
 def workshop_param_count(model: ModelSpec) -> int:
@@ -182,15 +257,21 @@ def workshop_param_count(model: ModelSpec) -> int:
 
 def param_breakdown(model: ModelSpec) -> dict[str, int]:
     """Exact count split into the parts a user recognises."""
-    layer = layer_tensors(model)
+    kinds = decoder_layer_tensors(model)
+
+    def part(keep) -> int:
+        return sum(count * sum(t.numel for t in layer if keep(t.name)) for layer, count in kinds)
+
     parts = {
-        "attention": sum(t.numel for t in layer if t.name.startswith("self_attention")) * model.num_layers,
-        "mlp": sum(t.numel for t in layer if t.name.startswith("mlp")) * model.num_layers,
-        "norms": (sum(t.numel for t in layer if "layernorm" in t.name and "self_attention" not in t.name)
-                  * model.num_layers + _total(final_norm_tensors(model))),
+        "attention": part(lambda name: name.startswith("self_attention")),
+        "mlp": part(lambda name: name.startswith("mlp")),
+        "norms": (part(lambda name: "layernorm" in name and "self_attention" not in name)
+                  + _total(final_norm_tensors(model))),
         "embedding": _total(embedding_tensors(model, model.vocab_size)),
         "output_layer": _total(output_tensors(model, model.vocab_size)),
     }
+    if model.mtp_num_layers:
+        parts["multi_token_prediction"] = _total(mtp_tensors(model))
     return parts
 
 
@@ -201,10 +282,31 @@ def _layer_matmul_macs_per_token(model: ModelSpec) -> int:
     h, q, kv = model.hidden_size, model.query_width, model.kv_width
     branches = 3 if model.gated else 2
     if model.is_moe:
-        mlp = branches * h * model.moe_ffn_hidden_size * model.moe_top_k
+        mlp = branches * h * (model.moe_ffn_hidden_size * model.moe_top_k + (model.moe_shared_expert_intermediate_size or 0))
     else:
         mlp = branches * h * model.ffn_hidden_size
+    if model.mla:
+        # Megatron-LM num_floating_point_operations' MLA terms: the down and up projections, the shared RoPE key,
+        # the output projection.
+        a = model.num_attention_heads
+        q_macs = h * q if model.q_lora_rank is None else model.q_lora_rank * (h + q)
+        kv_macs = model.kv_lora_rank * (h + a * (model.qk_head_dim + model.v_head_dim)) + h * model.qk_pos_emb_head_dim
+        return q_macs + kv_macs + model.value_width * h + mlp
     return h * (q + 2 * kv) + h * q + mlp
+
+
+def _layers_macs_per_token(model: ModelSpec) -> int:
+    """Matmul MACs per token of every decoder layer and multi-token-prediction layer (with its 2h -> h eh_proj)."""
+    dense = _layer_matmul_macs_per_token(dense_layer_model(model))
+    moe = _layer_matmul_macs_per_token(model)
+    mtp = model.mtp_num_layers * (moe + 2 * model.hidden_size ** 2)
+    return (model.moe_layers * moe + model.dense_layers * dense if model.is_moe else model.num_layers * dense) + mtp
+
+
+def _attention_flops_per_token(model: ModelSpec, seq_length: int) -> int:
+    """Forward + backward FLOPs of QK^T and AV in every layer: 6 x s x (query/key + value widths), causal mask
+    not halved (12 s a d per layer for a = d heads)."""
+    return (model.num_layers + model.mtp_num_layers) * 6 * seq_length * (model.query_width + model.value_width)
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int, vocab_rows: int | None = None) -> float:
@@ -212,11 +314,12 @@ def model_flops_per_token(model: ModelSpec, seq_length: int, vocab_rows: int | N
 
     Megatron-LM num_floating_point_operations (the DGX Cloud benchmark convention,
     shared/data/dgxc_model_flops_convention.csv): 6 x (matmul MACs) + 12*L*s*(a*d) for QK^T and AV,
-    + 6*V*h for the logits. Equals Korthikanti 2022 eq. 7 for GPT-3-style models.
+    + 6*V*h for the logits (once more per multi-token-prediction layer). Equals Korthikanti 2022 eq. 7 for
+    GPT-3-style models.
     """
     vocab = vocab_rows if vocab_rows is not None else model.vocab_size
-    layers = model.num_layers * (6 * _layer_matmul_macs_per_token(model) + 12 * seq_length * model.query_width)
-    return float(layers + 6 * vocab * model.hidden_size)
+    return float(6 * _layers_macs_per_token(model) + _attention_flops_per_token(model, seq_length)
+                 + (1 + model.mtp_num_layers) * 6 * vocab * model.hidden_size)
 
 
 def lora_flops_per_token(model: ModelSpec, seq_length: int, rank: int, vocab_rows: int | None = None) -> float:
@@ -225,9 +328,8 @@ def lora_flops_per_token(model: ModelSpec, seq_length: int, rank: int, vocab_row
     and the adapters' own forward and backward (6 x r x (in + out) per target)."""
     vocab = vocab_rows if vocab_rows is not None else model.vocab_size
     adapters = sum(t.numel for t in lora_layer_tensors(model, rank))
-    layers = model.num_layers * (4 * _layer_matmul_macs_per_token(model) + 12 * seq_length * model.query_width
-                                 + 6 * adapters)
-    return float(layers + 4 * vocab * model.hidden_size)
+    return float(4 * _layers_macs_per_token(model) + _attention_flops_per_token(model, seq_length)
+                 + model.num_layers * 6 * adapters + 4 * vocab * model.hidden_size)
 
 
 def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str) -> float:
@@ -236,11 +338,11 @@ def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str)
     full: every layer's forward again (Narayanan 2021 eq. 3: 96 vs 72 B*s*l*h^2);
     selective: only QK^T, softmax and AV (Korthikanti 2022 eq. 8: s/(3h) instead of s/(6h)).
     """
-    attention_fwd = 4 * seq_length * model.query_width
+    attention_fwd = _attention_flops_per_token(model, seq_length) / 3
     if recompute == "full":
-        return float(model.num_layers * (2 * _layer_matmul_macs_per_token(model) + attention_fwd))
+        return float(2 * _layers_macs_per_token(model) + attention_fwd)
     if recompute == "selective":
-        return float(model.num_layers * attention_fwd)
+        return float(attention_fwd)
     return 0.0
 
 

@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from genconf.plan.counting import (
     ParamTensor,
     as_built_by_megatron,
+    dense_layer_model,
     embedding_tensors,
     final_norm_tensors,
     layer_tensors,
     lora_layer_tensors,
+    mtp_tensors,
     output_tensors,
     padded_vocab_size,
 )
-from genconf.plan.pipeline import chunk_layers, inflight_chunks, stage_layers
+from genconf.plan.pipeline import chunk_layers, dense_layers_on_rank, inflight_chunks, stage_layers
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 GIB = 2**30
@@ -134,22 +136,27 @@ def stage_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tup
     """(tensor, how many copies) held by one rank of pipeline stage `stage`."""
     layers = stage_layers(model.num_layers, plan)[stage]
     return _held_tensors(model, plan.framework == "megatron", layers, stage == 0, stage == plan.pp - 1,
-                         vocab_rows(model, plan))
+                         vocab_rows(model, plan), dense_layers_on_rank(model, plan, stage))
 
 
 @functools.lru_cache(maxsize=16384)
 def _held_tensors(model: ModelSpec, megatron: bool, layers: int, first: bool, last: bool,
-                  rows: int) -> tuple[tuple[ParamTensor, int], ...]:
+                  rows: int, dense: int = 0) -> tuple[tuple[ParamTensor, int], ...]:
+    """`dense` of the `layers` are an MoE model's dense layers (counting.dense_layer_model)."""
     if megatron:
         model = as_built_by_megatron(model)
-    held: list[tuple[ParamTensor, int]] = [(t, layers) for t in layer_tensors(model, megatron)]
+    held: list[tuple[ParamTensor, int]] = [(t, layers - dense) for t in layer_tensors(model, megatron)] if layers > dense else []
+    if dense:
+        held += [(t, dense) for t in layer_tensors(dense_layer_model(model), megatron)]
     if first:
         held += [(t, 1) for t in embedding_tensors(model, rows)]
     if last:
         held += [(t, 1) for t in final_norm_tensors(model)]
         held += [(t, 1) for t in output_tensors(model, rows)]
-        if model.tie_embeddings and not first:
-            # Megatron keeps a copy of the tied word embedding on the last stage, synced by all-reduce.
+        held += [(t, 1) for t in mtp_tensors(model, megatron)]
+        if (model.tie_embeddings or model.mtp_num_layers) and not first:
+            # Megatron keeps a copy of the word embedding on the last stage for a tied output layer (synced by
+            # all-reduce) and for the multi-token-prediction layers, which embed the shifted tokens again.
             held += [(t, 1) for t in embedding_tensors(model, rows) if "word_embeddings" in t.name]
     return tuple(held)
 
@@ -173,15 +180,15 @@ class RankParams:
 def rank_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> RankParams:
     layers = stage_layers(model.num_layers, plan)[stage]
     return _rank_params(model, plan.framework, plan.tp, plan.ep, plan.expert_tp, layers, stage == 0,
-                        stage == plan.pp - 1, vocab_rows(model, plan))
+                        stage == plan.pp - 1, vocab_rows(model, plan), dense_layers_on_rank(model, plan, stage))
 
 
 @functools.lru_cache(maxsize=16384)
 def _rank_params(model: ModelSpec, framework: str, tp: int, ep: int, etp: int, layers: int, first: bool, last: bool,
-                 rows: int) -> RankParams:
+                 rows: int, dense_layers: int = 0) -> RankParams:
     dense = expert = gemm = 0
     modules: dict[str, int] = {}
-    for tensor, copies in _held_tensors(model, framework == "megatron", layers, first, last, rows):
+    for tensor, copies in _held_tensors(model, framework == "megatron", layers, first, last, rows, dense_layers):
         numel = tensor.numel_per_rank(tp, ep, etp)
         if tensor.expert:
             expert += numel * copies
@@ -207,8 +214,10 @@ def _groups(model: ModelSpec, plan: ParallelPlan, stage: int, expert: bool) -> l
     held = [(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp), copies, t) for t, copies in stage_tensors(model, plan, stage)
             if t.expert == expert]
     layer_copies = stage_layers(model.num_layers, plan)[stage]
-    in_layer = [(n, t) for n, c, t in held if c == layer_copies and t.name.startswith(("input_", "self_", "pre_", "mlp"))]
-    rest = [(n, c) for n, c, t in held if not (c == layer_copies and t.name.startswith(("input_", "self_", "pre_", "mlp")))]
+    decoder = ("input_", "self_", "pre_", "post_", "mlp")
+    # One layer's tensors (DeepSpeed and FSDP plans have uniform layers: rules.architecture_conflict).
+    in_layer = [(n, t) for n, c, t in held if c == layer_copies and t.name.startswith(decoder)]
+    rest = [(n, c) for n, c, t in held if not (c == layer_copies and t.name.startswith(decoder))]
     layer = [(n, 1) for n, _ in in_layer]
     if plan.framework == "megatron":
         chunks = [[(n, per_chunk) for n, _ in layer] for per_chunk in chunk_layers(model.num_layers, plan, stage)]
@@ -245,54 +254,74 @@ def shard_elements(model: ModelSpec, plan: ParallelPlan, stage: int, *, expert: 
 
 
 MEGATRON_LAYER_ORDER = ("input_layernorm", "self_attention.linear_proj", "self_attention.linear_qkv",
-                        "self_attention.q_layernorm", "self_attention.k_layernorm", "pre_mlp_layernorm",
-                        "mlp.router", "mlp.experts", "mlp.linear_fc1", "mlp.linear_fc2")
+                        "self_attention.linear_q_proj", "self_attention.linear_q_down_proj",
+                        "self_attention.linear_q_up_proj", "self_attention.linear_kv_down_proj",
+                        "self_attention.linear_kv_up_proj", "self_attention.q_layernorm", "self_attention.kv_layernorm",
+                        "self_attention.k_layernorm", "pre_mlp_layernorm",
+                        "mlp.router", "mlp.experts", "mlp.shared_experts", "mlp.linear_fc1", "mlp.linear_fc2")
 """Module registration order inside a megatron-core TransformerLayer (Attention builds linear_proj before
 SelfAttention adds linear_qkv): the order of model.parameters(), which the gradient buffer walks backwards."""
 
 
 def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, expert: bool) -> int:
     """Real parameter elements in the busiest data-parallel rank's range of every buffer of this stage."""
-    return _megatron_shard_cached(model, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp,
-                                  chunk_layers(model.num_layers, plan, stage),
-                                  stage == 0, stage == plan.pp - 1, vocab_rows(model, plan), d, expert)
+    chunks = chunk_layers(model.num_layers, plan, stage)
+    dense = dense_layers_on_rank(model, plan, stage)
+    # The dense layers are the rank's earliest: they fill its first chunks.
+    dense_chunks = []
+    for count in chunks:
+        dense_chunks.append(min(count, dense))
+        dense -= dense_chunks[-1]
+    return _megatron_shard_cached(model, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, chunks,
+                                  stage == 0, stage == plan.pp - 1, vocab_rows(model, plan), d, expert,
+                                  tuple(dense_chunks))
+
+
+def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int, expert: bool) -> tuple[list[int], list[tuple[int, int]], int]:
+    """One layer as the gradient buffer lays it out (walking backwards) from a 64-aligned start: its tensors'
+    elements, the alignment gaps inside it, and where its last parameter ends."""
+    layer = sorted(layer_tensors(model, True),
+                   key=lambda t: next(i for i, m in enumerate(MEGATRON_LAYER_ORDER) if t.name.startswith(m)))
+    block = list(reversed([t.numel_per_rank(tp, ep, etp) for t in layer if t.expert == expert]))
+    gaps, end = [], 0
+    for i, numel in enumerate(block):
+        begin = _ceil_to(end, 64) if i else 0
+        if begin > end:
+            gaps.append((end, begin))
+        end = begin + numel
+    return block, gaps, end
 
 
 @functools.lru_cache(maxsize=4096)
 def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int, vp: int, chunks: tuple[int, ...],
-                           first: bool, last: bool, rows: int, d: int, expert: bool) -> int:
+                           first: bool, last: bool, rows: int, d: int, expert: bool,
+                           dense_chunks: tuple[int, ...] = ()) -> int:
     megatron_model = as_built_by_megatron(model)
-    layer = sorted(layer_tensors(megatron_model, True),
-                   key=lambda t: next(i for i, m in enumerate(MEGATRON_LAYER_ORDER) if t.name.startswith(m)))
-    layer = [t.numel_per_rank(tp, ep, etp) for t in layer if t.expert == expert]
-    shared = model.tie_embeddings and pp > 1
+    blocks = {False: _layer_block(megatron_model, tp, ep, etp, expert),
+              True: _layer_block(dense_layer_model(megatron_model), tp, ep, etp, expert)}
+    shared = (model.tie_embeddings or model.mtp_num_layers > 0) and pp > 1
     align_end = math.lcm(d, 128)
     bucket_size = max(40_000_000, 1_000_000 * d)  # DistributedDataParallel's default with the distributed optimizer
-    # The repeated layer block as the buffer lays it out (walking backwards), from a 64-aligned start:
-    # where its last parameter ends, and the alignment gaps inside it.
-    block = list(reversed(layer))
-    offsets, block_gaps, end = [], [], 0
-    for i, numel in enumerate(block):
-        begin = _ceil_to(end, 64) if i else 0
-        if begin > end:
-            block_gaps.append((end, begin))
-        offsets.append(begin)
-        end = begin + numel
-    block_end = end
     total_width = 0
     deficit: dict[int, int] = {}  # padding elements inside rank r's ranges
     for chunk, layers in enumerate(chunks):
+        dense = dense_chunks[chunk] if dense_chunks else 0
         head: list[tuple[int, bool]] = []  # (elements, own bucket) laid out before the layers (walking backwards)
         tail: list[tuple[int, bool]] = []
+        if last and chunk == vp - 1:
+            # The multi-token-prediction layers come after the decoder: first in the buffer's backward walk.
+            head += [(t.numel_per_rank(tp, ep, etp), False) for t in reversed(mtp_tensors(megatron_model, True))
+                     if t.expert == expert]
         if not expert and last and chunk == vp - 1:
-            output = output_tensors(megatron_model, rows) or (
-                embedding_tensors(megatron_model, rows)[:1] if shared and not first else ())
-            head += [(t.numel_per_rank(tp, ep), shared) for t in reversed(output)]
+            output = output_tensors(megatron_model, rows)
+            if shared and not first:
+                output += embedding_tensors(megatron_model, rows)[:1]
+            head += [(t.numel_per_rank(tp, ep), shared and "word" in t.name) for t in reversed(output)]
             head += [(t.numel_per_rank(tp, ep), False) for t in reversed(final_norm_tensors(megatron_model))]
         if not expert and first and chunk == 0:
             tail += [(t.numel_per_rank(tp, ep), shared and "word" in t.name)
                      for t in reversed(embedding_tensors(megatron_model, rows))]
-        if not head and not tail and not (layers and layer):
+        if not head and not tail and not (layers and (blocks[False][0] or (dense and blocks[True][0]))):
             continue
         gaps: list[tuple[int, int, int]] = []  # (start, end, bucket) of padding
         buckets: list[tuple[int, int]] = []
@@ -317,7 +346,11 @@ def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int
 
         for numel, own in head:
             place(numel, own)
-        for _ in range(layers if layer else 0):
+        # Walking backwards: the chunk's MoE layers, then its dense ones (the model's first layers).
+        for is_dense in [False] * (layers - dense) + [True] * dense:
+            block, block_gaps, block_end = blocks[is_dense]
+            if not block:
+                continue
             aligned = _ceil_to(start, 64)
             if aligned + block_end - bucket_start < bucket_size:  # no bucket closes inside this layer
                 if aligned > start:
@@ -469,7 +502,7 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
             unit = rank_params_block(model, plan)
             other.append((f"{FSDP_GRAD_BUCKETS} (2 layers)", int(2 * grad_bytes * unit)))
             if fsdp3:
-                root = rp.total - layers * unit
+                root = _root_params(model, plan, rp, layers, pp_stage)
                 unit_gemm = sum(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp)
                                 for t in layer_tensors(as_built_by_megatron(model), True) if t.gemm_weight)
                 layer_bytes = 2.0 * (unit - unit_gemm) + gathered_row * unit_gemm
@@ -525,7 +558,7 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
         grads = sharded(4, stage >= 2)
         optimizer = sharded(8, stage >= 2)
         unit = rank_params_block(model, plan)
-        root = rp.total - layers * unit
+        root = _root_params(model, plan, rp, layers, pp_stage)
         reduce_bytes = plan.grad_bytes  # MixedPrecision(reduce_dtype): fp32 (OLMo's mixed) or bf16 (pure)
         if stage == 0:
             # OLMo's DDP: torch DDP keeps a flat gradient bucket copy (gradient_as_bucket_view=False),
@@ -553,11 +586,19 @@ def lora_rank_params(model: ModelSpec, plan: ParallelPlan, layers: int) -> int:
     return layers * sum(t.numel_per_rank(plan.tp) for t in lora_layer_tensors(model, plan.lora_rank))
 
 
-def rank_params_block(model: ModelSpec, plan: ParallelPlan) -> int:
-    """Parameters of one transformer block on one rank."""
+def rank_params_block(model: ModelSpec, plan: ParallelPlan, *, dense: bool = False) -> int:
+    """Parameters of one transformer block on one rank (dense: one of an MoE model's dense layers)."""
     megatron = plan.framework == "megatron"
     spec = as_built_by_megatron(model) if megatron else model
+    if dense:
+        spec = dense_layer_model(spec)
     return sum(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp) for t in layer_tensors(spec, megatron))
+
+
+def _root_params(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int, stage: int) -> int:
+    """A rank's parameters outside its decoder layers (embedding, final norm, output layer, MTP layers)."""
+    dense = dense_layers_on_rank(model, plan, stage)
+    return rp.total - (layers - dense) * rank_params_block(model, plan) - dense * rank_params_block(model, plan, dense=True)
 
 
 # --- activations ----------------------------------------------------------------------------------
@@ -569,6 +610,7 @@ class _Dims:
     h: int
     q: int      # query width a*d
     kv: int     # key/value width g*d
+    v: int      # attention output width (a*d; MLA: a x v_head_dim)
     f: int      # MLP width (one branch)
     branches: int  # 2 for SwiGLU
     heads: int
@@ -587,7 +629,7 @@ def _dims(model: ModelSpec, plan: ParallelPlan) -> _Dims:
     f = model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size
     e = 4 if plan.precision == "fp32" else 2
     return _Dims(n=plan.mbs * plan.seq_length // plan.cp, s=plan.seq_length, h=model.hidden_size,
-                 q=model.query_width, kv=model.kv_width, f=f, branches=2 if model.gated else 1,
+                 q=model.query_width, kv=model.kv_width, v=model.value_width, f=f, branches=2 if model.gated else 1,
                  heads=model.num_attention_heads, t=plan.tp, r=plan.tp if sp else 1, e=e,
                  ne=4 if plan.autocast_fp32_weights else e,
                  g=QUANT_ACTIVATION_BYTES[recipe] if recipe else e, moe_k=model.moe_top_k if model.is_moe else 1)
@@ -629,6 +671,12 @@ def _mlp_terms(model: ModelSpec, d: _Dims, spec: str) -> list[tuple[str, float]]
         # and a 16-bit copy), the permutation's indices (int64) and the permuted probabilities (16-bit).
         terms += [("router probabilities (fp32)", 4 * n * model.num_experts / d.r),
                   ("routing indices and map", n * (22 * k + 3 * model.num_experts) / d.r)]
+        fs = model.moe_shared_expert_intermediate_size
+        if fs:
+            # The shared experts: a TP-split MLP on every token (its input gathered over the sequence).
+            terms += [("shared experts fc1 input", d.g * n * d.h / d.r),
+                      ("shared experts activation input", d.e * n * d.branches * fs / d.t),
+                      ("shared experts fc2 input", (d.g if spec == "te" else d.e) * n * fs / d.t)]
     return terms
 
 
@@ -652,12 +700,19 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     spec = plan.layer_spec
     hidden_mask = [("dropout mask", 1.0 * n * d.h / r)] if model.hidden_dropout > 0 else []
     terms: list[tuple[str, float]] = _norm_terms(model, d, "input norm")
-    terms.append(("qkv input", d.g * n * d.h / r))
+    terms.append(("qkv input" if not model.mla else "q/kv down-projection input", d.g * n * d.h / r))
+    if model.mla:
+        # megatron-core MLASelfAttention: the latents are gathered over the sequence before their norms and the
+        # column-parallel up projections, which save them whole (norm input and GEMM input each); the RoPE key part
+        # comes from the kv down projection.
+        latents = (model.q_lora_rank or 0) + model.kv_lora_rank
+        terms += [("q/kv latent norm inputs", d.ne * n * latents), ("q/kv up-projection inputs", d.g * n * latents),
+                  ("rope key part", e * n * model.qk_pos_emb_head_dim)]
     if model.qk_layernorm:
         terms += [("q/k norm inputs", d.ne * n * (d.q + d.kv) / t)]
     if spec == "te":
         terms += [("flash attention q", e * n * d.q / t), ("flash attention k, v", e * n * 2 * d.kv / t),
-                  ("flash attention output", e * n * d.q / t),
+                  ("flash attention output", e * n * d.v / t),
                   ("softmax log-sum-exp (fp32)", 4.0 * n * d.heads / t)]
         if d.ne > e and (model.qk_layernorm or model.position_embedding == "rope"):
             # Under autocast q and k reach attention as bf16 casts of fp32 tensors (the fp32 q/k norms, RoPE by
@@ -665,7 +720,7 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
             # benchmarks/gpu_memory_probe.py: OLMo 1B saves 48 bytes per token and hidden unit per layer, 36 in bf16).
             terms.append(("qkv output kept alive by v (q, k are autocast copies)", e * n * (d.q + d.kv) / t))
         if d.g < d.e:
-            terms.append(("proj input (quantized copy)", d.g * n * d.q / t))
+            terms.append(("proj input (quantized copy)", d.g * n * d.v / t))
     else:
         terms += _local_attention_terms(model, d, recompute, plan.fused_kernels)
     sandwich = model.sandwich_norm and plan.framework != "megatron"  # megatron-core builds no sandwich norms
@@ -688,7 +743,7 @@ def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bo
     gqa, rope = d.kv < d.q, model.position_embedding == "rope"
     terms: list[tuple[str, float]] = []
     if rope:
-        terms += [("q after rope", e * n * d.q / t), ("rope cos/sin (bf16)", 8.0 * d.s * model.kv_channels)]
+        terms += [("q after rope", e * n * d.q / t), ("rope cos/sin (bf16)", 8.0 * d.s * model.rope_dim)]
     if recompute == "selective":
         if rope:
             terms.append(("k after rope", e * n * d.kv / t))
@@ -793,7 +848,7 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
     transient: list[tuple[str, float]] = []
     if plan.recompute == "full" and model.position_embedding == "rope":
         # Each checkpointed layer's inputs include the fp32 rotary table [s, 1, 1, d]: one storage per chunk.
-        saved += chunks * 4.0 * d.s * model.kv_channels
+        saved += chunks * 4.0 * d.s * model.rope_dim
     if stage == 0:
         # Embedding (measured on megatron-core 0.16): int64 token ids (+ a masked copy and a bool mask under
         # vocab-parallel TP), int64 position ids for learned positions, and the 1-byte dropout mask.
@@ -809,6 +864,12 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
         loss_saved, loss_transient = _loss_bytes(plan, d, rows)
         saved += loss_saved
         transient.append(loss_transient)
+        if model.mtp_num_layers:
+            # Each multi-token-prediction layer (one micro-batch in flight, like the loss): the embedding of the
+            # shifted tokens, its two norms and the 2h-wide eh_proj input, one decoder layer, and its own loss.
+            mtp_layer = (layer_activation_bytes(model, plan) + 4 * d.e * d.n * d.h / d.r
+                         + 2 * sum(b for _, b in _norm_terms(model, d, "mtp norm")) + loss_saved)
+            saved += model.mtp_num_layers * mtp_layer
     if plan.pp > 1:
         transient.append(("pipeline send/recv buffers", 4.0 * d.e * d.n * d.h / d.r))
     if plan.recompute == "full":

@@ -6,7 +6,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from genconf.plan.specs import ParallelPlan
+from genconf.plan.specs import ModelSpec, ParallelPlan
 
 MAX_LAYOUT_STAGES = 16_384
 """Virtual stages a layout string may unroll to (pp x vp; limits.py caps vp at 16,384 too)."""
@@ -20,14 +20,13 @@ def parse_layout(text: str) -> tuple[int, ...]:
     The grammar is megatron-core's (PipelineParallelLayerLayout.parse_str_to_list): 'E' embedding, 't' a
     transformer layer, 'L' the output layer and loss, '|' between virtual stages, 'x*n' and '(...)*n' repeat,
     commas are cosmetic; the embedding opens the first stage and the loss closes the last
-    (validate_layer_layout). Raises ValueError with the reason.
+    (validate_layer_layout); multi-token-prediction layers 'm' stand in the last stage before the loss (genconf
+    places them there: layout_mtp_layers counts them). Raises ValueError with the reason.
     """
     s = text.replace(",", "")
     if not s or len(s) > 10_000:
         raise ValueError("a pipeline layout is a non-empty megatron layout string such as 'Et*2|(t*2|)*6tL'")
-    if "m" in s:
-        raise ValueError("multi-token-prediction layers ('m') are not modelled by genconf")
-    bad = sorted(set(re.sub(r"[EtL|()*0-9]", "", s)))
+    bad = sorted(set(re.sub(r"[EtmL|()*0-9]", "", s)))
     if bad:
         raise ValueError(f"pipeline layout: unknown character(s) {''.join(bad)!r} (E embedding, t layer, L loss, "
                          f"| between virtual stages, *n repeats)")
@@ -49,7 +48,18 @@ def parse_layout(text: str) -> tuple[int, ...]:
         raise ValueError("pipeline layout: the embedding 'E' comes exactly once, first")
     if flat.count("L") != 1 or not flat.endswith("L"):
         raise ValueError("pipeline layout: the loss 'L' comes exactly once, last")
+    if "m" in "".join(stages[:-1]) or not re.fullmatch(r"[Et]*m*L", stages[-1]):
+        raise ValueError("pipeline layout: multi-token-prediction layers 'm' go in the last stage, after its "
+                         "decoder layers and before the loss")
     return tuple(stage.count("t") for stage in stages)
+
+
+def layout_mtp_layers(text: str) -> int:
+    """Multi-token-prediction layers ('m') a layout places (all in its last stage)."""
+    s = text.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        s = re.sub(pattern, lambda match: match.group(1) * int(match.group(2)), s)
+    return s.count("m")
 
 
 def format_layout(counts: tuple[int, ...] | list[int]) -> str:
@@ -168,6 +178,24 @@ def chunk_layers(num_layers: int, plan: ParallelPlan, stage: int) -> tuple[int, 
             chunks[-1] -= 1
         return tuple(chunks)
     return tuple([total // vp] * vp)
+
+
+def dense_layers_on_rank(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
+    """How many of an MoE model's first_k_dense_replace dense layers pipeline rank `stage` holds: layers fill the
+    virtual stages in order (virtual stage chunk * pp + rank), so the dense ones sit on the earliest."""
+    k = model.dense_layers if model.is_moe else 0
+    if not k:
+        return 0
+    pp, vp = plan.pp, plan.vp
+    virtual = [chunk_layers(model.num_layers, plan, rank) for rank in range(pp)]
+    start = held = 0
+    for chunk in range(vp):
+        for rank in range(pp):
+            count = virtual[rank][chunk]
+            if rank == stage:
+                held += max(0, min(k, start + count) - start)
+            start += count
+    return held
 
 
 def inflight_chunks(plan: ParallelPlan, stage: int) -> int:

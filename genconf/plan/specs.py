@@ -107,6 +107,26 @@ class ModelSpec:
     window_attn_skip_freq: int = 0
     """Every Nth layer uses full attention, the others the window (megatron-core window_attn_skip_freq;
     GPT-OSS alternates: 2). 0 = every layer windowed."""
+    kv_lora_rank: int | None = None
+    """Multi-head latent attention (MLA, DeepSeek-V2 Sec. 2.1; megatron-core MLATransformerConfig): keys and
+    values come up from a kv_lora_rank-wide latent. None = grouped-query attention."""
+    q_lora_rank: int | None = None
+    """MLA query latent width (None: queries projected straight from the hidden state, DeepSeek-V2-Lite)."""
+    qk_head_dim: int | None = None
+    """MLA: per-head query/key width without position (qk_nope_head_dim in Hugging Face configs)."""
+    qk_pos_emb_head_dim: int | None = None
+    """MLA: per-head query/key width carrying RoPE (qk_rope_head_dim); the key part is shared by every head."""
+    v_head_dim: int | None = None
+    """MLA: per-head value width."""
+    moe_shared_expert_intermediate_size: int | None = None
+    """Width of the shared experts every token passes through beside the routed ones (all of them together:
+    n_shared_experts x moe_intermediate_size). None = no shared expert."""
+    first_k_dense_replace: int = 0
+    """MoE models: the first k layers have a dense MLP of ffn_hidden_size (megatron-core moe_layer_freq
+    [0]*k + [1]*(L-k); DeepSeek-V3: 3)."""
+    mtp_num_layers: int = 0
+    """Multi-token prediction layers after the decoder (DeepSeek-V3 Sec. 2.2; megatron-core mtp_num_layers),
+    on the last pipeline stage with a copy of the embedding. 0 = none."""
     source: str = ""
     """Where the numbers come from (checkpoint config or paper table)."""
 
@@ -158,16 +178,78 @@ class ModelSpec:
             _positive(self, "sliding_window")
         if not isinstance(self.window_attn_skip_freq, int) or self.window_attn_skip_freq < 0:
             raise ValueError(f"ModelSpec {self.name}: window_attn_skip_freq must be >= 0, got {self.window_attn_skip_freq!r}")
+        mla = ("q_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+        if self.kv_lora_rank is None:
+            if any(getattr(self, k) is not None for k in mla):
+                raise ValueError(f"ModelSpec {self.name}: {', '.join(mla)} need kv_lora_rank (multi-head latent attention)")
+        else:
+            _positive(self, "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+            if self.q_lora_rank is not None:
+                _positive(self, "q_lora_rank")
+            if self.num_query_groups != self.num_attention_heads:
+                raise ValueError(f"ModelSpec {self.name}: multi-head latent attention has no query groups "
+                                 f"(num_query_groups {self.num_query_groups} != heads {self.num_attention_heads})")
+            if self.position_embedding != "rope" or self.qk_layernorm or self.sliding_window:
+                raise ValueError(f"ModelSpec {self.name}: multi-head latent attention needs rope, no q/k layernorm "
+                                 f"and no sliding window")
+        if self.moe_shared_expert_intermediate_size is not None:
+            _positive(self, "moe_shared_expert_intermediate_size")
+        for name in ("first_k_dense_replace", "mtp_num_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"ModelSpec {self.name}: {name} must be >= 0, got {value!r}")
+        if not self.num_experts and (self.moe_shared_expert_intermediate_size or self.first_k_dense_replace):
+            raise ValueError(f"ModelSpec {self.name}: shared experts and first_k_dense_replace need num_experts")
+        if self.first_k_dense_replace >= self.num_layers and self.num_experts:
+            raise ValueError(f"ModelSpec {self.name}: first_k_dense_replace ({self.first_k_dense_replace}) leaves "
+                             f"no MoE layer of {self.num_layers}")
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2)."""
+        return self.kv_lora_rank is not None
 
     @property
     def query_width(self) -> int:
-        """a * d: width of the query projection (and of the attention output)."""
+        """a * d: width of the query projection (and of the attention output). MLA: a x (qk + rope) head dims."""
+        if self.mla:
+            return self.num_attention_heads * (self.qk_head_dim + self.qk_pos_emb_head_dim)
         return self.num_attention_heads * self.kv_channels
 
     @property
+    def value_width(self) -> int:
+        """a x the value head dimension: the attention output, the output projection's input."""
+        return self.num_attention_heads * self.v_head_dim if self.mla else self.query_width
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with a routed-expert MLP (the rest, first_k_dense_replace of them, are dense)."""
+        return self.num_layers - self.first_k_dense_replace if self.is_moe else 0
+
+    @property
+    def dense_layers(self) -> int:
+        return self.num_layers - self.moe_layers
+
+    @property
     def kv_width(self) -> int:
-        """g * d: width of each of the key and value projections."""
+        """g * d: width of each of the key and value projections. MLA: the mean of the key (a x (qk + rope)) and
+        value (a x v) widths after the up-projection, so that 2 x kv_width is what attention reads."""
+        if self.mla:
+            return (self.query_width + self.value_width) // 2
         return self.num_query_groups * self.kv_channels
+
+    @property
+    def attention_head_dim(self) -> int:
+        """Head dimension the attention kernel works at: kv_channels; MLA: the mean of the query/key and value
+        head widths (QK^T costs s^2 x (qk + rope), AV s^2 x v per head)."""
+        if self.mla:
+            return (self.qk_head_dim + self.qk_pos_emb_head_dim + self.v_head_dim) // 2
+        return self.kv_channels
+
+    @property
+    def rope_dim(self) -> int:
+        """Per-head width rotated by RoPE."""
+        return self.qk_pos_emb_head_dim if self.mla else self.kv_channels
 
     @property
     def is_moe(self) -> bool:
