@@ -85,7 +85,8 @@ def pins_for(run: Run) -> Pins | None:
                 # Every published run split its layers megatron's own way: the one recipe here that later pinned a
                 # pipeline layout (Megatron-Bridge Llama 3 70B FP8 on H100, #5391, August 2026) did so after every
                 # release these rows were measured on.
-                pp_layout=DEFAULT_LAYOUT)
+                # Megatron-Bridge's DeepSeek-V3 / Kimi K2 recipes set a layout (published.bridge_mla_layout).
+                pp_layout=p.pp_layout or DEFAULT_LAYOUT)
 
 
 def _variants(run: Run):
@@ -96,7 +97,8 @@ def _variants(run: Run):
     recomputes = ["none", "selective", "full"] if "recompute" in run.unknown else [plan.recompute]
     # DeepSpeed's pipeline (BLOOM) balances layers that do not divide evenly; use the nearest split
     # megatron can express (embedding/loss as layers, or lighter first/last stages).
-    splits = [{}] if run.model.num_layers % plan.pp == 0 else _split_options(run.model.num_layers, plan.pp)
+    splits = ([{}] if run.model.num_layers % plan.pp == 0 or plan.pp_layout is not None
+              else _split_options(run.model.num_layers, plan.pp))
     for mbs, vp, rc, split in itertools.product(mbss, vps, recomputes, splits):
         if plan.gbs % (mbs * plan.dp) or (vp > 1 and vp not in _vp_options(run.model.num_layers, plan.pp, split)):
             continue

@@ -109,13 +109,11 @@ CATALOG_KEYS = {
     # Models the NVIDIA tables name without an architecture: the catalog entry with the public config.
     "llama3_8b": "llama3-8b", "llama3_70b": "llama3-70b", "llama3.1_405b": "llama3.1-405b",
     "qwen3_30b_a3b": "qwen3-30b-a3b", "qwen3_235b_a22b": "qwen3-235b-a22b", "gpt_oss_120b": "gpt-oss-120b",
+    "deepseekv3": "deepseek-v3", "kimi_k2": "kimi-k2",
 }
 NOT_MODELLED = {
     # Models genconf cannot price faithfully, with the reason the benchmark prints.
-    "deepseekv3": "multi-head latent attention (MLA), shared experts, dense first layers and multi-token "
-                  "prediction are not in genconf's model (ModelSpec has GQA attention and uniform MoE layers)",
     "deepseekv4": "DeepSeek-V4 architecture not public in the data (MLA-derived attention); not modelled",
-    "kimi_k2": "DeepSeek-V3 architecture (MLA, shared experts): not in genconf's model",
     "nemotron_3": "hybrid Mamba-2 / attention MoE (Nemotron-H): state-space layers are not in genconf's model",
 }
 
@@ -228,6 +226,8 @@ def _model(row: dict, file: str) -> ModelSpec:
     key = _model_key(row["model"])
     if key in CATALOG_KEYS:
         base = resolve_model(CATALOG_KEYS[key])[0]
+        if "w/o MTP" in row["model"]:
+            base = replace(base, mtp_num_layers=0)  # the table's DeepSeekV3 (w/o MTP) rows
         return replace(base, seq_length=seq)
     if file == GENCONF_FILE:
         return resolve_model(row["model"])[0]
@@ -370,6 +370,23 @@ def load_runs() -> tuple[list[Run], list[tuple[str, str, str]]]:
     return runs, skipped
 
 
+def bridge_mla_layout(model: ModelSpec, pp: int, vp: int) -> str | None:
+    """The pipeline layout Megatron-Bridge's DeepSeek-V3 and Kimi K2 recipes set (recipes/deepseek/deepseek_v3.py
+    _get_deepseek_v3_pipeline_layout, recipes/kimi/kimi_k2.py _get_kimi_k2_pipeline_layout): the embedding and
+    an equal share of layers on the first virtual stage, the same share on every middle one, and the remainder
+    with the MTP layers and the loss on the last. Their maps stop at 16 virtual stages; for 32 (a 25.11 row with
+    pp 8, vp 4) genconf assumes one layer beside the embedding and two per stage after, none beside the loss."""
+    stages = pp * vp
+    if pp == 1:
+        return None
+    mtp = "m" * model.mtp_num_layers
+    if stages == 32 and model.num_layers == 61:
+        return f"Et|(t*2|)*30{mtp}L"
+    per = -(-model.num_layers // stages)
+    last = model.num_layers - per * (stages - 1)
+    return f"Et*{per}|(t*{per}|)*{stages - 2}" + (f"t*{last}" if last > 1 else "t" * last) + f"{mtp}L"
+
+
 LORA_RANK = 32
 """The adapter rank of the published LoRA rows: Megatron-Bridge peft/lora.py's LoRA.dim default (NeMo 2's likewise)."""
 
@@ -503,6 +520,9 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # linear_proj, linear_fc1 and linear_fc2).
         lora_rank=LORA_RANK if lora else 0,
         **_cuda_graphs(recipe))
+    if model.mla and pp > 1:
+        plan = replace(plan, pp_layout=bridge_mla_layout(model, pp, plan.vp))
+        notes.append(f"pipeline layout {plan.pp_layout} (Megatron-Bridge's DeepSeek-V3 / Kimi K2 layout map)")
     if dense_recipe is not None:
         # The dense row's benchmark config, as it ran (benchmarks/bridge_dense_recipes.csv).
         fields = dense_recipe_fields(dense_recipe)
