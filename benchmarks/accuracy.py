@@ -72,6 +72,7 @@ def pins_for(run: Run) -> Pins | None:
                 offload_activation_layers=p.offload_activation_layers if run.configured else None,
                 fp8_param_gather=p.fp8_param_gather if run.configured else None,
                 recompute=None if "recompute" in run.unknown else p.recompute, precision=p.precision,
+                recompute_modules=p.recompute_modules,
                 fp8_recipe=p.fp8_recipe, layer_spec=p.layer_spec,
                 tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
                 expandable_segments=p.expandable_segments, moe_ep_overlap=p.moe_ep_overlap,
@@ -100,9 +101,11 @@ def _variants(run: Run):
     splits = ([{}] if run.model.num_layers % plan.pp == 0 or plan.pp_layout is not None
               else _split_options(run.model.num_layers, plan.pp))
     for mbs, vp, rc, split in itertools.product(mbss, vps, recomputes, splits):
-        if plan.gbs % (mbs * plan.dp) or (vp > 1 and vp not in _vp_options(run.model.num_layers, plan.pp, split)):
+        if plan.gbs % (mbs * plan.dp) or (vp > 1 and plan.pp_layout is None
+                                          and vp not in _vp_options(run.model.num_layers, plan.pp, split)):
             continue
-        candidate = dataclasses.replace(plan, mbs=mbs, vp=vp, recompute=rc, **split)
+        candidate = dataclasses.replace(plan, mbs=mbs, vp=vp, recompute=rc, **split,
+                                        recompute_modules=plan.recompute_modules if rc == "selective" else ())
         if vp > 1 and candidate.num_microbatches % plan.pp:
             continue
         yield candidate
@@ -561,7 +564,7 @@ def intervals(held_rows: list[dict], q_lo: float = 0.10, q_hi: float = 0.90) -> 
         return [math.log(1 + r[key]) for r in rows if r.get(key) is not None]
 
     dense = [r for r in held_rows if r["kind"] == "dense"]
-    moe = [r for r in held_rows if r["kind"] == "MoE"]
+    moe = [r for r in held_rows if r["kind"] == "MoE" and r["throughput_error"] is not None]
     bands: dict = {"all": _source_band(dense, q_lo, q_hi)}
     for gen in ARCHS:
         bands[gen] = _source_band([r for r in dense if r["generation"] == gen], q_lo, q_hi)

@@ -18,7 +18,7 @@ from pathlib import Path
 from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.models import resolve_model
 from genconf.plan.counting import model_flops_per_token
-from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan.specs import RECOMPUTE_MODULES, ClusterSpec, ModelSpec, ParallelPlan
 
 DATA = Path(__file__).resolve().parent / "data"
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
@@ -276,11 +276,11 @@ def _precision(row: dict, file: str, gpu_arch: str) -> tuple[str, str | None]:
         return "fp4", None
     if "FP8" not in p and "fp8" not in p.lower():
         return ("fp16" if p.startswith("FP16 (") else "bf16"), None
-    if "MX" in p:
-        return "fp8", "mxfp8"
     if "alt quantization" in p:
         # "MX 32x32 on GB200/B200; 128x128 w / 1x128 act on H100"
         return "fp8", "mxfp8" if gpu_arch == "blackwell" else "blockwise"
+    if "MX" in p:
+        return "fp8", "mxfp8"
     if "rowwise" in p:
         return "fp8", "blockwise"  # torchao rowwise scaling: a scale per row/column, both copies kept
     if file == "nemo_perf_summary_24.07_and_longseq.csv":
@@ -438,6 +438,10 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         dp = num_gpus // (tp * pp * cp) if file in NVIDIA_FILES else (_int(row["dp"]) or num_gpus // (tp * pp * cp))
     if tp * pp * cp * dp != num_gpus:
         return None, f"tp*pp*cp*dp = {tp * pp * cp * dp} != {num_gpus} GPUs"
+    if ep > 1 and file in NVIDIA_FILES and (tp * cp * dp) % ep:
+        # Megatron's MoE parallel folding takes the expert-parallel group from a stage's tp x cp x dp ranks
+        # (with expert TP 1): a larger EP cannot be built.
+        return None, f"inconsistent row: ep {ep} does not divide the {tp * cp * dp} ranks of a pipeline stage"
     unknown = []
     mbs = _int(row["mbs"])
     if mbs is None and long_seq:
@@ -520,6 +524,12 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # linear_proj, linear_fc1 and linear_fc2).
         lora_rank=LORA_RANK if lora else 0,
         **_cuda_graphs(recipe))
+    modules = tuple(m for m in (recipe or {}).get("recompute_modules", "").split(";") if m in RECOMPUTE_MODULES)
+    if modules:
+        # The MoE row's recipe recomputes these modules (bridge_moe_recipes.csv, from its config's recompute_modules).
+        plan = replace(plan, recompute="selective", recompute_modules=modules if modules != ("core_attn",) else ())
+        unknown = [u for u in unknown if u != "recompute"]
+        notes.append(f"selective recompute of {', '.join(modules)} ({recipe['bridge_ref']} {recipe['config_name']})")
     if model.mla and pp > 1:
         plan = replace(plan, pp_layout=bridge_mla_layout(model, pp, plan.vp))
         notes.append(f"pipeline layout {plan.pp_layout} (Megatron-Bridge's DeepSeek-V3 / Kimi K2 layout map)")

@@ -46,6 +46,17 @@ def pins_from_args(args: argparse.Namespace):
     precision, fp8_recipe = plan_precision_of(args.precision)
     if args.recompute_layers and args.recompute not in (None, "full"):
         raise GenconfError("--recompute-layers recomputes whole layers: it needs --recompute full")
+    modules = tuple(m.strip() for m in (getattr(args, "recompute_modules", None) or "").split(",") if m.strip())
+    if modules:
+        from genconf.plan.specs import RECOMPUTE_MODULES
+
+        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if unknown or len(set(modules)) != len(modules):
+            raise GenconfError(f"--recompute-modules takes distinct names from {', '.join(RECOMPUTE_MODULES)}, "
+                               f"got {','.join(modules)}")
+        if args.recompute not in (None, "selective") or args.recompute_layers:
+            raise GenconfError("--recompute-modules chooses what selective recompute repeats: it needs --recompute "
+                               "selective")
     if args.fused_kernels and args.layer_spec != "local":
         raise GenconfError("--fused-kernels describes the local spec's kernels: add --layer-spec local")
     layout = getattr(args, "pp_layout", None)
@@ -80,8 +91,9 @@ def pins_from_args(args: argparse.Namespace):
         raise GenconfError(f"--cuda-graph-scope names {', '.join(repeated)} more than once")
     return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, etp=args.etp,
                 mbs=args.mbs, gbs=args.global_batch, seq_length=args.seq_len, zero_stage=args.zero,
-                recompute="full" if args.recompute_layers else args.recompute,
-                recompute_layers=args.recompute_layers, offload_activation_layers=args.offload_activations,
+                recompute="full" if args.recompute_layers else "selective" if modules else args.recompute,
+                recompute_layers=args.recompute_layers, recompute_modules=modules,
+                offload_activation_layers=args.offload_activations,
                 precision=precision, fp8_recipe=fp8_recipe, grad_dtype=args.grad_dtype,
                 fp8_param_gather=args.fp8_param_gather, precision_aware_optimizer=args.precision_aware_optimizer,
                 layer_spec=args.layer_spec, offload=args.offload or None, fused_kernels=args.fused_kernels,

@@ -95,6 +95,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="also search Megatron-FSDP (megatron --zero 3) beside the distributed optimizer (default: only "
                         "where no other megatron plan fits, or with --zero 2/3)")
     g.add_argument("--recompute", choices=("none", "selective", "full"))
+    g.add_argument("--recompute-modules", metavar="M[,M...]",
+                   help="with selective recompute: the modules repeated (megatron --recompute-modules): core_attn, "
+                        "mla_up_proj, moe_act, layernorm, mlp (default core_attn); implies --recompute selective")
     g.add_argument("--precision", choices=PRECISION_NAMES, default="bf16",
                    help="bf16 | fp16 | fp32 (Megatron verification: TP reproduces TP=1 exactly) | fp8 (= fp8-current) "
                         "| fp8-delayed | fp8-current | fp8-blockwise | mxfp8 (Blackwell) | nvfp4 (Blackwell; = fp4)")

@@ -164,6 +164,14 @@ class LayerTime:
     """The forward part of tp_comm_s (what full recompute repeats)."""
     host_s: float
     """Host time to launch the layer's kernels, forward + backward (the GPU waits when this is longer)."""
+    module_fwd_s: tuple[tuple[str, float], ...] = ()
+    """Forward time of each module selective recompute can repeat (specs.RECOMPUTE_MODULES; core_attn is
+    attn_fwd_s)."""
+
+    def recompute_s(self, modules: tuple[str, ...]) -> float:
+        """Forward time selective recompute of `modules` repeats."""
+        times = dict(self.module_fwd_s, core_attn=self.attn_fwd_s)
+        return sum(times.get(m, 0.0) for m in modules)
 
 
 def sustained_clock(gpu: GPUSpec, cal: Calibration, *, gemm: bool = True) -> float:
@@ -375,10 +383,12 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             f_, b_ = linear_s(gpu, cal, rows_, cols, inner, dtype)
             qkv_f, qkv_b = qkv_f + f_, qkv_b + b_
         v_width = model.value_width
+        up_f = sum(linear_s(gpu, cal, rows_, cols, inner, dtype)[0] for rows_, cols, inner in shapes if rows_ == n)
         proj_f, proj_b = linear_s(gpu, cal, n, h, v_width // t, dtype)
         quant_in = sum(rows_ * inner for rows_, _, inner in shapes) + n * v_width // t
         quant_grad = sum(rows_ * cols for rows_, cols, _ in shapes) + n * h
     else:
+        up_f = 0.0
         qkv_f, qkv_b = linear_s(gpu, cal, n, (q + 2 * kv) // t, h, dtype, frozen=frozen)
         proj_f, proj_b = linear_s(gpu, cal, n, h, q // t, dtype, frozen=frozen)
         quant_in = n * (h + q // t)               # GEMM-input activation elements (forward), per rank
@@ -481,6 +491,12 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
 
     fwd = gemm_f + attn_f + elem_f + quant_f
     bwd = gemm_b + attn_b + elem_b + quant_b
+    # What selective recompute of each module repeats: the MLA up projections, the (experts' and shared experts')
+    # activation function and the two norms (memory-bound: read and write), a dense MLP whole.
+    act_elems = n * (k_top * f + (model.moe_shared_expert_intermediate_size or 0) if model.is_moe else f) / t
+    modules = (("mla_up_proj", up_f), ("moe_act", _mem_s(gpu, cal, act * 3 * act_elems) if model.is_moe else 0.0),
+               ("layernorm", _mem_s(gpu, cal, act * 4 * n * h / r)),
+               ("mlp", 0.0 if model.is_moe else fc1_f + fc2_f + _mem_s(gpu, cal, act * 3 * act_elems)))
 
     # Tensor parallelism: with SP, all-gather before QKV and fc1 and reduce-scatter after proj and fc2
     # (Korthikanti 2022, Sec. 4.2.2); without, two all-reduces. Same volume again in the backward.
@@ -551,7 +567,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         host += (eager + cal.moe_host_ops_per_expert * local_experts) * cal.kernel_launch_s
     if "full_iteration" in graphs:
         host = 0.0  # one graph replays the whole forward-backward (megatron-core full_iteration scope)
-    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host)
+    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host, modules)
 
 
 # --- the step -------------------------------------------------------------------------------------
@@ -740,11 +756,14 @@ def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
     full = layer_time(model, plan, cluster, cal)
     windowed = layer_time(model, plan, cluster, cal, windowed=True) if model.sliding_window else full
     win_frac = model.windowed_layer_fraction
+    modules = plan.recomputed_modules
     mixed = {k: (1 - win_frac) * getattr(full, k) + win_frac * getattr(windowed, k) for k in keys}
+    mixed["selective_s"] = (1 - win_frac) * full.recompute_s(modules) + win_frac * windowed.recompute_s(modules)
     if model.is_moe and model.dense_layers:
         dense = layer_time(dense_layer_model(model), plan, cluster, cal)
         share = model.dense_layers / model.num_layers
-        mixed = {k: (1 - share) * mixed[k] + share * getattr(dense, k) for k in keys}
+        mixed = {k: (1 - share) * mixed[k] + share * getattr(dense, k) for k in keys} | {
+            "selective_s": (1 - share) * mixed["selective_s"] + share * dense.recompute_s(modules)}
     return full, mixed
 
 
@@ -774,7 +793,7 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
     host_wait = max(0.0, full.host_s - busy)
     share = layer_gpu["fwd_s"] / base if base else 0.0
     if plan.recompute == "selective":
-        recompute_per_layer = layer_gpu["attn_fwd_s"]
+        recompute_per_layer = layer_gpu["selective_s"]
     elif plan.recompute == "full":
         recompute_per_layer = layer_gpu["fwd_s"] + layer_gpu["tp_fwd_comm_s"]
     else:

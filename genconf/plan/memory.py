@@ -722,17 +722,47 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
         if d.g < d.e:
             terms.append(("proj input (quantized copy)", d.g * n * d.v / t))
     else:
-        terms += _local_attention_terms(model, d, recompute, plan.fused_kernels)
+        core = recompute != "selective" or "core_attn" in (plan.recompute_modules or ("core_attn",))
+        terms += _local_attention_terms(model, d, recompute if core else "none", plan.fused_kernels)
     sandwich = model.sandwich_norm and plan.framework != "megatron"  # megatron-core builds no sandwich norms
     if sandwich:
         terms += _norm_terms(model, d, "post-attention norm")
     terms += hidden_mask
     terms += _norm_terms(model, d, "pre-mlp norm")
-    terms += _mlp_terms(model, d, spec)
+    mlp = _mlp_terms(model, d, spec)
+    if recompute == "selective" and "mlp" in plan.recomputed_modules and not model.is_moe:
+        # megatron's mlp recompute checkpoints the dense MLP: only its input is kept.
+        mlp = mlp[:1]
+    terms += mlp
     if sandwich:
         terms += _norm_terms(model, d, "post-mlp norm")
     terms += hidden_mask
+    if recompute == "selective":
+        terms = _drop_recomputed(terms, plan.recomputed_modules, model, d)
     return terms
+
+
+_RECOMPUTE_DROPS = {
+    # megatron-core's CheckpointWithoutOutput modules: their outputs are freed after the forward and rebuilt
+    # before the backward, so the tensors that saved them are not kept (transformer_layer.py, multi_latent_attention.py,
+    # experts.py).
+    "mla_up_proj": ("flash attention q", "flash attention k, v"),
+    "moe_act": ("fc2 input (activation output)", "shared experts fc2 input"),
+    "layernorm": ("qkv input", "q/kv down-projection input", "router input", "fc1 input", "shared experts fc1 input"),
+}
+
+
+def _drop_recomputed(terms: list[tuple[str, float]], modules: tuple[str, ...], model: ModelSpec,
+                     d: "_Dims") -> list[tuple[str, float]]:
+    drop: set[str] = set()
+    if "mla_up_proj" in modules and model.mla:
+        drop.update(_RECOMPUTE_DROPS["mla_up_proj"])
+    if "moe_act" in modules and model.is_moe:
+        drop.update(_RECOMPUTE_DROPS["moe_act"])
+    if "layernorm" in modules and d.g >= d.e:
+        # Under FP8 the GEMMs keep their own quantized copies of the norm outputs: nothing is freed.
+        drop.update(_RECOMPUTE_DROPS["layernorm"])
+    return [(name, b) for name, b in terms if name not in drop]
 
 
 def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bool) -> list[tuple[str, float]]:
@@ -776,17 +806,19 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     recompute = plan.recompute if recompute is None else recompute
     return _layer_activation_bytes(model, plan.mbs, plan.seq_length, plan.cp, plan.tp, plan.sequence_parallel,
                                    plan.precision, plan.quant_recipe, plan.layer_spec, recompute, plan.fused_kernels,
-                                   plan.framework, plan.zero_stage if plan.framework == "fsdp" else 0)  # one cache entry per layout
+                                   plan.framework, plan.zero_stage if plan.framework == "fsdp" else 0,
+                                   plan.recompute_modules if recompute == "selective" else ())  # one cache entry per layout
 
 
 @functools.lru_cache(maxsize=16384)
 def _layer_activation_bytes(model: ModelSpec, mbs: int, seq: int, cp: int, tp: int, sp: bool, precision: str,
                             recipe: str | None, layer_spec: str, recompute: str, fused: bool = False,
-                            framework: str = "megatron", zero_stage: int = 0) -> float:
+                            framework: str = "megatron", zero_stage: int = 0, modules: tuple[str, ...] = ()) -> float:
     plan = ParallelPlan(framework=framework, zero_stage=zero_stage, tp=tp, cp=cp, mbs=mbs, gbs=mbs, seq_length=seq,
                         sequence_parallel=sp,
                         precision=precision, fp8_recipe=recipe if precision == "fp8" else None,
-                        layer_spec=layer_spec, recompute=recompute, fused_kernels=fused)
+                        layer_spec=layer_spec, recompute=recompute, fused_kernels=fused,
+                        recompute_modules=modules if recompute == "selective" else ())
     return sum(b for _, b in layer_activation_terms(model, plan, recompute=recompute))
 
 

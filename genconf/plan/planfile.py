@@ -208,8 +208,9 @@ def plan_from_dict(d: dict) -> ParallelPlan:
     """A ParallelPlan from its dict (plan.json's `plan` also carries derived values: those are skipped)."""
     fields = {f.name for f in dataclasses.fields(ParallelPlan)}
     kwargs = {k: v for k, v in d.items() if k in fields}
-    if isinstance(kwargs.get("cuda_graph_scope"), list):
-        kwargs["cuda_graph_scope"] = tuple(kwargs["cuda_graph_scope"])  # JSON has lists; the plan holds a tuple
+    for name in ("cuda_graph_scope", "recompute_modules"):
+        if isinstance(kwargs.get(name), list):
+            kwargs[name] = tuple(kwargs[name])  # JSON has lists; the plan holds a tuple
     return ParallelPlan(**kwargs)
 
 
@@ -296,7 +297,9 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
     reasons.append({"none": "no activation recomputation needed: activations fit",
                     "selective": "selective recompute drops the attention-score activations for ~2% more FLOPs",
                     "full": "full recompute: only layer inputs are kept, +33% forward FLOPs"}[p.recompute]
-                   if not (p.recompute == "full" and p.recompute_layers) else
+                   if not (p.recompute == "full" and p.recompute_layers) and not p.recompute_modules else
+                   f"selective recompute of {', '.join(p.recompute_modules)} (megatron --recompute-modules): their "
+                   f"outputs are rebuilt in the backward instead of kept" if p.recompute_modules else
                    f"block recompute of {p.recompute_layers} layer(s) per model chunk: just enough to fit")
     grads = {"megatron": "fp32 main_grad buffers (Megatron-LM's default for bf16/FP8)",
              "deepspeed": "DeepSpeed's default for its precision", "fsdp": "FSDP MixedPrecision reduce_dtype fp32"}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from genconf.plan import limits, precision
 from genconf.plan.counting import exact_param_count
 from genconf.plan.memory import GIB, MemoryEstimate, offload_bytes_per_layer
-from genconf.plan.pipeline import stage_layers
+from genconf.plan.pipeline import layout_mtp_layers, stage_layers
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 ERROR, WARNING = "error", "warning"
@@ -308,6 +308,11 @@ def _recompute(c: Context) -> str | None:
     if p.recompute_layers is not None:
         if p.recompute != "full" or p.framework != "megatron":
             return "--recompute-layers (block recompute) needs --framework megatron and --recompute full"
+    modules = set(p.recompute_modules)
+    if "mla_up_proj" in modules and not c.model.mla:
+        return "--recompute-modules mla_up_proj recomputes multi-head latent attention's up projections: the model has none"
+    if "moe_act" in modules and not c.model.is_moe:
+        return "--recompute-modules moe_act recomputes the experts' activation: the model is dense"
     return None
 
 
@@ -420,6 +425,35 @@ def _lora(c: Context) -> str | None:
     return lora_conflict(c.plan.lora_rank, c.plan.framework, c.model.is_moe, c.plan.zero_stage)
 
 
+def architecture_conflict(model, framework: str | None, layer_spec: str | None = None) -> str | None:
+    """Multi-head latent attention, shared experts, dense first layers and multi-token prediction exist in
+    megatron-core (with Transformer Engine layers genconf prices) only; genconf's DeepSpeed and FSDP model
+    builds uniform GQA layers."""
+    parts = [name for name, on in (("multi-head latent attention", model.mla),
+                                   ("shared experts", bool(model.moe_shared_expert_intermediate_size)),
+                                   ("dense first layers", bool(model.is_moe and model.first_k_dense_replace)),
+                                   ("multi-token prediction", bool(model.mtp_num_layers))) if on]
+    if not parts:
+        return None
+    if framework not in (None, "megatron"):
+        return f"{model.name} has {', '.join(parts)}: megatron-core builds these, genconf's {framework} model does not"
+    if layer_spec == "local" and model.mla:
+        return f"{model.name} has multi-head latent attention: genconf prices it with Transformer Engine layers (--layer-spec te)"
+    return None
+
+
+def _architecture(c: Context) -> str | None:
+    conflict = architecture_conflict(c.model, c.plan.framework, c.plan.layer_spec)
+    if conflict:
+        return conflict
+    if c.plan.pp_layout is not None and c.plan.pp > 1:
+        placed = layout_mtp_layers(c.plan.pp_layout)
+        if placed and placed != c.model.mtp_num_layers:
+            return (f"the pipeline layout places {placed} multi-token-prediction layer(s) ('m'), the model has "
+                    f"{c.model.mtp_num_layers}")
+    return None
+
+
 def _pipeline_microbatches(c: Context) -> str | None:
     p = c.plan
     if p.pp > 1 and p.num_microbatches < p.pp:
@@ -458,6 +492,8 @@ RULES: tuple[Rule, ...] = (
     Rule("fused_loss", ERROR, "the fused cross entropy is for the DeepSpeed/FSDP model", _fused_loss),
     Rule("precision", ERROR, "the precision runs on this GPU and framework", _precision),
     Rule("lora", ERROR, "LoRA: megatron, a dense model, no Megatron-FSDP", _lora),
+    Rule("architecture", ERROR, "MLA, shared experts, dense first layers and MTP: megatron with TE layers",
+         _architecture),
     Rule("pipeline_bubble", WARNING, "at least as many micro-batches as stages", _pipeline_microbatches),
 )
 RULE_NAMES = tuple(r.name for r in RULES) + ("memory_fits", "batch_above_target", "cannot_reach_top")

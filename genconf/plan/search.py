@@ -80,6 +80,8 @@ class Pins:
     fp8_param_gather: bool | None = None
     """None: on for FP8/FP4 megatron plans with a sharded optimizer (as NeMo's FP8 recipes set it), off otherwise."""
     recompute_layers: int | None = None
+    recompute_modules: tuple[str, ...] = ()
+    """With selective recompute: the modules repeated (ParallelPlan.recompute_modules); () = core attention."""
     offload_activation_layers: int | None = None
     """None: 0, or just enough layers to make a plan fit where the host link allows it."""
     etp: int | None = None
@@ -255,7 +257,9 @@ class _Layout:
 def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, seq: int):
     """(layout, reason or None): every layout shape the search considers, before micro-batch and recompute."""
     # LoRA is priced as Megatron-Bridge runs it (rules.lora_conflict): megatron plans only.
-    frameworks = [pins.framework] if pins.framework else ["megatron"] if pins.lora_rank else ["megatron", "deepspeed", "fsdp"]
+    # So are MLA, shared experts, dense first layers and MTP (rules.architecture_conflict).
+    megatron_only = pins.lora_rank or rules.architecture_conflict(model, "deepspeed")
+    frameworks = [pins.framework] if pins.framework else ["megatron"] if megatron_only else ["megatron", "deepspeed", "fsdp"]
     domain = cluster.nvlink_domain
     for framework in frameworks:
         if framework == "megatron":
@@ -335,6 +339,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         dp=layout.dp, mbs=mbs,
         gbs=gbs, seq_length=seq, zero_stage=layout.zero, shard_group_size=layout.shard_group, recompute=recompute,
         recompute_layers=pins.recompute_layers if recompute == "full" else None,
+        recompute_modules=pins.recompute_modules if recompute == "selective" else (),
         sequence_parallel=megatron and tp > 1, precision=pins.precision,
         fp8_recipe=pins.fp8_recipe if pins.precision == "fp8" else None, fp8_param_gather=fp8_param_gather,
         grad_dtype=pins.grad_dtype, layer_spec=pins.layer_spec, tp_comm_overlap=overlap,
@@ -404,7 +409,8 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
                          lora=pins.lora_rank if megatron else 0)
     except (ValueError, ZeroDivisionError):
         return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
-    per_layer = lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": lt.attn_fwd_s}.get(recompute, lt.fwd_s)
+    selective = lt.recompute_s(pins.recompute_modules or ("core_attn",))
+    per_layer = lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": selective}.get(recompute, lt.fwd_s)
     layers = -(-model.num_layers // layout.pp)
     dict_split = dict(layout.split)
     if dict_split.get("pp_first_stage_layers") or dict_split.get("pp_last_stage_layers"):

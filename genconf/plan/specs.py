@@ -17,6 +17,9 @@ FRAMEWORKS = ("megatron", "deepspeed", "fsdp")
 LR_DECAYS = ("cosine", "linear", "constant")
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp")
+"""megatron-core --recompute-modules that genconf prices (transformer_config.py recompute_modules; core_attn is
+megatron's default and what selective alone means)."""
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
 GRAD_DTYPES = ("fp32", "bf16")
 LAYER_SPECS = ("te", "local")
@@ -439,6 +442,9 @@ class ParallelPlan:
     recompute_layers: int | None = None
     """With recompute full: layers of each model chunk recomputed (megatron --recompute-method block
     --recompute-num-layers N); the others keep all their activations. None = every layer (uniform, 1)."""
+    recompute_modules: tuple[str, ...] = ()
+    """With recompute selective: the modules recomputed (megatron --recompute-modules): core_attn, mla_up_proj
+    (MLA's up projections), moe_act (the experts' activation), layernorm, mlp (dense MLPs). () = core_attn."""
     offload_activation_layers: int = 0
     """Layers whose saved activations live in host memory between forward and backward (megatron-core
     --cpu-offloading-num-layers, Transformer Engine CPU offload). 0 = disabled."""
@@ -529,6 +535,13 @@ class ParallelPlan:
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"ParallelPlan.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
         _one_of(self, "recompute", RECOMPUTE)
+        if not isinstance(self.recompute_modules, tuple) or len(set(self.recompute_modules)) != len(self.recompute_modules):
+            raise ValueError(f"ParallelPlan.recompute_modules must be a tuple of distinct names, got {self.recompute_modules!r}")
+        for module in self.recompute_modules:
+            if module not in RECOMPUTE_MODULES:
+                raise ValueError(f"ParallelPlan.recompute_modules: {module!r} is not one of {'|'.join(RECOMPUTE_MODULES)}")
+        if self.recompute_modules and self.recompute != "selective":
+            raise ValueError("ParallelPlan.recompute_modules needs recompute selective")
         _one_of(self, "precision", PRECISIONS)
         _one_of(self, "layer_spec", LAYER_SPECS)
         _one_of(self, "attention_kernel", ATTENTION_KERNELS)
@@ -562,6 +575,13 @@ class ParallelPlan:
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """The modules selective recompute repeats (megatron's default: core attention); () otherwise."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or ("core_attn",)
 
     @property
     def num_microbatches(self) -> int:

@@ -9,7 +9,7 @@ from genconf.plan.counting import as_built_by_megatron
 from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.pipeline import layout_vp, stage_layers
 from genconf.plan.precision import megatron_dtype, megatron_flags, megatron_fp8_recipe, megatron_plan_precision
-from genconf.plan.specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES, ModelSpec, ParallelPlan, TrainSpec
+from genconf.plan.specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES, RECOMPUTE_MODULES, ModelSpec, ParallelPlan, TrainSpec
 
 MEGATRON_LM_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
 """Where every Megatron-LM flag name, type and choice below was checked."""
@@ -58,6 +58,10 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--window-size": (STR, ()), "--window-attn-skip-freq": (INT, ()),
     # mixture of experts
     "--num-experts": (INT, ()), "--moe-router-topk": (INT, ()), "--moe-ffn-hidden-size": (INT, ()),
+    "--moe-shared-expert-intermediate-size": (INT, ()), "--moe-layer-freq": (STR, ()), "--mtp-num-layers": (INT, ()),
+    # multi-head latent attention
+    "--multi-latent-attention": (SWITCH, ()), "--q-lora-rank": (INT, ()), "--kv-lora-rank": (INT, ()),
+    "--qk-head-dim": (INT, ()), "--qk-pos-emb-head-dim": (INT, ()), "--v-head-dim": (INT, ()),
     "--moe-token-dispatcher-type": (STR, ("allgather", "alltoall", "flex")), "--moe-aux-loss-coeff": (FLOAT, ()),
     "--moe-router-load-balancing-type": (STR, ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")),
     # tokenizer and data
@@ -71,7 +75,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # layers, recompute, precision
     "--transformer-impl": (STR, ("local", "transformer_engine")),
     "--recompute-granularity": (STR, ("full", "selective")), "--recompute-method": (STR, ("uniform", "block")),
-    "--recompute-num-layers": (INT, ()), "--recompute-modules": (LIST, ()),
+    "--recompute-num-layers": (INT, ()), "--recompute-modules": (LIST, RECOMPUTE_MODULES),
     "--bf16": (SWITCH, ()), "--fp16": (SWITCH, ()), "--loss-scale": (FLOAT, ()), "--initial-loss-scale": (FLOAT, ()),
     "--min-loss-scale": (FLOAT, ()), "--loss-scale-window": (FLOAT, ()), "--hysteresis": (INT, ()),
     "--fp8-format": (STR, ("e4m3", "hybrid")),
@@ -172,7 +176,16 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     add("--hidden-size", model.hidden_size)
     add("--ffn-hidden-size", model.ffn_hidden_size)
     add("--num-attention-heads", model.num_attention_heads)
-    if model.kv_channels * model.num_attention_heads != model.hidden_size:
+    if model.mla:
+        add("# multi-head latent attention (DeepSeek-V2/V3): keys and values from a low-rank latent")
+        add("--multi-latent-attention")
+        if model.q_lora_rank is not None:
+            add("--q-lora-rank", model.q_lora_rank)
+        add("--kv-lora-rank", model.kv_lora_rank)
+        add("--qk-head-dim", model.qk_head_dim)
+        add("--qk-pos-emb-head-dim", model.qk_pos_emb_head_dim)
+        add("--v-head-dim", model.v_head_dim)
+    elif model.kv_channels * model.num_attention_heads != model.hidden_size:
         add("--kv-channels", model.kv_channels)
     if model.num_query_groups != model.num_attention_heads:
         add("--group-query-attention")
@@ -203,6 +216,11 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--num-experts", model.num_experts)
         add("--moe-router-topk", model.moe_top_k)
         add("--moe-ffn-hidden-size", model.moe_ffn_hidden_size)
+        if model.moe_shared_expert_intermediate_size:
+            add("--moe-shared-expert-intermediate-size", model.moe_shared_expert_intermediate_size)
+        if model.first_k_dense_replace:
+            add(f"# the first {model.first_k_dense_replace} layer(s) dense (MLP of --ffn-hidden-size), the rest MoE")
+            add("--moe-layer-freq", f"([0]*{model.first_k_dense_replace}+[1]*{model.moe_layers})")
         add("--moe-aux-loss-coeff", 0.01)  # arguments.py: "a starting value of 1e-2 is recommended"
         if plan.ep > 1:
             add("--moe-token-dispatcher-type", "alltoall")  # recommended with expert parallelism (arguments.py)
@@ -211,6 +229,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
             add("# deferred to overlap it (Megatron-Bridge's moe_a2a_overlap sets both)")
             add("--overlap-moe-expert-parallel-comm")
             add("--delay-wgrad-compute")
+    if model.mtp_num_layers:
+        add("--mtp-num-layers", model.mtp_num_layers)
     add("# NullTokenizer adds one end-of-document id to --vocab-size: V - 1 gives the model's V rows,")
     add("# which Megatron then pads to a multiple of 128 x tp (the memory model's count)")
     add("--tokenizer-type", "NullTokenizer")
@@ -219,6 +239,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     add("--transformer-impl", "transformer_engine" if plan.layer_spec == "te" else "local")
     if plan.recompute == "selective":
         add("--recompute-granularity", "selective")
+        if plan.recompute_modules:
+            add("--recompute-modules", " ".join(plan.recompute_modules))
     elif plan.recompute == "full" and plan.recompute_layers is not None:
         add(f"# block recompute: the first {plan.recompute_layers} layers of each model chunk keep only their input")
         add("--recompute-granularity", "full")
@@ -359,6 +381,7 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
         "recompute_granularity": values.get("--recompute-granularity"),
         "recompute_method": values.get("--recompute-method"),
         "recompute_num_layers": values.get("--recompute-num-layers"),
+        **({"recompute_modules": list(values["--recompute-modules"])} if values.get("--recompute-modules") else {}),
         "fp16": "--fp16" in values, "bf16": "--bf16" in values, "params_dtype": dtype, "pipeline_dtype": dtype,
         "fp8": values.get("--fp8-format"), "fp8_recipe": values.get("--fp8-recipe", "delayed"),
         "first_last_layers_bf16": "--first-last-layers-bf16" in values,
@@ -393,6 +416,22 @@ def config_kwargs(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> dic
     return megatron_config_kwargs(arg_values(megatron_args(model, plan, train)))
 
 
+def _leading_dense(freq: object) -> int:
+    """Leading dense layers of a --moe-layer-freq pattern as genconf writes it, '([0]*k+[1]*n)'; 0 otherwise."""
+    import re
+
+    match = re.fullmatch(r"\(\[0\]\*(\d+)\+\[1\]\*\d+\)", str(freq or "").replace(" ", ""))
+    return int(match.group(1)) if match else 0
+
+
+def _mla_fields(values: dict[str, object], model: ModelSpec) -> dict:
+    if "--multi-latent-attention" not in values:
+        return dict(kv_lora_rank=None, q_lora_rank=None, qk_head_dim=None, qk_pos_emb_head_dim=None, v_head_dim=None)
+    g = lambda flag: int(values[flag]) if values.get(flag) is not None else None  # noqa: E731
+    return dict(kv_lora_rank=g("--kv-lora-rank"), q_lora_rank=g("--q-lora-rank"), qk_head_dim=g("--qk-head-dim"),
+                qk_pos_emb_head_dim=g("--qk-pos-emb-head-dim"), v_head_dim=g("--v-head-dim"))
+
+
 def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) -> tuple[ModelSpec, ParallelPlan]:
     """The model and ParallelPlan a set of Megatron arguments describes (ValueError if there is none)."""
     g = lambda flag, default=None: values.get(flag, default)  # noqa: E731
@@ -404,7 +443,12 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         ffn_hidden_size=int(g("--ffn-hidden-size", model.ffn_hidden_size)),
         kv_channels=int(g("--kv-channels", 0) or int(g("--hidden-size")) // heads),
         num_experts=experts, moe_top_k=int(g("--moe-router-topk", 2)) if experts else 0,
-        moe_ffn_hidden_size=int(g("--moe-ffn-hidden-size", 0) or g("--ffn-hidden-size", model.ffn_hidden_size)))
+        moe_ffn_hidden_size=int(g("--moe-ffn-hidden-size", 0) or g("--ffn-hidden-size", model.ffn_hidden_size)),
+        moe_shared_expert_intermediate_size=int(g("--moe-shared-expert-intermediate-size")) if experts and g(
+            "--moe-shared-expert-intermediate-size") else None,
+        first_k_dense_replace=_leading_dense(g("--moe-layer-freq")) if experts else 0,
+        mtp_num_layers=int(g("--mtp-num-layers", 0) or 0),
+        **_mla_fields(values, model))
     tp, pp, cp = (int(g(f, 1)) for f in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                                           "--context-parallel-size"))
     if num_gpus % (tp * pp * cp):
@@ -424,6 +468,8 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         zero_stage=zero, etp=g("--expert-tensor-parallel-size"),
         recompute=g("--recompute-granularity") or "none", sequence_parallel="--sequence-parallel" in values,
         recompute_layers=int(g("--recompute-num-layers")) if block else None,
+        recompute_modules=tuple(m for m in (g("--recompute-modules") or []) if m != "core_attn")
+        if g("--recompute-granularity") == "selective" and g("--recompute-modules") not in (None, ["core_attn"]) else (),
         offload_activation_layers=int(g("--cpu-offloading-num-layers", 0) or 0),
         precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap="--tp-comm-overlap" in values,
         moe_ep_overlap="--overlap-moe-expert-parallel-comm" in values,

@@ -1,0 +1,91 @@
+"""DeepSeek-V3-style models: multi-head latent attention, shared experts, dense first layers, multi-token
+prediction, and selective recompute of chosen modules."""
+
+import dataclasses
+
+import pytest
+
+from genconf.catalog.models import resolve_model
+from genconf.plan import cost, memory, pipeline, rules
+from genconf.plan.counting import (active_param_count, dense_layer_model, exact_param_count, layer_tensors,
+                                   model_flops_per_token, mtp_tensors)
+from genconf.plan.specs import ParallelPlan
+
+V3 = resolve_model("deepseek-v3")[0]
+NO_MTP = dataclasses.replace(V3, mtp_num_layers=0)
+
+
+def _plan(**kw) -> ParallelPlan:
+    base = dict(framework="megatron", tp=2, pp=16, ep=64, etp=1, dp=32, mbs=1, gbs=8192, seq_length=4096,
+                sequence_parallel=True, zero_stage=1, grad_dtype="bf16", pp_layout="Et*4|(t*4|)*14tmL")
+    return ParallelPlan(**{**base, **kw})
+
+
+def test_deepseek_v3_parameter_count_matches_the_published_checkpoint():
+    # DeepSeek-V3's 671,026,419,200 main-model parameters (its Hugging Face checkpoint without the MTP module)
+    # include e_score_correction_bias, 256 per MoE layer, which megatron-core keeps as a buffer (expert_bias).
+    assert exact_param_count(NO_MTP) + 58 * 256 == 671_026_419_200
+    # "37B activated for each token" (DeepSeek-V3 technical report, abstract)
+    assert 37e9 < active_param_count(NO_MTP) < 38e9
+
+
+def test_mla_layer_tensors_follow_the_latent_shapes():
+    h, a = 7168, 128
+    names = {t.name: t for t in layer_tensors(V3, True)}
+    assert names["self_attention.linear_q_down_proj.weight"].numel == 1536 * h
+    assert not names["self_attention.linear_q_down_proj.weight"].tp_sharded  # replicated ("duplicated") over TP
+    assert names["self_attention.linear_q_up_proj.weight"].numel == a * (128 + 64) * 1536
+    assert names["self_attention.linear_kv_down_proj.weight"].numel == (512 + 64) * h
+    assert names["self_attention.linear_kv_up_proj.weight"].numel == a * (128 + 128) * 512
+    assert names["self_attention.linear_proj.weight"].numel == h * a * 128
+    assert names["mlp.shared_experts.linear_fc1.weight"].numel == 2 * 2048 * h
+    dense = {t.name for t in layer_tensors(dense_layer_model(V3), True)}
+    assert "mlp.linear_fc1.weight" in dense and not any("experts" in n for n in dense)
+    # One MTP layer: enorm, hnorm, the 2h -> h projection, one MoE layer and its final norm.
+    mtp = sum(t.numel for t in mtp_tensors(V3))
+    assert mtp == 3 * h + 2 * h * h + sum(t.numel for t in layer_tensors(V3))
+
+
+def test_mtp_adds_a_layer_and_the_logits_again_to_the_flops():
+    extra = model_flops_per_token(V3, 4096) - model_flops_per_token(NO_MTP, 4096)
+    layer = model_flops_per_token(dataclasses.replace(NO_MTP, num_layers=62, first_k_dense_replace=3), 4096) \
+        - model_flops_per_token(NO_MTP, 4096)
+    assert extra == pytest.approx(layer + 6 * 2 * 7168 ** 2 + 6 * 129280 * 7168)
+
+
+def test_dense_layers_sit_on_the_first_rank_and_mtp_on_the_last():
+    plan = _plan()
+    assert [pipeline.dense_layers_on_rank(V3, plan, r) for r in (0, 1, 15)] == [3, 0, 0]
+    first, middle, last = (memory.rank_params(V3, plan, r) for r in (0, 1, 15))
+    assert first.expert < middle.expert  # one MoE layer fewer... and three dense ones
+    assert any(t.name.startswith("mtp.") for t, _ in memory.stage_tensors(V3, plan, 15))
+    # the last stage keeps a copy of the word embedding for the MTP layer
+    assert any("word_embeddings" in t.name for t, _ in memory.stage_tensors(V3, plan, 15))
+
+
+def test_layouts_place_mtp_in_the_last_stage_only():
+    assert pipeline.parse_layout("Et*4|(t*4|)*14tmL")[-1] == 1
+    assert pipeline.layout_mtp_layers("Et*4|(t*4|)*14tmL") == 1
+    with pytest.raises(ValueError, match="last stage"):
+        pipeline.parse_layout("Et*4m|(t*4|)*14tL")
+
+
+def test_recompute_modules_free_memory_and_cost_time():
+    none, up = _plan(), _plan(recompute="selective", recompute_modules=("mla_up_proj",))
+    saved = memory.layer_activation_bytes(V3, none) - memory.layer_activation_bytes(V3, up)
+    # q (a x 192) and k, v (a x (192 + 128)) per token, 16-bit, over TP 2
+    assert saved == pytest.approx(2 * 4096 * 128 * (192 + 192 + 128) / 2)
+    from genconf.catalog.clusters import resolve_cluster
+    from genconf.catalog.hardware import calibration_for
+
+    cluster = resolve_cluster("kempner-h100")
+    cal = calibration_for(cluster.gpu.name)
+    assert cost.step_cost(V3, up, cluster, cal).recompute_s > 0 == cost.step_cost(V3, none, cluster, cal).recompute_s
+    with pytest.raises(ValueError, match="selective"):
+        _plan(recompute="full", recompute_modules=("mla_up_proj",))
+
+
+def test_rules_keep_these_architectures_on_megatron():
+    assert "megatron-core builds these" in rules.architecture_conflict(V3, "fsdp")
+    assert rules.architecture_conflict(V3, "megatron") is None
+    assert rules.architecture_conflict(resolve_model("llama3-8b")[0], "fsdp") is None
