@@ -128,7 +128,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     if args.cp and seq % (2 * args.cp):
         raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
     pins = pins_from_args(args)
-    lora = rules.lora_conflict(pins.lora_rank, pins.framework, model.is_moe, pins.zero_stage)
+    lora = rules.lora_conflict(pins.lora_rank, pins.framework, model.is_moe, pins.zero_stage, model.mla)
     if lora:
         raise GenconfError(lora)
     cal = calibration_for(cluster.gpu.name)

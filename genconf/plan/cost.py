@@ -313,6 +313,12 @@ def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, rank
     return max(local / nvlink, remote / ib) + cal.collective_latency_s * (1.0 + math.log2(ranks))
 
 
+def gemm_dtype(precision: str, recipe: str | None) -> str:
+    """The dtype a plan's linear layers run their GEMMs in (MXFP8's block-scaled GEMMs are calibrated apart)."""
+    dtype = {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(precision, "bf16")
+    return "mxfp8" if dtype == "fp8" and recipe == "mxfp8" else dtype
+
+
 def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, *,
                windowed: bool = False) -> LayerTime:
     """One decoder layer, one micro-batch, one rank. `windowed`: the layer uses sliding-window attention."""
@@ -362,9 +368,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
     h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.attention_head_dim
     branches = 2 if model.gated else 1
-    dtype = {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(precision, "bf16")
-    if dtype == "fp8" and recipe == "mxfp8":
-        dtype = "mxfp8"                       # block-scaled GEMMs (calibrated apart)
+    dtype = gemm_dtype(precision, recipe)
     act = 4 if precision == "fp32" else 2     # activation bytes
 
     # GEMMs: QKV, output projection, MLP (dense or the routed experts as a grouped GEMM). Under LoRA the base
@@ -376,17 +380,17 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         # rank's sequence shard, the up projections column-parallel on the gathered latents, the output projection
         # row-parallel from the a x v_head_dim context. Counted as "qkv" (everything before attention) and "proj".
         a, ql, kl, dr = model.num_attention_heads, model.q_lora_rank, model.kv_lora_rank, model.qk_pos_emb_head_dim
-        shapes = [(n // r, kl + dr, h), (n, a * (model.qk_head_dim + model.v_head_dim) // t, kl)]
-        shapes += [(n // r, ql, h), (n, q // t, ql)] if ql else [(n, q // t, h)]
-        qkv_f = qkv_b = 0.0
-        for rows_, cols, inner in shapes:
-            f_, b_ = linear_s(gpu, cal, rows_, cols, inner, dtype)
-            qkv_f, qkv_b = qkv_f + f_, qkv_b + b_
+        # (rows, columns, inner, an up projection: what mla_up_proj recompute repeats)
+        shapes = [(n // r, kl + dr, h, False), (n, a * (model.qk_head_dim + model.v_head_dim) // t, kl, True)]
+        shapes += [(n // r, ql, h, False), (n, q // t, ql, True)] if ql else [(n, q // t, h, False)]
+        times = [(linear_s(gpu, cal, rows_, cols, inner, dtype), up) for rows_, cols, inner, up in shapes]
+        qkv_f = sum(fb[0] for fb, _ in times)
+        qkv_b = sum(fb[1] for fb, _ in times)
+        up_f = sum(fb[0] for fb, up in times if up)
         v_width = model.value_width
-        up_f = sum(linear_s(gpu, cal, rows_, cols, inner, dtype)[0] for rows_, cols, inner in shapes if rows_ == n)
         proj_f, proj_b = linear_s(gpu, cal, n, h, v_width // t, dtype)
-        quant_in = sum(rows_ * inner for rows_, _, inner in shapes) + n * v_width // t
-        quant_grad = sum(rows_ * cols for rows_, cols, _ in shapes) + n * h
+        quant_in = sum(rows_ * inner for rows_, _, inner, _ in shapes) + n * v_width // t
+        quant_grad = sum(rows_ * cols for rows_, cols, _, _ in shapes) + n * h
     else:
         up_f = 0.0
         qkv_f, qkv_b = linear_s(gpu, cal, n, (q + 2 * kv) // t, h, dtype, frozen=frozen)
@@ -773,7 +777,7 @@ def _mtp_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Cali
     if not model.mtp_num_layers:
         return 0.0
     n = plan.mbs * plan.seq_length // plan.cp
-    dtype = {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(plan.precision, "bf16")
+    dtype = gemm_dtype(plan.precision, plan.quant_recipe)
     f, b = linear_s(cluster.gpu, cal, n, model.hidden_size // plan.tp, 2 * model.hidden_size, dtype)
     return model.mtp_num_layers * (f + b + _logits_s(model, plan, cluster, cal) + _embedding_s(model, plan, cluster, cal))
 
@@ -929,7 +933,7 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     tokens = plan.gbs * plan.seq_length
     flops_token = (lora_flops_per_token(model, plan.seq_length, plan.lora_rank) if plan.lora_rank
                    else model_flops_per_token(model, plan.seq_length))
-    hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute)
+    hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute, plan.recomputed_modules)
     peak = gpu.peak_tflops({"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))
     return StepCost(step_time_s=step, compute_s=compute, bubble_s=bubble, pp_comm_s=m * pp_comm, dp_comm_s=dp_comm,
                     optimizer_s=optimizer, overhead_s=overhead, tp_comm_s=tp_comm, recompute_s=m * recompute_s[slowest_i],

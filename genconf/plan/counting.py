@@ -332,18 +332,28 @@ def lora_flops_per_token(model: ModelSpec, seq_length: int, rank: int, vocab_row
                  + model.num_layers * 6 * adapters + 4 * vocab * model.hidden_size)
 
 
-def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str) -> float:
+def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str,
+                              modules: tuple[str, ...] = ("core_attn",)) -> float:
     """Extra forward FLOPs per token spent recomputing activations (hardware FLOPs - model FLOPs).
 
     full: every layer's forward again (Narayanan 2021 eq. 3: 96 vs 72 B*s*l*h^2);
-    selective: only QK^T, softmax and AV (Korthikanti 2022 eq. 8: s/(3h) instead of s/(6h)).
+    selective: the recomputed modules' forward, by default QK^T, softmax and AV (Korthikanti 2022 eq. 8: s/(3h)
+    instead of s/(6h)); mla_up_proj the MLA up projections, mlp the dense layers' MLPs (element-wise modules:
+    no matmul FLOPs).
     """
-    attention_fwd = _attention_flops_per_token(model, seq_length) / 3
     if recompute == "full":
-        return float(2 * _layers_macs_per_token(model) + attention_fwd)
-    if recompute == "selective":
-        return float(attention_fwd)
-    return 0.0
+        return float(2 * _layers_macs_per_token(model) + _attention_flops_per_token(model, seq_length) / 3)
+    if recompute != "selective":
+        return 0.0
+    flops = _attention_flops_per_token(model, seq_length) / 3 if "core_attn" in modules else 0.0
+    if "mla_up_proj" in modules and model.mla:
+        a = model.num_attention_heads
+        up = model.kv_lora_rank * a * (model.qk_head_dim + model.v_head_dim) + (model.q_lora_rank or 0) * model.query_width
+        flops += 2 * (model.num_layers + model.mtp_num_layers) * up
+    if "mlp" in modules:
+        dense = dense_layer_model(model)
+        flops += 2 * (3 if model.gated else 2) * model.hidden_size * dense.ffn_hidden_size * model.dense_layers
+    return float(flops)
 
 
 def chinchilla_tokens(model: ModelSpec) -> int:

@@ -87,7 +87,7 @@ def cpu_step_time(model: ModelSpec, plan: ParallelPlan, *, cores: int,
     share = max(1.0, ranks / cores)  # ranks beyond the cores wait for one
     tokens = plan.gbs * plan.seq_length
     flops = tokens * (model_flops_per_token(model, plan.seq_length)
-                      + recompute_flops_per_token(model, plan.seq_length, plan.recompute))
+                      + recompute_flops_per_token(model, plan.seq_length, plan.recompute, plan.recomputed_modules))
     rate = flop_per_s_per_core / (1.0 if plan.precision == "fp32" else bf16_slowdown)
     compute_s = flops / (busy * rate)
     micro = max(1, plan.gbs // (plan.mbs * plan.dp))

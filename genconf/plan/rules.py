@@ -397,7 +397,8 @@ def _precision(c: Context) -> str | None:
     return None
 
 
-def lora_conflict(lora_rank: int, framework: str | None, is_moe: bool, zero_stage: int | None) -> str | None:
+def lora_conflict(lora_rank: int, framework: str | None, is_moe: bool, zero_stage: int | None,
+                  mla: bool = False) -> str | None:
     """Why LoRA cannot be planned this way (None: it can). genconf prices LoRA as Megatron-Bridge and NeMo run it."""
     if not lora_rank:
         return None
@@ -406,6 +407,8 @@ def lora_conflict(lora_rank: int, framework: str | None, is_moe: bool, zero_stag
                 f"model trains every weight: drop --lora-rank or choose --framework megatron")
     if is_moe:
         return "--lora-rank on a mixture-of-experts model is not modelled (adapters on routed experts): drop it"
+    if mla:
+        return "--lora-rank on multi-head latent attention is not modelled (adapters on the latent projections): drop it"
     if zero_stage is not None and zero_stage >= 2:
         return "--lora-rank with Megatron-FSDP (--zero 2/3) is not modelled: the frozen weights need no sharding, use --zero 1"
     return None
@@ -422,7 +425,7 @@ def lora_artifacts_refusal(lora_rank: int) -> str | None:
 
 
 def _lora(c: Context) -> str | None:
-    return lora_conflict(c.plan.lora_rank, c.plan.framework, c.model.is_moe, c.plan.zero_stage)
+    return lora_conflict(c.plan.lora_rank, c.plan.framework, c.model.is_moe, c.plan.zero_stage, c.model.mla)
 
 
 def architecture_conflict(model, framework: str | None, layer_spec: str | None = None) -> str | None:

@@ -89,3 +89,17 @@ def test_rules_keep_these_architectures_on_megatron():
     assert "megatron-core builds these" in rules.architecture_conflict(V3, "fsdp")
     assert rules.architecture_conflict(V3, "megatron") is None
     assert rules.architecture_conflict(resolve_model("llama3-8b")[0], "fsdp") is None
+
+
+def test_mla_up_proj_recompute_repeats_only_the_up_projections():
+    from genconf.plan.counting import recompute_flops_per_token
+
+    up = 512 * 128 * (128 + 128) + 1536 * 128 * (128 + 64)
+    assert recompute_flops_per_token(V3, 4096, "selective", ("mla_up_proj",)) == 2 * 62 * up
+    assert recompute_flops_per_token(V3, 4096, "selective", ("moe_act",)) == 0.0
+    assert recompute_flops_per_token(V3, 4096, "selective") == recompute_flops_per_token(
+        V3, 4096, "selective", ("core_attn",)) > 0
+
+
+def test_lora_on_latent_attention_is_refused():
+    assert "latent" in rules.lora_conflict(32, "megatron", False, 1, mla=True)
