@@ -536,11 +536,17 @@ def memory_violation(ctx: Context, mem: MemoryEstimate, *, pinned: bool = False)
     tries = []
     if p.framework != "megatron" and not p.fused_loss:
         tries.append("--fused-loss")  # no time lost: first
-    if p.recompute != "full" and p.cuda_graph_impl != "none" and "full_iteration" not in p.cuda_graph_scope:
-        # megatron-core runs full recompute under CUDA graphs only with full-iteration graphs
-        tries.append("--recompute full without partial CUDA graphs (or with --cuda-graph-scope full_iteration)")
-    elif p.recompute != "full":
-        tries.append("--recompute full")
+    if p.recompute != "full":
+        graphed = p.cuda_graph_impl != "none" and "full_iteration" not in p.cuda_graph_scope
+        if graphed:
+            # megatron-core runs full recompute under CUDA graphs only with full-iteration graphs
+            tries.append("--recompute full without partial CUDA graphs (or with --cuda-graph-scope full_iteration)")
+        elif p.moe_ep_overlap:
+            tries.append("--recompute full without --moe-ep-overlap")
+        else:
+            tries.append("--recompute full")
+        if (graphed or p.moe_ep_overlap) and p.layer_spec == "te" and not p.recompute_modules:
+            tries.append(f"--recompute selective --recompute-modules {','.join(ctx.model.extra_recompute_modules)}")
     if p.framework == "megatron" and not p.distributed_optimizer and p.dp * p.cp > 1:
         tries.append("--zero 1 (distributed optimizer)")
     if p.framework != "megatron" and p.zero_stage < 3 and p.dp > 1:

@@ -471,6 +471,10 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
         return [replace(plan, fused_loss=True)] if pins.fused_loss is None and not plan.fused_loss else []
     if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and current.precision in ("bf16", "fp8", "fp4"):
         ladder.append(lambda m, p, est: replace(p, precision_aware_optimizer=True))
+    if current.recompute == "selective" and not pins.recompute_modules and current.layer_spec == "te":
+        # megatron-core's module recompute, cheapest first (the modules NVIDIA's MoE recipes list, Megatron-Bridge:
+        # DeepSeek-V3 mla_up_proj, GPT-OSS layernorm + moe_act; then the dense MLP).
+        ladder += [functools.partial(_module_recompute, cluster=cluster, module=m) for m in model.extra_recompute_modules]
     if current.recompute == "none" and pins.recompute is None and pins.recompute_layers is None:
         ladder.append(_block_recompute)
     if current.pp == 1 and current.layer_spec == "te" and pins.offload_activation_layers is None and current.recompute == "none":
@@ -485,6 +489,16 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
         if est.fits:
             return [current]
     return []
+
+
+def _module_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate, *, cluster: ClusterSpec,
+                      module: str) -> ParallelPlan | None:
+    """Selective recompute with `module` added to the modules repeated, where it frees memory. Core attention, the
+    default, is dropped from the list: with Transformer Engine's flash attention repeating it frees nothing."""
+    nxt = replace(plan, recompute_modules=(*plan.recompute_modules, module))
+    if mem.estimate(model, nxt, cluster).peak.total_bytes >= est.peak.total_bytes:
+        return None
+    return nxt
 
 
 def _block_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) -> ParallelPlan | None:
@@ -565,7 +579,7 @@ def _complexity(plan: ParallelPlan) -> tuple:
     sharding = {0: 0, 1: 0, 2: 1, 3: 2}[plan.zero_stage]
     recompute = {"none": 0, "selective": 1, "full": 2}[plan.recompute]
     extras = (int(plan.offload_activation_layers > 0) + int(plan.offload_optimizer) + int(plan.grad_dtype == "bf16")
-              + int(plan.precision_aware_optimizer) + int(plan.pp_layout is not None))
+              + int(plan.precision_aware_optimizer) + int(plan.pp_layout is not None) + int(bool(plan.recompute_modules)))
     return (sharding, recompute, extras, dims)
 
 
@@ -908,6 +922,8 @@ def describe(plan: ParallelPlan) -> str:
     recompute = f"recompute={plan.recompute}"
     if plan.recompute == "full" and plan.recompute_layers is not None:
         recompute += f"({plan.recompute_layers}/chunk)"
+    elif plan.recompute_modules:
+        recompute += f"({','.join(plan.recompute_modules)})"
     parts.append(recompute)
     if plan.quant_recipe:
         parts.append(plan.quant_recipe)

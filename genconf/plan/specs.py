@@ -275,6 +275,15 @@ class ModelSpec:
         """SwiGLU: fc1 produces two branches of ffn width."""
         return self.activation == "swiglu"
 
+    @property
+    def extra_recompute_modules(self) -> tuple[str, ...]:
+        """The --recompute-modules beyond core attention that apply to this model, cheapest forward to repeat
+        first: norms and the experts' activation are element-wise, MLA's up projections small GEMMs, the dense
+        MLP a layer's main GEMMs."""
+        applies = {"layernorm": True, "moe_act": self.is_moe, "mla_up_proj": self.mla,
+                   "mlp": self.dense_layers > 0}
+        return tuple(m for m in ("layernorm", "moe_act", "mla_up_proj", "mlp") if applies[m])
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GPUSpec:

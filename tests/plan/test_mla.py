@@ -103,3 +103,28 @@ def test_mla_up_proj_recompute_repeats_only_the_up_projections():
 
 def test_lora_on_latent_attention_is_refused():
     assert "latent" in rules.lora_conflict(32, "megatron", False, 1, mla=True)
+
+
+def test_search_adds_module_recompute_where_nothing_else_fits():
+    # NVIDIA's DeepSeek-V3 FP8 layout on 1,024 H100s (Megatron-Bridge v0.1.0rc3 perf_matrix.h100.num_gpus_1024):
+    # with the EP all-to-all overlap full recompute is refused, and neither no recompute nor core-attention
+    # recompute fits. The search adds megatron's --recompute-modules, cheapest first, and skips layernorm,
+    # which frees nothing under FP8 (the GEMMs keep their own quantized copies of the norm outputs).
+    from genconf.catalog.clusters import resolve_cluster
+    from genconf.catalog.hardware import calibration_for
+    from genconf.plan.search import Pins, search
+
+    cluster = resolve_cluster("dgx-h100")
+    pins = Pins(framework="megatron", tp=2, pp=8, vp=4, cp=1, ep=64, etp=1, mbs=1, gbs=8192, precision="fp8",
+                fp8_recipe="blockwise", grad_dtype="bf16", moe_ep_overlap=True, pp_layout="Et|(t*2|)*30mL",
+                expandable_segments=False)  # that recipe did not set PyTorch's expandable segments
+    result = search(V3, cluster, 1024, calibration_for(cluster.gpu.name), pins, keep=3)
+    best = result.best.plan
+    assert (best.recompute, best.recompute_modules) == ("selective", ("moe_act", "mla_up_proj"))
+    assert result.best.memory.fits
+    lighter = dataclasses.replace(best, recompute_modules=("moe_act",))
+    assert not memory.estimate(V3, lighter, cluster).fits  # each module added was needed
+    # Pinned modules are the user's: the search adds none.
+    pinned = search(V3, cluster, 1024, calibration_for(cluster.gpu.name),
+                    dataclasses.replace(pins, recompute="selective", recompute_modules=("moe_act",)), keep=3)
+    assert not pinned.ranked

@@ -191,7 +191,8 @@ def test_memory_violation_gives_the_breakdown_and_what_to_try():
     graphed = replace(plan, cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",))
     v = rules.memory_violation(rules.Context(m, cluster, graphed, 4), estimate(m, graphed, cluster))
     assert v.message.endswith("try --recompute full without partial CUDA graphs (or with --cuda-graph-scope "
-                              "full_iteration), --mbs 1, more GPUs or tp/pp")
+                              "full_iteration), --recompute selective --recompute-modules layernorm,mlp, --mbs 1, "
+                              "more GPUs or tp/pp")
 
 
 def test_every_rule_has_one_name():
