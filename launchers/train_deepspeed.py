@@ -7,7 +7,8 @@ from genconf.train import preempt
 
 preempt.install()  # first: Slurm's SIGUSR1 may come while torch is still importing
 
+from genconf.train import loop  # noqa: E402
 from genconf.train.runners.deepspeed import main  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    loop.exit_process(main())
