@@ -474,7 +474,7 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
     if current.recompute == "selective" and not pins.recompute_modules and current.layer_spec == "te":
         # megatron-core's module recompute, cheapest first (the modules NVIDIA's MoE recipes list, Megatron-Bridge:
         # DeepSeek-V3 mla_up_proj, GPT-OSS layernorm + moe_act; then the dense MLP).
-        ladder += [functools.partial(_module_recompute, cluster=cluster, module=m) for m in model.extra_recompute_modules]
+        ladder += [functools.partial(_module_recompute, module=m) for m in model.extra_recompute_modules]
     if current.recompute == "none" and pins.recompute is None and pins.recompute_layers is None:
         ladder.append(_block_recompute)
     if current.pp == 1 and current.layer_spec == "te" and pins.offload_activation_layers is None and current.recompute == "none":
@@ -484,21 +484,19 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
         nxt = step(model, current, est)
         if nxt is None:
             continue
-        current = nxt
-        est = mem.estimate(model, current, cluster)
+        nxt_est = mem.estimate(model, nxt, cluster)
+        if nxt_est.peak.total_bytes >= est.peak.total_bytes:
+            continue  # frees nothing here (layernorm recompute under FP8): not worth its time
+        current, est = nxt, nxt_est
         if est.fits:
             return [current]
     return []
 
 
-def _module_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate, *, cluster: ClusterSpec,
-                      module: str) -> ParallelPlan | None:
-    """Selective recompute with `module` added to the modules repeated, where it frees memory. Core attention, the
-    default, is dropped from the list: with Transformer Engine's flash attention repeating it frees nothing."""
-    nxt = replace(plan, recompute_modules=(*plan.recompute_modules, module))
-    if mem.estimate(model, nxt, cluster).peak.total_bytes >= est.peak.total_bytes:
-        return None
-    return nxt
+def _module_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate, *, module: str) -> ParallelPlan:
+    """Selective recompute with `module` added to the modules repeated. Core attention, the default, is dropped
+    from the list: with Transformer Engine's flash attention repeating it frees nothing."""
+    return replace(plan, recompute_modules=(*plan.recompute_modules, module))
 
 
 def _block_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) -> ParallelPlan | None:
@@ -717,13 +715,19 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
         rejected["cannot_reach_top"] = pruned
         considered += pruned
     feasible.sort(key=lambda e: (-e.cost.tokens_per_s, e.memory.peak.total_bytes))
-    ranked, layouts = [], set()
+    fastest = feasible[0] if feasible else None
+    # One plan per layout: the simplest of the layout's plans within TIE_FRACTION of its fastest (a micro-batch
+    # that needs module recompute and the precision-aware optimizer to fit does not stand for its layout when
+    # a plain one runs as fast, to the model's error).
+    by_layout: dict[tuple, list[Evaluation]] = {}
     for ev in feasible:
-        k = _layout_key(ev.plan)
-        if k not in layouts:
-            layouts.add(k)
-            ranked.append(ev)
-    fastest = ranked[0] if ranked else None
+        by_layout.setdefault(_layout_key(ev.plan), []).append(ev)
+    ranked = []
+    for group in by_layout.values():
+        floor = group[0].cost.tokens_per_s * (1 - TIE_FRACTION)
+        ranked.append(min((ev for ev in group if ev.cost.tokens_per_s >= floor),
+                          key=lambda e: (_complexity(e.plan), -e.cost.tokens_per_s)))
+    ranked.sort(key=lambda e: (-e.cost.tokens_per_s, e.memory.peak.total_bytes))
     if ranked:
         # Honest ties: what the model cannot tell apart is ordered by simplicity, then speed.
         floor = ranked[0].cost.tokens_per_s * (1 - TIE_FRACTION)

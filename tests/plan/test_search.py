@@ -204,3 +204,24 @@ def test_a_pin_no_candidate_has_says_so():
     assert "has --ep 3" in text and "0 candidates" not in text
     suggested = int(text.split("It would be valid with: --ep ")[1].split()[0].rstrip(";"))
     assert model.num_experts % suggested == 0
+
+
+def test_each_layout_is_represented_by_its_simplest_plan_within_the_tie():
+    # Nemotron-4 15B on 64 B200s (NeMo's recommended layout: tp1 pp1 mbs2, no recompute). Micro-batch 4 is a
+    # hair faster only with layernorm recompute and the precision-aware optimizer to make it fit: the model cannot
+    # tell the two apart, so the layout stands as the plain micro-batch 2 plan, and it ranks first.
+    from genconf.plan.specs import ModelSpec
+
+    nemotron = ModelSpec(name="nemotron4-15b", num_layers=32, hidden_size=6144, num_attention_heads=48,
+                         num_query_groups=8, ffn_hidden_size=24576, vocab_size=256000, seq_length=4096,
+                         activation="gelu", normalization="layernorm", position_embedding="rope", tie_embeddings=False,
+                         add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0)
+    cluster = resolve_cluster("dgx-b200")
+    result = search(nemotron, cluster, 64, calibration_for(cluster.gpu.name),
+                    Pins(gbs=256, precision="bf16", grad_dtype="bf16"), keep=400)  # every layout evaluated
+    best = result.best.plan
+    assert (best.framework, best.tp, best.pp, best.mbs, best.recompute) == ("megatron", 1, 1, 2, "none")
+    assert not best.precision_aware_optimizer
+    fastest = result.fastest.plan  # the faster variant of the same layout, named in "why this plan"
+    assert (fastest.tp, fastest.mbs, fastest.recompute_modules) == (1, 4, ("layernorm",))
+    assert result.fastest.cost.tokens_per_s <= result.best.cost.tokens_per_s * (1 + TIE_FRACTION)
