@@ -458,8 +458,9 @@ def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offlo
 def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pins, estimate: MemoryEstimate) -> list[ParallelPlan]:
     """For a plan that does not fit: the same plan with the framework's memory savers added one after another,
     cheapest first, until it fits (each sized to the excess): the precision-aware optimizer (16-bit master
-    remainders: bit-exact, 2 bytes/param), block recompute of just enough layers, activation offload of just
-    enough layers. DeepSpeed/FSDP plans have one: the fused cross entropy (no fp32 copies of the logits), returned
+    remainders: bit-exact, 2 bytes/param), for selective plans megatron's module recompute one module at a time,
+    block recompute of just enough layers, activation offload of just enough layers; a saver that frees nothing is
+    skipped. DeepSpeed/FSDP plans have one: the fused cross entropy (no fp32 copies of the logits), returned
     for the caller to evaluate. Returns [] when even all of them do not fit. Gradients in bf16 change the numerics,
     so they are the user's choice (--grad-dtype bf16), never a saver the search adds."""
     if estimate.peak.total_bytes <= estimate.usable_bytes:
