@@ -447,10 +447,20 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     if mbs is None and long_seq:
         mbs = 1
         notes.append("micro-batch not given: 1, as every long-context recipe uses (global batch = dp x cp-ranks' 1)")
+    vp = _int(row["vp"])
+    if file == "torchtitan.csv" and pp > 1 and vp is None:
+        # torchtitan's pipeline defaults (parallelisms/pipeline_llama.py at the rows' commit): a single-stage
+        # schedule (1F1B) holds one stage per rank, a looped one (Interleaved 1F1B) two when no split points are
+        # given, and the local batch is cut into pipeline_parallel_microbatches = pp x stages per rank.
+        vp = 2 if "Interleaved" in row["notes"] else 1
+        local_batch = _int(row["gbs"]) // dp if _int(row["gbs"]) else None
+        if mbs is None and local_batch and local_batch % (pp * vp) == 0:
+            mbs = local_batch // (pp * vp)
+            notes.append(f"micro-batch {mbs}: torchtitan's default {pp * vp} pipeline micro-batches of the local "
+                         f"batch {local_batch}")
     if mbs is None:
         unknown.append("mbs")
         mbs = 1
-    vp = _int(row["vp"])
     if vp is None:
         vp = 1
         if pp > 1 and file in ("megatron_narayanan2021.csv", "megatron_core_h100_2024.csv") + NVIDIA_FILES:

@@ -235,3 +235,14 @@ def test_stack_knobs_as_they_ran_is_how_the_rows_are_typed(runs):
     typed = stats(evaluate_all(mosaic, cals_for(mosaic)))
     assert {k: ran[k] for k in typed} == typed
     assert naive["rejected"] > 0 == ran["rejected"]
+
+
+def test_torchtitan_pipeline_rows_take_torchtitans_default_micro_batches(runs):
+    """torchtitan's Table 5 (Llama 3.1 405B, local batch 32, pp 8) gives no micro-batch: torchtitan cuts the local
+    batch into pp x stages-per-rank micro-batches, with one stage per rank under 1F1B and two under Interleaved
+    1F1B when no split points are set (parallelisms/pipeline_llama.py at the rows' commit 9dec370)."""
+    table5 = {r.label: r.plan for r in runs.values() if r.file == "torchtitan.csv" and r.plan.gbs == 256
+              and r.plan.pp == 8}
+    assert {(p.vp, p.mbs) for p in table5.values()} == {(1, 4), (2, 2)}
+    for plan in table5.values():
+        assert plan.gbs // plan.dp // plan.mbs == plan.pp * plan.vp
