@@ -18,7 +18,7 @@ from pathlib import Path
 from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.models import resolve_model
 from genconf.plan.counting import model_flops_per_token
-from genconf.plan.specs import RECOMPUTE_MODULES, ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan.specs import LORA_TARGETS, RECOMPUTE_MODULES, ClusterSpec, ModelSpec, ParallelPlan
 
 DATA = Path(__file__).resolve().parent / "data"
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
@@ -533,6 +533,9 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # NeMo's and Megatron-Bridge's LoRA recipes: the default adapters (peft/lora.py: dim 32 on linear_qkv,
         # linear_proj, linear_fc1 and linear_fc2).
         lora_rank=LORA_RANK if lora else 0,
+        # NeMo 24.07's fine-tuning ran NeMo 1.x (megatron_gpt_finetuning_config.yaml: lora_tuning.target_modules
+        # ['attention_qkv'], adapter_dim 32); Megatron-Bridge's recipes adapt all four linears.
+        lora_targets=("linear_qkv",) if lora and file == "nemo_perf_summary_24.07_and_longseq.csv" else LORA_TARGETS,
         **_cuda_graphs(recipe))
     modules = tuple(m for m in (recipe or {}).get("recompute_modules", "").split(";") if m in RECOMPUTE_MODULES)
     if modules:

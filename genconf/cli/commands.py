@@ -85,6 +85,7 @@ def pins_from_args(args: argparse.Namespace):
                 or (rules.lora_artifacts_refusal(lora_rank) if getattr(args, "output", None) else None))
     if conflict:
         raise GenconfError(conflict)
+    targets = _lora_targets(getattr(args, "lora_targets", None), lora_rank)
     scopes = list(getattr(args, "cuda_graph_scope", ()) or ())
     repeated = sorted({s for s in scopes if scopes.count(s) > 1})
     if repeated:
@@ -104,7 +105,21 @@ def pins_from_args(args: argparse.Namespace):
                 moe_ep_overlap=bool(getattr(args, "moe_ep_overlap", False)),
                 cuda_graph_impl=getattr(args, "cuda_graph_impl", "none"),
                 cuda_graph_scope=tuple(getattr(args, "cuda_graph_scope", ()) or ()),
-                pp_layout=layout, lora_rank=lora_rank)
+                pp_layout=layout, lora_rank=lora_rank, lora_targets=targets)
+
+
+def _lora_targets(text: str | None, lora_rank: int) -> tuple[str, ...]:
+    """--lora-targets as a tuple of distinct LORA_TARGETS names (all of them when not given)."""
+    from genconf.plan.specs import LORA_TARGETS
+
+    if text is None:
+        return LORA_TARGETS
+    targets = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not lora_rank:
+        raise GenconfError("--lora-targets chooses where LoRA's adapters go: it needs --lora-rank")
+    if not targets or len(set(targets)) != len(targets) or any(t not in LORA_TARGETS for t in targets):
+        raise GenconfError(f"--lora-targets takes distinct names from {', '.join(LORA_TARGETS)}, got {text!r}")
+    return targets
 
 
 def plan_from_args(args: argparse.Namespace) -> Planned:

@@ -134,6 +134,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="plan LoRA fine-tuning: rank-R adapters on linear_qkv/proj/fc1/fc2, base weights frozen (no "
                         "weight gradients or optimizer states for them), priced as Megatron-Bridge's PEFT runs it "
                         "(megatron, dense models; sizing only: no artifacts). Its default rank is 32")
+    g.add_argument("--lora-targets", metavar="NAMES", default=None,
+                   help="with --lora-rank: the linear layers that get adapters, comma-separated from linear_qkv, "
+                        "linear_proj, linear_fc1, linear_fc2 (default: all four, Megatron-Bridge's and NeMo 2's "
+                        "default; NeMo 1.x adapted linear_qkv only)")
     g.add_argument("--expandable-segments", action=argparse.BooleanOptionalAction, default=True,
                    help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in launch scripts (default) or the classic "
                         "caching allocator (budgets more fragmentation)")

@@ -19,7 +19,7 @@ from genconf.plan.counting import (dense_layer_model, layer_tensors, lora_flops_
                                     recompute_flops_per_token)
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, format_layout, recomputed_layers, stage_layers
-from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
+from genconf.plan.specs import LORA_TARGETS, ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -325,7 +325,7 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
                        plan.precision, plan.quant_recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
                        windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel,
-                       plan.lora_rank)
+                       plan.lora_rank, plan.lora_targets)
 
 
 def attention_factor(kernel: str, cal: Calibration) -> float:
@@ -363,7 +363,8 @@ def ep_unpaired_share(plan: ParallelPlan) -> float | None:
 def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, sp: bool, precision: str,
                 recipe: str | None, impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration,
                 windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
-                graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0) -> LayerTime:
+                graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0,
+                lora_targets: tuple[str, ...] = LORA_TARGETS) -> LayerTime:
     gpu = cluster.gpu
     n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
     h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.attention_head_dim
@@ -430,7 +431,9 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if frozen:
         # Column-parallel targets (QKV, fc1) read the full input and write their TP share; row-parallel ones
         # (proj, fc2) read their TP share and write the full width.
-        for fan_in, fan_out in ((h, (q + 2 * kv) // t), (q // t, h), (h, branches * f // t), (f // t, h)):
+        shapes = {"linear_qkv": (h, (q + 2 * kv) // t), "linear_proj": (q // t, h),
+                  "linear_fc1": (h, branches * f // t), "linear_fc2": (f // t, h)}
+        for fan_in, fan_out in (shapes[name] for name in lora_targets):
             ad_f, ad_b = _lora_s(gpu, cal, n, lora, fan_in, fan_out, act)
             gemm_f += ad_f
             gemm_b += ad_b
@@ -931,7 +934,7 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     overhead = cal.step_overhead_s
     step = compute + bubble + m * pp_comm + dp_comm + optimizer + overhead
     tokens = plan.gbs * plan.seq_length
-    flops_token = (lora_flops_per_token(model, plan.seq_length, plan.lora_rank) if plan.lora_rank
+    flops_token = (lora_flops_per_token(model, plan.seq_length, plan.lora_rank, targets=plan.lora_targets) if plan.lora_rank
                    else model_flops_per_token(model, plan.seq_length))
     hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute, plan.recomputed_modules)
     peak = gpu.peak_tflops({"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))

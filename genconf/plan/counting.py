@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from genconf.plan.specs import ModelSpec
+from genconf.plan.specs import LORA_TARGETS, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +174,7 @@ def decoder_layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> t
     return tuple(kinds)
 
 
-LORA_TARGETS = ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")
-"""The linear layers LoRA adapts: Megatron-Bridge peft/lora.py's default target_modules (NeMo 2's likewise)."""
-
-
-def lora_layer_tensors(model: ModelSpec, rank: int) -> tuple[ParamTensor, ...]:
+def lora_layer_tensors(model: ModelSpec, rank: int, targets: tuple[str, ...] = LORA_TARGETS) -> tuple[ParamTensor, ...]:
     """One layer's LoRA adapters (Hu et al. 2021, eq. 3: W + B A with A r x in, B out x r), as Megatron-Bridge's
     ParallelLinearAdapter holds them: linear_in (A) and linear_out (B) per target, each split over TP on one of
     its dimensions. Trainable; the base weights they adapt are frozen."""
@@ -189,16 +185,17 @@ def lora_layer_tensors(model: ModelSpec, rank: int) -> tuple[ParamTensor, ...]:
     shapes = {"self_attention.linear_qkv": (h, q + 2 * kv), "self_attention.linear_proj": (q, h),
               "mlp.linear_fc1": (h, (2 if model.gated else 1) * f), "mlp.linear_fc2": (f, h)}
     out = []
-    for name in LORA_TARGETS:
-        fan_in, fan_out = shapes[name]
+    for name, (fan_in, fan_out) in shapes.items():
+        if name.split(".")[-1] not in targets:
+            continue
         out.append(ParamTensor(f"{name}.adapter.linear_in.weight", rank * fan_in, True))
         out.append(ParamTensor(f"{name}.adapter.linear_out.weight", fan_out * rank, True))
     return tuple(out)
 
 
-def lora_param_count(model: ModelSpec, rank: int) -> int:
+def lora_param_count(model: ModelSpec, rank: int, targets: tuple[str, ...] = LORA_TARGETS) -> int:
     """Trainable parameters of a LoRA run: every layer's adapters."""
-    return model.num_layers * _total(lora_layer_tensors(model, rank))
+    return model.num_layers * _total(lora_layer_tensors(model, rank, targets))
 
 
 def embedding_tensors(model: ModelSpec, vocab_rows: int) -> tuple[ParamTensor, ...]:
@@ -322,12 +319,13 @@ def model_flops_per_token(model: ModelSpec, seq_length: int, vocab_rows: int | N
                  + (1 + model.mtp_num_layers) * 6 * vocab * model.hidden_size)
 
 
-def lora_flops_per_token(model: ModelSpec, seq_length: int, rank: int, vocab_rows: int | None = None) -> float:
+def lora_flops_per_token(model: ModelSpec, seq_length: int, rank: int, vocab_rows: int | None = None,
+                         targets: tuple[str, ...] = LORA_TARGETS) -> float:
     """Training FLOPs per token of a LoRA run: the frozen matmuls forward and data gradient only (4 x MACs, no
     weight gradient), attention and the logits as in full training (the logits' weight frozen too: 4 x V x h),
     and the adapters' own forward and backward (6 x r x (in + out) per target)."""
     vocab = vocab_rows if vocab_rows is not None else model.vocab_size
-    adapters = sum(t.numel for t in lora_layer_tensors(model, rank))
+    adapters = sum(t.numel for t in lora_layer_tensors(model, rank, targets))
     return float(4 * _layers_macs_per_token(model) + _attention_flops_per_token(model, seq_length)
                  + model.num_layers * 6 * adapters + 4 * vocab * model.hidden_size)
 

@@ -583,7 +583,7 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
 
 def lora_rank_params(model: ModelSpec, plan: ParallelPlan, layers: int) -> int:
     """Trainable LoRA adapter parameters on one rank holding `layers` layers (0 without LoRA)."""
-    return layers * sum(t.numel_per_rank(plan.tp) for t in lora_layer_tensors(model, plan.lora_rank))
+    return layers * sum(t.numel_per_rank(plan.tp) for t in lora_layer_tensors(model, plan.lora_rank, plan.lora_targets))
 
 
 def rank_params_block(model: ModelSpec, plan: ParallelPlan, *, dense: bool = False) -> int:

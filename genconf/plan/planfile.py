@@ -208,7 +208,7 @@ def plan_from_dict(d: dict) -> ParallelPlan:
     """A ParallelPlan from its dict (plan.json's `plan` also carries derived values: those are skipped)."""
     fields = {f.name for f in dataclasses.fields(ParallelPlan)}
     kwargs = {k: v for k, v in d.items() if k in fields}
-    for name in ("cuda_graph_scope", "recompute_modules"):
+    for name in ("cuda_graph_scope", "recompute_modules", "lora_targets"):
         if isinstance(kwargs.get(name), list):
             kwargs[name] = tuple(kwargs[name])  # JSON has lists; the plan holds a tuple
     return ParallelPlan(**kwargs)
@@ -309,8 +309,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         reasons.append(f"gradients accumulated and reduced in {p.grad_dtype} (chosen): {p.grad_bytes} bytes per "
                        f"parameter in the gradient buffer and the data-parallel traffic")
     if p.lora_rank:
-        reasons.append(f"LoRA rank {p.lora_rank} (Megatron-Bridge PEFT): only the adapters on linear_qkv/proj/fc1/fc2 "
-                       f"train; the frozen base weights carry no gradients or optimizer states and skip their "
+        reasons.append(f"LoRA rank {p.lora_rank} (Megatron-Bridge PEFT): only the adapters on "
+                       f"{'/'.join(p.lora_targets)} train; the frozen base weights carry no gradients or optimizer states and skip their "
                        f"weight-gradient GEMMs")
     if p.fused_loss:
         reasons.append("fused cross entropy over the 16-bit logits (--fused-loss): no fp32 copy of the logits, only "

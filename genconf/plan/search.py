@@ -27,7 +27,7 @@ from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import layout_vp, parse_layout
-from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan.specs import LORA_TARGETS, ClusterSpec, ModelSpec, ParallelPlan
 
 MAX_BATCH_GROWTH = 1.5
 """Without --global-batch, a candidate may round the batch up to 1.5x the default (genconf.plan.batch), not more."""
@@ -102,6 +102,8 @@ class Pins:
     on only when no other megatron plan fits (or when --zero pins the stage)."""
     lora_rank: int = 0
     """LoRA fine-tuning with adapters of this rank (ParallelPlan.lora_rank); 0: full-parameter training."""
+    lora_targets: tuple[str, ...] = LORA_TARGETS
+    """The linear layers LoRA adapts (ParallelPlan.lora_targets)."""
     pp_layout: str | None = None
     """None: megatron's own splits, and a layout moving layers off the slowest pipeline rank where that is faster
     (genconf.plan.cost.balanced_layout). DEFAULT_LAYOUT: megatron's own splits only. Else a megatron layout
@@ -352,6 +354,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         fused_kernels=pins.fused_kernels and pins.layer_spec == "local", expandable_segments=pins.expandable_segments,
         fused_loss=bool(pins.fused_loss) and not megatron,
         attention_kernel="auto" if megatron else pins.attention_kernel, lora_rank=pins.lora_rank,
+        lora_targets=pins.lora_targets,
         **dict(layout.split))
 
 
@@ -406,7 +409,7 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
         lt = _layer_time(model, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
                          quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels, layout.zero), False,
                          cluster, cal, False, layout.etp, attention="auto" if megatron else pins.attention_kernel,
-                         lora=pins.lora_rank if megatron else 0)
+                         lora=pins.lora_rank if megatron else 0, lora_targets=pins.lora_targets)
     except (ValueError, ZeroDivisionError):
         return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
     selective = lt.recompute_s(pins.recompute_modules or ("core_attn",))

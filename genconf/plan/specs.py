@@ -20,6 +20,10 @@ RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp")
 """megatron-core --recompute-modules that genconf prices (transformer_config.py recompute_modules; core_attn is
 megatron's default and what selective alone means)."""
+LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+"""The linear layers LoRA can adapt, and its default: Megatron-Bridge peft/lora.py's default target_modules (NeMo
+2's likewise). NeMo 1.x's fine-tuning config adapted linear_qkv alone (megatron_gpt_finetuning_config.yaml
+lora_tuning.target_modules: ['attention_qkv'])."""
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
 GRAD_DTYPES = ("fp32", "bf16")
 LAYER_SPECS = ("te", "local")
@@ -525,6 +529,9 @@ class ParallelPlan:
     every layer (Megatron-Bridge peft/lora.py's default target_modules; its default dim is 32), the base weights
     frozen: no weight gradients, gradient buffers or optimizer states for them, and no weight-gradient GEMMs.
     0 = full-parameter training. Priced as Megatron-Bridge / NeMo run it (framework megatron, dense models)."""
+    lora_targets: tuple[str, ...] = LORA_TARGETS
+    """With lora_rank: the linear layers that get adapters (Megatron-Bridge LoRA target_modules), a subset of
+    LORA_TARGETS."""
     pp_first_stage_layers: int | None = None
     """Uneven pipeline: layers on the first stage (megatron --decoder-first-pipeline-num-layers)."""
     pp_last_stage_layers: int | None = None
@@ -563,6 +570,11 @@ class ParallelPlan:
                 _positive(self, name)
         if not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 0:
             raise ValueError(f"ParallelPlan.lora_rank must be >= 0, got {self.lora_rank!r}")
+        if (not isinstance(self.lora_targets, tuple) or not self.lora_targets
+                or len(set(self.lora_targets)) != len(self.lora_targets)
+                or any(t not in LORA_TARGETS for t in self.lora_targets)):
+            raise ValueError(f"ParallelPlan.lora_targets must be distinct names from {'|'.join(LORA_TARGETS)}, "
+                             f"got {self.lora_targets!r}")
         if not isinstance(self.offload_activation_layers, int) or self.offload_activation_layers < 0:
             raise ValueError(f"ParallelPlan.offload_activation_layers must be >= 0, got {self.offload_activation_layers!r}")
         if self.pp_layout is not None and (not isinstance(self.pp_layout, str) or not self.pp_layout):

@@ -130,7 +130,7 @@ PLAN_FLAGS = sorted([
     "--model", "--gpus", "--cluster", "--gpu", "--gpus-per-node", "--calibration", "--framework", "--tp", "--pp", "--vp", "--cp", "--ep",
     "--mbs", "--global-batch", "--seq-len", "--first-stage-layers", "--last-stage-layers", "--pp-layout", "--zero",
     "--recompute",
-    "--precision", "--lora-rank", "--recompute-modules", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json", "--plot",
+    "--precision", "--lora-rank", "--lora-targets", "--recompute-modules", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json", "--plot",
     "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
     "--no-fp8-param-gather", "--precision-aware-optimizer", "--no-precision-aware-optimizer", "--no-tp-comm-overlap",
     "--fused-kernels", "--expandable-segments", "--no-expandable-segments", "--megatron-fsdp", "--moe-ep-overlap",

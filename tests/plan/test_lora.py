@@ -119,3 +119,30 @@ def test_cli_plans_lora_and_refuses_artifacts_before_writing(capsys, tmp_path):
     assert len(err) == 1 and "sizing only" in err[0] and not out.exists()
     assert main(["--model", "llama3-8b", "--gpus", "8", "--lora-rank", "32", "--framework", "deepspeed"]) == 2
     assert "trains every weight" in capsys.readouterr().err
+
+
+def test_lora_targets_choose_which_linears_carry_adapters():
+    # NeMo 1.x adapted linear_qkv only (megatron_gpt_finetuning_config.yaml lora_tuning.target_modules
+    # ['attention_qkv']): r x (h + q + 2 kv) per layer, one A (32 x 4096) and one B (12288 x 32) on Llama-2-7B.
+    model, cluster, _, lora = _plans("llama2-7b", 8, tp=1, dp=8, mbs=1)
+    assert lora_param_count(model, 32, ("linear_qkv",)) == model.num_layers * 32 * (4096 + 3 * 4096)
+    qkv = dataclasses.replace(lora, lora_targets=("linear_qkv",))
+    cal = calibration_for(cluster.gpu.name)
+    one, four = cost.layer_time(model, qkv, cluster, cal), cost.layer_time(model, lora, cluster, cal)
+    assert one.fwd_s < four.fwd_s and one.bwd_s < four.bwd_s  # three adapters fewer, each an add over its output
+    assert (estimate(model, qkv, cluster).peak.optimizer_bytes
+            == -(-12 * lora_param_count(model, 32, ("linear_qkv",)) // 8))
+    with pytest.raises(ValueError, match="lora_targets"):
+        dataclasses.replace(lora, lora_targets=("q_proj",))
+
+
+def test_cli_lora_targets(capsys):
+    args = ["--model", "llama2-7b", "--gpus", "8", "--cluster", "dgx-h100", "--lora-rank", "32", "--json"]
+    assert main(args + ["--lora-targets", "linear_qkv"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["plan"]["lora_targets"] == ["linear_qkv"] and any("linear_qkv train" in w for w in d["why"])
+    assert main(args + ["--lora-targets", "linear_qkv,q_proj"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--lora-targets takes distinct names" in err[0]
+    assert main(["--model", "llama2-7b", "--gpus", "8", "--lora-targets", "linear_qkv"]) == 2
+    assert "needs --lora-rank" in capsys.readouterr().err
