@@ -277,7 +277,8 @@ def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, ex
                                   tuple(dense_chunks))
 
 
-def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int, expert: bool) -> tuple[list[int], list[tuple[int, int]], int]:
+@functools.lru_cache(maxsize=1024)
+def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int, expert: bool) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], int]:
     """One layer as the gradient buffer lays it out (walking backwards) from a 64-aligned start: its tensors'
     elements, the alignment gaps inside it, and where its last parameter ends."""
     layer = sorted(layer_tensors(model, True),
@@ -289,7 +290,7 @@ def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int, expert: bool) -> 
         if begin > end:
             gaps.append((end, begin))
         end = begin + numel
-    return block, gaps, end
+    return tuple(block), tuple(gaps), end
 
 
 @functools.lru_cache(maxsize=4096)
