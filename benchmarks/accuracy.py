@@ -77,7 +77,8 @@ def pins_for(run: Run) -> Pins | None:
                 tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
                 expandable_segments=p.expandable_segments, moe_ep_overlap=p.moe_ep_overlap,
                 # The stack's loss and flash-attention kernel, as it ran (published.py).
-                fused_loss=p.fused_loss, attention_kernel=p.attention_kernel, lora_rank=p.lora_rank, lora_targets=p.lora_targets,
+                fused_loss=p.fused_loss, attention_kernel=p.attention_kernel, lora_rank=p.lora_rank,
+                lora_targets=p.lora_targets,
                 cuda_graph_impl=p.cuda_graph_impl, cuda_graph_scope=p.cuda_graph_scope,
                 grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype,
                 # Megatron-FSDP is opt-in (genconf.plan.search.search): where the recipe turned it on (FSDP > 0 in

@@ -55,6 +55,7 @@ def checkpoint_size(model: ModelSpec, plan: ParallelPlan, *, keep_last: int = 2)
     per_param, what = bytes_per_param(plan)
     if plan.lora_rank:
         # Megatron-Bridge's PEFT checkpoints hold the adapters' states only; the frozen base is the pretrained one.
-        return CheckpointSize(bytes_per_param=per_param, params=lora_param_count(model, plan.lora_rank, plan.lora_targets),
+        return CheckpointSize(bytes_per_param=per_param,
+                              params=lora_param_count(model, plan.lora_rank, plan.lora_targets),
                               keep_last=keep_last, what=f"LoRA adapters only: {what}")
     return CheckpointSize(bytes_per_param=per_param, params=exact_param_count(model), keep_last=keep_last, what=what)

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 
 from genconf.plan import kernels
-from genconf.plan.counting import (dense_layer_model, layer_tensors, lora_flops_per_token, model_flops_per_token,
-                                    recompute_flops_per_token)
+from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, layer_tensors, lora_flops_per_token,
+                                    lora_target_shapes, model_flops_per_token, recompute_flops_per_token)
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, format_layout, recomputed_layers, stage_layers
 from genconf.plan.specs import LORA_TARGETS, ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
@@ -431,9 +431,11 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if frozen:
         # Column-parallel targets (QKV, fc1) read the full input and write their TP share; row-parallel ones
         # (proj, fc2) read their TP share and write the full width.
-        shapes = {"linear_qkv": (h, (q + 2 * kv) // t), "linear_proj": (q // t, h),
-                  "linear_fc1": (h, branches * f // t), "linear_fc2": (f // t, h)}
-        for fan_in, fan_out in (shapes[name] for name in lora_targets):
+        for name, (fan_in, fan_out) in lora_target_shapes(model, lora_targets).items():
+            if name in LORA_COLUMN_PARALLEL:
+                fan_out //= t
+            else:
+                fan_in //= t
             ad_f, ad_b = _lora_s(gpu, cal, n, lora, fan_in, fan_out, act)
             gemm_f += ad_f
             gemm_b += ad_b
@@ -934,7 +936,8 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     overhead = cal.step_overhead_s
     step = compute + bubble + m * pp_comm + dp_comm + optimizer + overhead
     tokens = plan.gbs * plan.seq_length
-    flops_token = (lora_flops_per_token(model, plan.seq_length, plan.lora_rank, targets=plan.lora_targets) if plan.lora_rank
+    flops_token = (lora_flops_per_token(model, plan.seq_length, plan.lora_rank, targets=plan.lora_targets)
+                   if plan.lora_rank
                    else model_flops_per_token(model, plan.seq_length))
     hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute, plan.recomputed_modules)
     peak = gpu.peak_tflops({"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))

@@ -174,22 +174,33 @@ def decoder_layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> t
     return tuple(kinds)
 
 
-def lora_layer_tensors(model: ModelSpec, rank: int, targets: tuple[str, ...] = LORA_TARGETS) -> tuple[ParamTensor, ...]:
+LORA_MODULES = {"linear_qkv": "self_attention.linear_qkv", "linear_proj": "self_attention.linear_proj",
+                "linear_fc1": "mlp.linear_fc1", "linear_fc2": "mlp.linear_fc2"}
+"""Each LoRA target's module in a megatron-core TransformerLayer."""
+LORA_COLUMN_PARALLEL = ("linear_qkv", "linear_fc1")
+"""Targets split over TP on their output (column-parallel); the others on their input (row-parallel)."""
+
+
+def lora_target_shapes(model: ModelSpec, targets: tuple[str, ...] = LORA_TARGETS) -> dict[str, tuple[int, int]]:
+    """(fan_in, fan_out) of each adapted linear layer, unsplit, in LORA_TARGETS order."""
+    h, q, kv, f = model.hidden_size, model.query_width, model.kv_width, model.ffn_hidden_size
+    shapes = {"linear_qkv": (h, q + 2 * kv), "linear_proj": (q, h),
+              "linear_fc1": (h, (2 if model.gated else 1) * f), "linear_fc2": (f, h)}
+    return {name: shape for name, shape in shapes.items() if name in targets}
+
+
+def lora_layer_tensors(model: ModelSpec, rank: int,
+                       targets: tuple[str, ...] = LORA_TARGETS) -> tuple[ParamTensor, ...]:
     """One layer's LoRA adapters (Hu et al. 2021, eq. 3: W + B A with A r x in, B out x r), as Megatron-Bridge's
     ParallelLinearAdapter holds them: linear_in (A) and linear_out (B) per target, each split over TP on one of
     its dimensions. Trainable; the base weights they adapt are frozen."""
     if not rank:
         return ()
-    h, q, kv = model.hidden_size, model.query_width, model.kv_width
-    f = model.ffn_hidden_size
-    shapes = {"self_attention.linear_qkv": (h, q + 2 * kv), "self_attention.linear_proj": (q, h),
-              "mlp.linear_fc1": (h, (2 if model.gated else 1) * f), "mlp.linear_fc2": (f, h)}
     out = []
-    for name, (fan_in, fan_out) in shapes.items():
-        if name.split(".")[-1] not in targets:
-            continue
-        out.append(ParamTensor(f"{name}.adapter.linear_in.weight", rank * fan_in, True))
-        out.append(ParamTensor(f"{name}.adapter.linear_out.weight", fan_out * rank, True))
+    for name, (fan_in, fan_out) in lora_target_shapes(model, targets).items():
+        module = LORA_MODULES[name]
+        out.append(ParamTensor(f"{module}.adapter.linear_in.weight", rank * fan_in, True))
+        out.append(ParamTensor(f"{module}.adapter.linear_out.weight", fan_out * rank, True))
     return tuple(out)
 
 

@@ -278,7 +278,8 @@ def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, ex
 
 
 @functools.lru_cache(maxsize=1024)
-def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int, expert: bool) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], int]:
+def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int,
+                 expert: bool) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], int]:
     """One layer as the gradient buffer lays it out (walking backwards) from a 64-aligned start: its tensors'
     elements, the alignment gaps inside it, and where its last parameter ends."""
     layer = sorted(layer_tensors(model, True),
@@ -584,7 +585,8 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
 
 def lora_rank_params(model: ModelSpec, plan: ParallelPlan, layers: int) -> int:
     """Trainable LoRA adapter parameters on one rank holding `layers` layers (0 without LoRA)."""
-    return layers * sum(t.numel_per_rank(plan.tp) for t in lora_layer_tensors(model, plan.lora_rank, plan.lora_targets))
+    adapters = lora_layer_tensors(model, plan.lora_rank, plan.lora_targets)
+    return layers * sum(t.numel_per_rank(plan.tp) for t in adapters)
 
 
 def rank_params_block(model: ModelSpec, plan: ParallelPlan, *, dense: bool = False) -> int:

@@ -310,7 +310,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
                        f"parameter in the gradient buffer and the data-parallel traffic")
     if p.lora_rank:
         reasons.append(f"LoRA rank {p.lora_rank} (Megatron-Bridge PEFT): only the adapters on "
-                       f"{'/'.join(p.lora_targets)} train; the frozen base weights carry no gradients or optimizer states and skip their "
+                       f"{'/'.join(p.lora_targets)} train; the frozen base weights carry no gradients or optimizer "
+                       f"states and skip their "
                        f"weight-gradient GEMMs")
     if p.fused_loss:
         reasons.append("fused cross entropy over the 16-bit logits (--fused-loss): no fp32 copy of the logits, only "
