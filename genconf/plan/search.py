@@ -733,8 +733,9 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                           key=lambda e: (_complexity(e.plan), -e.cost.tokens_per_s)))
     ranked.sort(key=lambda e: (-e.cost.tokens_per_s, e.memory.peak.total_bytes))
     if ranked:
-        # Honest ties: what the model cannot tell apart is ordered by simplicity, then speed.
-        floor = ranked[0].cost.tokens_per_s * (1 - TIE_FRACTION)
+        # Honest ties: what the model cannot tell apart from the fastest plan (which may be a faster variant of a
+        # layout that its simpler representative stands for) is ordered by simplicity, then speed.
+        floor = fastest.cost.tokens_per_s * (1 - TIE_FRACTION)
         tied = [ev for ev in ranked if ev.cost.tokens_per_s >= floor]
         rest = ranked[len(tied):]
         tied.sort(key=lambda e: (_complexity(e.plan), -e.cost.tokens_per_s))
