@@ -21,7 +21,7 @@ How a published run becomes Calculon's input (every choice):
   gradients only), context parallelism, mixture-of-experts, grouped-query attention (Calculon has multi-head and
   multi-query only; --gqa-as-mha prices it as multi-head, over-counting the K/V projections), optimizer or
   parameter offload (Calculon's offload streams blocks to a second memory tier; DeepSpeed runs Adam on the CPU),
-  precisions other than BF16, FP16 and (on H100) FP8.
+  precisions other than BF16, FP16 and (on H100) FP8, LoRA fine-tuning (Calculon trains every weight).
 - Application: hidden = h, attn_heads = a, attn_size = head dim d, num_blocks = layers, seq_size = sequence
   length, feedforward = f (GeLU) or 3f/2 (SwiGLU: fc1 h->2f plus fc2 f->h is 3hf weights and FLOPs, what
   Calculon's two-matrix MLP h->3f/2->h has). Calculon models the transformer blocks only: no embedding, output
@@ -106,6 +106,8 @@ def unrepresentable_reasons(run, gqa_as_mha: bool = False) -> list[str]:
         why.append(f"FP8 on {gpu}")
     if plan.recompute not in RECOMPUTE:
         why.append(f"recompute {plan.recompute!r}")
+    if plan.lora_rank:
+        why.append("LoRA fine-tuning (Calculon trains every weight: no frozen base, no adapters)")
     return why
 
 

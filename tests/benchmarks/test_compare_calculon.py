@@ -122,6 +122,9 @@ def test_unrepresentable_rows_say_why(runs):
     zero3 = runs[("megatron_narayanan2021.csv", "GPT-174.6B (ZeRO-3 (no model parallelism)) #10")]
     assert cc.unrepresentable_reasons(zero3) == [
         "deepspeed ZeRO-3 parameter sharding (Calculon shards optimizer state and gradients only)"]
+    lora = runs[("nemo_perf_summary_24.07_and_longseq.csv", "LLAMA2-7B (LoRA) #15")]  # tp1 pp1 dp8, MHA, BF16/FP8
+    assert lora.plan.lora_rank and cc.unrepresentable_reasons(lora) == [
+        "LoRA fine-tuning (Calculon trains every weight: no frozen base, no adapters)"]
 
 
 def test_swiglu_mlp_keeps_weights_and_flops(runs):
