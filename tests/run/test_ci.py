@@ -106,7 +106,8 @@ def _native_capability() -> str:
 
 @needs_torch
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["olmo-7b-fsdp", "llama3-8b-bf16"])  # FSDP FULL_SHARD; megatron TP2 x DP2
+@pytest.mark.parametrize("name", [  # FSDP FULL_SHARD in the default run; megatron TP2 x DP2 (about a minute) extended
+    "olmo-7b-fsdp", pytest.param("llama3-8b-bf16", marks=pytest.mark.extended)])
 def test_one_golden_holds_under_every_cpu_capability_setting(tmp_path, name):
     """What another CPU changes, one dispatch at a time on this machine: ATen's kernels at the native width and at
     the scalar build, oneDNN capped at SSE4.1, MKL's automatic code path. Every curve meets the same golden. (The

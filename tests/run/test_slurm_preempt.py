@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REPO, needs_torch
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow, needs_torch]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.extended, needs_torch]  # ~2.7 min, mostly Slurm's wait
 
 TINY_GPT = str(REPO / "tests" / "data" / "tiny-gpt.yaml")
 STEPS = 30
