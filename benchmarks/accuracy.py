@@ -76,6 +76,7 @@ def pins_for(run: Run) -> Pins | None:
                 fp8_recipe=p.fp8_recipe, layer_spec=p.layer_spec,
                 tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
                 expandable_segments=p.expandable_segments, moe_ep_overlap=p.moe_ep_overlap,
+                moe_dispatcher=p.moe_dispatcher,
                 # The stack's loss and flash-attention kernel, as it ran (published.py).
                 fused_loss=p.fused_loss, attention_kernel=p.attention_kernel, lora_rank=p.lora_rank,
                 lora_targets=p.lora_targets,

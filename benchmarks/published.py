@@ -60,6 +60,16 @@ def bridge_moe_recipe(index: int) -> dict | None:
     return _matched(BRIDGE_MOE_RECIPES, index)
 
 
+def moe_dispatcher_of(recipe: dict | None) -> str:
+    """ParallelPlan.moe_dispatcher of a bridge_moe_recipes.csv row ('alltoall', 'flex+hybridep', 'flex+deepep',
+    'flex+deepep (moe_enable_deepep)'); megatron's all-to-all where the recipe is unknown."""
+    dispatcher = (recipe or {}).get("dispatcher") or "alltoall"
+    for backend in ("hybridep", "deepep"):
+        if dispatcher.startswith(f"flex+{backend}"):
+            return backend
+    return "alltoall"
+
+
 def bridge_dense_recipe(index: int) -> dict | None:
     """The settings of megatron_bridge_perf_summary.csv's dense row `index`, where its preset's layout matches."""
     return _matched(BRIDGE_DENSE_RECIPES, index)
@@ -530,6 +540,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         fused_loss=file == MOSAIC_FILE,
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
         moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
+        # its token dispatcher (flex+deepep / flex+hybridep: megatron's flex dispatcher with that backend)
+        moe_dispatcher=moe_dispatcher_of(recipe),
         # NeMo's and Megatron-Bridge's LoRA recipes: the default adapters (peft/lora.py: dim 32 on linear_qkv,
         # linear_proj, linear_fc1 and linear_fc2).
         lora_rank=LORA_RANK if lora else 0,

@@ -160,6 +160,9 @@ PLANS = {
     "moe_cuda_graphs": ["--model", "mixtral-8x7b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
                         "--ep", "8", "--pp", "2", "--vp", "2", "--cuda-graph-impl", "transformer_engine",
                         "--cuda-graph-scope", "attn", "moe_router", "moe_preprocess"],
+    # MoE over two nodes with megatron's flex dispatcher (HybridEP): one NIC crossing per token and node
+    "moe_flex": ["--model", "qwen3-30b-a3b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
+                 "--ep", "16", "--moe-dispatcher", "hybridep"],
     # DeepSpeed ZeRO-1 with an fp32 gradient accumulation buffer (BF16_Optimizer)
     "ds_z1_fp32_grads": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "1",
                          "--grad-dtype", "fp32"],
@@ -169,7 +172,8 @@ DS_PLANS = ["ds_z0", "ds_z1", "ds_z2_fp16", "ds_z3", "ds_z2_offload", "ds_z3_off
             "uneven_pp", "ds_z1_fp32_grads"]
 
 MEGATRON_PLANS = ["olmo70b", "gqa_fp8_pp2vp2", "moe_ep_cp", "uneven_pp", "selective", "full_fp16_local", "ds_z3",
-                  "fsdp1b", "fp8_block_knobs", "megatron_fsdp", "pp_layout", "moe_ep_overlap", "moe_cuda_graphs"]
+                  "fsdp1b", "fp8_block_knobs", "megatron_fsdp", "pp_layout", "moe_ep_overlap", "moe_cuda_graphs",
+                  "moe_flex"]
 
 
 def genconf_quiet(*args: str) -> int:

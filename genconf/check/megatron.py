@@ -91,6 +91,7 @@ _RULE_FLAGS = {
     "ep_divides_experts": ("--expert-model-parallel-size", "--num-experts"),
     "moe_needs_sequence_parallel": ("--tensor-model-parallel-size",),
     "moe_ep_overlap": ("--overlap-moe-expert-parallel-comm",),
+    "moe_dispatcher": ("--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend"),
     "cuda_graphs": ("--cuda-graph-scope", "--cuda-graph-impl"),
     "sequence_parallel": ("--sequence-parallel",),
     "recompute": ("--recompute-granularity",),

@@ -103,6 +103,7 @@ def pins_from_args(args: argparse.Namespace):
                 pp_first_stage_layers=args.first_stage_layers, pp_last_stage_layers=args.last_stage_layers,
                 tp_comm_overlap=args.tp_comm_overlap, megatron_fsdp=bool(getattr(args, "megatron_fsdp", False)),
                 moe_ep_overlap=bool(getattr(args, "moe_ep_overlap", False)),
+                moe_dispatcher=getattr(args, "moe_dispatcher", "alltoall"),
                 cuda_graph_impl=getattr(args, "cuda_graph_impl", "none"),
                 cuda_graph_scope=tuple(getattr(args, "cuda_graph_scope", ()) or ()),
                 pp_layout=layout, lora_rank=lora_rank, lora_targets=targets)

@@ -8,7 +8,7 @@ from genconf import __version__
 from genconf.plan import limits
 from genconf.plan.errors import GenconfError
 from genconf.plan.precision import PLAN_PRECISIONS, PRECISION_NAMES
-from genconf.plan.specs import ATTENTION_KERNELS, CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES
+from genconf.plan.specs import ATTENTION_KERNELS, CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES, MOE_DISPATCHERS
 
 SUBCOMMANDS = ("plan", "models", "hardware", "render", "check", "launch", "verify", "recipe", "ci", "calibrate")
 
@@ -115,6 +115,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--moe-ep-overlap", action="store_true",
                    help="MoE: hide the expert-parallel all-to-all behind another micro-batch's compute (megatron "
                         "--overlap-moe-expert-parallel-comm; needs --ep > 1, TE layers, no full recompute, --vp with --pp)")
+    g.add_argument("--moe-dispatcher", choices=MOE_DISPATCHERS, default="alltoall",
+                   help="MoE token dispatcher: alltoall (megatron's default with --ep) or its flex dispatcher with "
+                        "deepep or hybridep, which cross the NICs once per token and destination node (needs "
+                        "DeepEP/HybridEP on the cluster; hybridep for multi-node NVLink such as GB200 NVL72)")
     g.add_argument("--cuda-graph-impl", choices=CUDA_GRAPH_IMPLS, default="none",
                    help="megatron CUDA graphs: transformer_engine (parts of each layer, --cuda-graph-scope) or local "
                         "(whole layers, or the whole step with --cuda-graph-scope full_iteration); replayed kernels "

@@ -313,6 +313,34 @@ def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, rank
     return max(local / nvlink, remote / ib) + cal.collective_latency_s * (1.0 + math.log2(ranks))
 
 
+def _flex_all_to_all_s(cluster: ClusterSpec, cal: Calibration, token_bytes: float, top_k: int, experts: int,
+                       ranks: int, stride: int) -> float:
+    """Dispatch or combine through megatron's flex dispatcher (DeepEP or HybridEP) over `ranks` EP ranks `stride`
+    GPUs apart: a token crosses the NICs once per other NVLink domain holding one of its top_k experts, then fans out
+    over NVLink there (DeepEP's internode kernels: one RDMA copy per destination node, tagged with the bitmask of its
+    NVLink ranks, csrc/kernels/internode.cu SourceMeta; combine reduces inside the domain before crossing back).
+    Experts spread evenly over the domains; a token's top_k are distinct experts. Inside one domain it is the plain
+    all-to-all."""
+    if ranks <= 1:
+        return 0.0
+    per_domain = max(1, min(ranks, cluster.nvlink_domain // max(1, stride)))
+    domains = -(-ranks // per_domain)
+    if domains == 1:
+        return _all_to_all_s(cluster, cal, token_bytes * top_k, ranks, stride)
+    # P(a given domain holds none of the token's k experts): k draws without replacement from E, E/D per domain.
+    elsewhere = experts - experts / domains
+    miss = 1.0
+    for i in range(top_k):
+        miss *= max(0.0, (elsewhere - i) / (experts - i))
+    remote_copies = domains * (1.0 - miss) * (domains - 1) / domains  # other domains reached, on average
+    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency * 1e9
+    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * 1e9
+    # Every copy still reaches its expert's GPU over NVLink: directly, or forwarded inside the destination domain.
+    nvlink_bytes = token_bytes * top_k * (ranks - 1) / ranks
+    return max(nvlink_bytes / nvlink, token_bytes * remote_copies / ib) \
+        + cal.collective_latency_s * (1.0 + math.log2(ranks))
+
+
 def gemm_dtype(precision: str, recipe: str | None) -> str:
     """The dtype a plan's linear layers run their GEMMs in (MXFP8's block-scaled GEMMs are calibrated apart)."""
     dtype = {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(precision, "bf16")
@@ -325,7 +353,7 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
                        plan.precision, plan.quant_recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
                        windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel,
-                       plan.lora_rank, plan.lora_targets)
+                       plan.lora_rank, plan.lora_targets, plan.moe_dispatcher)
 
 
 def attention_factor(kernel: str, cal: Calibration) -> float:
@@ -364,7 +392,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
                 recipe: str | None, impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration,
                 windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
                 graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0,
-                lora_targets: tuple[str, ...] = LORA_TARGETS) -> LayerTime:
+                lora_targets: tuple[str, ...] = LORA_TARGETS, dispatcher: str = "alltoall") -> LayerTime:
     gpu = cluster.gpu
     n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
     h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.attention_head_dim
@@ -539,7 +567,10 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if model.is_moe and ep > 1:
         # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
         # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).
-        comm = 4 * _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t)
+        if dispatcher == "alltoall":
+            comm = 4 * _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t)
+        else:
+            comm = 4 * _flex_all_to_all_s(cluster, cal, act * n * h / r, k_top, model.num_experts, ep, etp or t)
         exposed = comm
         if ep_unpaired is not None:
             # EP overlap: a paired layer runs one micro-batch's forward beside another's backward, each one's

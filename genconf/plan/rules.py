@@ -188,6 +188,22 @@ def _moe_ep_overlap(c: Context) -> str | None:
     return None
 
 
+def _moe_dispatcher(c: Context) -> str | None:
+    # megatron-core 0.16.1 TransformerConfig: moe_token_dispatcher_type flex with moe_flex_dispatcher_backend deepep
+    # or hybridep ("only hybridep supports the MNNVL case": NVLink domains larger than a node).
+    p = c.plan
+    if p.moe_dispatcher == "alltoall":
+        return None
+    if p.framework != "megatron" or not c.model.is_moe or p.ep == 1:
+        return (f"--moe-dispatcher {p.moe_dispatcher} is megatron's flex token dispatcher: it needs a MoE model with "
+                f"--ep > 1")
+    if p.moe_dispatcher == "deepep" and c.cluster.nvlink_domain > c.cluster.gpus_per_node:
+        return (f"--moe-dispatcher deepep does not run over multi-node NVLink ({c.cluster.name}: "
+                f"{c.cluster.nvlink_domain} GPUs per NVLink domain); megatron-core's hybridep backend does: "
+                f"use --moe-dispatcher hybridep")
+    return None
+
+
 def _cuda_graphs(c: Context) -> str | None:
     # megatron-core 0.16.1 TransformerConfig.__post_init__ (cuda_graph_impl / cuda_graph_scope) and Megatron-LM's
     # --cuda-graph-scope help: what each implementation captures and what it cannot be combined with.
@@ -482,6 +498,8 @@ RULES: tuple[Rule, ...] = (
     Rule("cp_needs_te", ERROR, "CP needs TE attention", _cp_needs_te),
     Rule("ep_divides_experts", ERROR, "EP divides the experts and dp x cp", _ep),
     Rule("moe_ep_overlap", ERROR, "EP overlap needs EP, TE layers, no full recompute, and VP with PP", _moe_ep_overlap),
+    Rule("moe_dispatcher", ERROR, "the flex dispatcher needs megatron MoE with EP (hybridep over multi-node NVLink)",
+         _moe_dispatcher),
     Rule("cuda_graphs", ERROR, "CUDA graphs: megatron, a scope its implementation captures", _cuda_graphs),
     Rule("moe_needs_sequence_parallel", ERROR, "MoE with TP needs sequence parallelism", _moe_sequence_parallel),
     Rule("sequence_parallel", ERROR, "sequence parallelism needs Megatron TP", _sequence_parallel),

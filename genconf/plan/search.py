@@ -70,6 +70,9 @@ class Pins:
     moe_ep_overlap: bool = False
     """MoE: megatron's EP all-to-all overlap (--overlap-moe-expert-parallel-comm); opt-in, where the rules allow it
     (expert parallelism, no full recompute, pp 1 or interleaved)."""
+    moe_dispatcher: str = "alltoall"
+    """MoE token dispatcher (specs.MOE_DISPATCHERS): megatron's all-to-all by default; DeepEP or HybridEP (megatron's
+    flex dispatcher) when asked for, as they need their own libraries (NVSHMEM, GPUDirect RDMA) on the cluster."""
     cuda_graph_impl: str = "none"
     """megatron --cuda-graph-impl (none | transformer_engine | local); opt-in, never searched."""
     cuda_graph_scope: tuple[str, ...] = ()
@@ -346,6 +349,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         fp8_recipe=pins.fp8_recipe if pins.precision == "fp8" else None, fp8_param_gather=fp8_param_gather,
         grad_dtype=pins.grad_dtype, layer_spec=pins.layer_spec, tp_comm_overlap=overlap,
         moe_ep_overlap=pins.moe_ep_overlap,  # the rules keep it to megatron MoE plans with EP
+        moe_dispatcher=pins.moe_dispatcher,  # likewise
         cuda_graph_impl=pins.cuda_graph_impl, cuda_graph_scope=pins.cuda_graph_scope,
         precision_aware_optimizer=bool(pins.precision_aware_optimizer) and megatron and layout.zero >= 1,
         offload_optimizer=offload and framework == "deepspeed",

@@ -31,6 +31,9 @@ ATTENTION_KERNELS = ("auto", "cudnn", "flash2", "triton")
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
 """megatron-core 0.16.1's CudaGraphScope names (transformer/enums.py) less mamba, which genconf does not model."""
+MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+"""MoE token dispatchers genconf prices: megatron's alltoall, and its flex dispatcher's two backends (megatron-core
+0.16.1 moe_token_dispatcher_type / moe_flex_dispatcher_backend)."""
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 ARCHS = ("ampere", "hopper", "blackwell")
 
@@ -492,6 +495,10 @@ class ParallelPlan:
     """MoE: hide the expert-parallel all-to-all behind another micro-batch's compute (megatron
     --overlap-moe-expert-parallel-comm --delay-wgrad-compute: the combined 1F1B schedule pairs one micro-batch's
     forward with another's backward layer by layer, dispatch and combine on their own stream)."""
+    moe_dispatcher: str = "alltoall"
+    """MoE token dispatcher (MOE_DISPATCHERS): megatron's all-to-all, or its flex dispatcher with DeepEP or HybridEP
+    (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend), which send each token once per destination
+    NVLink domain over the NICs and fan it out over NVLink there."""
     cuda_graph_impl: str = "none"
     """CUDA graphs (megatron --cuda-graph-impl): none; transformer_engine (TE make_graphed_callables, per layer
     or per part of it); local (megatron-core's CudaGraphManager: whole layers, or with scope full_iteration the
@@ -580,6 +587,7 @@ class ParallelPlan:
         if self.pp_layout is not None and (not isinstance(self.pp_layout, str) or not self.pp_layout):
             raise ValueError(f"ParallelPlan.pp_layout must be a megatron layout string, got {self.pp_layout!r}")
         _one_of(self, "cuda_graph_impl", CUDA_GRAPH_IMPLS)
+        _one_of(self, "moe_dispatcher", MOE_DISPATCHERS)
         if not isinstance(self.cuda_graph_scope, tuple) or len(set(self.cuda_graph_scope)) != len(self.cuda_graph_scope) \
                 or any(scope not in CUDA_GRAPH_SCOPES for scope in self.cuda_graph_scope):
             raise ValueError(f"ParallelPlan.cuda_graph_scope must be a tuple of distinct names from "

@@ -63,6 +63,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--multi-latent-attention": (SWITCH, ()), "--q-lora-rank": (INT, ()), "--kv-lora-rank": (INT, ()),
     "--qk-head-dim": (INT, ()), "--qk-pos-emb-head-dim": (INT, ()), "--v-head-dim": (INT, ()),
     "--moe-token-dispatcher-type": (STR, ("allgather", "alltoall", "flex")), "--moe-aux-loss-coeff": (FLOAT, ()),
+    "--moe-flex-dispatcher-backend": (STR, ("deepep", "hybridep")),
     "--moe-router-load-balancing-type": (STR, ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")),
     # tokenizer and data
     "--tokenizer-type": (STR, ("BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer",
@@ -222,7 +223,12 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
             add(f"# the first {model.first_k_dense_replace} layer(s) dense (MLP of --ffn-hidden-size), the rest MoE")
             add("--moe-layer-freq", f"([0]*{model.first_k_dense_replace}+[1]*{model.moe_layers})")
         add("--moe-aux-loss-coeff", 0.01)  # arguments.py: "a starting value of 1e-2 is recommended"
-        if plan.ep > 1:
+        if plan.ep > 1 and plan.moe_dispatcher != "alltoall":
+            add(f"# flex dispatcher, {plan.moe_dispatcher} backend: each token crosses the NICs once per destination "
+                f"node (needs {'DeepEP' if plan.moe_dispatcher == 'deepep' else 'HybridEP'} installed)")
+            add("--moe-token-dispatcher-type", "flex")
+            add("--moe-flex-dispatcher-backend", plan.moe_dispatcher)
+        elif plan.ep > 1:
             add("--moe-token-dispatcher-type", "alltoall")  # recommended with expert parallelism (arguments.py)
         if plan.moe_ep_overlap:
             add("# EP all-to-all beside another micro-batch's compute (combined 1F1B), expert weight gradients")
@@ -403,6 +409,8 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
                   moe_ffn_hidden_size=values.get("--moe-ffn-hidden-size") or ffn,
                   moe_aux_loss_coeff=values.get("--moe-aux-loss-coeff", 0.0),
                   moe_token_dispatcher_type=values.get("--moe-token-dispatcher-type", "allgather"))
+        if "--moe-flex-dispatcher-backend" in values:
+            kw.update(moe_flex_dispatcher_backend=values["--moe-flex-dispatcher-backend"])
         if "--overlap-moe-expert-parallel-comm" in values:
             kw.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute="--delay-wgrad-compute" in values)
     if values.get("--cuda-graph-impl", "none") != "none":
@@ -473,6 +481,8 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         offload_activation_layers=int(g("--cpu-offloading-num-layers", 0) or 0),
         precision=precision, fp8_recipe=fp8_recipe, tp_comm_overlap="--tp-comm-overlap" in values,
         moe_ep_overlap="--overlap-moe-expert-parallel-comm" in values,
+        moe_dispatcher=(g("--moe-flex-dispatcher-backend", "deepep") if g("--moe-token-dispatcher-type") == "flex"
+                        else "alltoall"),
         cuda_graph_impl=g("--cuda-graph-impl", "none"), cuda_graph_scope=tuple(g("--cuda-graph-scope", [])),
         fp8_param_gather="--fp8-param-gather" in values or "--fp4-param-gather" in values,
         precision_aware_optimizer="--use-precision-aware-optimizer" in values,

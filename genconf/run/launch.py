@@ -73,6 +73,10 @@ def refuse_unrunnable(cfg) -> None:
     if cfg.plan.moe_ep_overlap:
         raise GenconfError("--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B "
                            "schedule plan; run megatron_args.txt with Megatron-LM's pretrain_gpt.py, or re-plan without it")
+    if cfg.plan.moe_dispatcher != "alltoall":
+        raise GenconfError(f"--moe-dispatcher {cfg.plan.moe_dispatcher}: genconf's megatron launcher dispatches tokens "
+                           "with megatron's all-to-all (DeepEP and HybridEP are CUDA/NVSHMEM libraries); run "
+                           "megatron_args.txt with Megatron-LM's pretrain_gpt.py, or re-plan without it")
     if cfg.plan.attention_kernel == "triton":
         raise GenconfError("--attention-kernel triton describes Triton flash attention (llm-foundry's attn_impl: triton); "
                            "genconf's runners run scaled_dot_product_attention: re-plan with --attention-kernel cudnn, "

@@ -73,6 +73,23 @@ def test_megatron_bridge_moe_rows_carry_their_configs_ep_overlap(runs, release, 
     assert run.plan.moe_ep_overlap is overlap
 
 
+# The same configs' token dispatcher (bridge_moe_recipes.csv `dispatcher`: flex+deepep / flex+hybridep are megatron's
+# flex dispatcher with that backend), typed into the plans and the pins a user would type.
+@pytest.mark.parametrize("release, label, dispatcher", [
+    ("26.04", "DeepSeekV3 #90", "deepep"),          # B200 MXFP8 V2 (v0.4.2): ep 32 over four nodes
+    ("26.06", "Qwen3_30B_a3B #49", "hybridep"),     # H100 FP8-CS V1 (v0.5.0): ep 16 over two nodes
+    ("25.09", "DeepSeekV3 (dropless) #289", "deepep"),  # perf_matrix h100 1024 GPUs: moe_enable_deepep
+    ("26.04", "Qwen3_235B_a22B #105", "alltoall"),  # H100 FP8-CS V2 (v0.4.2)
+])
+def test_megatron_bridge_moe_rows_carry_their_configs_dispatcher(runs, release, label, dispatcher):
+    from accuracy import pins_for
+
+    run = runs[(f"Megatron-Bridge {release[:5]}", label)]
+    assert run.plan.moe_dispatcher == dispatcher
+    pins = pins_for(run)
+    assert pins is None or pins.moe_dispatcher == dispatcher
+
+
 # The same configs' CUDA graphs (cuda_graph_impl / cuda_graph_scope; Bridge's older configs enable_cuda_graph, megatron's
 # local per-layer graphs). Mamba scopes are dropped: genconf models no Mamba layer.
 @pytest.mark.parametrize("release, label, impl, scope", [

@@ -131,6 +131,19 @@ def test_check_holds_the_ep_overlap_to_megatrons_rules(rendered, tmp_path):
                             f"needs virtual stages") for l in out.stdout.splitlines()), out.stdout
 
 
+def test_check_holds_the_flex_dispatcher_to_megatrons_rules(rendered, tmp_path):
+    # A rendered flex-dispatcher plan checks clean (its arguments read back as the plan) and genconf's own launcher,
+    # which dispatches with megatron's all-to-all, refuses it in one line with the way out.
+    d = rendered["moe_flex"]
+    assert run_genconf("check", str(d)).returncode == 0
+    plan = plan_of(d)["plan"]
+    assert plan["moe_dispatcher"] == "hybridep"
+    out = run_genconf("launch", str(d))
+    if __import__("importlib").util.find_spec("torch"):
+        one_line_error(out, "--moe-dispatcher hybridep: genconf's megatron launcher dispatches tokens with megatron's "
+                            "all-to-all")
+
+
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"), reason="launch needs the train extra")
 def test_genconfs_own_launcher_refuses_the_ep_overlap_in_one_line(rendered):
     # Megatron-LM's pretrain_gpt.py builds the combined 1F1B schedule plan; genconf's runner does not: refused before

@@ -133,7 +133,7 @@ PLAN_FLAGS = sorted([
     "--precision", "--lora-rank", "--lora-targets", "--recompute-modules", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json", "--plot",
     "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
     "--no-fp8-param-gather", "--precision-aware-optimizer", "--no-precision-aware-optimizer", "--no-tp-comm-overlap",
-    "--fused-kernels", "--expandable-segments", "--no-expandable-segments", "--megatron-fsdp", "--moe-ep-overlap",
+    "--fused-kernels", "--expandable-segments", "--no-expandable-segments", "--megatron-fsdp", "--moe-ep-overlap", "--moe-dispatcher",
     "--cuda-graph-impl", "--cuda-graph-scope", "--attention-kernel", "--fused-loss", "--no-fused-loss",
     "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
 ])

@@ -13,8 +13,8 @@ from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import resolve_model
 from genconf.plan import kernels
-from genconf.plan.cost import (Calibration, _dp_comm_s, ep_unpaired_share, layer_time, linear_s, stage_times,
-                               step_cost)
+from genconf.plan.cost import (Calibration, _all_to_all_s, _dp_comm_s, _flex_all_to_all_s, ep_unpaired_share,
+                               layer_time, linear_s, stage_times, step_cost)
 from genconf.plan.pipeline import bubble_fraction
 from genconf.plan.specs import ClusterSpec, ParallelPlan
 
@@ -228,6 +228,50 @@ def test_the_ep_overlap_hides_the_paired_all_to_all():
     assert piped.num_microbatches == 8
     assert ep_unpaired_share(piped) == pytest.approx(5 / 16)
     assert ep_unpaired_share(dataclasses.replace(piped, moe_ep_overlap=False)) is None
+
+
+def test_the_flex_dispatcher_crosses_the_nics_once_per_destination_node():
+    # Qwen3-30B-A3B (128 experts, top 8, hidden 2048) over ep 16 on two 8-GPU H100 nodes, 4,096 tokens per rank in
+    # bf16. megatron's all-to-all sends each of a token's 8 copies to its expert's GPU: 8/16 of them to the other
+    # node. DeepEP/HybridEP send a token once to each other node holding one of its experts.
+    import itertools
+    from math import comb
+
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for("h100-sxm")
+    token_bytes = 2 * 4096 * 2048
+    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * 1e9
+    latency = cal.collective_latency_s * 5  # (1 + log2 16)
+    # The expected number of other nodes reached, counted over every set of 8 distinct experts of 16 (8 per node)
+    # for a small check, then in closed form for 128: P(a node has none) = C(E - E/2, k) / C(E, k).
+    sets = list(itertools.combinations(range(16), 8))
+    assert sum(any(e >= 8 for e in s) for s in sets) / len(sets) == pytest.approx(1 - comb(8, 8) / comb(16, 8))
+    other_nodes = 1 - comb(64, 8) / comb(128, 8)  # ~0.9966: almost every token reaches the other node once
+    flex = _flex_all_to_all_s(cluster, cal, token_bytes, 8, 128, 16, 1)
+    assert flex == pytest.approx(max(token_bytes * 8 * 15 / 16 / (cluster.nvlink_gbyte_per_s_one_way
+                                                                  * cal.nvlink_efficiency * 1e9),
+                                     token_bytes * other_nodes / ib) + latency, rel=1e-9)
+    plain = _all_to_all_s(cluster, cal, token_bytes * 8, 16, 1)
+    assert plain == pytest.approx(max(token_bytes * 8 * 7 / 16 / (cluster.nvlink_gbyte_per_s_one_way
+                                                                  * cal.nvlink_efficiency * 1e9),
+                                      token_bytes * 8 * 8 / 16 / ib) + latency, rel=1e-9)
+    # 4 copies over the NICs against ~1: the NICs still bind (NVLink carries 7.5 copies at ~8x their bandwidth)
+    assert token_bytes * other_nodes / ib > token_bytes * 7.5 / (cluster.nvlink_gbyte_per_s_one_way
+                                                                 * cal.nvlink_efficiency * 1e9)
+    assert 3.5 < plain / flex < 4
+    # Inside one NVLink domain (ep 8 on a node, or any EP on a GB200 NVL72 rack) it is the plain all-to-all.
+    assert _flex_all_to_all_s(cluster, cal, token_bytes, 8, 128, 8, 1) == _all_to_all_s(cluster, cal, token_bytes * 8, 8, 1)
+    nvl72 = resolve_cluster("gb200-nvl72")
+    gb = calibration_for("gb200")
+    assert _flex_all_to_all_s(nvl72, gb, token_bytes, 8, 128, 64, 1) == _all_to_all_s(nvl72, gb, token_bytes * 8, 64, 1)
+    # Through the layer: the plan field chooses it; dispatch and combine, forward and backward.
+    model, _ = resolve_model("qwen3-30b-a3b")
+    plan = ParallelPlan(framework="megatron", ep=16, dp=16, mbs=1, gbs=64, seq_length=4096)
+    alltoall = layer_time(model, plan, cluster, cal)
+    hybrid = layer_time(model, dataclasses.replace(plan, moe_dispatcher="hybridep"), cluster, cal)
+    assert alltoall.tp_comm_s == pytest.approx(4 * plain, rel=1e-9)
+    assert hybrid.tp_comm_s == pytest.approx(4 * flex, rel=1e-9)
+    assert (hybrid.fwd_s, hybrid.bwd_s) == (alltoall.fwd_s, alltoall.bwd_s)
 
 
 def test_tp_backward_overlaps_the_column_parallel_collectives_with_independent_gemms():

@@ -112,6 +112,27 @@ def test_the_ep_overlap_needs_what_megatron_core_asserts():
         "--moe-ep-overlap needs Transformer Engine layers (--layer-spec te) for its deferred weight gradients")
 
 
+def test_the_flex_dispatcher_needs_megatron_moe_with_ep_and_hybridep_over_multi_node_nvlink():
+    # megatron-core 0.16.1: moe_token_dispatcher_type flex with moe_flex_dispatcher_backend deepep or hybridep; only
+    # hybridep supports multi-node NVLink (the MNNVL case).
+    for backend in ("deepep", "hybridep"):
+        ok = megatron(dp=16, ep=16, gbs=16, moe_dispatcher=backend)
+        assert "moe_dispatcher" not in violations("qwen3-30b-a3b", ok, cluster="dgx-h100")
+        needs = f"--moe-dispatcher {backend} is megatron's flex token dispatcher: it needs a MoE model with --ep > 1"
+        assert violations("qwen3-30b-a3b", megatron(dp=16, gbs=16, moe_dispatcher=backend),
+                          cluster="dgx-h100")["moe_dispatcher"] == needs
+        assert violations("llama3-8b", megatron(dp=16, gbs=16, moe_dispatcher=backend),
+                          cluster="dgx-h100")["moe_dispatcher"] == needs
+    rack = megatron(dp=64, ep=64, gbs=64, moe_dispatcher="deepep")
+    assert violations("qwen3-30b-a3b", rack, cluster="gb200-nvl72")["moe_dispatcher"] == (
+        "--moe-dispatcher deepep does not run over multi-node NVLink (gb200-nvl72: 72 GPUs per NVLink domain); "
+        "megatron-core's hybridep backend does: use --moe-dispatcher hybridep")
+    assert "moe_dispatcher" not in violations("qwen3-30b-a3b", replace(rack, moe_dispatcher="hybridep"),
+                                              cluster="gb200-nvl72")
+    with pytest.raises(ValueError, match="moe_dispatcher"):
+        megatron(dp=8, ep=8, moe_dispatcher="nccl")
+
+
 def test_cuda_graphs_capture_what_megatron_core_allows():
     # megatron-core 0.16.1 TransformerConfig.__post_init__ (cuda_graph_impl / cuda_graph_scope) and Megatron-LM's
     # --cuda-graph-scope help

@@ -54,6 +54,11 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         # a virtual pipeline with pp > 1, bf16) passed in building cfg
         assert cfg.overlap_moe_expert_parallel_comm and cfg.delay_wgrad_compute
         assert cfg.moe_token_dispatcher_type == "alltoall" and cfg.virtual_pipeline_model_parallel_size == 2
+    if name == "moe_flex":
+        # megatron-core's own checks of the flex dispatcher passed in building cfg
+        assert (cfg.moe_token_dispatcher_type, cfg.moe_flex_dispatcher_backend) == ("flex", "hybridep")
+        text = (d / "megatron_args.txt").read_text()
+        assert "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend hybridep\n" in text
     if name == "moe_cuda_graphs":
         # megatron-core's own scope checks passed (moe_preprocess beside moe_router, MoE scopes on a MoE model)
         assert cfg.cuda_graph_impl == "transformer_engine"
