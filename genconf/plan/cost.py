@@ -315,7 +315,7 @@ def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, rank
 
 def _flex_all_to_all_s(cluster: ClusterSpec, cal: Calibration, token_bytes: float, top_k: int, experts: int,
                        ranks: int, stride: int) -> float:
-    """Dispatch or combine through megatron's flex dispatcher (DeepEP or HybridEP) over `ranks` EP ranks `stride`
+    """Dispatch or combine through megatron's flex dispatcher with DeepEP over `ranks` EP ranks `stride`
     GPUs apart: a token crosses the NICs once per other NVLink domain holding one of its top_k experts, then fans out
     over NVLink there (DeepEP's internode kernels: one RDMA copy per destination node, tagged with the bitmask of its
     NVLink ranks, csrc/kernels/internode.cu SourceMeta; combine reduces inside the domain before crossing back).
@@ -567,10 +567,13 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if model.is_moe and ep > 1:
         # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
         # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).
-        if dispatcher == "alltoall":
-            comm = 4 * _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t)
-        else:
+        if dispatcher == "deepep":
             comm = 4 * _flex_all_to_all_s(cluster, cal, act * n * h / r, k_top, model.num_experts, ep, etp or t)
+        else:
+            # megatron's all-to-all; HybridEP alike: its first releases moved tokens inside an NVLink domain only
+            # (DeepEP hybrid-ep branch, Hybrid-EP_Intra-node_Implementation.md: "RDMA functionality will be
+            # available in upcoming releases"), so no per-node deduplication over the NICs is priced for it.
+            comm = 4 * _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t)
         exposed = comm
         if ep_unpaired is not None:
             # EP overlap: a paired layer runs one micro-batch's forward beside another's backward, each one's
