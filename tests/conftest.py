@@ -160,7 +160,7 @@ PLANS = {
     "moe_cuda_graphs": ["--model", "mixtral-8x7b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
                         "--ep", "8", "--pp", "2", "--vp", "2", "--cuda-graph-impl", "transformer_engine",
                         "--cuda-graph-scope", "attn", "moe_router", "moe_preprocess"],
-    # MoE over two nodes with megatron's flex dispatcher (HybridEP): one NIC crossing per token and node
+    # MoE over two nodes with megatron's flex dispatcher, HybridEP backend
     "moe_flex": ["--model", "qwen3-30b-a3b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
                  "--ep", "16", "--moe-dispatcher", "hybridep"],
     # DeepSpeed ZeRO-1 with an fp32 gradient accumulation buffer (BF16_Optimizer)

@@ -224,8 +224,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
             add("--moe-layer-freq", f"([0]*{model.first_k_dense_replace}+[1]*{model.moe_layers})")
         add("--moe-aux-loss-coeff", 0.01)  # arguments.py: "a starting value of 1e-2 is recommended"
         if plan.ep > 1 and plan.moe_dispatcher != "alltoall":
-            add(f"# flex dispatcher, {plan.moe_dispatcher} backend: each token crosses the NICs once per destination "
-                f"node (needs {'DeepEP' if plan.moe_dispatcher == 'deepep' else 'HybridEP'} installed)")
+            add(f"# megatron's flex token dispatcher with the {plan.moe_dispatcher} backend "
+                f"(needs {'DeepEP' if plan.moe_dispatcher == 'deepep' else 'HybridEP'} installed)")
             add("--moe-token-dispatcher-type", "flex")
             add("--moe-flex-dispatcher-backend", plan.moe_dispatcher)
         elif plan.ep > 1:
