@@ -163,6 +163,11 @@ PLANS = {
     # MoE over two nodes with megatron's flex dispatcher, HybridEP backend
     "moe_flex": ["--model", "qwen3-30b-a3b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
                  "--ep", "16", "--moe-dispatcher", "hybridep"],
+    # A hybrid Mamba-2 / attention / MoE model (Nemotron 3 Nano) with graphed Mamba layers, as Megatron-Bridge's H100
+    # recipe runs it
+    "hybrid": ["--model", "nemotron-3-nano", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron",
+               "--ep", "8", "--tp", "1", "--precision", "fp8", "--cuda-graph-impl", "transformer_engine",
+               "--cuda-graph-scope", "mamba"],
     # DeepSpeed ZeRO-1 with an fp32 gradient accumulation buffer (BF16_Optimizer)
     "ds_z1_fp32_grads": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "1",
                          "--grad-dtype", "fp32"],
@@ -173,7 +178,7 @@ DS_PLANS = ["ds_z0", "ds_z1", "ds_z2_fp16", "ds_z3", "ds_z2_offload", "ds_z3_off
 
 MEGATRON_PLANS = ["olmo70b", "gqa_fp8_pp2vp2", "moe_ep_cp", "uneven_pp", "selective", "full_fp16_local", "ds_z3",
                   "fsdp1b", "fp8_block_knobs", "megatron_fsdp", "pp_layout", "moe_ep_overlap", "moe_cuda_graphs",
-                  "moe_flex"]
+                  "moe_flex", "hybrid"]
 
 
 def genconf_quiet(*args: str) -> int:
@@ -234,6 +239,7 @@ def mpt_760m():
 def transformer_config(args: dict):
     import torch
     import torch.nn.functional as F
+    from megatron.core.activations import squared_relu
     from megatron.core.transformer import TransformerConfig
 
     from genconf.render.megatron import megatron_config_kwargs
@@ -241,7 +247,7 @@ def transformer_config(args: dict):
     kw = megatron_config_kwargs({flag: a.value for flag, a in args.items()})
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
     kw.update(params_dtype=dtypes[kw["params_dtype"]], pipeline_dtype=dtypes[kw["pipeline_dtype"]],
-              activation_func={"silu": F.silu, "gelu": F.gelu}[kw["activation_func"]])
+              activation_func={"silu": F.silu, "gelu": F.gelu, "squared_relu": squared_relu}[kw["activation_func"]])
     return TransformerConfig(**kw)
 
 

@@ -58,12 +58,20 @@ def _checkpoint_lines(ck: dict | None) -> list[str]:
                  f"(newest {ck['keep_last']} + 1 being written)")]
 
 
+def _hybrid_counts(pattern: str) -> str:
+    """'24 Mamba-2, 4 attention, 24 MLP layers' for a hybrid pattern."""
+    names = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
+    return "hybrid: " + ", ".join(f"{pattern.count(k)} {v}" for k, v in names.items() if pattern.count(k)) + " layers"
+
+
 def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:
     m, c, p, perf, tr = d["model"], d["cluster"], d["plan"], d["perf"], d["training"]
     alias = f"{m['alias']} -> " if m["alias"] else ""
     domain = c.get("nvlink_domain_gpus") or c["gpus_per_node"]
     nvlink = "inside a node" if domain <= c["gpus_per_node"] else f"across {domain} GPUs"
     lines = [
+        f"model    {alias}{m['name']}: {m['params']:,} parameters ({_hybrid_counts(m['hybrid_pattern'])})"
+        if m.get("hybrid_pattern") else
         f"model    {alias}{m['name']}: {m['params']:,} parameters (workshop formula: {m['params_workshop']:,})",
         f"         {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_attention_heads']} heads"
         f" ({m['num_query_groups']} KV), ffn {m['ffn_hidden_size']} {m['activation']}, vocab {m['vocab_size']}, "

@@ -19,7 +19,7 @@ from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, laye
                                     lora_target_shapes, model_flops_per_token, recompute_flops_per_token)
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, format_layout, recomputed_layers, stage_layers
-from genconf.plan.specs import LORA_TARGETS, ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
+from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,6 +101,11 @@ class Calibration:
     moe_host_ops_per_expert: float = 10.0
     """Same per local expert: the grouped GEMM's per-expert GEMMs of fc1 and fc2 and, under FP8/FP4, the
     quantisation of each expert's split (about 3 forward, 7 backward; Transformer Engine GroupedLinear)."""
+    ssd_scan_efficiency: float = 0.3
+    """Fraction of the BF16 peak the Mamba-2 scan kernels (mamba_ssm's Triton state-space-dual kernels) reach on the
+    matmul work of cost.ssd_macs_per_token: a prior, not fitted (Dao & Gu 2024, Sec. 9.3: the SSD kernel overtakes
+    FlashAttention-2 from 2K tokens, where that runs at ~0.3-0.4 of peak per causal FLOP counted this way; the
+    scan is a few percent of a hybrid layer's FLOPs)."""
     step_overhead_s: float = 0.05
     """Per-step host work: data loading, logging, optimizer launch, gradient-norm synchronisation."""
     microbatch_overhead_s: float = 0.0
@@ -348,12 +353,13 @@ def gemm_dtype(precision: str, recipe: str | None) -> str:
 
 
 def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, *,
-               windowed: bool = False) -> LayerTime:
-    """One decoder layer, one micro-batch, one rank. `windowed`: the layer uses sliding-window attention."""
+               windowed: bool = False, kind: str = "") -> LayerTime:
+    """One decoder layer, one micro-batch, one rank. `windowed`: the layer uses sliding-window attention; `kind`:
+    one of a hybrid model's layers."""
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
                        plan.precision, plan.quant_recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
                        windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel,
-                       plan.lora_rank, plan.lora_targets, plan.moe_dispatcher)
+                       plan.lora_rank, plan.lora_targets, plan.moe_dispatcher, kind)
 
 
 def attention_factor(kernel: str, cal: Calibration) -> float:
@@ -392,7 +398,15 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
                 recipe: str | None, impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration,
                 windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
                 graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0,
-                lora_targets: tuple[str, ...] = LORA_TARGETS, dispatcher: str = "alltoall") -> LayerTime:
+                lora_targets: tuple[str, ...] = LORA_TARGETS, dispatcher: str = "alltoall", kind: str = "") -> LayerTime:
+    """One layer, one micro-batch, one rank. kind: one of a hybrid model's layers (specs.HYBRID_LAYER_KINDS): '*'
+    the attention half of a transformer layer, '-' / 'E' its MLP half (dense / MoE), 'M' a Mamba-2 layer."""
+    if kind == "M":
+        return _mamba_time(model, t, cp, mbs, seq, sp, precision, recipe, impl, tp_overlap, cluster, cal, graphs)
+    if kind == "-" and model.is_moe:
+        model = dense_layer_model(model)
+    wa = float(kind in ("", "*"))   # the layer has attention
+    wm = float(kind in ("", "-", "E"))  # the layer has an MLP
     gpu = cluster.gpu
     n = mbs * seq // cp                      # tokens per micro-batch on this rank (GEMM rows after SP gather)
     h, q, kv, d = model.hidden_size, model.query_width, model.kv_width, model.attention_head_dim
@@ -426,6 +440,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         proj_f, proj_b = linear_s(gpu, cal, n, h, q // t, dtype, frozen=frozen)
         quant_in = n * (h + q // t)               # GEMM-input activation elements (forward), per rank
         quant_grad = n * ((q + 2 * kv) // t + h)  # output-gradient elements (backward)
+    attn_quant_in, attn_quant_grad = quant_in, quant_grad
     if model.is_moe:
         f, k_top, experts = model.moe_ffn_hidden_size, model.moe_top_k, model.num_experts
         et = etp or t
@@ -454,8 +469,10 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         fc2_f, fc2_b = linear_s(gpu, cal, n, h, f // t, dtype, frozen=frozen)
         quant_in += n * (h + f // t)
         quant_grad += n * (branches * f // t + h)
-    gemm_f = qkv_f + proj_f + fc1_f + fc2_f
-    gemm_b = qkv_b + proj_b + fc1_b + fc2_b
+    quant_in = wa * attn_quant_in + wm * (quant_in - attn_quant_in)
+    quant_grad = wa * attn_quant_grad + wm * (quant_grad - attn_quant_grad)
+    gemm_f = wa * (qkv_f + proj_f) + wm * (fc1_f + fc2_f)
+    gemm_b = wa * (qkv_b + proj_b) + wm * (fc1_b + fc2_b)
     if frozen:
         # Column-parallel targets (QKV, fc1) read the full input and write their TP share; row-parallel ones
         # (proj, fc2) read their TP share and write the full width.
@@ -516,11 +533,12 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             attn_b = diag_b + (cp - 1) * (off_b + 2 * merge)
         else:
             attn_f, attn_b = flash(seq / cp, keys, causal)
+    attn_f, attn_b = wa * attn_f, wa * attn_b
 
     # Element-wise work: norms, residual adds, RoPE, activation, dropout (TE fused: one read + one write each).
-    per_token = act * (10 * h / r + 2 * (q + kv) / t + (3 if model.gated else 2) * k_top * f / t)
+    per_token = act * (wa * (5 * h / r + 2 * (q + kv) / t) + wm * (5 * h / r + (3 if model.gated else 2) * k_top * f / t))
     if model.is_moe:
-        per_token += act * 4 * k_top * h / r  # token permute/unpermute around the experts
+        per_token += wm * act * 4 * k_top * h / r  # token permute/unpermute around the experts
     passes = {"megatron-local": cal.local_elementwise_passes,
               "megatron-local-fused": cal.local_fused_elementwise_passes}.get(impl) or ELEMENTWISE_PASSES[impl]
     elem_f = _mem_s(gpu, cal, passes * n * per_token)
@@ -531,9 +549,9 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     # What selective recompute of each module repeats: the MLA up projections, the (experts' and shared experts')
     # activation function and the two norms (memory-bound: read and write), a dense MLP whole.
     act_elems = n * (k_top * f + (model.moe_shared_expert_intermediate_size or 0) if model.is_moe else f) / t
-    modules = (("mla_up_proj", up_f), ("moe_act", _mem_s(gpu, cal, act * 3 * act_elems) if model.is_moe else 0.0),
-               ("layernorm", _mem_s(gpu, cal, act * 4 * n * h / r)),
-               ("mlp", 0.0 if model.is_moe else fc1_f + fc2_f + _mem_s(gpu, cal, act * 3 * act_elems)))
+    modules = (("mla_up_proj", wa * up_f), ("moe_act", wm * _mem_s(gpu, cal, act * 3 * act_elems) if model.is_moe else 0.0),
+               ("layernorm", (wa + wm) / 2 * _mem_s(gpu, cal, act * 4 * n * h / r)),
+               ("mlp", 0.0 if model.is_moe else wm * (fc1_f + fc2_f + _mem_s(gpu, cal, act * 3 * act_elems))))
 
     # Tensor parallelism: with SP, all-gather before QKV and fc1 and reduce-scatter after proj and fc2
     # (Korthikanti 2022, Sec. 4.2.2); without, two all-reduces. Same volume again in the backward.
@@ -545,26 +563,27 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             one = kernels.ring_gather_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
         else:
             one = 0.5 * kernels.ring_all_reduce_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+        halves = 2 * (wa + wm)  # collectives per pass: two for each of attention and the MLP
         if tp_overlap:
-            tp_f = tp_b = 4 * one * cal.tp_overlap_exposed
+            tp_f = tp_b = halves * one * cal.tp_overlap_exposed
         elif not impl.startswith("megatron") or (not sp and impl == "megatron-local-fused"):
             # PyTorch's DTensor TP (torchtitan without async TP) and Megatron-LM / Megatron-DeepSpeed of 2021-22
             # without SP run the backward's collectives in line.
-            tp_f = tp_b = 4 * one
+            tp_f = tp_b = halves * one
         else:
-            tp_f = 4 * one
+            tp_f = halves * one
             # Backward without userbuffers: a column-parallel layer (QKV, fc1) launches its collective beside an
             # independent GEMM (megatron-core / TE Linear backward: with SP the input's all-gather runs under the
             # data-gradient GEMM and the data gradient's reduce-scatter under the weight-gradient GEMM; without SP
             # the gradient's all-reduce under the weight-gradient GEMM), while a row-parallel layer (proj, fc2)
             # must all-gather its output gradient before either GEMM (SP; without SP it has none).
             if sp:
-                hidden = [(one, qkv_b / 2), (one, qkv_b / 2), (one, fc1_b / 2), (one, fc1_b / 2)]
+                hidden = [(one, qkv_b / 2)] * int(2 * wa) + [(one, fc1_b / 2)] * int(2 * wm)
             else:
-                hidden = [(2 * one, qkv_b / 2), (2 * one, fc1_b / 2)]
-            tp_b = (2 * one if sp else 0.0) + sum(
+                hidden = [(2 * one, qkv_b / 2)] * int(wa) + [(2 * one, fc1_b / 2)] * int(wm)
+            tp_b = ((wa + wm) * one if sp else 0.0) + sum(
                 max(0.0, c - g) + cal.tp_overlap_exposed * min(c, g) for c, g in hidden)
-    if model.is_moe and ep > 1:
+    if model.is_moe and ep > 1 and wm:
         # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
         # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).
         if dispatcher == "deepep":
@@ -586,7 +605,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         tp_b += exposed / 2
 
     cp_comm = 0.0
-    if cp > 1:
+    if cp > 1 and wa:
         # Ring attention: cp - 1 steps, each sending this rank's K and V chunk while attending to the previous
         # one; exposed where a step's transfer outlasts its share of the attention (backward: dK, dV too).
         bw = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency if t * cp > cluster.nvlink_domain else \
@@ -596,10 +615,10 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         steps = cp - 1
         cp_comm = steps * (max(0.0, step - attn_f / cp) + max(0.0, 2 * step - attn_b / cp))
 
-    kernels_fwd = KERNELS_PER_LAYER[impl] + (6 if recipe else 0)
+    kernels_fwd = (KERNELS_PER_LAYER[impl] + (6 if recipe else 0)) * (wa + wm) / 2
     launch = cal.graph_launch_s if impl == "megatron-te" or "layer" in graphs else cal.kernel_launch_s
     host = 3 * kernels_fwd * launch
-    if model.is_moe and "layer" not in graphs:
+    if model.is_moe and "layer" not in graphs and wm:
         # Dropless MoE copies the token counts per expert to the host and synchronises in every layer's
         # forward (megatron-core token_dispatcher.py, cuda_sync_point): the expert block runs eagerly, and the
         # host cannot run ahead of the GPU past it, so its time per op bounds the layer when the experts' kernels
@@ -611,6 +630,82 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if "full_iteration" in graphs:
         host = 0.0  # one graph replays the whole forward-backward (megatron-core full_iteration scope)
     return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host, modules)
+
+
+MAMBA_KERNELS_PER_LAYER = 16
+"""Forward kernels of a Mamba-2 layer with TE and mamba_ssm (fused norm + in_proj, the split-conv1d-scan kernels,
+the gated norm, out_proj, casts and the residual add); backward about twice as many, as for KERNELS_PER_LAYER."""
+
+
+def ssd_macs_per_token(model: ModelSpec, chunk: int = 128) -> tuple[float, float]:
+    """(forward, backward) multiply-accumulates per token and Mamba-2 layer of the chunked state-space-dual scan
+    (Dao & Gu 2024, Sec. 6, chunk Q = 128 as megatron-core's MambaMixer sets): per group the causal C B^T
+    (Q N / 2), per head the masked product with X (Q P / 2), the chunk state B^T X (N P) and its output C h (N P).
+    The backward computes the gradients of each product (about twice) and recomputes the convolution."""
+    groups, heads = model.mamba_num_groups, model.mamba_num_heads
+    n, p = model.mamba_state_dim, model.mamba_head_dim
+    fwd = groups * chunk * n / 2 + heads * (chunk * p / 2 + 2 * n * p)
+    return fwd, 2.0 * fwd
+
+
+def _mamba_time(model: ModelSpec, t: int, cp: int, mbs: int, seq: int, sp: bool, precision: str, recipe: str | None,
+                impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration, graphs: tuple[str, ...]) -> LayerTime:
+    """One Mamba-2 layer (megatron-core MambaMixer, memory-efficient path: mamba_ssm's split-conv1d-scan kernel): the
+    column-parallel in_proj (z, x, B, C, dt) and row-parallel out_proj GEMMs, the scan (Triton kernels at
+    Calibration.ssd_scan_efficiency of the BF16 peak, no faster than their HBM traffic), the gated RMSNorm, and TP
+    collectives as for attention (an all-gather before in_proj, a reduce-scatter after out_proj under SP).
+    Context parallelism all-to-alls the projections to a head split and back (mamba_context_parallel.py)."""
+    gpu = cluster.gpu
+    n = mbs * seq // cp
+    h, di, heads = model.hidden_size, model.mamba_inner, model.mamba_num_heads
+    width = 2 * di + 2 * model.mamba_num_groups * model.mamba_state_dim + heads
+    dtype = gemm_dtype(precision, recipe)
+    act = 4 if precision == "fp32" else 2
+    r = t if sp else 1
+    in_f, in_b = linear_s(gpu, cal, n, width // t, h, dtype)
+    out_f, out_b = linear_s(gpu, cal, n, h, di // t, dtype)
+    q_in, q_grad = kernels.QUANT_BYTES_PER_ELEMENT[recipe]
+    quant_f = _mem_s(gpu, cal, q_in * n * (h + di / t))
+    quant_b = _mem_s(gpu, cal, q_grad * n * (width / t + h))
+    peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)
+    macs_f, macs_b = ssd_macs_per_token(model)
+    local = n / t  # the rank's heads and groups are 1/t of them
+    scan_bytes_f = act * n * (width + di) / t  # read z, x, B, C, dt; write the scan output
+    scan_f = max(2 * macs_f * local / (peak16 * 1e12 * cal.ssd_scan_efficiency), _mem_s(gpu, cal, scan_bytes_f))
+    scan_b = max(2 * macs_b * local / (peak16 * 1e12 * cal.ssd_scan_efficiency), _mem_s(gpu, cal, 2.5 * scan_bytes_f))
+    # Element-wise: the fused pre-norm and residual add (as half a transformer layer's), the gated RMSNorm (read the
+    # scan output and z, write).
+    passes = {"megatron-local": cal.local_elementwise_passes,
+              "megatron-local-fused": cal.local_fused_elementwise_passes}.get(impl) or ELEMENTWISE_PASSES[impl]
+    elem_f = _mem_s(gpu, cal, passes * n * act * (5 * h / r + 3 * di / t))
+    fwd = in_f + out_f + scan_f + elem_f + quant_f
+    bwd = in_b + out_b + scan_b + 2 * elem_f + quant_b
+    tp_f = tp_b = 0.0
+    if t > 1:
+        bw = _bandwidth(cluster, cal, t)
+        volume = act * n * h
+        if sp:
+            one = kernels.ring_gather_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+        else:
+            one = 0.5 * kernels.ring_all_reduce_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+        if tp_overlap:
+            tp_f = tp_b = 2 * one * cal.tp_overlap_exposed
+        else:
+            tp_f = 2 * one
+            # in_proj's backward hides its collectives behind its own GEMMs as a column-parallel layer does.
+            hidden = [(one, in_b / 2)] * 2 if sp else [(2 * one, in_b / 2)]
+            tp_b = (one if sp else 0.0) + sum(max(0.0, c - g) + cal.tp_overlap_exposed * min(c, g) for c, g in hidden)
+    cp_comm = 0.0
+    if cp > 1:
+        # Two all-to-alls forward (the projections to a head split, the scan output back), two backward.
+        cp_comm = 2 * (_all_to_all_s(cluster, cal, act * n * width / t, cp, t)
+                       + _all_to_all_s(cluster, cal, act * n * di / t, cp, t))
+    launch = cal.graph_launch_s if impl == "megatron-te" or "layer" in graphs or "mamba" in graphs else cal.kernel_launch_s
+    host = 3 * (MAMBA_KERNELS_PER_LAYER + (3 if recipe else 0)) * launch
+    if "full_iteration" in graphs:
+        host = 0.0
+    modules = (("layernorm", _mem_s(gpu, cal, act * 2 * n * h / r)),)
+    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, 0.0, tp_f, host, modules)
 
 
 # --- the step -------------------------------------------------------------------------------------
@@ -796,10 +891,19 @@ def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
     """The layer with full attention, and the per-layer average over full and sliding-window layers and over an
     MoE model's MoE and dense layers (its first_k_dense_replace)."""
     keys = ("fwd_s", "bwd_s", "tp_comm_s", "cp_comm_s", "attn_fwd_s", "tp_fwd_comm_s")
+    modules = plan.recomputed_modules
+    if model.is_hybrid:
+        # A hybrid model's mean layer: a rank's layers are priced as that many of it (exact without pipelining).
+        kinds = [(layer_time(model, plan, cluster, cal, kind=k), model.layers_of_kind(k) / model.num_layers)
+                 for k in HYBRID_LAYER_KINDS if model.layers_of_kind(k)]
+        mixed = {k: sum(w * getattr(lt, k) for lt, w in kinds) for k in keys}
+        mixed["selective_s"] = sum(w * lt.recompute_s(modules) for lt, w in kinds)
+        host = sum(w * lt.host_s for lt, w in kinds)
+        full = LayerTime(**{k: mixed[k] for k in keys}, host_s=host)
+        return full, mixed
     full = layer_time(model, plan, cluster, cal)
     windowed = layer_time(model, plan, cluster, cal, windowed=True) if model.sliding_window else full
     win_frac = model.windowed_layer_fraction
-    modules = plan.recomputed_modules
     mixed = {k: (1 - win_frac) * getattr(full, k) + win_frac * getattr(windowed, k) for k in keys}
     mixed["selective_s"] = (1 - win_frac) * full.recompute_s(modules) + win_frac * windowed.recompute_s(modules)
     if model.is_moe and model.dense_layers:

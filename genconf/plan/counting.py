@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from genconf.plan.specs import LORA_TARGETS, ModelSpec
+from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,8 @@ def dense_layer_model(model: ModelSpec) -> ModelSpec:
     import dataclasses
 
     return dataclasses.replace(model, num_experts=0, moe_top_k=0, moe_ffn_hidden_size=None,
-                               moe_shared_expert_intermediate_size=None, first_k_dense_replace=0, mtp_num_layers=0)
+                               moe_shared_expert_intermediate_size=None, first_k_dense_replace=0, mtp_num_layers=0,
+                               hybrid_pattern="")
 
 
 def _attention_tensors(model: ModelSpec, per_head_qk_norm: bool) -> list[ParamTensor]:
@@ -109,17 +110,48 @@ def _attention_tensors(model: ModelSpec, per_head_qk_norm: bool) -> list[ParamTe
     return out
 
 
+def _mamba_tensors(model: ModelSpec) -> list[ParamTensor]:
+    """megatron-core MambaMixer (ssm/mamba_mixer.py; Mamba-2, Dao & Gu 2024, Sec. 7): in_proj makes z and x
+    (d_inner each), B and C (groups x state each) and dt (one per head), column-parallel; a depthwise causal conv
+    over x, B, C; per-head dt_bias, A_log and D; a gated RMSNorm over d_inner; out_proj row-parallel. Every
+    tensor but out_proj's output dimension is split over TP by heads and groups."""
+    h, di, heads = model.hidden_size, model.mamba_inner, model.mamba_num_heads
+    bc = 2 * model.mamba_num_groups * model.mamba_state_dim
+    bias = model.add_bias_linear
+    out = [ParamTensor("mixer.in_proj.weight", (2 * di + bc + heads) * h, True, gemm_weight=True)]
+    if bias:
+        out.append(ParamTensor("mixer.in_proj.bias", 2 * di + bc + heads, True))
+    out += [ParamTensor("mixer.conv1d.weight", (di + bc) * model.mamba_conv_kernel, True),
+            ParamTensor("mixer.conv1d.bias", di + bc, True),
+            ParamTensor("mixer.dt_bias", heads, True), ParamTensor("mixer.A_log", heads, True),
+            ParamTensor("mixer.D", heads, True), ParamTensor("mixer.norm.weight", di, True),
+            ParamTensor("mixer.out_proj.weight", h * di, True, gemm_weight=True)]
+    if bias:
+        out.append(ParamTensor("mixer.out_proj.bias", h, False))
+    return out
+
+
 @functools.lru_cache(maxsize=256)
-def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[ParamTensor, ...]:
+def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False, kind: str = "") -> tuple[ParamTensor, ...]:
     """The parameters of one decoder layer, as megatron-core's GPT layer spec names them (an MoE model's MoE
     layer; its dense layers are dense_layer_model's).
-    per_head_qk_norm: q/k norms one head wide (megatron-core) instead of the full width (OLMo)."""
+    per_head_qk_norm: q/k norms one head wide (megatron-core) instead of the full width (OLMo).
+    kind: a hybrid model's layer symbol (specs.HYBRID_LAYER_KINDS): its pre-norm and one block, M a Mamba-2 mixer,
+    * attention, - a dense MLP of ffn_hidden_size, E the MoE MLP (megatron-core mamba_layer_specs.py)."""
     h = model.hidden_size
     bias = model.add_bias_linear
-    out: list[ParamTensor] = _norm("input_layernorm", h, model)
-    out += _attention_tensors(model, per_head_qk_norm)
-    if model.sandwich_norm:
-        out += _norm("post_attention_layernorm", h, model)
+    if kind == "M":
+        return tuple(_norm("input_layernorm", h, model) + _mamba_tensors(model))
+    out: list[ParamTensor] = []
+    if kind in ("", "*"):
+        out += _norm("input_layernorm", h, model)
+        out += _attention_tensors(model, per_head_qk_norm)
+        if model.sandwich_norm:
+            out += _norm("post_attention_layernorm", h, model)
+    if kind == "*":
+        return tuple(out)
+    if kind == "-" and model.is_moe:
+        model = dense_layer_model(model)
     out += _norm("pre_mlp_layernorm", h, model)
     branches = 2 if model.gated else 1
     if model.is_moe:
@@ -167,7 +199,11 @@ def mtp_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[Param
 
 
 def decoder_layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[tuple[ParamTensor, ...], int]:
-    """(tensors of one layer, how many) for each kind of decoder layer: the MoE layers, then the dense ones."""
+    """(tensors of one layer, how many) for each kind of decoder layer: the MoE layers, then the dense ones; a
+    hybrid model's by symbol."""
+    if model.is_hybrid:
+        return tuple((layer_tensors(model, per_head_qk_norm, k), model.layers_of_kind(k)) for k in HYBRID_LAYER_KINDS
+                     if model.layers_of_kind(k))
     kinds = [(layer_tensors(model, per_head_qk_norm), model.moe_layers or model.num_layers)]
     if model.is_moe and model.dense_layers:
         kinds.append((layer_tensors(dense_layer_model(model), per_head_qk_norm), model.dense_layers))
@@ -252,7 +288,7 @@ def active_param_count(model: ModelSpec) -> int:
     """Parameters a token passes through (MoE: top-k of the experts); the '6N' of FLOP counting."""
     if not model.is_moe:
         return exact_param_count(model)
-    expert = sum(t.numel for t in layer_tensors(model) if t.expert)
+    expert = sum(t.numel for t in layer_tensors(model, kind="E" if model.is_hybrid else "") if t.expert)
     moe_layers = model.moe_layers + model.mtp_num_layers
     return exact_param_count(model) - moe_layers * expert * (model.num_experts - model.moe_top_k) // model.num_experts
 
@@ -272,6 +308,7 @@ def param_breakdown(model: ModelSpec) -> dict[str, int]:
 
     parts = {
         "attention": part(lambda name: name.startswith("self_attention")),
+        "mamba": part(lambda name: name.startswith("mixer")),
         "mlp": part(lambda name: name.startswith("mlp")),
         "norms": (part(lambda name: "layernorm" in name and "self_attention" not in name)
                   + _total(final_norm_tensors(model))),
@@ -280,13 +317,36 @@ def param_breakdown(model: ModelSpec) -> dict[str, int]:
     }
     if model.mtp_num_layers:
         parts["multi_token_prediction"] = _total(mtp_tensors(model))
+    if not model.is_hybrid:
+        del parts["mamba"]
     return parts
 
 
 # --- FLOPs ----------------------------------------------------------------------------------------
 
-def _layer_matmul_macs_per_token(model: ModelSpec) -> int:
-    """Multiply-accumulates per token in one layer's matmuls (routed experts: top-k of them)."""
+def _mamba_macs_per_token(model: ModelSpec) -> int:
+    """One Mamba-2 layer's projections: in_proj h -> 2 d_inner + 2 G N + heads, out_proj d_inner -> h."""
+    di = model.mamba_inner
+    return model.hidden_size * (2 * di + 2 * model.mamba_num_groups * model.mamba_state_dim + model.mamba_num_heads) \
+        + di * model.hidden_size
+
+
+def _layer_matmul_macs_per_token(model: ModelSpec, kind: str = "") -> int:
+    """Multiply-accumulates per token in one layer's matmuls (routed experts: top-k of them); `kind`: one hybrid
+    layer (counting.layer_tensors)."""
+    if kind == "M":
+        return _mamba_macs_per_token(model)
+    if kind in ("*", "-", "E"):
+        whole = _layer_matmul_macs_per_token(dense_layer_model(model) if kind == "-" else model)
+        attention = whole - _layer_matmul_macs_per_token(model, "mlp" if kind != "-" else "mlp-dense")
+        return attention if kind == "*" else whole - attention
+    if kind in ("mlp", "mlp-dense"):
+        m = dense_layer_model(model) if kind == "mlp-dense" else model
+        branches = 3 if m.gated else 2
+        if m.is_moe:
+            return branches * m.hidden_size * (m.moe_ffn_hidden_size * m.moe_top_k
+                                               + (m.moe_shared_expert_intermediate_size or 0))
+        return branches * m.hidden_size * m.ffn_hidden_size
     h, q, kv = model.hidden_size, model.query_width, model.kv_width
     branches = 3 if model.gated else 2
     if model.is_moe:
@@ -305,6 +365,8 @@ def _layer_matmul_macs_per_token(model: ModelSpec) -> int:
 
 def _layers_macs_per_token(model: ModelSpec) -> int:
     """Matmul MACs per token of every decoder layer and multi-token-prediction layer (with its 2h -> h eh_proj)."""
+    if model.is_hybrid:
+        return sum(model.layers_of_kind(k) * _layer_matmul_macs_per_token(model, k) for k in HYBRID_LAYER_KINDS)
     dense = _layer_matmul_macs_per_token(dense_layer_model(model))
     moe = _layer_matmul_macs_per_token(model)
     mtp = model.mtp_num_layers * (moe + 2 * model.hidden_size ** 2)
@@ -314,7 +376,13 @@ def _layers_macs_per_token(model: ModelSpec) -> int:
 def _attention_flops_per_token(model: ModelSpec, seq_length: int) -> int:
     """Forward + backward FLOPs of QK^T and AV in every layer: 6 x s x (query/key + value widths), causal mask
     not halved (12 s a d per layer for a = d heads)."""
-    return (model.num_layers + model.mtp_num_layers) * 6 * seq_length * (model.query_width + model.value_width)
+    return (model.attention_layers + model.mtp_num_layers) * 6 * seq_length * (model.query_width + model.value_width)
+
+
+def ssm_flops_per_token(model: ModelSpec) -> int:
+    """Forward + backward FLOPs of the Mamba-2 layers' state-space scan beyond their projections: Megatron-LM's
+    num_floating_point_operations (training.py, mamba_layer_flops: 7 x d_inner x state per token forward), x 3."""
+    return 3 * model.layers_of_kind("M") * 7 * model.mamba_inner * model.mamba_state_dim
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int, vocab_rows: int | None = None) -> float:
@@ -327,7 +395,7 @@ def model_flops_per_token(model: ModelSpec, seq_length: int, vocab_rows: int | N
     """
     vocab = vocab_rows if vocab_rows is not None else model.vocab_size
     return float(6 * _layers_macs_per_token(model) + _attention_flops_per_token(model, seq_length)
-                 + (1 + model.mtp_num_layers) * 6 * vocab * model.hidden_size)
+                 + ssm_flops_per_token(model) + (1 + model.mtp_num_layers) * 6 * vocab * model.hidden_size)
 
 
 def lora_flops_per_token(model: ModelSpec, seq_length: int, rank: int, vocab_rows: int | None = None,
@@ -351,7 +419,8 @@ def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str,
     no matmul FLOPs).
     """
     if recompute == "full":
-        return float(2 * _layers_macs_per_token(model) + _attention_flops_per_token(model, seq_length) / 3)
+        return float(2 * _layers_macs_per_token(model) + _attention_flops_per_token(model, seq_length) / 3
+                     + ssm_flops_per_token(model) / 3)
     if recompute != "selective":
         return 0.0
     flops = _attention_flops_per_token(model, seq_length) / 3 if "core_attn" in modules else 0.0

@@ -25,8 +25,9 @@ from genconf.plan.counting import (
     output_tensors,
     padded_vocab_size,
 )
-from genconf.plan.pipeline import chunk_layers, dense_layers_on_rank, inflight_chunks, stage_layers
-from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan.pipeline import (chunk_layers, chunk_patterns, dense_layers_on_rank, hybrid_kinds_on_rank,
+                                   inflight_chunks, stage_layers)
+from genconf.plan.specs import HYBRID_LAYER_KINDS, ClusterSpec, ModelSpec, ParallelPlan
 
 GIB = 2**30
 
@@ -136,16 +137,25 @@ def stage_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tup
     """(tensor, how many copies) held by one rank of pipeline stage `stage`."""
     layers = stage_layers(model.num_layers, plan)[stage]
     return _held_tensors(model, plan.framework == "megatron", layers, stage == 0, stage == plan.pp - 1,
-                         vocab_rows(model, plan), dense_layers_on_rank(model, plan, stage))
+                         vocab_rows(model, plan), dense_layers_on_rank(model, plan, stage), _kinds(model, plan, stage))
+
+
+def _kinds(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tuple[str, int], ...]:
+    """A hybrid model's (symbol, layers) on the rank; () for a transformer."""
+    return hybrid_kinds_on_rank(model, plan, stage) if model.is_hybrid else ()
 
 
 @functools.lru_cache(maxsize=16384)
 def _held_tensors(model: ModelSpec, megatron: bool, layers: int, first: bool, last: bool,
-                  rows: int, dense: int = 0) -> tuple[tuple[ParamTensor, int], ...]:
-    """`dense` of the `layers` are an MoE model's dense layers (counting.dense_layer_model)."""
+                  rows: int, dense: int = 0, kinds: tuple[tuple[str, int], ...] = ()) -> tuple[tuple[ParamTensor, int], ...]:
+    """`dense` of the `layers` are an MoE model's dense layers (counting.dense_layer_model); `kinds`: a hybrid
+    model's layers by symbol."""
     if megatron:
         model = as_built_by_megatron(model)
-    held: list[tuple[ParamTensor, int]] = [(t, layers - dense) for t in layer_tensors(model, megatron)] if layers > dense else []
+    if kinds:
+        held = [(t, count) for kind, count in kinds for t in layer_tensors(model, megatron, kind)]
+    else:
+        held = [(t, layers - dense) for t in layer_tensors(model, megatron)] if layers > dense else []
     if dense:
         held += [(t, dense) for t in layer_tensors(dense_layer_model(model), megatron)]
     if first:
@@ -180,15 +190,16 @@ class RankParams:
 def rank_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> RankParams:
     layers = stage_layers(model.num_layers, plan)[stage]
     return _rank_params(model, plan.framework, plan.tp, plan.ep, plan.expert_tp, layers, stage == 0,
-                        stage == plan.pp - 1, vocab_rows(model, plan), dense_layers_on_rank(model, plan, stage))
+                        stage == plan.pp - 1, vocab_rows(model, plan), dense_layers_on_rank(model, plan, stage),
+                        _kinds(model, plan, stage))
 
 
 @functools.lru_cache(maxsize=16384)
 def _rank_params(model: ModelSpec, framework: str, tp: int, ep: int, etp: int, layers: int, first: bool, last: bool,
-                 rows: int, dense_layers: int = 0) -> RankParams:
+                 rows: int, dense_layers: int = 0, kinds: tuple[tuple[str, int], ...] = ()) -> RankParams:
     dense = expert = gemm = 0
     modules: dict[str, int] = {}
-    for tensor, copies in _held_tensors(model, framework == "megatron", layers, first, last, rows, dense_layers):
+    for tensor, copies in _held_tensors(model, framework == "megatron", layers, first, last, rows, dense_layers, kinds):
         numel = tensor.numel_per_rank(tp, ep, etp)
         if tensor.expert:
             expert += numel * copies
@@ -253,14 +264,16 @@ def shard_elements(model: ModelSpec, plan: ParallelPlan, stage: int, *, expert: 
     return sum(-(-sum(n * c for n, c in g) // d) for g in groups)
 
 
-MEGATRON_LAYER_ORDER = ("input_layernorm", "self_attention.linear_proj", "self_attention.linear_qkv",
+MEGATRON_LAYER_ORDER = ("input_layernorm", "mixer.in_proj", "mixer.conv1d", "mixer.dt_bias", "mixer.A_log", "mixer.D",
+                        "mixer.norm", "mixer.out_proj", "self_attention.linear_proj", "self_attention.linear_qkv",
                         "self_attention.linear_q_proj", "self_attention.linear_q_down_proj",
                         "self_attention.linear_q_up_proj", "self_attention.linear_kv_down_proj",
                         "self_attention.linear_kv_up_proj", "self_attention.q_layernorm", "self_attention.kv_layernorm",
                         "self_attention.k_layernorm", "pre_mlp_layernorm",
                         "mlp.router", "mlp.experts", "mlp.shared_experts", "mlp.linear_fc1", "mlp.linear_fc2")
 """Module registration order inside a megatron-core TransformerLayer (Attention builds linear_proj before
-SelfAttention adds linear_qkv): the order of model.parameters(), which the gradient buffer walks backwards."""
+SelfAttention adds linear_qkv; MambaMixer builds in_proj, conv1d, dt_bias, A_log, D, norm, out_proj): the order of
+model.parameters(), which the gradient buffer walks backwards."""
 
 
 def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, expert: bool) -> int:
@@ -274,15 +287,15 @@ def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, ex
         dense -= dense_chunks[-1]
     return _megatron_shard_cached(model, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, chunks,
                                   stage == 0, stage == plan.pp - 1, vocab_rows(model, plan), d, expert,
-                                  tuple(dense_chunks))
+                                  tuple(dense_chunks), chunk_patterns(model, plan, stage) if model.is_hybrid else ())
 
 
 @functools.lru_cache(maxsize=1024)
 def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int,
-                 expert: bool) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], int]:
+                 expert: bool, kind: str = "") -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], int]:
     """One layer as the gradient buffer lays it out (walking backwards) from a 64-aligned start: its tensors'
     elements, the alignment gaps inside it, and where its last parameter ends."""
-    layer = sorted(layer_tensors(model, True),
+    layer = sorted(layer_tensors(model, True, kind),
                    key=lambda t: next(i for i, m in enumerate(MEGATRON_LAYER_ORDER) if t.name.startswith(m)))
     block = list(reversed([t.numel_per_rank(tp, ep, etp) for t in layer if t.expert == expert]))
     gaps, end = [], 0
@@ -297,10 +310,12 @@ def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int,
 @functools.lru_cache(maxsize=4096)
 def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int, vp: int, chunks: tuple[int, ...],
                            first: bool, last: bool, rows: int, d: int, expert: bool,
-                           dense_chunks: tuple[int, ...] = ()) -> int:
+                           dense_chunks: tuple[int, ...] = (), chunk_kinds: tuple[str, ...] = ()) -> int:
     megatron_model = as_built_by_megatron(model)
     blocks = {False: _layer_block(megatron_model, tp, ep, etp, expert),
               True: _layer_block(dense_layer_model(megatron_model), tp, ep, etp, expert)}
+    if chunk_kinds:  # a hybrid model: one block per layer symbol
+        blocks |= {k: _layer_block(megatron_model, tp, ep, etp, expert, k) for k in set("".join(chunk_kinds))}
     shared = (model.tie_embeddings or model.mtp_num_layers > 0) and pp > 1
     align_end = math.lcm(d, 128)
     bucket_size = max(40_000_000, 1_000_000 * d)  # DistributedDataParallel's default with the distributed optimizer
@@ -323,7 +338,10 @@ def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int
         if not expert and first and chunk == 0:
             tail += [(t.numel_per_rank(tp, ep), shared and "word" in t.name)
                      for t in reversed(embedding_tensors(megatron_model, rows))]
-        if not head and not tail and not (layers and (blocks[False][0] or (dense and blocks[True][0]))):
+        # Walking backwards: the chunk's MoE layers, then its dense ones (the model's first layers); a hybrid
+        # model's layers from its last symbol back.
+        order = list(reversed(chunk_kinds[chunk])) if chunk_kinds else [False] * (layers - dense) + [True] * dense
+        if not head and not tail and not any(blocks[k][0] for k in set(order)):
             continue
         gaps: list[tuple[int, int, int]] = []  # (start, end, bucket) of padding
         buckets: list[tuple[int, int]] = []
@@ -348,9 +366,8 @@ def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int
 
         for numel, own in head:
             place(numel, own)
-        # Walking backwards: the chunk's MoE layers, then its dense ones (the model's first layers).
-        for is_dense in [False] * (layers - dense) + [True] * dense:
-            block, block_gaps, block_end = blocks[is_dense]
+        for kind in order:
+            block, block_gaps, block_end = blocks[kind]
             if not block:
                 continue
             aligned = _ceil_to(start, 64)
@@ -589,17 +606,22 @@ def lora_rank_params(model: ModelSpec, plan: ParallelPlan, layers: int) -> int:
     return layers * sum(t.numel_per_rank(plan.tp) for t in adapters)
 
 
-def rank_params_block(model: ModelSpec, plan: ParallelPlan, *, dense: bool = False) -> int:
-    """Parameters of one transformer block on one rank (dense: one of an MoE model's dense layers)."""
+def rank_params_block(model: ModelSpec, plan: ParallelPlan, *, dense: bool = False, kind: str = "") -> int:
+    """Parameters of one transformer block on one rank (dense: one of an MoE model's dense layers; kind: one of a
+    hybrid model's layers; a hybrid model's largest layer when neither is given)."""
     megatron = plan.framework == "megatron"
     spec = as_built_by_megatron(model) if megatron else model
     if dense:
         spec = dense_layer_model(spec)
-    return sum(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp) for t in layer_tensors(spec, megatron))
+    if model.is_hybrid and not kind:
+        return max(rank_params_block(model, plan, kind=k) for k in HYBRID_LAYER_KINDS if model.layers_of_kind(k))
+    return sum(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp) for t in layer_tensors(spec, megatron, kind))
 
 
 def _root_params(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int, stage: int) -> int:
     """A rank's parameters outside its decoder layers (embedding, final norm, output layer, MTP layers)."""
+    if model.is_hybrid:
+        return rp.total - sum(count * rank_params_block(model, plan, kind=kind) for kind, count in _kinds(model, plan, stage))
     dense = dense_layers_on_rank(model, plan, stage)
     return rp.total - (layers - dense) * rank_params_block(model, plan) - dense * rank_params_block(model, plan, dense=True)
 
@@ -683,7 +705,8 @@ def _mlp_terms(model: ModelSpec, d: _Dims, spec: str) -> list[tuple[str, float]]
     return terms
 
 
-def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None) -> list[tuple[str, float]]:
+def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None,
+                           kind: str = "") -> list[tuple[str, float]]:
     """Bytes one transformer layer saves for backward, per micro-batch, on one GPU, named term by term.
 
     `te`: Transformer Engine fused LayerNorm+Linear and flash attention: no s^2 tensor; q, k, v, the
@@ -694,14 +717,24 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     bf16 copy (7 a s^2 b bytes with attention dropout instead of Korthikanti's 5), K and V are expanded to
     every head before the matmuls, RoPE copies q and k, and unfused SwiGLU keeps five ffn-wide tensors.
     Dropout masks are 1 byte per element and norm statistics fp32, as the CUDA kernels keep them.
+    kind: one of a hybrid model's layers (specs.HYBRID_LAYER_KINDS); a hybrid model's mean layer when not given.
     """
     recompute = plan.recompute if recompute is None else recompute
+    if model.is_hybrid and not kind:
+        # The mean of its layers: a rank's layers are priced as that many of it (exact without pipelining).
+        return [(f"{HYBRID_LAYER_KINDS[k]} layers: {name}", b * model.layers_of_kind(k) / model.num_layers)
+                for k in HYBRID_LAYER_KINDS if model.layers_of_kind(k)
+                for name, b in layer_activation_terms(model, plan, recompute=recompute, kind=k)]
+    if kind == "-" and model.is_moe:
+        model = dense_layer_model(model)
     d = _dims(model, plan)
     n, t, r, e = d.n, d.t, d.r, d.e
     if recompute == "full":
         return [("layer input (full recompute)", e * n * d.h / r)]
     spec = plan.layer_spec
     hidden_mask = [("dropout mask", 1.0 * n * d.h / r)] if model.hidden_dropout > 0 else []
+    if kind == "M":
+        return _mamba_terms(model, d) + hidden_mask
     terms: list[tuple[str, float]] = _norm_terms(model, d, "input norm")
     terms.append(("qkv input" if not model.mla else "q/kv down-projection input", d.g * n * d.h / r))
     if model.mla:
@@ -731,6 +764,10 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     if sandwich:
         terms += _norm_terms(model, d, "post-attention norm")
     terms += hidden_mask
+    if kind == "*":
+        return _drop_recomputed(terms, plan.recomputed_modules, model, d) if recompute == "selective" else terms
+    if kind in ("-", "E"):
+        terms = []
     terms += _norm_terms(model, d, "pre-mlp norm")
     mlp = _mlp_terms(model, d, spec)
     if recompute == "selective" and "mlp" in plan.recomputed_modules and not model.is_moe:
@@ -743,6 +780,23 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     if recompute == "selective":
         terms = _drop_recomputed(terms, plan.recomputed_modules, model, d)
     return terms
+
+
+def _mamba_terms(model: ModelSpec, d: _Dims) -> list[tuple[str, float]]:
+    """One Mamba-2 layer under megatron-core's memory-efficient path (MambaMixer._ssm_training): in_proj (TE
+    LayerNormLinear) keeps the layer input and its norm's output; mamba_ssm's mamba_split_conv1d_scan_combined keeps
+    the whole in_proj output (z, x, B, C, dt) and the ungated scan output, recomputing the convolution in backward
+    (ssd_combined.py MambaSplitConv1dScanCombinedFn: save_for_backward(zxbcdt, ..., out_x, ...)); the gated RMSNorm
+    keeps its input and fp32 rstd per group; out_proj its input."""
+    n, t, e = d.n, d.t, d.e
+    di, heads, groups = model.mamba_inner, model.mamba_num_heads, model.mamba_num_groups
+    in_width = 2 * di + 2 * groups * model.mamba_state_dim + heads
+    return _norm_terms(model, d, "input norm") + [
+        ("in_proj input", d.g * n * d.h / d.r),
+        ("in_proj output (z, x, B, C, dt)", e * n * in_width / t),
+        ("scan output", e * n * di / t),
+        ("gated norm input", e * n * di / t), ("gated norm statistics (fp32)", 4.0 * n * groups / t),
+        ("out_proj input", d.g * n * di / t)]
 
 
 _RECOMPUTE_DROPS = {

@@ -6,7 +6,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from genconf.plan.specs import ModelSpec, ParallelPlan
+from genconf.plan.specs import HYBRID_LAYER_KINDS, ModelSpec, ParallelPlan
 
 MAX_LAYOUT_STAGES = 16_384
 """Virtual stages a layout string may unroll to (pp x vp; limits.py caps vp at 16,384 too)."""
@@ -183,7 +183,7 @@ def chunk_layers(num_layers: int, plan: ParallelPlan, stage: int) -> tuple[int, 
 def dense_layers_on_rank(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
     """How many of an MoE model's first_k_dense_replace dense layers pipeline rank `stage` holds: layers fill the
     virtual stages in order (virtual stage chunk * pp + rank), so the dense ones sit on the earliest."""
-    k = model.dense_layers if model.is_moe else 0
+    k = model.dense_layers if model.is_moe and not model.is_hybrid else 0
     if not k:
         return 0
     pp, vp = plan.pp, plan.vp
@@ -196,6 +196,28 @@ def dense_layers_on_rank(model: ModelSpec, plan: ParallelPlan, stage: int) -> in
                 held += max(0, min(k, start + count) - start)
             start += count
     return held
+
+
+def chunk_patterns(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[str, ...]:
+    """A hybrid model's layers (hybrid_pattern symbols) in each of rank `stage`'s model chunks: megatron-core
+    cuts the pattern into contiguous runs, one per virtual stage in order chunk * pp + rank (MambaStack's layer
+    offset, as get_transformer_layer_offset)."""
+    pp, vp = plan.pp, plan.vp
+    virtual = [chunk_layers(model.num_layers, plan, rank) for rank in range(pp)]
+    start, out = 0, []
+    for chunk in range(vp):
+        for rank in range(pp):
+            count = virtual[rank][chunk]
+            if rank == stage:
+                out.append(model.hybrid_pattern[start:start + count])
+            start += count
+    return tuple(out)
+
+
+def hybrid_kinds_on_rank(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tuple[str, int], ...]:
+    """(symbol, layers) a hybrid model's pipeline rank `stage` holds, in HYBRID_LAYER_KINDS order."""
+    held = "".join(chunk_patterns(model, plan, stage))
+    return tuple((k, held.count(k)) for k in HYBRID_LAYER_KINDS if held.count(k))
 
 
 def inflight_chunks(plan: ParallelPlan, stage: int) -> int:

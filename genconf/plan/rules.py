@@ -222,7 +222,9 @@ def _cuda_graphs(c: Context) -> str | None:
         return "--cuda-graph-scope moe_preprocess needs moe_router beside it (megatron-core)"
     if scope & {"moe_router", "moe_preprocess"} and not c.model.is_moe:
         return f"--cuda-graph-scope moe_router/moe_preprocess capture MoE routing; {c.model.name} has no experts"
-    if "mlp" in scope and c.model.is_moe:
+    if "mamba" in scope and not c.model.is_hybrid:
+        return f"--cuda-graph-scope mamba captures Mamba layers; {c.model.name} has none"
+    if "mlp" in scope and c.model.is_moe and not (c.model.is_hybrid and c.model.dense_layers):
         return f"--cuda-graph-scope mlp captures dense MLPs; every layer of {c.model.name} is MoE (use moe_router)"
     if p.recompute == "full" and scope != {"full_iteration"}:
         return ("full recompute runs under CUDA graphs only with --cuda-graph-scope full_iteration (megatron-core); "
@@ -451,18 +453,48 @@ def architecture_conflict(model, framework: str | None, layer_spec: str | None =
     parts = [name for name, on in (("multi-head latent attention", model.mla),
                                    ("shared experts", bool(model.moe_shared_expert_intermediate_size)),
                                    ("dense first layers", bool(model.is_moe and model.first_k_dense_replace)),
-                                   ("multi-token prediction", bool(model.mtp_num_layers))) if on]
+                                   ("multi-token prediction", bool(model.mtp_num_layers)),
+                                   ("Mamba-2 layers", model.is_hybrid)) if on]
     if not parts:
         return None
     if framework not in (None, "megatron"):
         return f"{model.name} has {', '.join(parts)}: megatron-core builds these, genconf's {framework} model does not"
     if layer_spec == "local" and model.mla:
         return f"{model.name} has multi-head latent attention: genconf prices it with Transformer Engine layers (--layer-spec te)"
+    if layer_spec == "local" and model.is_hybrid:
+        return f"{model.name} is a hybrid Mamba model: megatron-core's mamba_stack_spec is Transformer Engine's (--layer-spec te)"
+    return None
+
+
+def hybrid_conflict(model, plan) -> str | None:
+    """What megatron-core 0.16.1's MambaStack and MambaMixer accept of a plan (ssm/mamba_block.py,
+    mamba_mixer.py, mamba_context_parallel.py), and what genconf prices of them."""
+    if not model.is_hybrid:
+        return None
+    heads, groups, tp, cp = model.mamba_num_heads, model.mamba_num_groups, plan.tp, plan.cp
+    if heads % tp or groups % tp:
+        common = [d for d in _divisors(heads) if groups % d == 0]
+        return (f"tp ({tp}) must divide the Mamba heads ({heads}) and groups ({groups}) (megatron-core MambaMixer); "
+                f"nearest: tp={_nearest(tp, common)}")
+    if cp > 1 and ((heads // tp) % cp or ((groups // tp) % cp and cp % (groups // tp))):
+        return (f"cp ({cp}) must divide the Mamba heads per TP rank ({heads // tp}), and divide or be a multiple of "
+                f"the groups per TP rank ({groups // tp}) (megatron-core mamba_context_parallel.py)")
+    if plan.vp > 1:
+        return "megatron-core's MambaStack has no interleaved pipeline: set --vp 1"
+    if plan.pp_layout is not None or plan.pp_embedding_as_layer or plan.pp_loss_as_layer:
+        return ("a hybrid model's pattern is split evenly over the stages or with first/last stage layers "
+                "(megatron-core MambaStack): no pipeline layout and no embedding/loss counted as layers")
+    if plan.recompute == "full":
+        return "megatron-core's MambaStack has no full activation recompute: use --recompute selective or none"
+    if plan.megatron_fsdp or plan.lora_rank or plan.offload_activation_layers:
+        return "genconf plans hybrid Mamba models without Megatron-FSDP, LoRA or activation offload"
+    if model.dense_layers and model.ffn_hidden_size % tp:
+        return f"tp ({tp}) must divide ffn_hidden_size ({model.ffn_hidden_size}) of the MLP layers"
     return None
 
 
 def _architecture(c: Context) -> str | None:
-    conflict = architecture_conflict(c.model, c.plan.framework, c.plan.layer_spec)
+    conflict = architecture_conflict(c.model, c.plan.framework, c.plan.layer_spec) or hybrid_conflict(c.model, c.plan)
     if conflict:
         return conflict
     if c.plan.pp_layout is not None and c.plan.pp > 1:
@@ -513,7 +545,7 @@ RULES: tuple[Rule, ...] = (
     Rule("fused_loss", ERROR, "the fused cross entropy is for the DeepSpeed/FSDP model", _fused_loss),
     Rule("precision", ERROR, "the precision runs on this GPU and framework", _precision),
     Rule("lora", ERROR, "LoRA: megatron, a dense model, no Megatron-FSDP", _lora),
-    Rule("architecture", ERROR, "MLA, shared experts, dense first layers and MTP: megatron with TE layers",
+    Rule("architecture", ERROR, "MLA, shared experts, dense first layers, MTP and Mamba: megatron with TE layers",
          _architecture),
     Rule("pipeline_bubble", WARNING, "at least as many micro-batches as stages", _pipeline_microbatches),
 )

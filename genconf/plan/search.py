@@ -27,7 +27,7 @@ from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import layout_vp, parse_layout
-from genconf.plan.specs import LORA_TARGETS, ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, ModelSpec, ParallelPlan
 
 MAX_BATCH_GROWTH = 1.5
 """Without --global-batch, a candidate may round the batch up to 1.5x the default (genconf.plan.batch), not more."""
@@ -269,7 +269,8 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
     for framework in frameworks:
         if framework == "megatron":
             tps = [pins.tp] if pins.tp else [t for t in divisors(domain) if model.num_attention_heads % t == 0
-                                               and model.num_query_groups % t == 0]
+                                               and model.num_query_groups % t == 0 and (not model.is_hybrid or (
+                                                   model.mamba_num_heads % t == 0 and model.mamba_num_groups % t == 0))]
             cps = _cp_options(pins, seq)
         else:
             tps, cps = [pins.tp or 1], [pins.cp or 1]
@@ -297,9 +298,11 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                                                      ("pp_last_stage_layers", pins.pp_last_stage_layers)) if v}]
                     else:
                         splits = _split_options(model.num_layers, pp) or [{}]
+                        if model.is_hybrid:  # MambaStack: an even split or first/last stage layers (rules.hybrid_conflict)
+                            splits = [x for x in splits if not x.get("pp_embedding_as_layer")] or [{}]
                     for split in splits:
                         # A pinned --vp that disagrees with a layout's stages is for the rules to name (pipeline_split).
-                        vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, pp, split)
+                        vps = [pins.vp] if pins.vp else [1] if model.is_hybrid else _vp_options(model.num_layers, pp, split)
                         if framework == "megatron":
                             # The distributed optimizer moves the same bytes as DDP's all-reduce (reduce-scatter +
                             # all-gather) and holds less: DDP (0) only where there is nothing to shard over (there the
@@ -409,15 +412,20 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
     the ranking are never evaluated in full."""
     megatron = layout.framework == "megatron"
     quant = "nvfp4" if pins.precision == "fp4" else ((pins.fp8_recipe or "current") if pins.precision == "fp8" else None)
-    try:
-        lt = _layer_time(model, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
-                         quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels, layout.zero), False,
-                         cluster, cal, False, layout.etp, attention="auto" if megatron else pins.attention_kernel,
-                         lora=pins.lora_rank if megatron else 0, lora_targets=pins.lora_targets)
-    except (ValueError, ZeroDivisionError):
-        return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
-    selective = lt.recompute_s(pins.recompute_modules or ("core_attn",))
-    per_layer = lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": selective}.get(recompute, lt.fwd_s)
+    # A hybrid model's mean layer (cost._mixed_layer); a transformer's layer.
+    kinds = [(k, model.layers_of_kind(k) / model.num_layers) for k in HYBRID_LAYER_KINDS
+             if model.layers_of_kind(k)] if model.is_hybrid else [("", 1.0)]
+    per_layer = 0.0
+    for kind, share in kinds:
+        try:
+            lt = _layer_time(model, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
+                             quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels, layout.zero),
+                             False, cluster, cal, False, layout.etp, attention="auto" if megatron else pins.attention_kernel,
+                             lora=pins.lora_rank if megatron else 0, lora_targets=pins.lora_targets, kind=kind)
+        except (ValueError, ZeroDivisionError):
+            return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
+        selective = lt.recompute_s(pins.recompute_modules or ("core_attn",))
+        per_layer += share * (lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": selective}.get(recompute, lt.fwd_s))
     layers = -(-model.num_layers // layout.pp)
     dict_split = dict(layout.split)
     if dict_split.get("pp_first_stage_layers") or dict_split.get("pp_last_stage_layers"):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-ACTIVATIONS = ("gelu", "swiglu")
+ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
 NORMALIZATIONS = ("layernorm", "rmsnorm", "nonparametric")
-POSITION_EMBEDDINGS = ("learned", "rope")
+POSITION_EMBEDDINGS = ("learned", "rope", "none")
 FRAMEWORKS = ("megatron", "deepspeed", "fsdp")
 LR_DECAYS = ("cosine", "linear", "constant")
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
@@ -29,11 +29,14 @@ GRAD_DTYPES = ("fp32", "bf16")
 LAYER_SPECS = ("te", "local")
 ATTENTION_KERNELS = ("auto", "cudnn", "flash2", "triton")
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
-CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
-"""megatron-core 0.16.1's CudaGraphScope names (transformer/enums.py) less mamba, which genconf does not model."""
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
+"""megatron-core 0.16.1's CudaGraphScope names (transformer/enums.py)."""
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 """MoE token dispatchers genconf prices: megatron's alltoall, and its flex dispatcher's two backends (megatron-core
 0.16.1 moe_token_dispatcher_type / moe_flex_dispatcher_backend)."""
+HYBRID_LAYER_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+"""megatron-core's hybrid_override_pattern symbols (ssm/mamba_hybrid_layer_allocation.py Symbols) genconf prices: a
+Mamba-2 mixer, self-attention, an MLP and a MoE MLP, each a layer of its own with its own pre-norm."""
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 ARCHS = ("ampere", "hopper", "blackwell")
 
@@ -80,13 +83,13 @@ class ModelSpec:
     kv_channels: int | None = None
     """Head dimension d. None = hidden_size / num_attention_heads."""
     activation: str = "gelu"
-    """gelu | swiglu."""
+    """gelu | swiglu | squared_relu (relu(x)^2, not gated: Primer, So et al. 2021; Nemotron-H)."""
     normalization: str = "layernorm"
     """layernorm | rmsnorm (weight only) | nonparametric (no parameters, OLMo-1)."""
     norm_bias: bool | None = None
     """LayerNorm has a bias. None = true for layernorm; OLMo's Kempner configs use weight-only LayerNorm."""
     position_embedding: str = "learned"
-    """learned (seq_length x h table) | rope (no parameters)."""
+    """learned (seq_length x h table) | rope (no parameters) | none (Nemotron-H: the Mamba layers carry position)."""
     tie_embeddings: bool = True
     """Output layer shares the input embedding matrix."""
     add_bias_linear: bool = True
@@ -137,6 +140,20 @@ class ModelSpec:
     mtp_num_layers: int = 0
     """Multi-token prediction layers after the decoder (DeepSeek-V3 Sec. 2.2; megatron-core mtp_num_layers),
     on the last pipeline stage with a copy of the embedding. 0 = none."""
+    hybrid_pattern: str = ""
+    """Hybrid Mamba models (Nemotron-H, Nemotron 3): one symbol per layer, megatron-core's hybrid_override_pattern
+    (HYBRID_LAYER_KINDS: M Mamba-2, * attention, - MLP, E MoE), so num_layers = len(pattern). Empty: every layer
+    is attention + MLP."""
+    mamba_state_dim: int = 128
+    """Mamba-2 SSM state size N per head (megatron-core mamba_state_dim)."""
+    mamba_head_dim: int = 64
+    """Mamba-2 head dimension P (mamba_head_dim)."""
+    mamba_num_groups: int = 8
+    """B/C groups G shared by the heads (mamba_num_groups)."""
+    mamba_num_heads: int | None = None
+    """Mamba-2 heads; None = 2 h / mamba_head_dim (megatron-core's default expand of 2)."""
+    mamba_conv_kernel: int = 4
+    """Depthwise causal convolution width (MambaMixer d_conv)."""
     source: str = ""
     """Where the numbers come from (checkpoint config or paper table)."""
 
@@ -210,9 +227,52 @@ class ModelSpec:
                 raise ValueError(f"ModelSpec {self.name}: {name} must be >= 0, got {value!r}")
         if not self.num_experts and (self.moe_shared_expert_intermediate_size or self.first_k_dense_replace):
             raise ValueError(f"ModelSpec {self.name}: shared experts and first_k_dense_replace need num_experts")
+        if self.mamba_num_heads is None:
+            object.__setattr__(self, "mamba_num_heads", 2 * self.hidden_size // self.mamba_head_dim)
+        _positive(self, "mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads", "mamba_conv_kernel")
+        if self.hybrid_pattern:
+            self._check_hybrid()
         if self.first_k_dense_replace >= self.num_layers and self.num_experts:
             raise ValueError(f"ModelSpec {self.name}: first_k_dense_replace ({self.first_k_dense_replace}) leaves "
                              f"no MoE layer of {self.num_layers}")
+
+    def _check_hybrid(self) -> None:
+        pattern = self.hybrid_pattern
+        if not isinstance(pattern, str) or set(pattern) - set(HYBRID_LAYER_KINDS):
+            raise ValueError(f"ModelSpec {self.name}: hybrid_pattern may hold only {' '.join(HYBRID_LAYER_KINDS)} "
+                             f"(megatron-core hybrid_override_pattern), got {pattern!r}")
+        if len(pattern) != self.num_layers:
+            raise ValueError(f"ModelSpec {self.name}: hybrid_pattern has {len(pattern)} layers, num_layers is "
+                             f"{self.num_layers}")
+        if ("E" in pattern) != self.is_moe:
+            raise ValueError(f"ModelSpec {self.name}: a hybrid model has MoE layers (E) exactly when num_experts is set")
+        if self.mla or self.first_k_dense_replace or self.mtp_num_layers or self.sliding_window or self.sandwich_norm:
+            raise ValueError(f"ModelSpec {self.name}: genconf's hybrid models have no MLA, first_k_dense_replace, "
+                             f"multi-token prediction, sliding window or sandwich norms")
+        if self.mamba_num_heads % self.mamba_num_groups:
+            raise ValueError(f"ModelSpec {self.name}: mamba_num_heads ({self.mamba_num_heads}) must be a multiple of "
+                             f"mamba_num_groups ({self.mamba_num_groups})")
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Mamba-2 / attention / MLP layers in a pattern (Nemotron-H)."""
+        return bool(self.hybrid_pattern)
+
+    def layers_of_kind(self, kind: str) -> int:
+        """Layers of one HYBRID_LAYER_KINDS symbol ('M', '*', '-', 'E'); a transformer layer is '*' and '-' or 'E'."""
+        if self.is_hybrid:
+            return self.hybrid_pattern.count(kind)
+        return {"M": 0, "*": self.num_layers, "-": self.num_layers - self.moe_layers, "E": self.moe_layers}[kind]
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with self-attention: every layer, or a hybrid model's '*' layers."""
+        return self.layers_of_kind("*")
+
+    @property
+    def mamba_inner(self) -> int:
+        """Mamba-2 inner width d_inner = heads x head dimension."""
+        return self.mamba_num_heads * self.mamba_head_dim
 
     @property
     def mla(self) -> bool:
@@ -233,11 +293,16 @@ class ModelSpec:
 
     @property
     def moe_layers(self) -> int:
-        """Layers with a routed-expert MLP (the rest, first_k_dense_replace of them, are dense)."""
+        """Layers with a routed-expert MLP (the rest, first_k_dense_replace of them, are dense; a hybrid model's E)."""
+        if self.hybrid_pattern:
+            return self.hybrid_pattern.count("E")
         return self.num_layers - self.first_k_dense_replace if self.is_moe else 0
 
     @property
     def dense_layers(self) -> int:
+        """Layers with a dense MLP: a transformer's non-MoE layers, a hybrid model's '-' layers."""
+        if self.hybrid_pattern:
+            return self.hybrid_pattern.count("-")
         return self.num_layers - self.moe_layers
 
     @property

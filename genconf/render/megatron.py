@@ -50,12 +50,17 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--num-query-groups": (INT, ()),
     "--position-embedding-type": (STR, ("learned_absolute", "rope", "mrope", "relative", "none")),
     "--rotary-base": (INT, ()), "--normalization": (STR, ("LayerNorm", "RMSNorm")), "--norm-epsilon": (FLOAT, ()),
-    "--swiglu": (SWITCH, ()), "--disable-bias-linear": (SWITCH, ()), "--add-qkv-bias": (SWITCH, ()),
+    "--swiglu": (SWITCH, ()), "--squared-relu": (SWITCH, ()), "--disable-bias-linear": (SWITCH, ()), "--add-qkv-bias": (SWITCH, ()),
     "--untie-embeddings-and-output-weights": (SWITCH, ()), "--qk-layernorm": (SWITCH, ()),
     "--hidden-dropout": (FLOAT, ()), "--attention-dropout": (FLOAT, ()),
     "--make-vocab-size-divisible-by": (INT, ()),
     "--attention-backend": (STR, ("flash", "fused", "unfused", "local", "auto")), "--use-flash-attn": (SWITCH, ()),
     "--window-size": (STR, ()), "--window-attn-skip-freq": (INT, ()),
+    # hybrid Mamba models (Megatron-LM core_v0.16.1 arguments.py: --spec, --hybrid-override-pattern; the --is-hybrid-model
+    # and --mamba-* flags are generated from TransformerConfig's fields)
+    "--spec": (LIST, ()), "--hybrid-override-pattern": (STR, ()), "--is-hybrid-model": (SWITCH, ()),
+    "--mamba-state-dim": (INT, ()), "--mamba-head-dim": (INT, ()), "--mamba-num-groups": (INT, ()),
+    "--mamba-num-heads": (INT, ()),
     # mixture of experts
     "--num-experts": (INT, ()), "--moe-router-topk": (INT, ()), "--moe-ffn-hidden-size": (INT, ()),
     "--moe-shared-expert-intermediate-size": (INT, ()), "--moe-layer-freq": (STR, ()), "--mtp-num-layers": (INT, ()),
@@ -173,6 +178,16 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("# LayerNorm with weight and bias, and per-head q/k norms (genconf's memory model counts what it builds)")
     if model.sandwich_norm:
         add("# megatron-core has no post-sublayer (sandwich) norms: it builds two norms per layer, not four")
+    if model.is_hybrid:
+        add("# hybrid Mamba-2 model: train with Megatron-LM's pretrain_mamba.py (needs mamba_ssm and causal-conv1d);")
+        add("# one pattern symbol per layer: M Mamba-2, * attention, - MLP, E MoE")
+        add("--spec", "megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec")
+        add("--is-hybrid-model")
+        add("--hybrid-override-pattern", model.hybrid_pattern)
+        add("--mamba-state-dim", model.mamba_state_dim)
+        add("--mamba-head-dim", model.mamba_head_dim)
+        add("--mamba-num-groups", model.mamba_num_groups)
+        add("--mamba-num-heads", model.mamba_num_heads)
     add("--num-layers", model.num_layers)
     add("--hidden-size", model.hidden_size)
     add("--ffn-hidden-size", model.ffn_hidden_size)
@@ -191,12 +206,14 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     if model.num_query_groups != model.num_attention_heads:
         add("--group-query-attention")
         add("--num-query-groups", model.num_query_groups)
-    add("--position-embedding-type", "rope" if model.position_embedding == "rope" else "learned_absolute")
+    add("--position-embedding-type", {"rope": "rope", "none": "none"}.get(model.position_embedding, "learned_absolute"))
     if model.normalization == "nonparametric":
         add("# OLMo-1's non-parametric LayerNorm has no Megatron switch: LayerNorm (with weight) is the nearest")
     add("--normalization", "RMSNorm" if model.normalization == "rmsnorm" else "LayerNorm")
     if model.gated:
         add("--swiglu")
+    if model.activation == "squared_relu":
+        add("--squared-relu")
     if not model.add_bias_linear:
         add("--disable-bias-linear")
         if model.add_qkv_bias:
@@ -354,7 +371,8 @@ def _window(text: object) -> tuple[int, int] | None:
 def megatron_config_kwargs(values: dict[str, object]) -> dict:
     """megatron-core TransformerConfig keyword arguments for parsed Megatron-LM arguments, the way
     Megatron-LM's core_transformer_config_from_args builds them (MEGATRON_LM_SOURCE). Pure values: dtypes are
-    names ('bfloat16', 'float16', 'float32') and activation_func is 'silu' or 'gelu' for the caller to map."""
+    names ('bfloat16', 'float16', 'float32') and activation_func is 'silu', 'gelu' or 'squared_relu' for the caller to
+    map."""
     heads, hidden = int(values.get("--num-attention-heads")), int(values.get("--hidden-size"))
     swiglu = "--swiglu" in values
     dtype = megatron_dtype(values)
@@ -368,7 +386,8 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
         "hidden_dropout": values.get("--hidden-dropout", 0.1), "attention_dropout": values.get("--attention-dropout", 0.1),
         "add_bias_linear": "--disable-bias-linear" not in values, "add_qkv_bias": "--add-qkv-bias" in values,
         "gated_linear_unit": swiglu,
-        "activation_func": "silu" if swiglu else "gelu", "normalization": values.get("--normalization", "LayerNorm"),
+        "activation_func": "silu" if swiglu else "squared_relu" if "--squared-relu" in values else "gelu",
+        "normalization": values.get("--normalization", "LayerNorm"),
         "layernorm_epsilon": values.get("--norm-epsilon", 1e-5), "qk_layernorm": "--qk-layernorm" in values,
         "init_method_std": values.get("--init-method-std", 0.02),
         "tensor_model_parallel_size": values.get("--tensor-model-parallel-size", 1),
@@ -404,6 +423,10 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
                 "window_size": _window(values.get("--window-size")),
                 "window_attn_skip_freq": values.get("--window-attn-skip-freq")}
     kw.update({k: v for k, v in optional.items() if v})
+    if "--is-hybrid-model" in values:
+        kw.update(is_hybrid_model=True, mamba_state_dim=values.get("--mamba-state-dim", 128),
+                  mamba_head_dim=values.get("--mamba-head-dim", 64), mamba_num_groups=values.get("--mamba-num-groups", 8),
+                  mamba_num_heads=values.get("--mamba-num-heads"))
     if "--num-experts" in values:
         kw.update(num_moe_experts=values.get("--num-experts"), moe_router_topk=values.get("--moe-router-topk", 2),
                   moe_ffn_hidden_size=values.get("--moe-ffn-hidden-size") or ffn,
@@ -440,6 +463,15 @@ def _mla_fields(values: dict[str, object], model: ModelSpec) -> dict:
                 qk_pos_emb_head_dim=g("--qk-pos-emb-head-dim"), v_head_dim=g("--v-head-dim"))
 
 
+def _hybrid_fields(values: dict[str, object], model: ModelSpec) -> dict:
+    if "--hybrid-override-pattern" not in values:
+        return dict(hybrid_pattern="")
+    g = lambda flag, default: int(values[flag]) if values.get(flag) is not None else default  # noqa: E731
+    return dict(hybrid_pattern=str(values["--hybrid-override-pattern"]), mamba_state_dim=g("--mamba-state-dim", 128),
+                mamba_head_dim=g("--mamba-head-dim", 64), mamba_num_groups=g("--mamba-num-groups", 8),
+                mamba_num_heads=g("--mamba-num-heads", None))
+
+
 def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) -> tuple[ModelSpec, ParallelPlan]:
     """The model and ParallelPlan a set of Megatron arguments describes (ValueError if there is none)."""
     g = lambda flag, default=None: values.get(flag, default)  # noqa: E731
@@ -456,7 +488,9 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
             "--moe-shared-expert-intermediate-size") else None,
         first_k_dense_replace=_leading_dense(g("--moe-layer-freq")) if experts else 0,
         mtp_num_layers=int(g("--mtp-num-layers", 0) or 0),
-        **_mla_fields(values, model))
+        activation="swiglu" if "--swiglu" in values else "squared_relu" if "--squared-relu" in values else (
+            model.activation if model.activation != "swiglu" and model.activation != "squared_relu" else "gelu"),
+        **_hybrid_fields(values, model), **_mla_fields(values, model))
     tp, pp, cp = (int(g(f, 1)) for f in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                                           "--context-parallel-size"))
     if num_gpus % (tp * pp * cp):

@@ -70,6 +70,9 @@ def refuse_unrunnable(cfg) -> None:
         raise GenconfError(f"context parallelism (cp={cfg.plan.cp}) needs Transformer Engine attention on a GPU")
     if cfg.model.is_moe and cfg.plan.framework != "megatron":
         raise GenconfError(f"{cfg.model.name} is a mixture of experts: only the megatron launcher runs experts")
+    if cfg.model.is_hybrid:
+        raise GenconfError(f"{cfg.model.name} is a hybrid Mamba model: genconf's launchers build GPT models; run "
+                           "megatron_args.txt with Megatron-LM's pretrain_mamba.py (mamba_ssm and causal-conv1d, CUDA only)")
     if cfg.plan.moe_ep_overlap:
         raise GenconfError("--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B "
                            "schedule plan; run megatron_args.txt with Megatron-LM's pretrain_gpt.py, or re-plan without it")

@@ -121,6 +121,7 @@ def test_the_cuda_graph_rule_agrees_with_megatron_core(model_name, fields, impl,
     refuses, megatron-core refuses too (an assertion in TransformerConfig.__post_init__)."""
     import torch
     import torch.nn.functional as F
+    from megatron.core.activations import squared_relu
     from megatron.core.transformer import TransformerConfig
 
     from genconf.catalog.clusters import resolve_cluster
@@ -137,7 +138,7 @@ def test_the_cuda_graph_rule_agrees_with_megatron_core(model_name, fields, impl,
     kw = megatron_config_kwargs(arg_values(megatron_args(model, plan, TrainSpec(train_steps=10))))
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
     kw.update(params_dtype=dtypes[kw["params_dtype"]], pipeline_dtype=dtypes[kw["pipeline_dtype"]],
-              activation_func={"silu": F.silu, "gelu": F.gelu}[kw["activation_func"]])
+              activation_func={"silu": F.silu, "gelu": F.gelu, "squared_relu": squared_relu}[kw["activation_func"]])
     try:
         TransformerConfig(**kw)
         accepted = True

@@ -34,7 +34,9 @@ def transformer_config_kwargs(cfg: RunConfig, *, cpu: bool) -> dict:
     kw = config_kwargs(cfg.model, cfg.plan, cfg.train)
     kw["params_dtype"] = getattr(torch, kw["params_dtype"])
     kw["pipeline_dtype"] = getattr(torch, kw["pipeline_dtype"])
-    kw["activation_func"] = F.silu if kw["activation_func"] == "silu" else F.gelu
+    from megatron.core.activations import squared_relu
+
+    kw["activation_func"] = {"silu": F.silu, "squared_relu": squared_relu}.get(kw["activation_func"], F.gelu)
     if not kw.get("fp8"):
         for key in ("fp8", "fp8_recipe", "first_last_layers_bf16", "num_layers_at_start_in_bf16",
                     "num_layers_at_end_in_bf16"):
