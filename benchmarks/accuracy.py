@@ -346,9 +346,17 @@ MOE_FIT_GRID = {
     # it on (benchmarks/bridge_moe_recipes.csv), the only ones that depend on it.
     ("all", "ep_overlap_exposed"): [0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0],
 }
+HYBRID_FIT_GRID = {
+    # The Mamba-2 scan's achieved rate (genconf.plan.cost.Calibration.ssd_scan_efficiency), fitted on the hybrid rows
+    # alone (Nemotron 3 Nano: H100 and four Blackwell parts, five container releases), after the MoE terms, which it
+    # does not share rows with. No kernel table here measures mamba_ssm's Triton kernels.
+    ("all", "ssd_scan_efficiency"): [0.3, 0.1, 0.05, 0.03, 0.02, 0.015, 0.012, 0.01, 0.008, 0.006],
+}
 MOE_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration) if ("all", f.name) in MOE_FIT_GRID}
 """What the MoE terms fall back to when a fit sees no MoE row (leave-one-source-out without Megatron-Bridge,
 the only MoE source): the counted defaults of genconf.plan.cost.Calibration, not the values fitted on that source."""
+HYBRID_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration) if ("all", f.name) in HYBRID_FIT_GRID}
+"""Same for the hybrid term when a fit sees no hybrid row: genconf.plan.cost.Calibration's prior."""
 PAIR_FIT_GRID = {
     # MXFP8's block-scaled GEMMs apart from per-tensor FP8 (0: the same as fp8_gemm_efficiency). Identified by
     # contrast alone: the rows published in both recipes with the model, layout, GPU and container equal, so
@@ -382,8 +390,9 @@ def fit(runs: list[Run], base: dict | None = None, *, rounds: int = 2, quiet: bo
     runs = [r for r in runs if source_of(r) not in VALIDATION_SOURCES]
     # The end-to-end terms from dense models only: MoE rows carry what no such term should absorb (the same
     # MoE layout measured 50% apart in consecutive container releases).
-    moe_runs = [r for r in runs if r.model.is_moe]
-    runs = [r for r in runs if not r.model.is_moe]
+    hybrid_runs = [r for r in runs if r.model.is_hybrid]
+    moe_runs = [r for r in runs if r.model.is_moe and not r.model.is_hybrid]
+    runs = [r for r in runs if not r.model.is_moe and not r.model.is_hybrid]
     override = _pair_search(runs, override, PAIR_FIT_GRID, quiet)
     override = _coordinate_search(runs, override, FIT_GRID, rounds, quiet)
     override = _pair_search(runs, override, PAIR_FIT_GRID, quiet)
@@ -392,6 +401,11 @@ def fit(runs: list[Run], base: dict | None = None, *, rounds: int = 2, quiet: bo
     else:
         for a in ARCHS:
             override[a].update(MOE_PRIOR)
+    if hybrid_runs:
+        override = _joint_search(hybrid_runs, override, HYBRID_FIT_GRID, quiet)
+    else:
+        for a in ARCHS:
+            override[a].update(HYBRID_PRIOR)
     return override
 
 

@@ -110,8 +110,7 @@ def _cuda_graphs(recipe: dict | None) -> dict:
         return dict(cuda_graph_impl="local", cuda_graph_scope=())  # the legacy flag: megatron's per-layer graphs
     if impl == "full_iteration":
         return dict(cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))
-    # Mamba layers are not in genconf's model: a scope of those alone graphs none of its layers.
-    scopes = tuple(s for s in re.findall(r"\w+", recipe["cuda_graph_scope"].split("(")[0]) if s != "mamba")
+    scopes = tuple(re.findall(r"\w+", recipe["cuda_graph_scope"].split("(")[0]))
     return dict(cuda_graph_impl=impl, cuda_graph_scope=scopes) if scopes else {}
 
 
@@ -120,11 +119,18 @@ CATALOG_KEYS = {
     "llama3_8b": "llama3-8b", "llama3_70b": "llama3-70b", "llama3.1_405b": "llama3.1-405b",
     "qwen3_30b_a3b": "qwen3-30b-a3b", "qwen3_235b_a22b": "qwen3-235b-a22b", "gpt_oss_120b": "gpt-oss-120b",
     "deepseekv3": "deepseek-v3", "kimi_k2": "kimi-k2",
+    "nemotron_3_nano": "nemotron-3-nano", "nemotronh_8b": "nemotron-h-8b", "nemotronh_47b": "nemotron-h-47b",
+    "nemotronh_56b": "nemotron-h-56b",
 }
 NOT_MODELLED = {
     # Models genconf cannot price faithfully, with the reason the benchmark prints.
     "deepseekv4": "DeepSeek-V4 architecture not public in the data (MLA-derived attention); not modelled",
-    "nemotron_3": "hybrid Mamba-2 / attention MoE (Nemotron-H): state-space layers are not in genconf's model",
+    "nemotron_3_super": "Nemotron 3 Super: latent MoE (moe_latent_size) and hybrid multi-token prediction are not in "
+                        "genconf's model",
+    "nemotron_3_ultra": "Nemotron 3 Ultra: latent MoE (moe_latent_size) and hybrid multi-token prediction are not in "
+                        "genconf's model",
+    "nemotron_3_5": "Nemotron 3.5 Lightning: multi-token prediction layers with a hybrid pattern (*E) are not in "
+                    "genconf's model",
 }
 
 
@@ -219,8 +225,9 @@ def _family_defaults(name: str) -> dict:
                     add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0, vocab_size=vocab)
     if "nemotron" in n:
         # Nemotron-3/4: squared-ReLU MLP (not gated), LayerNorm1p, RoPE, no biases, 256k vocabulary.
-        return dict(activation="gelu", normalization="layernorm", position_embedding="rope", tie_embeddings=False,
-                    add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0, vocab_size=256000)
+        return dict(activation="squared_relu", normalization="layernorm", position_embedding="rope",
+                    tie_embeddings=False, add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
+                    vocab_size=256000)
     if n.startswith("gpt3"):
         # NeMo GPTConfig5B/20B/175B: GELU, LayerNorm, learned positions, biases, GPT-2 BPE vocabulary.
         return dict(activation="gelu", normalization="layernorm", position_embedding="learned", tie_embeddings=True,
