@@ -346,6 +346,15 @@ def _flex_all_to_all_s(cluster: ClusterSpec, cal: Calibration, token_bytes: floa
         + cal.collective_latency_s * (1.0 + math.log2(ranks))
 
 
+def _tp_collective_s(cluster: ClusterSpec, cal: Calibration, t: int, sp: bool, volume: float) -> float:
+    """One TP collective of a layer's `volume` bytes: an all-gather (or reduce-scatter) under sequence parallelism,
+    else half an all-reduce (Korthikanti 2022, Sec. 4.2.2: the same bytes on the wire)."""
+    bw = _bandwidth(cluster, cal, t)
+    if sp:
+        return kernels.ring_gather_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+    return 0.5 * kernels.ring_all_reduce_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+
+
 def gemm_dtype(precision: str, recipe: str | None) -> str:
     """The dtype a plan's linear layers run their GEMMs in (MXFP8's block-scaled GEMMs are calibrated apart)."""
     dtype = {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(precision, "bf16")
@@ -557,12 +566,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     # (Korthikanti 2022, Sec. 4.2.2); without, two all-reduces. Same volume again in the backward.
     tp_f = tp_b = 0.0
     if t > 1:
-        bw = _bandwidth(cluster, cal, t)
-        volume = act * n * h
-        if sp:
-            one = kernels.ring_gather_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
-        else:
-            one = 0.5 * kernels.ring_all_reduce_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+        one = _tp_collective_s(cluster, cal, t, sp, act * n * h)
         halves = 2 * (wa + wm)  # collectives per pass: two for each of attention and the MLP
         if tp_overlap:
             tp_f = tp_b = halves * one * cal.tp_overlap_exposed
@@ -682,12 +686,7 @@ def _mamba_time(model: ModelSpec, t: int, cp: int, mbs: int, seq: int, sp: bool,
     bwd = in_b + out_b + scan_b + 2 * elem_f + quant_b
     tp_f = tp_b = 0.0
     if t > 1:
-        bw = _bandwidth(cluster, cal, t)
-        volume = act * n * h
-        if sp:
-            one = kernels.ring_gather_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
-        else:
-            one = 0.5 * kernels.ring_all_reduce_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
+        one = _tp_collective_s(cluster, cal, t, sp, act * n * h)
         if tp_overlap:
             tp_f = tp_b = 2 * one * cal.tp_overlap_exposed
         else:
