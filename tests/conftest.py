@@ -164,9 +164,9 @@ PLANS = {
     "moe_flex": ["--model", "qwen3-30b-a3b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
                  "--ep", "16", "--moe-dispatcher", "hybridep"],
     # A hybrid Mamba-2 / attention / MoE model (Nemotron 3 Nano) with graphed Mamba layers, as Megatron-Bridge's H100
-    # recipe runs it
+    # recipe runs it, in BF16 (megatron-core asks Transformer Engine's version for MoE under FP8: not on a CPU)
     "hybrid": ["--model", "nemotron-3-nano", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron",
-               "--ep", "8", "--tp", "1", "--precision", "fp8", "--cuda-graph-impl", "transformer_engine",
+               "--ep", "8", "--tp", "1", "--cuda-graph-impl", "transformer_engine",
                "--cuda-graph-scope", "mamba"],
     # DeepSpeed ZeRO-1 with an fp32 gradient accumulation buffer (BF16_Optimizer)
     "ds_z1_fp32_grads": ["--model", "1b", "--gpus", "8", "--framework", "deepspeed", "--zero", "1",
