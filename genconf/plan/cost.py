@@ -102,10 +102,11 @@ class Calibration:
     """Same per local expert: the grouped GEMM's per-expert GEMMs of fc1 and fc2 and, under FP8/FP4, the
     quantisation of each expert's split (about 3 forward, 7 backward; Transformer Engine GroupedLinear)."""
     ssd_scan_efficiency: float = 0.3
-    """Fraction of the BF16 peak the Mamba-2 scan kernels (mamba_ssm's Triton state-space-dual kernels) reach on the
-    matmul work of cost.ssd_macs_per_token: a prior, not fitted (Dao & Gu 2024, Sec. 9.3: the SSD kernel overtakes
-    FlashAttention-2 from 2K tokens, where that runs at ~0.3-0.4 of peak per causal FLOP counted this way; the
-    scan is a few percent of a hybrid layer's FLOPs)."""
+    """Fraction of the BF16 peak the Mamba-2 scan (mamba_ssm's Triton state-space-dual kernels and what runs around
+    them) reaches on the matmul work of cost.ssd_macs_per_token. This default is the prior (Dao & Gu 2024, Sec. 9.3:
+    the SSD kernel overtakes FlashAttention-2 from 2K tokens, which runs at ~0.3-0.4 of peak); calibration.yaml's
+    value is fitted on the hybrid rows (benchmarks/accuracy.py HYBRID_FIT_GRID) and is far lower: read it as the Mamba
+    layer's time outside its GEMMs, not as a kernel efficiency."""
     step_overhead_s: float = 0.05
     """Per-step host work: data loading, logging, optimizer launch, gradient-norm synchronisation."""
     microbatch_overhead_s: float = 0.0

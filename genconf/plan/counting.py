@@ -331,36 +331,35 @@ def _mamba_macs_per_token(model: ModelSpec) -> int:
         + di * model.hidden_size
 
 
-def _layer_matmul_macs_per_token(model: ModelSpec, kind: str = "") -> int:
-    """Multiply-accumulates per token in one layer's matmuls (routed experts: top-k of them); `kind`: one hybrid
-    layer (counting.layer_tensors)."""
-    if kind == "M":
-        return _mamba_macs_per_token(model)
-    if kind in ("*", "-", "E"):
-        whole = _layer_matmul_macs_per_token(dense_layer_model(model) if kind == "-" else model)
-        attention = whole - _layer_matmul_macs_per_token(model, "mlp" if kind != "-" else "mlp-dense")
-        return attention if kind == "*" else whole - attention
-    if kind in ("mlp", "mlp-dense"):
-        m = dense_layer_model(model) if kind == "mlp-dense" else model
-        branches = 3 if m.gated else 2
-        if m.is_moe:
-            return branches * m.hidden_size * (m.moe_ffn_hidden_size * m.moe_top_k
-                                               + (m.moe_shared_expert_intermediate_size or 0))
-        return branches * m.hidden_size * m.ffn_hidden_size
+def _attention_macs_per_token(model: ModelSpec) -> int:
+    """Multiply-accumulates per token of one layer's attention projections (QKV and output)."""
     h, q, kv = model.hidden_size, model.query_width, model.kv_width
-    branches = 3 if model.gated else 2
-    if model.is_moe:
-        mlp = branches * h * (model.moe_ffn_hidden_size * model.moe_top_k + (model.moe_shared_expert_intermediate_size or 0))
-    else:
-        mlp = branches * h * model.ffn_hidden_size
     if model.mla:
         # Megatron-LM num_floating_point_operations' MLA terms: the down and up projections, the shared RoPE key,
         # the output projection.
         a = model.num_attention_heads
         q_macs = h * q if model.q_lora_rank is None else model.q_lora_rank * (h + q)
         kv_macs = model.kv_lora_rank * (h + a * (model.qk_head_dim + model.v_head_dim)) + h * model.qk_pos_emb_head_dim
-        return q_macs + kv_macs + model.value_width * h + mlp
-    return h * (q + 2 * kv) + h * q + mlp
+        return q_macs + kv_macs + model.value_width * h
+    return h * (q + 2 * kv) + h * q
+
+
+def _mlp_macs_per_token(model: ModelSpec) -> int:
+    """Same for one layer's MLP (routed experts: top-k of them, and the shared experts)."""
+    branches = 3 if model.gated else 2
+    if model.is_moe:
+        return branches * model.hidden_size * (model.moe_ffn_hidden_size * model.moe_top_k
+                                               + (model.moe_shared_expert_intermediate_size or 0))
+    return branches * model.hidden_size * model.ffn_hidden_size
+
+
+def _layer_matmul_macs_per_token(model: ModelSpec, kind: str = "") -> int:
+    """Multiply-accumulates per token in one layer's matmuls; `kind`: one hybrid layer (counting.layer_tensors):
+    M a Mamba layer, * the attention half, - / E the dense / MoE MLP half of a transformer layer."""
+    if kind == "M":
+        return _mamba_macs_per_token(model)
+    mlp = _mlp_macs_per_token(dense_layer_model(model) if kind == "-" else model)
+    return {"": _attention_macs_per_token(model) + mlp, "*": _attention_macs_per_token(model), "-": mlp, "E": mlp}[kind]
 
 
 def _layers_macs_per_token(model: ModelSpec) -> int:
