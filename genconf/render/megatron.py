@@ -110,6 +110,10 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
 Arg = tuple[str, "str | None"]
 
 
+MAMBA_FIELDS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
+"""TransformerConfig's Mamba fields, each a --mamba-* flag; ModelSpec names them alike, with megatron-core's defaults."""
+
+
 def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> list[Arg]:
     """Megatron-LM / megatron-core arguments as (flag, value) pairs, value None for switches; ("# ...", None)
     is a comment line. Flag names as in MEGATRON_LM_SOURCE."""
@@ -184,10 +188,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--spec", "megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec")
         add("--is-hybrid-model")
         add("--hybrid-override-pattern", model.hybrid_pattern)
-        add("--mamba-state-dim", model.mamba_state_dim)
-        add("--mamba-head-dim", model.mamba_head_dim)
-        add("--mamba-num-groups", model.mamba_num_groups)
-        add("--mamba-num-heads", model.mamba_num_heads)
+        for name in MAMBA_FIELDS:
+            add("--" + name.replace("_", "-"), getattr(model, name))
     add("--num-layers", model.num_layers)
     add("--hidden-size", model.hidden_size)
     add("--ffn-hidden-size", model.ffn_hidden_size)
@@ -424,9 +426,7 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
                 "window_attn_skip_freq": values.get("--window-attn-skip-freq")}
     kw.update({k: v for k, v in optional.items() if v})
     if "--is-hybrid-model" in values:
-        kw.update(is_hybrid_model=True, mamba_state_dim=values.get("--mamba-state-dim", 128),
-                  mamba_head_dim=values.get("--mamba-head-dim", 64), mamba_num_groups=values.get("--mamba-num-groups", 8),
-                  mamba_num_heads=values.get("--mamba-num-heads"))
+        kw.update(is_hybrid_model=True, **_mamba_values(values))
     if "--num-experts" in values:
         kw.update(num_moe_experts=values.get("--num-experts"), moe_router_topk=values.get("--moe-router-topk", 2),
                   moe_ffn_hidden_size=values.get("--moe-ffn-hidden-size") or ffn,
@@ -463,13 +463,18 @@ def _mla_fields(values: dict[str, object], model: ModelSpec) -> dict:
                 qk_pos_emb_head_dim=g("--qk-pos-emb-head-dim"), v_head_dim=g("--v-head-dim"))
 
 
+def _mamba_values(values: dict[str, object]) -> dict:
+    """The Mamba fields the arguments give, the rest at megatron-core's defaults (ModelSpec's; heads None: 2 h / P)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelSpec) if f.name in MAMBA_FIELDS}
+    flags = {name: "--" + name.replace("_", "-") for name in MAMBA_FIELDS}
+    return {name: int(values[flags[name]]) if values.get(flags[name]) is not None else defaults[name]
+            for name in MAMBA_FIELDS}
+
+
 def _hybrid_fields(values: dict[str, object], model: ModelSpec) -> dict:
     if "--hybrid-override-pattern" not in values:
         return dict(hybrid_pattern="")
-    g = lambda flag, default: int(values[flag]) if values.get(flag) is not None else default  # noqa: E731
-    return dict(hybrid_pattern=str(values["--hybrid-override-pattern"]), mamba_state_dim=g("--mamba-state-dim", 128),
-                mamba_head_dim=g("--mamba-head-dim", 64), mamba_num_groups=g("--mamba-num-groups", 8),
-                mamba_num_heads=g("--mamba-num-heads", None))
+    return dict(hybrid_pattern=str(values["--hybrid-override-pattern"]), **_mamba_values(values))
 
 
 def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) -> tuple[ModelSpec, ParallelPlan]:
