@@ -340,7 +340,7 @@ MOE_FIT_GRID = {
     # after the dense terms, since no dense row has an MoE layer. One value for every architecture: it is host
     # (CPU, Python, launch) time, not GPU time.
     ("all", "moe_host_ops"): [0.0, 100.0, 150.0, 200.0, 300.0, 400.0],
-    ("all", "moe_host_ops_per_expert"): [0.0, 5.0, 10.0, 20.0, 30.0, 40.0],
+    ("all", "moe_host_ops_per_expert"): [0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0],
     # What megatron's EP overlap (combined 1F1B) leaves exposed of the all-to-all it hides behind the paired
     # micro-batch's compute (what outlasts that compute is exposed in full): fitted on the rows whose recipe turned
     # it on (benchmarks/bridge_moe_recipes.csv), the only ones that depend on it.
@@ -391,7 +391,7 @@ def fit(runs: list[Run], base: dict | None = None, *, rounds: int = 2, quiet: bo
     # The end-to-end terms from dense models only: MoE rows carry what no such term should absorb (the same
     # MoE layout measured 50% apart in consecutive container releases).
     hybrid_runs = [r for r in runs if r.model.is_hybrid]
-    moe_runs = [r for r in runs if r.model.is_moe and not r.model.is_hybrid]
+    moe_runs = [r for r in runs if r.model.is_moe]
     runs = [r for r in runs if not r.model.is_moe and not r.model.is_hybrid]
     override = _pair_search(runs, override, PAIR_FIT_GRID, quiet)
     override = _coordinate_search(runs, override, FIT_GRID, rounds, quiet)

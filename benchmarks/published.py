@@ -120,17 +120,16 @@ CATALOG_KEYS = {
     "qwen3_30b_a3b": "qwen3-30b-a3b", "qwen3_235b_a22b": "qwen3-235b-a22b", "gpt_oss_120b": "gpt-oss-120b",
     "deepseekv3": "deepseek-v3", "kimi_k2": "kimi-k2",
     "nemotron_3_nano": "nemotron-3-nano", "nemotronh_8b": "nemotron-h-8b", "nemotronh_47b": "nemotron-h-47b",
-    "nemotronh_56b": "nemotron-h-56b",
+    "nemotronh_56b": "nemotron-h-56b", "nemotron_3_super": "nemotron-3-super", "nemotron_3_ultra": "nemotron-3-ultra",
+    "nemotron_3_5_lightning": "nemotron-3.5-lightning",
 }
 NOT_MODELLED = {
     # Models genconf cannot price faithfully, with the reason the benchmark prints.
     "deepseekv4": "DeepSeek-V4 architecture not public in the data (MLA-derived attention); not modelled",
-    "nemotron_3_super": "Nemotron 3 Super: latent MoE (moe_latent_size) and hybrid multi-token prediction are not in "
-                        "genconf's model",
-    "nemotron_3_ultra": "Nemotron 3 Ultra: latent MoE (moe_latent_size) and hybrid multi-token prediction are not in "
-                        "genconf's model",
-    "nemotron_3_5": "Nemotron 3.5 Lightning: multi-token prediction layers with a hybrid pattern (*E) are not in "
-                    "genconf's model",
+    "nemotron_3_ultra": ("Nemotron 3 Ultra: its benchmark configs (Megatron-Bridge perf_recipes/nemotronh, "
+                         "_apply_nemotron_3_ultra_fsdp_hsdp) train with Megatron-FSDP (HSDP inside the NVLink domain) "
+                         "and fine-grained offload of the expert MLP's activations, which genconf does not plan for "
+                         "hybrid models; the model itself is in the catalog (nemotron-3-ultra)"),
 }
 
 

@@ -453,18 +453,27 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     attn_quant_in, attn_quant_grad = quant_in, quant_grad
     if model.is_moe:
         f, k_top, experts = model.moe_ffn_hidden_size, model.moe_top_k, model.num_experts
+        w = model.expert_width  # what the experts read and the dispatcher moves (the latent width under latent MoE)
         et = etp or t
         local_experts = max(1, experts // ep)
         # Tokens per local expert under balanced routing: the EP group's tokens (gathered over TP when the
         # experts are TP-split, else each rank's sequence-parallel share) spread over the experts.
         rows = max(1, round(n * k_top * ep / experts * et / t))
-        fc1_f, fc1_b = linear_s(gpu, cal, rows, branches * f // et, h, dtype, groups=local_experts)
-        fc2_f, fc2_b = linear_s(gpu, cal, rows, h, f // et, dtype, groups=local_experts)
+        fc1_f, fc1_b = linear_s(gpu, cal, rows, branches * f // et, w, dtype, groups=local_experts)
+        fc2_f, fc2_b = linear_s(gpu, cal, rows, w, f // et, dtype, groups=local_experts)
         router_f, router_b = linear_s(gpu, cal, n, experts, h, "bf16")
         fc1_f, fc1_b = fc1_f + router_f, fc1_b + router_b
         routed = n * k_top
-        quant_in += routed * (h * et / t + f // t)
-        quant_grad += routed * (branches * f // t + h * et / t)
+        quant_in += routed * (w * et / t + f // t)
+        quant_grad += routed * (branches * f // t + w * et / t)
+        if model.moe_latent_size:
+            # Latent MoE (megatron-core moe_layer.py): h -> latent before dispatch and latent -> h after combine,
+            # whole weights on the rank's sequence share (TELinear "duplicated").
+            down_f, down_b = linear_s(gpu, cal, n // r, w, h, dtype)
+            up_f, up_b = linear_s(gpu, cal, n // r, h, w, dtype)
+            fc1_f, fc1_b, fc2_f, fc2_b = fc1_f + down_f, fc1_b + down_b, fc2_f + up_f, fc2_b + up_b
+            quant_in += n // r * (h + w)
+            quant_grad += n // r * (w + h)
         fs = model.moe_shared_expert_intermediate_size
         if fs:
             # Shared experts (megatron-core SharedExpertMLP): a TP-split dense MLP on every token.
@@ -548,7 +557,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     # Element-wise work: norms, residual adds, RoPE, activation, dropout (TE fused: one read + one write each).
     per_token = act * (wa * (5 * h / r + 2 * (q + kv) / t) + wm * (5 * h / r + (3 if model.gated else 2) * k_top * f / t))
     if model.is_moe:
-        per_token += wm * act * 4 * k_top * h / r  # token permute/unpermute around the experts
+        per_token += wm * act * 4 * k_top * model.expert_width / r  # token permute/unpermute around the experts
     passes = {"megatron-local": cal.local_elementwise_passes,
               "megatron-local-fused": cal.local_fused_elementwise_passes}.get(impl) or ELEMENTWISE_PASSES[impl]
     elem_f = _mem_s(gpu, cal, passes * n * per_token)
@@ -592,12 +601,13 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
         # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).
         if dispatcher == "deepep":
-            comm = 4 * _flex_all_to_all_s(cluster, cal, act * n * h / r, k_top, model.num_experts, ep, etp or t)
+            comm = 4 * _flex_all_to_all_s(cluster, cal, act * n * model.expert_width / r, k_top, model.num_experts,
+                                          ep, etp or t)
         else:
             # megatron's all-to-all; HybridEP alike: its first releases moved tokens inside an NVLink domain only
             # (DeepEP hybrid-ep branch, Hybrid-EP_Intra-node_Implementation.md: "RDMA functionality will be
             # available in upcoming releases"), so no per-node deduplication over the NICs is priced for it.
-            comm = 4 * _all_to_all_s(cluster, cal, act * n * k_top * h / r, ep, etp or t)
+            comm = 4 * _all_to_all_s(cluster, cal, act * n * k_top * model.expert_width / r, ep, etp or t)
         exposed = comm
         if ep_unpaired is not None:
             # EP overlap: a paired layer runs one micro-batch's forward beside another's backward, each one's
@@ -925,6 +935,16 @@ def _mtp_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Cali
     return model.mtp_num_layers * (f + b + _logits_s(model, plan, cluster, cal) + _embedding_s(model, plan, cluster, cal))
 
 
+def _mtp_layer_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> float:
+    """A hybrid model's multi-token-prediction decoder layer (its mtp_pattern, '*E'): each half at the longer of
+    its GPU time and its host time."""
+    total = 0.0
+    for kind in model.mtp_pattern:
+        lt = layer_time(model, plan, cluster, cal, kind=kind)
+        total += max(lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s, lt.host_s)
+    return total
+
+
 def stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> tuple[StageTime, ...]:
     """Each pipeline rank's time for one micro-batch (the pipeline schedule's pass times)."""
     full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
@@ -970,7 +990,8 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
             t += _embedding_s(model, plan, cluster, cal)
         if i == plan.pp - 1:
             t += _logits_s(model, plan, cluster, cal)
-            t += model.mtp_num_layers * (busy + host_wait) + _mtp_s(model, plan, cluster, cal)
+            t += model.mtp_num_layers * (_mtp_layer_s(model, plan, cluster, cal) if model.is_hybrid
+                                         else busy + host_wait) + _mtp_s(model, plan, cluster, cal)
         layers_s = count * (busy + host_wait)
         forward = count * layer_gpu["fwd_s"] + (layers_s - count * base) * share + off_fwd
         forward += (t - layers_s - re - off) / 3

@@ -66,7 +66,17 @@ def dense_layer_model(model: ModelSpec) -> ModelSpec:
 
     return dataclasses.replace(model, num_experts=0, moe_top_k=0, moe_ffn_hidden_size=None,
                                moe_shared_expert_intermediate_size=None, first_k_dense_replace=0, mtp_num_layers=0,
-                               hybrid_pattern="")
+                               mtp_repeated_layer=False, moe_latent_size=0, hybrid_pattern="")
+
+
+def transformer_view(model: ModelSpec) -> ModelSpec:
+    """A hybrid model seen as a transformer of its attention and MLP/MoE layers: what its multi-token-prediction
+    block (mtp_pattern '*E') holds, for the per-layer functions."""
+    if not model.is_hybrid:
+        return model
+    import dataclasses
+
+    return dataclasses.replace(model, hybrid_pattern="")
 
 
 def _attention_tensors(model: ModelSpec, per_head_qk_norm: bool) -> list[ParamTensor]:
@@ -155,14 +165,21 @@ def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False, kind: str = 
     out += _norm("pre_mlp_layernorm", h, model)
     branches = 2 if model.gated else 1
     if model.is_moe:
-        f, e = model.moe_ffn_hidden_size, model.num_experts
+        f, e, w = model.moe_ffn_hidden_size, model.num_experts, model.expert_width
         out.append(ParamTensor("mlp.router.weight", e * h, False))
-        out.append(ParamTensor("mlp.experts.linear_fc1.weight", e * branches * f * h, True, expert=True, gemm_weight=True))
+        if model.moe_latent_size:
+            # megatron-core MoELayer latent projections: TELinear "duplicated" (whole on every TP rank), h -> latent
+            # before dispatch and latent -> h after combine.
+            for name, fan_in, fan_out in (("fc1_latent_proj", h, w), ("fc2_latent_proj", w, h)):
+                out.append(ParamTensor(f"mlp.{name}.weight", fan_in * fan_out, False, gemm_weight=True))
+                if bias:
+                    out.append(ParamTensor(f"mlp.{name}.bias", fan_out, False))
+        out.append(ParamTensor("mlp.experts.linear_fc1.weight", e * branches * f * w, True, expert=True, gemm_weight=True))
         if bias:
             out.append(ParamTensor("mlp.experts.linear_fc1.bias", e * branches * f, True, expert=True))
-        out.append(ParamTensor("mlp.experts.linear_fc2.weight", e * h * f, True, expert=True, gemm_weight=True))
+        out.append(ParamTensor("mlp.experts.linear_fc2.weight", e * w * f, True, expert=True, gemm_weight=True))
         if bias:
-            out.append(ParamTensor("mlp.experts.linear_fc2.bias", e * h, False, expert=True))
+            out.append(ParamTensor("mlp.experts.linear_fc2.bias", e * w, False, expert=True))
         fs = model.moe_shared_expert_intermediate_size
         if fs:
             # megatron-core SharedExpertMLP: a dense TP-split MLP every token passes through (DeepSeekMoE Sec. 2.2).
@@ -185,10 +202,11 @@ def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False, kind: str = 
 def mtp_tensors(model: ModelSpec, per_head_qk_norm: bool = False) -> tuple[ParamTensor, ...]:
     """The multi-token-prediction layers (megatron-core MultiTokenPredictionLayer, DeepSeek-V3 Sec. 2.2): per
     layer the normalised embedding and hidden state (enorm, hnorm), their 2h -> h projection (eh_proj,
-    column-parallel), one decoder layer and a final norm. They share the embedding and output layer."""
+    column-parallel), one decoder layer and a final norm. They share the embedding and output layer. Under
+    mtp_repeated_layer one block serves every depth; a hybrid model's block is a transformer layer ('*E')."""
     h = model.hidden_size
     out: list[ParamTensor] = []
-    for i in range(model.mtp_num_layers):
+    for i in range(model.mtp_blocks):
         p = f"mtp.layers.{i}"
         out += _norm(f"{p}.enorm", h, model) + _norm(f"{p}.hnorm", h, model)
         out.append(ParamTensor(f"{p}.eh_proj.weight", h * 2 * h, True, gemm_weight=True))
@@ -289,7 +307,7 @@ def active_param_count(model: ModelSpec) -> int:
     if not model.is_moe:
         return exact_param_count(model)
     expert = sum(t.numel for t in layer_tensors(model, kind="E" if model.is_hybrid else "") if t.expert)
-    moe_layers = model.moe_layers + model.mtp_num_layers
+    moe_layers = model.moe_layers + model.mtp_blocks
     return exact_param_count(model) - moe_layers * expert * (model.num_experts - model.moe_top_k) // model.num_experts
 
 
@@ -348,8 +366,12 @@ def _mlp_macs_per_token(model: ModelSpec) -> int:
     """Same for one layer's MLP (routed experts: top-k of them, and the shared experts)."""
     branches = 3 if model.gated else 2
     if model.is_moe:
-        return branches * model.hidden_size * (model.moe_ffn_hidden_size * model.moe_top_k
-                                               + (model.moe_shared_expert_intermediate_size or 0))
+        # Latent MoE: the routed experts on the latent width plus its h -> latent -> h projections (Megatron-Bridge
+        # flop_utils.py moe_layer_flops, moe_latent_size branch); shared experts on the full width.
+        h, w = model.hidden_size, model.expert_width
+        latent = 2 * h * w if model.moe_latent_size else 0
+        return (branches * (w * model.moe_ffn_hidden_size * model.moe_top_k
+                            + h * (model.moe_shared_expert_intermediate_size or 0)) + latent)
     return branches * model.hidden_size * model.ffn_hidden_size
 
 
@@ -364,11 +386,11 @@ def _layer_matmul_macs_per_token(model: ModelSpec, kind: str = "") -> int:
 
 def _layers_macs_per_token(model: ModelSpec) -> int:
     """Matmul MACs per token of every decoder layer and multi-token-prediction layer (with its 2h -> h eh_proj)."""
+    mtp = model.mtp_num_layers * (_layer_matmul_macs_per_token(model) + 2 * model.hidden_size ** 2)
     if model.is_hybrid:
-        return sum(model.layers_of_kind(k) * _layer_matmul_macs_per_token(model, k) for k in HYBRID_LAYER_KINDS)
+        return sum(model.layers_of_kind(k) * _layer_matmul_macs_per_token(model, k) for k in HYBRID_LAYER_KINDS) + mtp
     dense = _layer_matmul_macs_per_token(dense_layer_model(model))
     moe = _layer_matmul_macs_per_token(model)
-    mtp = model.mtp_num_layers * (moe + 2 * model.hidden_size ** 2)
     return (model.moe_layers * moe + model.dense_layers * dense if model.is_moe else model.num_layers * dense) + mtp
 
 

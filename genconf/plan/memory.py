@@ -24,6 +24,7 @@ from genconf.plan.counting import (
     mtp_tensors,
     output_tensors,
     padded_vocab_size,
+    transformer_view,
 )
 from genconf.plan.pipeline import (chunk_layers, chunk_patterns, dense_layers_on_rank, hybrid_kinds_on_rank,
                                    inflight_chunks, stage_layers)
@@ -270,9 +271,9 @@ MEGATRON_LAYER_ORDER = ("input_layernorm", "mixer.in_proj", "mixer.conv1d", "mix
                         "self_attention.linear_q_up_proj", "self_attention.linear_kv_down_proj",
                         "self_attention.linear_kv_up_proj", "self_attention.q_layernorm", "self_attention.kv_layernorm",
                         "self_attention.k_layernorm", "pre_mlp_layernorm",
-                        "mlp.router", "mlp.experts", "mlp.shared_experts", "mlp.linear_fc1", "mlp.linear_fc2")
+                        "mlp.router", "mlp.fc1_latent_proj", "mlp.fc2_latent_proj", "mlp.experts", "mlp.shared_experts", "mlp.linear_fc1", "mlp.linear_fc2")
 """Module registration order inside a megatron-core TransformerLayer (Attention builds linear_proj before
-SelfAttention adds linear_qkv; MambaMixer builds in_proj, conv1d, dt_bias, A_log, D, norm, out_proj): the order of
+SelfAttention adds linear_qkv; MoELayer the router, the latent projections, the experts; MambaMixer builds in_proj, conv1d, dt_bias, A_log, D, norm, out_proj): the order of
 model.parameters(), which the gradient buffer walks backwards."""
 
 
@@ -674,7 +675,13 @@ def _mlp_terms(model: ModelSpec, d: _Dims, spec: str) -> list[tuple[str, float]]
         # as it consumes them (Transformer Engine GroupedLinear: the quantized copy under FP8/FP4, the bf16 tokens
         # otherwise); unpermute keeps only indices, since the routing probabilities are applied inside the
         # activation (experts.py activation_func_with_probs, token_dispatcher.py unpermute without probs).
-        terms = [("router input", d.e * n * d.h / d.r), ("fc1 input (dispatched tokens)", d.g * k * n * d.h / d.r)]
+        w = model.expert_width
+        terms = [("router input", d.e * n * d.h / d.r), ("fc1 input (dispatched tokens)", d.g * k * n * w / d.r)]
+        if model.moe_latent_size:
+            # Latent MoE (megatron-core moe_layer.py): fc1_latent_proj keeps the layer's tokens, fc2_latent_proj the
+            # combined latent tokens, each on the rank's sequence share (TELinear "duplicated").
+            terms += [("latent down-projection input", d.g * n * d.h / d.r),
+                      ("latent up-projection input", d.g * n * w / d.r)]
     else:
         terms = [("fc1 input", d.g * n * d.h / d.r)]
     if spec == "local" and model.gated:
@@ -956,7 +963,7 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
         if model.mtp_num_layers:
             # Each multi-token-prediction layer (one micro-batch in flight, like the loss): the embedding of the
             # shifted tokens, its two norms and the 2h-wide eh_proj input, one decoder layer, and its own loss.
-            mtp_layer = (layer_activation_bytes(model, plan) + 4 * d.e * d.n * d.h / d.r
+            mtp_layer = (layer_activation_bytes(transformer_view(model), plan) + 4 * d.e * d.n * d.h / d.r
                          + 2 * sum(b for _, b in _norm_terms(model, d, "mtp norm")) + loss_saved)
             saved += model.mtp_num_layers * mtp_layer
     if plan.pp > 1:

@@ -140,6 +140,13 @@ class ModelSpec:
     mtp_num_layers: int = 0
     """Multi-token prediction layers after the decoder (DeepSeek-V3 Sec. 2.2; megatron-core mtp_num_layers),
     on the last pipeline stage with a copy of the embedding. 0 = none."""
+    mtp_repeated_layer: bool = False
+    """One multi-token-prediction block's parameters serve every depth (megatron-core 0.17 mtp_use_repeated_layer;
+    Nemotron 3 Super/Ultra: one block run twice): weights counted once, compute and activations per depth."""
+    moe_latent_size: int = 0
+    """Latent MoE (megatron-core moe_latent_size; Nemotron 3 Super/Ultra): each MoE layer projects tokens from
+    hidden_size down to this width before dispatch (fc1_latent_proj) and back after combine (fc2_latent_proj); the
+    routed experts run on the latent width, the router and shared experts on the full one. 0 = none."""
     hybrid_pattern: str = ""
     """Hybrid Mamba models (Nemotron-H, Nemotron 3): one symbol per layer, megatron-core's hybrid_override_pattern
     (HYBRID_LAYER_KINDS: M Mamba-2, * attention, - MLP, E MoE), so num_layers = len(pattern). Empty: every layer
@@ -221,12 +228,16 @@ class ModelSpec:
                                  f"and no sliding window")
         if self.moe_shared_expert_intermediate_size is not None:
             _positive(self, "moe_shared_expert_intermediate_size")
-        for name in ("first_k_dense_replace", "mtp_num_layers"):
+        for name in ("first_k_dense_replace", "mtp_num_layers", "moe_latent_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"ModelSpec {self.name}: {name} must be >= 0, got {value!r}")
-        if not self.num_experts and (self.moe_shared_expert_intermediate_size or self.first_k_dense_replace):
-            raise ValueError(f"ModelSpec {self.name}: shared experts and first_k_dense_replace need num_experts")
+        if not self.num_experts and (self.moe_shared_expert_intermediate_size or self.first_k_dense_replace
+                                     or self.moe_latent_size):
+            raise ValueError(f"ModelSpec {self.name}: shared experts, first_k_dense_replace and moe_latent_size "
+                             f"need num_experts")
+        if not isinstance(self.mtp_repeated_layer, bool) or (self.mtp_repeated_layer and not self.mtp_num_layers):
+            raise ValueError(f"ModelSpec {self.name}: mtp_repeated_layer (true or false) needs mtp_num_layers")
         if self.mamba_num_heads is None:
             object.__setattr__(self, "mamba_num_heads", 2 * self.hidden_size // self.mamba_head_dim)
         _positive(self, "mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads", "mamba_conv_kernel")
@@ -246,9 +257,9 @@ class ModelSpec:
                              f"{self.num_layers}")
         if ("E" in pattern) != self.is_moe:
             raise ValueError(f"ModelSpec {self.name}: a hybrid model has MoE layers (E) exactly when num_experts is set")
-        if self.mla or self.first_k_dense_replace or self.mtp_num_layers or self.sliding_window or self.sandwich_norm:
+        if self.mla or self.first_k_dense_replace or self.sliding_window or self.sandwich_norm:
             raise ValueError(f"ModelSpec {self.name}: genconf's hybrid models have no MLA, first_k_dense_replace, "
-                             f"multi-token prediction, sliding window or sandwich norms")
+                             f"sliding window or sandwich norms")
         if self.mamba_num_heads % self.mamba_num_groups:
             raise ValueError(f"ModelSpec {self.name}: mamba_num_heads ({self.mamba_num_heads}) must be a multiple of "
                              f"mamba_num_groups ({self.mamba_num_groups})")
@@ -329,6 +340,24 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def expert_width(self) -> int:
+        """Width the routed experts read and write (and the dispatcher moves): the latent width under latent MoE,
+        else hidden_size (megatron-core experts.py, token_dispatcher.py: moe_latent_size or hidden_size)."""
+        return self.moe_latent_size or self.hidden_size
+
+    @property
+    def mtp_blocks(self) -> int:
+        """Multi-token-prediction blocks with their own weights: one shared by every depth under
+        mtp_repeated_layer, else one per depth."""
+        return min(1, self.mtp_num_layers) if self.mtp_repeated_layer else self.mtp_num_layers
+
+    @property
+    def mtp_pattern(self) -> str:
+        """What one MTP block holds as hybrid layer symbols: a transformer layer, attention then the model's MLP
+        kind (megatron-core 0.17 mtp_hybrid_override_pattern; Nemotron 3 Super/Ultra: '*E')."""
+        return "*" + ("E" if self.is_moe else "-")
 
     @property
     def qkv_bias(self) -> bool:

@@ -59,6 +59,10 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # hybrid Mamba models (Megatron-LM core_v0.16.1 arguments.py: --spec, --hybrid-override-pattern; the --is-hybrid-model
     # and --mamba-* flags are generated from TransformerConfig's fields)
     "--spec": (LIST, ()), "--hybrid-override-pattern": (STR, ()), "--is-hybrid-model": (SWITCH, ()),
+    # latent MoE (core_v0.16.1 arguments.py: ArgumentGroupFactory(TransformerConfig) makes --moe-latent-size; its
+    # checks at line 1269) and hybrid / repeated MTP blocks (core_v0.17.1: TransformerConfig mtp_use_repeated_layer,
+    # mtp_hybrid_override_pattern, deprecated there in favour of --hybrid-layer-pattern suffixes but accepted)
+    "--moe-latent-size": (INT, ()), "--mtp-hybrid-override-pattern": (STR, ()), "--mtp-use-repeated-layer": (SWITCH, ()),
     "--mamba-state-dim": (INT, ()), "--mamba-head-dim": (INT, ()), "--mamba-num-groups": (INT, ()),
     "--mamba-num-heads": (INT, ()),
     # mixture of experts
@@ -238,6 +242,9 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--moe-ffn-hidden-size", model.moe_ffn_hidden_size)
         if model.moe_shared_expert_intermediate_size:
             add("--moe-shared-expert-intermediate-size", model.moe_shared_expert_intermediate_size)
+        if model.moe_latent_size:
+            add("# latent MoE: tokens projected to this width before dispatch and back after combine")
+            add("--moe-latent-size", model.moe_latent_size)
         if model.first_k_dense_replace:
             add(f"# the first {model.first_k_dense_replace} layer(s) dense (MLP of --ffn-hidden-size), the rest MoE")
             add("--moe-layer-freq", f"([0]*{model.first_k_dense_replace}+[1]*{model.moe_layers})")
@@ -256,6 +263,13 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
             add("--delay-wgrad-compute")
     if model.mtp_num_layers:
         add("--mtp-num-layers", model.mtp_num_layers)
+        if model.is_hybrid or model.mtp_repeated_layer:
+            add("# needs megatron-core 0.17+ (its arguments.py; 0.16.1 has neither flag and no MTP in MambaModel):")
+            add("# one multi-token-prediction block run at every depth, built from a hybrid pattern")
+        if model.is_hybrid:
+            add("--mtp-hybrid-override-pattern", model.mtp_pattern)
+        if model.mtp_repeated_layer:
+            add("--mtp-use-repeated-layer")
     add("# NullTokenizer adds one end-of-document id to --vocab-size: V - 1 gives the model's V rows,")
     add("# which Megatron then pads to a multiple of 128 x tp (the memory model's count)")
     add("--tokenizer-type", "NullTokenizer")
@@ -434,6 +448,8 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
                   moe_token_dispatcher_type=values.get("--moe-token-dispatcher-type", "allgather"))
         if "--moe-flex-dispatcher-backend" in values:
             kw.update(moe_flex_dispatcher_backend=values["--moe-flex-dispatcher-backend"])
+        if values.get("--moe-latent-size"):
+            kw.update(moe_latent_size=values["--moe-latent-size"])
         if "--overlap-moe-expert-parallel-comm" in values:
             kw.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute="--delay-wgrad-compute" in values)
     if values.get("--cuda-graph-impl", "none") != "none":
@@ -492,10 +508,15 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         moe_shared_expert_intermediate_size=int(g("--moe-shared-expert-intermediate-size")) if experts and g(
             "--moe-shared-expert-intermediate-size") else None,
         first_k_dense_replace=_leading_dense(g("--moe-layer-freq")) if experts else 0,
-        mtp_num_layers=int(g("--mtp-num-layers", 0) or 0),
+        mtp_num_layers=int(g("--mtp-num-layers", 0) or 0), mtp_repeated_layer="--mtp-use-repeated-layer" in values,
+        moe_latent_size=int(g("--moe-latent-size", 0) or 0) if experts else 0,
         activation="swiglu" if "--swiglu" in values else "squared_relu" if "--squared-relu" in values else (
             model.activation if model.activation != "swiglu" and model.activation != "squared_relu" else "gelu"),
         **_hybrid_fields(values, model), **_mla_fields(values, model))
+    mtp_pattern = g("--mtp-hybrid-override-pattern")
+    if mtp_pattern is not None and (not new_model.is_hybrid or str(mtp_pattern) != new_model.mtp_pattern):
+        raise ValueError(f"--mtp-hybrid-override-pattern {mtp_pattern}: genconf models a hybrid model's MTP block as "
+                         f"one attention and one MLP layer ({new_model.mtp_pattern})")
     tp, pp, cp = (int(g(f, 1)) for f in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                                           "--context-parallel-size"))
     if num_gpus % (tp * pp * cp):

@@ -130,3 +130,92 @@ def test_the_search_plans_a_hybrid_model_with_megatron_only():
     assert m.mamba_num_heads % best.tp == 0
     cost = step_cost(m, best, cluster, calibration_for("h100-sxm"))
     assert 0.1 < cost.mfu < 0.7
+
+
+@pytest.mark.parametrize("name, buffers, published", [
+    # Megatron-Bridge's model verification cards: every tensor of the HF checkpoints, MTP block included. The
+    # checkpoints also hold each MoE layer's router correction bias (512 / 128 experts; 40 + 1 / 23 + 1 MoE layers),
+    # which megatron-core keeps as a buffer (expert_bias), not a parameter.
+    ("nemotron-3-super", 41 * 512, 123_611_033_088),
+    ("nemotron-3.5-lightning", 24 * 128, 32_913_266_240),
+])
+def test_latent_moe_and_repeated_mtp_counts_match_the_checkpoints(name, buffers, published):
+    assert counting.exact_param_count(_model(name)) + buffers == published
+
+
+def test_latent_moe_runs_the_experts_on_the_latent_width():
+    m = _model("nemotron-3-super")  # h 4096, latent 1024, 512 experts of width 2688, squared ReLU (one branch)
+    tensors = {t.name: t for t in counting.layer_tensors(m, True, "E")}
+    assert tensors["mlp.experts.linear_fc1.weight"].numel == 512 * 2688 * 1024
+    assert tensors["mlp.experts.linear_fc2.weight"].numel == 512 * 1024 * 2688
+    for name in ("mlp.fc1_latent_proj.weight", "mlp.fc2_latent_proj.weight"):
+        assert tensors[name].numel == 4096 * 1024 and not tensors[name].tp_sharded  # TELinear "duplicated"
+    assert tensors["mlp.shared_experts.linear_fc1.weight"].numel == 5376 * 4096  # shared experts on the full width
+    # Megatron-Bridge flop_utils.py moe_layer_flops (latent branch), as multiply-accumulates per token.
+    assert counting._mlp_macs_per_token(m) == 2 * 1024 * 2688 * 22 + 2 * 4096 * 5376 + 2 * 4096 * 1024
+    # The dispatcher moves latent-wide tokens: a quarter of the all-to-all of the same model without the latent.
+    plain = dataclasses.replace(m, moe_latent_size=0)
+    plan = ParallelPlan(framework="megatron", tp=1, ep=64, dp=64, mbs=1, gbs=512, seq_length=8192, zero_stage=1,
+                        precision="bf16", grad_dtype="bf16")
+    cluster = resolve_cluster("gb300-nvl72")
+    cal = calibration_for("gb300")
+    latent_lt, plain_lt = (layer_time(x, plan, cluster, cal, kind="E") for x in (m, plain))
+    assert latent_lt.tp_comm_s < 0.3 * plain_lt.tp_comm_s
+    assert latent_lt.fwd_s < plain_lt.fwd_s
+
+
+def test_a_repeated_mtp_block_is_counted_once_and_run_at_every_depth():
+    m = _model("nemotron-3.5-lightning")
+    unshared = dataclasses.replace(m, mtp_repeated_layer=False)
+    block = counting.exact_param_count(m) - counting.exact_param_count(_model("nemotron-3-nano"))
+    assert counting.exact_param_count(unshared) == counting.exact_param_count(m) + block
+    h = m.hidden_size
+    # The block is one attention and one MoE layer ('*E') with enorm, hnorm, the 2h -> h eh_proj and a final norm.
+    layer = (sum(t.numel for t in counting.layer_tensors(m, kind="*"))
+             + sum(t.numel for t in counting.layer_tensors(m, kind="E")))
+    assert block == layer + 2 * h * h + 3 * h
+    # Compute and FLOPs count both depths, shared weights or not.
+    assert counting.model_flops_per_token(m, 8192) == counting.model_flops_per_token(unshared, 8192)
+    nano = counting.model_flops_per_token(_model("nemotron-3-nano"), 8192)
+    assert counting.model_flops_per_token(m, 8192) > nano
+    plan = ParallelPlan(framework="megatron", tp=1, ep=8, dp=8, mbs=2, gbs=512, seq_length=8192, zero_stage=1,
+                        precision="bf16", grad_dtype="bf16")
+    cluster, cal = resolve_cluster("gb200-nvl72"), calibration_for("gb200")
+    assert step_cost(m, plan, cluster, cal).step_time_s > step_cost(_model("nemotron-3-nano"), plan, cluster, cal).step_time_s
+    assert layer_activation_bytes(m, plan) == layer_activation_bytes(_model("nemotron-3-nano"), plan)
+
+
+def test_latent_moe_and_hybrid_mtp_render_and_read_back():
+    from genconf.check.megatron import parse_megatron_args
+    from genconf.render.megatron import megatron_args, megatron_args_text, megatron_plan
+    from genconf.plan.specs import TrainSpec
+
+    m = _model("nemotron-3-super")
+    plan = ParallelPlan(framework="megatron", tp=1, ep=64, dp=64, mbs=1, gbs=512, seq_length=8192, zero_stage=1,
+                        precision="bf16", grad_dtype="bf16")
+    text = megatron_args_text(megatron_args(m, plan, TrainSpec(train_steps=10)))
+    args, problems = parse_megatron_args(text)
+    assert problems == []
+    values = {flag: a.value for flag, a in args.items()}
+    assert values["--moe-latent-size"] == 1024 and values["--mtp-hybrid-override-pattern"] == "*E"
+    assert "--mtp-use-repeated-layer" in values and "megatron-core 0.17+" in text
+    back, _ = megatron_plan(values, m, 64)
+    assert (back.moe_latent_size, back.mtp_num_layers, back.mtp_repeated_layer) == (1024, 2, True)
+    values["--mtp-hybrid-override-pattern"] = "*-"
+    with pytest.raises(ValueError, match="one attention and one MLP layer"):
+        megatron_plan(values, m, 64)
+
+
+def test_megatron_core_accepts_the_latent_moe_config():
+    pytest.importorskip("megatron.core")
+    from conftest import transformer_config
+    from genconf.check.megatron import parse_megatron_args
+    from genconf.render.megatron import megatron_args, megatron_args_text
+    from genconf.plan.specs import TrainSpec
+
+    m = dataclasses.replace(_model("nemotron-3-super"), mtp_num_layers=0, mtp_repeated_layer=False)  # 0.16.1: no hybrid MTP
+    plan = ParallelPlan(framework="megatron", tp=1, ep=64, dp=64, mbs=1, gbs=512, seq_length=8192, zero_stage=1,
+                        precision="bf16", grad_dtype="bf16")
+    args, _ = parse_megatron_args(megatron_args_text(megatron_args(m, plan, TrainSpec(train_steps=10))))
+    cfg = transformer_config(args)
+    assert cfg.moe_latent_size == 1024 and cfg.num_moe_experts == 512 and cfg.is_hybrid_model
