@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from genconf.plan import kernels
 from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, layer_tensors, lora_flops_per_token,
-                                    lora_target_shapes, model_flops_per_token, recompute_flops_per_token)
+                                    lora_target_shapes, model_flops_per_token, recompute_flops_per_token,
+                                    transformer_view)
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, format_layout, recomputed_layers, stage_layers
 from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
@@ -936,13 +937,10 @@ def _mtp_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Cali
 
 
 def _mtp_layer_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> float:
-    """A hybrid model's multi-token-prediction decoder layer (its mtp_pattern, '*E'): each half at the longer of
-    its GPU time and its host time."""
-    total = 0.0
-    for kind in model.mtp_pattern:
-        lt = layer_time(model, plan, cluster, cal, kind=kind)
-        total += max(lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s, lt.host_s)
-    return total
+    """A hybrid model's multi-token-prediction decoder layer, a transformer layer ('*E', counting.transformer_view,
+    as the memory model saves it), at the longer of its GPU time and its host time."""
+    lt = layer_time(transformer_view(model), plan, cluster, cal)
+    return max(lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s, lt.host_s)
 
 
 def stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> tuple[StageTime, ...]:

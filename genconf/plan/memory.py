@@ -271,10 +271,12 @@ MEGATRON_LAYER_ORDER = ("input_layernorm", "mixer.in_proj", "mixer.conv1d", "mix
                         "self_attention.linear_q_up_proj", "self_attention.linear_kv_down_proj",
                         "self_attention.linear_kv_up_proj", "self_attention.q_layernorm", "self_attention.kv_layernorm",
                         "self_attention.k_layernorm", "pre_mlp_layernorm",
-                        "mlp.router", "mlp.fc1_latent_proj", "mlp.fc2_latent_proj", "mlp.experts", "mlp.shared_experts", "mlp.linear_fc1", "mlp.linear_fc2")
+                        "mlp.router", "mlp.fc1_latent_proj", "mlp.fc2_latent_proj", "mlp.experts",
+                        "mlp.shared_experts", "mlp.linear_fc1", "mlp.linear_fc2")
 """Module registration order inside a megatron-core TransformerLayer (Attention builds linear_proj before
-SelfAttention adds linear_qkv; MoELayer the router, the latent projections, the experts; MambaMixer builds in_proj, conv1d, dt_bias, A_log, D, norm, out_proj): the order of
-model.parameters(), which the gradient buffer walks backwards."""
+SelfAttention adds linear_qkv; MoELayer the router, the latent projections, then the experts; MambaMixer builds
+in_proj, conv1d, dt_bias, A_log, D, norm, out_proj): the order of model.parameters(), which the gradient buffer walks
+backwards."""
 
 
 def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, expert: bool) -> int:
