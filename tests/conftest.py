@@ -237,18 +237,12 @@ def mpt_760m():
 
 
 def transformer_config(args: dict):
-    import torch
-    import torch.nn.functional as F
-    from megatron.core.activations import squared_relu
     from megatron.core.transformer import TransformerConfig
 
     from genconf.render.megatron import megatron_config_kwargs
+    from genconf.train.runners.megatron import with_torch_values
 
-    kw = megatron_config_kwargs({flag: a.value for flag, a in args.items()})
-    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-    kw.update(params_dtype=dtypes[kw["params_dtype"]], pipeline_dtype=dtypes[kw["pipeline_dtype"]],
-              activation_func={"silu": F.silu, "gelu": F.gelu, "squared_relu": squared_relu}[kw["activation_func"]])
-    return TransformerConfig(**kw)
+    return TransformerConfig(**with_torch_values(megatron_config_kwargs({flag: a.value for flag, a in args.items()})))
 
 
 INJECTION_JOB_NAME = 'x"; touch pwned; "'

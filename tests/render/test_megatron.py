@@ -119,9 +119,6 @@ CUDA_GRAPH_CASES = [
 def test_the_cuda_graph_rule_agrees_with_megatron_core(model_name, fields, impl, scope):
     """Each plan the rule accepts builds megatron-core's TransformerConfig from its rendered arguments; each one it
     refuses, megatron-core refuses too (an assertion in TransformerConfig.__post_init__)."""
-    import torch
-    import torch.nn.functional as F
-    from megatron.core.activations import squared_relu
     from megatron.core.transformer import TransformerConfig
 
     from genconf.catalog.clusters import resolve_cluster
@@ -129,16 +126,14 @@ def test_the_cuda_graph_rule_agrees_with_megatron_core(model_name, fields, impl,
     from genconf.plan import rules
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.render.megatron import arg_values, megatron_args
+    from genconf.train.runners.megatron import with_torch_values
 
     model, _ = resolve_model(model_name)
     plan = ParallelPlan(framework="megatron", mbs=1, gbs=64, seq_length=4096, cuda_graph_impl=impl,
                         cuda_graph_scope=scope, **fields)
     verdict = rules.check(rules.Context(model, resolve_cluster("dgx-h100"), plan, plan.world_size))
     refused = any(v.rule == "cuda_graphs" for v in verdict)
-    kw = megatron_config_kwargs(arg_values(megatron_args(model, plan, TrainSpec(train_steps=10))))
-    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-    kw.update(params_dtype=dtypes[kw["params_dtype"]], pipeline_dtype=dtypes[kw["pipeline_dtype"]],
-              activation_func={"silu": F.silu, "gelu": F.gelu, "squared_relu": squared_relu}[kw["activation_func"]])
+    kw = with_torch_values(megatron_config_kwargs(arg_values(megatron_args(model, plan, TrainSpec(train_steps=10)))))
     try:
         TransformerConfig(**kw)
         accepted = True

@@ -133,20 +133,15 @@ def test_deepspeed_config_reads_every_ds_config(artifacts, monkeypatch):
 
 def test_megatron_core_reads_every_megatron_args(artifacts):
     require("megatron.core")
-    import torch
-    import torch.nn.functional as F
-    from megatron.core.activations import squared_relu
     from megatron.core.transformer import TransformerConfig
 
-    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    from genconf.train.runners.megatron import with_torch_values
+
     for key, d in artifacts.items():
         _, model, cluster, plan, num_gpus = plan_of(d)
         args, problems = parse_megatron_args((d / "megatron_args.txt").read_text())
         assert problems == [], key
-        kw = megatron_config_kwargs({flag: a.value for flag, a in args.items()})
-        kw.update(params_dtype=dtypes[kw["params_dtype"]], pipeline_dtype=dtypes[kw["pipeline_dtype"]],
-                  activation_func={"silu": F.silu, "gelu": F.gelu, "squared_relu": squared_relu}[kw["activation_func"]])
-        cfg = TransformerConfig(**kw)
+        cfg = TransformerConfig(**with_torch_values(megatron_config_kwargs({flag: a.value for flag, a in args.items()})))
         mplan, _ = equivalent_plan(plan, "megatron")
         assert (cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size) == \
             (mplan.tp, mplan.pp, mplan.cp), key

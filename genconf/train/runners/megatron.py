@@ -24,19 +24,24 @@ from genconf.train import collectives, loop, measure, runtime
 from genconf.train.data import micro_batch
 
 
+def with_torch_values(kw: dict) -> dict:
+    """config_kwargs / megatron_config_kwargs (plain names, genconf.render.megatron) with the torch objects
+    TransformerConfig takes: params_dtype and pipeline_dtype as torch dtypes, activation_func as the function
+    Megatron-LM's arguments select (--swiglu: silu, --squared-relu: megatron-core's squared_relu, else gelu)."""
+    import torch.nn.functional as F
+    from megatron.core.activations import squared_relu
+
+    functions = {"silu": F.silu, "gelu": F.gelu, "squared_relu": squared_relu}
+    return {**kw, "params_dtype": getattr(torch, kw["params_dtype"]), "pipeline_dtype": getattr(torch, kw["pipeline_dtype"]),
+            "activation_func": functions[kw["activation_func"]]}
+
+
 def transformer_config_kwargs(cfg: RunConfig, *, cpu: bool) -> dict:
     """TransformerConfig kwargs for this run: the artifact's Megatron-LM arguments, mapped as Megatron-LM maps
     them, plus what a CPU run needs (compat recommendations: fusions off, CPU initialisation)."""
-    import torch.nn.functional as F
-
     from genconf.render.megatron import config_kwargs
 
-    kw = config_kwargs(cfg.model, cfg.plan, cfg.train)
-    kw["params_dtype"] = getattr(torch, kw["params_dtype"])
-    kw["pipeline_dtype"] = getattr(torch, kw["pipeline_dtype"])
-    from megatron.core.activations import squared_relu
-
-    kw["activation_func"] = {"silu": F.silu, "squared_relu": squared_relu}.get(kw["activation_func"], F.gelu)
+    kw = with_torch_values(config_kwargs(cfg.model, cfg.plan, cfg.train))
     if not kw.get("fp8"):
         for key in ("fp8", "fp8_recipe", "first_last_layers_bf16", "num_layers_at_start_in_bf16",
                     "num_layers_at_end_in_bf16"):
