@@ -80,6 +80,9 @@ def pins_for(run: Run) -> Pins | None:
                 # The stack's loss and flash-attention kernel, as it ran (published.py).
                 fused_loss=p.fused_loss, attention_kernel=p.attention_kernel, lora_rank=p.lora_rank,
                 lora_targets=p.lora_targets,
+                # The BF16 end layers the row's recipe kept (published.py): NVIDIA's performance recipes turn the
+                # fp8-current default off; Nemotron 3 Super's NVFP4 recipe keeps the last 14.
+                bf16_layers=(p.bf16_layers_start, p.bf16_layers_end),
                 cuda_graph_impl=p.cuda_graph_impl, cuda_graph_scope=p.cuda_graph_scope,
                 grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype,
                 # Megatron-FSDP is opt-in (genconf.plan.search.search): where the recipe turned it on (FSDP > 0 in

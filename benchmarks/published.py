@@ -574,6 +574,14 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
             fields.pop("pp_loss_as_layer", None)
         plan = replace(plan, **fields)
         notes.append(f"as configured: {dense_recipe['bridge_ref']} {dense_recipe['config_name'].split(' ')[0]}")
+    if recipe is not None and precision == "fp4" and row["model"].startswith("Nemotron_3_Super"):
+        # Megatron-Bridge's Nemotron 3 Super NVFP4 recipes train with nemotron_3_super_bf16_with_nvfp4_mixed
+        # (training/mixed_precision.py: first_last_layers_bf16, num_layers_at_end_in_bf16 = 14), every release
+        # (v0.4.2 scripts/performance/configs/nemotronh/nemotron_3_llm_pretrain.py:43 to v0.6.0
+        # perf_recipes/nemotronh/common.py). Their performance recipes turn fp8-current's BF16 end layers off
+        # (perf_recipes/_common.py _perf_precision), which a ParallelPlan's default (none) already says.
+        plan = replace(plan, bf16_layers_end=14)
+        notes.append("the last 14 layers in BF16 (nemotron_3_super_bf16_with_nvfp4_mixed)")
     if recipe is not None and recipe["moe_a2a_overlap"] == "on":
         notes.append(f"EP all-to-all overlap on ({recipe['bridge_ref']} {recipe['config_name']})")
     if plan.cuda_graph_impl != "none":

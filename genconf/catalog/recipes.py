@@ -174,7 +174,7 @@ def _train_spec(recipe: Recipe, plan: ParallelPlan, model: ModelSpec, *, steps: 
     values["warmup_steps"] = min(values.get("warmup_steps", 2000), steps)
     try:
         return TrainSpec(train_steps=int(steps), seed=int(recipe.data.get("seed", 1234)),
-                         fp8_recipe=r.train_fp8_recipe, fp8_bf16_first_last_layers=r.bf16_first_last_layers,
+                         fp8_recipe=r.train_fp8_recipe,
                          checkpoint_every_steps=int(run.get("checkpoint_every_steps", min(1000, int(steps)))), **values)
     except ValueError as exc:
         raise GenconfError(f"{recipe.path}: optimizer: {exc}") from None
@@ -256,8 +256,7 @@ def smoke_run(recipe: Recipe) -> dict:
     ev = evaluate(tiny, cluster, small, world, calibration_for(cluster.gpu.name), check_rules=False)
     steps = int(smoke.get("steps", 12))
     train = _train_spec(recipe, small, tiny, steps=steps, lr=smoke.get("lr", 1e-3), warmup=smoke.get("warmup_steps", 3))
-    train = dataclasses.replace(train, fp8_recipe=r.train_fp8_recipe,
-                                fp8_bf16_first_last_layers=r.bf16_first_last_layers, checkpoint_every_steps=steps)
+    train = dataclasses.replace(train, fp8_recipe=r.train_fp8_recipe, checkpoint_every_steps=steps)
     run = planfile.encode(tiny, None, cluster, world, ev, None, float(steps * gbs * seq), train, batch_source="smoke")
     run["recipe"] = {"name": recipe.name, "version": recipe.version, "precision_recipe": r.name, "smoke": True,
                      "full_layout": full["layout"], "note": smoke.get("note", ""),

@@ -96,6 +96,7 @@ _RULE_FLAGS = {
     "sequence_parallel": ("--sequence-parallel",),
     "recompute": ("--recompute-granularity",),
     "precision": ("--fp8-format", "--fp16", "--transformer-impl"),
+    "bf16_layers": ("--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16", "--first-last-layers-bf16"),
 }
 # Flags that fix the layout or the model: they must agree with plan.json (the other files derive from it).
 _LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
@@ -109,7 +110,8 @@ _LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size
                  "--data-parallel-sharding-strategy", "--grad-reduce-in-bf16", "--fp8-param-gather", "--fp4-format",
                  "--fp4-param-gather", "--use-precision-aware-optimizer", "--recompute-method", "--recompute-num-layers",
                  "--cpu-offloading-num-layers", "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl",
-                 "--cuda-graph-scope")
+                 "--cuda-graph-scope", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
+                 "--num-layers-at-end-in-bf16")
 _DEFAULTS = {"--cuda-graph-impl": "none", "--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
              "--expert-model-parallel-size": 1, "--num-virtual-stages-per-pipeline-rank": 1}
 _REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings",

@@ -86,6 +86,19 @@ def pins_from_args(args: argparse.Namespace):
     if conflict:
         raise GenconfError(conflict)
     targets = _lora_targets(getattr(args, "lora_targets", None), lora_rank)
+    first, last = getattr(args, "bf16_first_layers", None), getattr(args, "bf16_last_layers", None)
+    bf16_layers = None  # the recipe's default, on the plans that can have it (search._bf16_edges)
+    if first is not None or last is not None:
+        from genconf.plan.precision import bf16_edge_default
+
+        default = bf16_edge_default(precision, fp8_recipe)
+        bf16_layers = (default if first is None else first, default if last is None else last)
+        if any(bf16_layers) and precision not in ("fp8", "fp4"):
+            raise GenconfError(f"--bf16-first-layers/--bf16-last-layers keep layers out of FP8/FP4: they need an FP8 "
+                               f"or FP4 --precision, got {args.precision}")
+        if any(bf16_layers) and fp8_recipe == "delayed":
+            raise GenconfError("delayed scaling does not support first / last layers in BF16 (megatron-core); use "
+                               "--precision fp8-current")
     scopes = list(getattr(args, "cuda_graph_scope", ()) or ())
     repeated = sorted({s for s in scopes if scopes.count(s) > 1})
     if repeated:
@@ -106,7 +119,7 @@ def pins_from_args(args: argparse.Namespace):
                 moe_dispatcher=getattr(args, "moe_dispatcher", "alltoall"),
                 cuda_graph_impl=getattr(args, "cuda_graph_impl", "none"),
                 cuda_graph_scope=tuple(getattr(args, "cuda_graph_scope", ()) or ()),
-                pp_layout=layout, lora_rank=lora_rank, lora_targets=targets)
+                pp_layout=layout, lora_rank=lora_rank, lora_targets=targets, bf16_layers=bf16_layers)
 
 
 def _lora_targets(text: str | None, lora_rank: int) -> tuple[str, ...]:

@@ -101,6 +101,11 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--precision", choices=PRECISION_NAMES, default="bf16",
                    help="bf16 | fp16 | fp32 (Megatron verification: TP reproduces TP=1 exactly) | fp8 (= fp8-current) "
                         "| fp8-delayed | fp8-current | fp8-blockwise | mxfp8 (Blackwell) | nvfp4 (Blackwell; = fp4)")
+    for flag, end in (("--bf16-first-layers", "first"), ("--bf16-last-layers", "last")):
+        g.add_argument(flag, type=non_negative_int, metavar="N",
+                       help=f"under FP8/FP4: the {end} N layers run in BF16 (megatron --first-last-layers-bf16 "
+                            f"--num-layers-at-{'start' if end == 'first' else 'end'}-in-bf16; default: the recipe's, "
+                            f"fp8-current 1 at each end, the others 0)")
     g.add_argument("--grad-dtype", choices=("fp32", "bf16"),
                    help="gradient accumulation/reduction dtype (default: the framework's; fp32 for megatron)")
     g.add_argument("--fp8-param-gather", action=argparse.BooleanOptionalAction, default=None,

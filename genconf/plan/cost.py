@@ -19,7 +19,9 @@ from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, laye
                                     lora_target_shapes, model_flops_per_token, recompute_flops_per_token,
                                     transformer_view)
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
-from genconf.plan.pipeline import bubble_fraction, dp_overlap_passes, format_layout, recomputed_layers, stage_layers
+from genconf.plan.pipeline import (bf16_layers_on_rank, bubble_fraction, dp_overlap_passes, format_layout,
+                                   recomputed_layers, stage_layers)
+from genconf.plan.precision import plan_in_precision
 from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
 
@@ -949,21 +951,59 @@ def stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal:
     return _stage_times(model, plan, cluster, cal, full, layer_gpu)
 
 
+@dataclass(frozen=True, slots=True)
+class _LayerPace:
+    """One layer's share of a stage's time for one micro-batch (_stage_times)."""
+
+    fwd_s: float
+    base_s: float
+    """Forward + backward GPU work."""
+    busy_s: float
+    """base_s with the exposed TP/EP/CP communication."""
+    host_wait_s: float
+    """Time the GPU waits for the host to launch the layer's kernels."""
+    recompute_s: float
+
+    @classmethod
+    def of(cls, plan: ParallelPlan, full: LayerTime, layer_gpu: dict[str, float]) -> "_LayerPace":
+        base = layer_gpu["fwd_s"] + layer_gpu["bwd_s"]
+        busy = base + layer_gpu["tp_comm_s"] + layer_gpu["cp_comm_s"]
+        # A layer takes the longer of its GPU time and the host time to launch its kernels.
+        host_wait = max(0.0, full.host_s - busy)
+        if plan.recompute == "selective":
+            recompute = layer_gpu["selective_s"]
+        elif plan.recompute == "full":
+            recompute = layer_gpu["fwd_s"] + layer_gpu["tp_fwd_comm_s"]
+        else:
+            recompute = 0.0
+        return cls(layer_gpu["fwd_s"], base, busy, host_wait, recompute)
+
+    @property
+    def total_s(self) -> float:
+        return self.busy_s + self.host_wait_s
+
+    @property
+    def forward_total_s(self) -> float:
+        """The forward's part of total_s: its GPU work and its share of the communication and host waits."""
+        return self.fwd_s + (self.total_s - self.base_s) * (self.fwd_s / self.base_s if self.base_s else 0.0)
+
+
+def _bf16_pace(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> _LayerPace:
+    """The pace of the plan's BF16 end layers (ParallelPlan.bf16_edge_layers): the same layer with its GEMMs in BF16
+    and no quantization passes (Transformer Engine outside its fp8_autocast; megatron-core get_fp8_context)."""
+    plain = plan_in_precision(plan, "bf16")
+    full, layer_gpu = _mixed_layer(model, plain, cluster, cal)
+    return _LayerPace.of(plan, full, layer_gpu)
+
+
 def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, full: LayerTime,
                  layer_gpu: dict[str, float]) -> tuple[StageTime, ...]:
     gpu = cluster.gpu
-    # A layer takes the longer of its GPU time and the host time to launch its kernels.
-    base = layer_gpu["fwd_s"] + layer_gpu["bwd_s"]
-    busy = base + layer_gpu["tp_comm_s"] + layer_gpu["cp_comm_s"]
-    host_wait = max(0.0, full.host_s - busy)
-    share = layer_gpu["fwd_s"] / base if base else 0.0
-    if plan.recompute == "selective":
-        recompute_per_layer = layer_gpu["selective_s"]
-    elif plan.recompute == "full":
-        recompute_per_layer = layer_gpu["fwd_s"] + layer_gpu["tp_fwd_comm_s"]
-    else:
-        recompute_per_layer = 0.0
+    pace = _LayerPace.of(plan, full, layer_gpu)
     layers = stage_layers(model.num_layers, plan)
+    bf16 = [bf16_layers_on_rank(model.num_layers, plan, i) for i in range(plan.pp)]
+    # A BF16 end layer is priced at its own pace; a hybrid or MoE model's as its mean layer, as the others.
+    pace16 = _bf16_pace(model, plan, cluster, cal) if any(bf16) else pace
     offload_bytes = offload_bytes_per_layer(model, plan)
     link = cluster.host_link_gbyte_per_s_per_gpu * cal.host_link_efficiency * 1e9
     stages = []
@@ -973,7 +1013,9 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
                   if per_param else 0.0 for i in range(plan.pp)]
     for i, count in enumerate(layers):
         recomputed = recomputed_layers(plan, count) if plan.recompute == "full" else (count if plan.recompute == "selective" else 0)
-        re = recomputed * recompute_per_layer
+        b = bf16[i]
+        mix = b / count if count else 0.0  # the stage's share of BF16 layers, among the recomputed ones too
+        re = recomputed * ((1.0 - mix) * pace.recompute_s + mix * pace16.recompute_s)
         off = off_fwd = 0.0
         if plan.offload_activation_layers:
             # Activations of the offloaded layers stream to the host during the forward and back during the
@@ -983,15 +1025,15 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
             moved = min(plan.offload_activation_layers, count) * offload_bytes / link
             off_fwd = max(0.0, moved - count * layer_gpu["fwd_s"])
             off = off_fwd + max(0.0, moved - count * layer_gpu["bwd_s"])
-        t = count * (busy + host_wait) + re + off + plan.vp * cal.microbatch_overhead_s + param_pass[i]
+        layers_s = (count - b) * pace.total_s + b * pace16.total_s
+        t = layers_s + re + off + plan.vp * cal.microbatch_overhead_s + param_pass[i]
         if i == 0:
             t += _embedding_s(model, plan, cluster, cal)
         if i == plan.pp - 1:
             t += _logits_s(model, plan, cluster, cal)
             t += model.mtp_num_layers * (_mtp_layer_s(model, plan, cluster, cal) if model.is_hybrid
-                                         else busy + host_wait) + _mtp_s(model, plan, cluster, cal)
-        layers_s = count * (busy + host_wait)
-        forward = count * layer_gpu["fwd_s"] + (layers_s - count * base) * share + off_fwd
+                                         else pace.total_s) + _mtp_s(model, plan, cluster, cal)
+        forward = (count - b) * pace.forward_total_s + b * pace16.forward_total_s + off_fwd
         forward += (t - layers_s - re - off) / 3
         stages.append(StageTime(total_s=t, forward_s=forward, recompute_s=re, offload_s=off))
     return tuple(stages)
@@ -1088,8 +1130,10 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     bwd_window = passes * max(layers) * layer_gpu["bwd_s"]
     fwd_window = passes * max(layers) * layer_gpu["fwd_s"]
     dp_comm = _dp_comm_s(model, plan, cluster, cal, dense, expert, bwd_window, fwd_window)
-    optimizer = _optimizer_s(plan, cluster, cal, params) + _quant_weights_s(
-        plan, cluster, cal, max(r.gemm for r in rp.values()), m)
+    # The weights cast to FP8/FP4 once a step: the quantized layers' (the BF16 end layers keep theirs in BF16).
+    quantized = max(r.gemm * (1.0 - bf16_layers_on_rank(model.num_layers, plan, i) / max(1, layers[i]))
+                    for i, r in rp.items())
+    optimizer = _optimizer_s(plan, cluster, cal, params) + _quant_weights_s(plan, cluster, cal, int(quantized), m)
     overhead = cal.step_overhead_s
     step = compute + bubble + m * pp_comm + dp_comm + optimizer + overhead
     tokens = plan.gbs * plan.seq_length

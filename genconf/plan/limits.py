@@ -109,6 +109,8 @@ RANGES: dict[str, Range] = {
     "offload_activation_layers": Range(low=0, high=16_384, unit="layers", why="at most the layers"),
     "pp_first_stage_layers": _LAYERS,
     "pp_last_stage_layers": _LAYERS,
+    "bf16_layers_start": Range(low=0, high=16_384, unit="layers", why="at most the layers"),
+    "bf16_layers_end": Range(low=0, high=16_384, unit="layers", why="at most the layers"),
     "shard_group_size": _DEGREE,
     # the run
     "train_steps": _STEPS,
@@ -129,6 +131,7 @@ FLAGS: dict[str, str] = {
     "--first-stage-layers": "pp_first_stage_layers", "--last-stage-layers": "pp_last_stage_layers",
     "--zero": "zero_stage", "--top": "top", "--tokens": "tokens", "--etp": "etp",
     "--recompute-layers": "recompute_layers", "--offload-activations": "offload_activation_layers",
+    "--bf16-first-layers": "bf16_layers_start", "--bf16-last-layers": "bf16_layers_end",
     # genconf launch: shrink a plan for a smoke test
     "--layers": "num_layers", "--hidden": "hidden_size", "--heads": "num_attention_heads", "--vocab": "vocab_size",
     "--steps": "train_steps", "--checkpoint-every": "checkpoint_every_steps", "--keep-checkpoints": "keep_checkpoints",

@@ -26,8 +26,8 @@ from genconf.plan.counting import (
     padded_vocab_size,
     transformer_view,
 )
-from genconf.plan.pipeline import (chunk_layers, chunk_patterns, dense_layers_on_rank, hybrid_kinds_on_rank,
-                                   inflight_chunks, stage_layers)
+from genconf.plan.pipeline import (bf16_layers_on_rank, chunk_layers, chunk_patterns, dense_layers_on_rank,
+                                   hybrid_kinds_on_rank, inflight_chunks, stage_layers)
 from genconf.plan.specs import HYBRID_LAYER_KINDS, ClusterSpec, ModelSpec, ParallelPlan
 
 GIB = 2**30
@@ -444,6 +444,7 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
     # Model states do not depend on the micro-batch, the batch or recompute: one computation per layout.
     key = (model, rp, layers, pp_stage, plan.framework, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, plan.dp, plan.cp,
            plan.zero_stage, plan.shard_group_size, plan.precision, plan.quant_recipe, plan.fp8_param_gather,
+           plan.bf16_edge_layers,
            plan.precision_aware_optimizer, plan.lora_rank,
            plan.grad_bytes, plan.layer_spec, plan.offload_optimizer, plan.offload_params,
            stage_layers(model.num_layers, plan),
@@ -495,7 +496,11 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
                 gathered_row = row  # the quantized row-wise data is what is sharded and gathered
             if fp8_any_layout and recipe in PER_TENSOR_RECIPES:
                 col = 0.0  # the data gradient reads the row-wise copy (TE quantizer.cpp: no transpose allocated)
-            gemm = rp.gemm
+            # The BF16 end layers' weights stay BF16 (megatron-core builds them outside fp8_model_init): only the
+            # quantized layers' matmul weights have quantized copies (a rank's layers priced as its mean layer).
+            bf16_layers = bf16_layers_on_rank(model.num_layers, plan, pp_stage)
+            quantized = int(rp.gemm * (1.0 - bf16_layers / layers)) if layers else rp.gemm
+            gemm = quantized
             if plan.zero_stage >= 3:
                 # Megatron-FSDP keeps only the gathered units' quantized copies (two layers and the root).
                 unit_gemm = sum(t.numel_per_rank(plan.tp, plan.ep, plan.expert_tp)
@@ -504,7 +509,7 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
             if plan.fp8_param_gather:
                 # TE fp8 model params: the matmul weights are stored quantized (row-wise); the column-wise copy
                 # the data gradient needs is cached beside them. No BF16 copy of those weights.
-                param_bytes_total = 2.0 * (rp.total - rp.gemm) + row * rp.gemm
+                param_bytes_total = 2.0 * (rp.total - quantized) + row * quantized
                 if col:
                     other.append((f"{recipe} column-wise weight copies (TE)", int(col * gemm)))
             else:
@@ -1016,6 +1021,13 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
         per_chunk = (per_chunk_layers - kept) * per_layer + kept * layer_activation_bytes(model, plan, recompute="none")
     else:
         per_chunk = per_chunk_layers * per_layer
+    bf16_layers = bf16_layers_on_rank(model.num_layers, plan, stage)
+    if bf16_layers and plan.recompute != "full":
+        # The BF16 end layers save their GEMM inputs in BF16, not as quantized copies: spread over the rank's
+        # chunks (exact without interleaving; the first and last chunks hold them).
+        plain = plan.replace(precision="bf16", fp8_recipe=None, fp8_param_gather=False,
+                             bf16_layers_start=0, bf16_layers_end=0)
+        per_chunk += bf16_layers / plan.vp * (layer_activation_bytes(model, plain) - per_layer)
     activations = per_chunk * chunks
     named = list(other)
     if plan.offload_activation_layers and plan.pp == 1:

@@ -180,22 +180,40 @@ def chunk_layers(num_layers: int, plan: ParallelPlan, stage: int) -> tuple[int, 
     return tuple([total // vp] * vp)
 
 
-def dense_layers_on_rank(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
-    """How many of an MoE model's first_k_dense_replace dense layers pipeline rank `stage` holds: layers fill the
-    virtual stages in order (virtual stage chunk * pp + rank), so the dense ones sit on the earliest."""
-    k = model.dense_layers if model.is_moe and not model.is_hybrid else 0
-    if not k:
+def layers_in_range_on_rank(num_layers: int, plan: ParallelPlan, stage: int, lo: int, hi: int) -> int:
+    """How many of the layers with global index in [lo, hi) pipeline rank `stage` holds: layers fill the virtual
+    stages in order (virtual stage chunk * pp + rank; megatron-core get_transformer_layer_offset)."""
+    lo, hi = max(0, lo), min(num_layers, hi)
+    if hi <= lo:
         return 0
     pp, vp = plan.pp, plan.vp
-    virtual = [chunk_layers(model.num_layers, plan, rank) for rank in range(pp)]
+    virtual = [chunk_layers(num_layers, plan, rank) for rank in range(pp)]
     start = held = 0
     for chunk in range(vp):
         for rank in range(pp):
             count = virtual[rank][chunk]
             if rank == stage:
-                held += max(0, min(k, start + count) - start)
+                held += max(0, min(hi, start + count) - max(lo, start))
             start += count
     return held
+
+
+def dense_layers_on_rank(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
+    """How many of an MoE model's first_k_dense_replace dense layers pipeline rank `stage` holds: the dense ones
+    are the first, so they sit on the earliest virtual stages."""
+    k = model.dense_layers if model.is_moe and not model.is_hybrid else 0
+    return layers_in_range_on_rank(model.num_layers, plan, stage, 0, k) if k else 0
+
+
+def bf16_layers_on_rank(num_layers: int, plan: ParallelPlan, stage: int) -> int:
+    """How many of the plan's BF16 end layers (ParallelPlan.bf16_edge_layers: the first and the last of the network,
+    megatron-core fp8_utils.is_first_last_bf16_layer) pipeline rank `stage` holds."""
+    first, last = plan.bf16_edge_layers
+    if not first and not last:
+        return 0
+    head = layers_in_range_on_rank(num_layers, plan, stage, 0, first)
+    tail = layers_in_range_on_rank(num_layers, plan, stage, max(first, num_layers - last), num_layers)
+    return head + tail
 
 
 def chunk_patterns(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[str, ...]:

@@ -104,7 +104,7 @@ def default_train(plan: ParallelPlan, tokens: float) -> TrainSpec:
     steps = max(1, round(tokens / (plan.gbs * plan.seq_length)))
     recipe = recipe_for(plan.precision, plan.fp8_recipe)
     return TrainSpec(train_steps=steps, warmup_steps=min(2000, max(1, steps // 100)),
-                     fp8_recipe=recipe.train_fp8_recipe, fp8_bf16_first_last_layers=recipe.bf16_first_last_layers)
+                     fp8_recipe=recipe.train_fp8_recipe)
 
 
 def checkpoint_dict(model: ModelSpec, plan: ParallelPlan, keep_last: int) -> dict:
@@ -204,6 +204,11 @@ def model_from_dict(d: dict) -> ModelSpec:
     return ModelSpec(**{k: v for k, v in d.items() if k in fields})
 
 
+LEGACY_BF16_LAYERS_KEY = "fp8_bf16_first_last_layers"
+"""Where plan.json kept the BF16 end layers before ParallelPlan.bf16_layers_start / bf16_layers_end (train, one
+count for both ends); decode still reads it."""
+
+
 def plan_from_dict(d: dict) -> ParallelPlan:
     """A ParallelPlan from its dict (plan.json's `plan` also carries derived values: those are skipped)."""
     fields = {f.name for f in dataclasses.fields(ParallelPlan)}
@@ -246,7 +251,12 @@ def decode(run: dict) -> PlanFile:
         cluster = cluster_from_dict(run["cluster"])
         plan = plan_from_dict(run["plan"])
         num_gpus = int(run["cluster"]["num_gpus"])
-        train = TrainSpec(**run["train"])
+        train_fields = dict(run["train"])
+        legacy = train_fields.pop(LEGACY_BF16_LAYERS_KEY, None)
+        if legacy and "bf16_layers_start" not in run["plan"]:
+            # plan.json written before the plan carried its BF16 end layers: the same count at each end.
+            plan = dataclasses.replace(plan, bf16_layers_start=int(legacy), bf16_layers_end=int(legacy))
+        train = TrainSpec(**train_fields)
     except KeyError as exc:
         raise GenconfError(f"plan.json is missing {exc}") from None
     except (TypeError, ValueError) as exc:

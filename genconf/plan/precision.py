@@ -123,11 +123,23 @@ def recipe_for(precision: str, fp8_recipe: str | None) -> PrecisionRecipe:
     return recipe(precision)
 
 
+def bf16_edge_default(plan_precision: str, fp8_recipe: str | None) -> int:
+    """Layers at each end of the network the precision's recipe keeps in BF16 (fp8-current: 1, as Megatron-Bridge's
+    bf16_with_fp8_current_scaling_mixed; 0 for the others and for unquantized dtypes)."""
+    if plan_precision not in TE_LAYERS_ONLY:
+        return 0
+    return recipe_for(plan_precision, fp8_recipe).bf16_first_last_layers
+
+
 def plan_in_precision(plan: ParallelPlan, plan_precision: str) -> ParallelPlan:
     """The plan trained in another dtype (a smoke test, `genconf launch --precision`): the FP8 scaling, FP8/FP4
-    parameters and the precision-aware optimizer (16-bit master remainders) stay only where that dtype has them."""
+    parameters, BF16 end layers and the precision-aware optimizer (16-bit master remainders) stay only where that
+    dtype has them."""
+    quantized = plan_precision in TE_LAYERS_ONLY
     return dataclasses.replace(
         plan, precision=plan_precision, fp8_recipe=plan.fp8_recipe if plan_precision == "fp8" else None,
+        bf16_layers_start=plan.bf16_layers_start if quantized else 0,
+        bf16_layers_end=plan.bf16_layers_end if quantized else 0,
         fp8_param_gather=plan.fp8_param_gather and plan_precision in TE_LAYERS_ONLY,
         precision_aware_optimizer=plan.precision_aware_optimizer and plan_precision in ("bf16", *TE_LAYERS_ONLY))
 
@@ -231,10 +243,11 @@ def plan_refusal(plan_precision: str, framework: str, layer_spec: str) -> str | 
     return limit.rule if limit else None  # a None rule: legal, only an artifact differs
 
 
-def megatron_flags(plan_precision: str, fp8_recipe: str | None, bf16_first_last_layers: int, *,
+def megatron_flags(plan_precision: str, fp8_recipe: str | None, bf16_layers: tuple[int, int] = (0, 0), *,
                    param_gather: bool = False) -> list[tuple[str, object]]:
-    """Megatron-LM's precision arguments as (flag, value) pairs, value None for a switch. param_gather: the weights
-    are kept, and all-gathered, in FP8 (FP4) (ParallelPlan.fp8_param_gather)."""
+    """Megatron-LM's precision arguments as (flag, value) pairs, value None for a switch. bf16_layers: the first
+    and last layers kept in BF16 (ParallelPlan.bf16_edge_layers); param_gather: the weights are kept, and
+    all-gathered, in FP8 (FP4) (ParallelPlan.fp8_param_gather)."""
     flags: list[tuple[str, object]] = []
     if plan_precision == "fp16":
         # Dynamic loss scaling (no --loss-scale), same start (2^16), window and hysteresis as ds_config.json.
@@ -247,9 +260,11 @@ def megatron_flags(plan_precision: str, fp8_recipe: str | None, bf16_first_last_
         r = recipe_for(plan_precision, fp8_recipe)
         prefix = f"--{plan_precision}"  # --fp8-format / --fp4-format, ...
         flags += [(f"{prefix}-format", r.megatron_format), (f"{prefix}-recipe", r.megatron_recipe)]
-        if bf16_first_last_layers > 0:
-            flags += [("--first-last-layers-bf16", None), ("--num-layers-at-start-in-bf16", bf16_first_last_layers),
-                      ("--num-layers-at-end-in-bf16", bf16_first_last_layers)]
+        start, end = bf16_layers
+        if start or end:
+            # Both counts written: Megatron-LM's own defaults are 1 and 1 once the switch is on.
+            flags += [("--first-last-layers-bf16", None), ("--num-layers-at-start-in-bf16", start),
+                      ("--num-layers-at-end-in-bf16", end)]
         if param_gather:
             flags.append((f"{prefix}-param-gather", None))
     return flags

@@ -415,6 +415,26 @@ def _precision(c: Context) -> str | None:
     return None
 
 
+def _bf16_layers(c: Context) -> str | None:
+    p = c.plan
+    first, last = p.bf16_layers_start, p.bf16_layers_end
+    if not first and not last:
+        return None
+    if p.quant_recipe is None:
+        return f"BF16 end layers ({first} first, {last} last) apply under an FP8 or FP4 precision, not {p.precision}"
+    if p.framework != "megatron" or p.layer_spec != "te":
+        return "BF16 end layers are a setting of megatron's Transformer Engine layers (--first-last-layers-bf16)"
+    if p.quant_recipe == "delayed":
+        # megatron-core TransformerConfig.__post_init__
+        return "delayed scaling does not support first / last layers in BF16 (use --precision fp8-current)"
+    per_stage = c.model.num_layers // p.pp
+    for name, count in (("first", first), ("last", last)):
+        if count > per_stage:
+            return (f"{count} BF16 {name} layers: megatron-core allows at most the layers per pipeline stage "
+                    f"({c.model.num_layers} // pp {p.pp} = {per_stage})")
+    return None
+
+
 def lora_conflict(lora_rank: int, framework: str | None, is_moe: bool, zero_stage: int | None,
                   mla: bool = False) -> str | None:
     """Why LoRA cannot be planned this way (None: it can). genconf prices LoRA as Megatron-Bridge and NeMo run it."""
@@ -544,6 +564,8 @@ RULES: tuple[Rule, ...] = (
          _attention_kernel),
     Rule("fused_loss", ERROR, "the fused cross entropy is for the DeepSpeed/FSDP model", _fused_loss),
     Rule("precision", ERROR, "the precision runs on this GPU and framework", _precision),
+    Rule("bf16_layers", ERROR, "BF16 end layers: an FP8/FP4 megatron TE plan, not delayed scaling, at most a stage's "
+         "layers", _bf16_layers),
     Rule("lora", ERROR, "LoRA: megatron, a dense model, no Megatron-FSDP", _lora),
     Rule("architecture", ERROR, "MLA, shared experts, dense first layers, MTP and Mamba: megatron with TE layers",
          _architecture),

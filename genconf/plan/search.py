@@ -27,6 +27,7 @@ from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import layout_vp, parse_layout
+from genconf.plan.precision import bf16_edge_default
 from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, ModelSpec, ParallelPlan
 
 MAX_BATCH_GROWTH = 1.5
@@ -107,6 +108,9 @@ class Pins:
     """LoRA fine-tuning with adapters of this rank (ParallelPlan.lora_rank); 0: full-parameter training."""
     lora_targets: tuple[str, ...] = LORA_TARGETS
     """The linear layers LoRA adapts (ParallelPlan.lora_targets)."""
+    bf16_layers: tuple[int, int] | None = None
+    """(first, last) layers kept in BF16 under an FP8/FP4 recipe (ParallelPlan.bf16_layers_start / _end). None: the
+    recipe's default (genconf.plan.precision.bf16_edge_default) on megatron's TE layers."""
     pp_layout: str | None = None
     """None: megatron's own splits, and a layout moving layers off the slowest pipeline rank where that is faster
     (genconf.plan.cost.balanced_layout). DEFAULT_LAYOUT: megatron's own splits only. Else a megatron layout
@@ -330,10 +334,22 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                                                       etp)
 
 
-def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recompute: str) -> ParallelPlan:
+def _bf16_edges(pins: Pins, framework: str, layers: int, pp: int) -> tuple[int, int]:
+    """The plan's BF16 end layers: as pinned, else the precision recipe's default (fp8-current: one at each end) for
+    megatron's Transformer Engine layers, at most what megatron-core allows (the layers per pipeline stage)."""
+    if pins.bf16_layers is not None:
+        return pins.bf16_layers
+    if framework != "megatron" or pins.layer_spec != "te":
+        return (0, 0)
+    k = min(bf16_edge_default(pins.precision, pins.fp8_recipe), layers // max(1, pp))
+    return (k, k)
+
+
+def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recompute: str, layers: int) -> ParallelPlan:
     framework, tp = layout.framework, layout.tp
     megatron = framework == "megatron"
     quant = pins.precision in ("fp8", "fp4")
+    bf16_start, bf16_end = _bf16_edges(pins, framework, layers, layout.pp)
     offload = bool(pins.offload)
     fp8_param_gather = pins.fp8_param_gather
     if fp8_param_gather is None:
@@ -361,7 +377,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         fused_kernels=pins.fused_kernels and pins.layer_spec == "local", expandable_segments=pins.expandable_segments,
         fused_loss=bool(pins.fused_loss) and not megatron,
         attention_kernel="auto" if megatron else pins.attention_kernel, lora_rank=pins.lora_rank,
-        lora_targets=pins.lora_targets,
+        lora_targets=pins.lora_targets, bf16_layers_start=bf16_start, bf16_layers_end=bf16_end,
         **dict(layout.split))
 
 
@@ -402,7 +418,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins
         if mbs == BATCH_TOO_LARGE:
             yield layout, BATCH_TOO_LARGE
         else:
-            yield layout, _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute)
+            yield layout, _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute, layers=model.num_layers)
 
 
 def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibration, pins: Pins, seq: int,
@@ -551,7 +567,8 @@ def _lean_plan(model: ModelSpec, layout: _Layout, pins: Pins, seq: int) -> Paral
     lean = replace(layout, vp=min(vps))
     mbs = pins.mbs or 1
     gbs = pins.gbs if pins.gbs is not None else mbs * layout.dp * layout.pp
-    plan = _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or "full")
+    plan = _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or "full",
+                 layers=model.num_layers)
     return replace(plan, fused_loss=True) if pins.fused_loss is None and plan.framework != "megatron" else plan
 
 
@@ -663,7 +680,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
         key = (layout, mbs)
         if key in fits_at and pins.recompute is None:
             continue  # a cheaper recompute already fits at this micro-batch
-        plan = _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute)
+        plan = _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute, layers=model.num_layers)
         if plan in seen:
             continue
         seen.add(plan)
@@ -822,7 +839,7 @@ def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
             return None
         if too_big:
             continue
-        plan = _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute)
+        plan = _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute, layers=model.num_layers)
         ctx = rules.Context(model, cluster, plan, num_gpus)
         if any(v.severity == rules.ERROR for v in rules.check(ctx, first_error_only=True)):
             continue
@@ -947,7 +964,8 @@ def describe(plan: ParallelPlan) -> str:
         recompute += f"({','.join(plan.recompute_modules)})"
     parts.append(recompute)
     if plan.quant_recipe:
-        parts.append(plan.quant_recipe)
+        first, last = plan.bf16_edge_layers
+        parts.append(plan.quant_recipe + (f"(bf16 layers first/last={first}/{last})" if first or last else ""))
     if plan.grad_dtype == "bf16":
         parts.append("grads=bf16")
     if plan.precision_aware_optimizer:

@@ -642,6 +642,13 @@ class ParallelPlan:
     """Count the embedding as one layer when splitting (megatron --account-for-embedding-in-pipeline-split)."""
     pp_loss_as_layer: bool = False
     """Count the output layer + loss as one layer (megatron --account-for-loss-in-pipeline-split)."""
+    bf16_layers_start: int = 0
+    """Under an FP8/FP4 recipe, the first layers of the network Transformer Engine runs in BF16 (megatron
+    --first-last-layers-bf16 --num-layers-at-start-in-bf16; megatron-core fp8_utils.is_first_last_bf16_layer counts
+    global layer numbers: a hybrid model's pattern layers). 0: every layer's GEMMs quantized."""
+    bf16_layers_end: int = 0
+    """Same for the last layers (--num-layers-at-end-in-bf16). Megatron-Bridge's fp8-current recipe keeps one layer
+    at each end in BF16 (its performance benchmarks none), its Nemotron 3 Super NVFP4 recipe the last 14."""
     pp_layout: str | None = None
     """Layers placed virtual stage by virtual stage (megatron --pipeline-model-parallel-layout, megatron-core's
     string: 'E' embedding, 't' layer, 'L' loss, '|' between stages), e.g. one layer moved off the stage that also
@@ -677,6 +684,10 @@ class ParallelPlan:
                 or any(t not in LORA_TARGETS for t in self.lora_targets)):
             raise ValueError(f"ParallelPlan.lora_targets must be distinct names from {'|'.join(LORA_TARGETS)}, "
                              f"got {self.lora_targets!r}")
+        for name in ("bf16_layers_start", "bf16_layers_end"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"ParallelPlan.{name} must be >= 0, got {value!r}")
         if not isinstance(self.offload_activation_layers, int) or self.offload_activation_layers < 0:
             raise ValueError(f"ParallelPlan.offload_activation_layers must be >= 0, got {self.offload_activation_layers!r}")
         if self.pp_layout is not None and (not isinstance(self.pp_layout, str) or not self.pp_layout):
@@ -756,6 +767,14 @@ class ParallelPlan:
         return None
 
     @property
+    def bf16_edge_layers(self) -> tuple[int, int]:
+        """(first, last) layers of the network that run in BF16 under the plan's FP8/FP4 recipe; (0, 0) when its
+        GEMMs are not quantized at all."""
+        if self.quant_recipe is None:
+            return (0, 0)
+        return (self.bf16_layers_start, self.bf16_layers_end)
+
+    @property
     def grad_bytes(self) -> int:
         """Bytes per gradient element in the accumulation/reduction buffer (grad_dtype or the framework default)."""
         if self.precision == "fp32":
@@ -804,8 +823,6 @@ class TrainSpec:
     seed: int = 1234
     fp8_recipe: str | None = None
     """delayed | current | blockwise | mxfp8 when the plan's precision is fp8."""
-    fp8_bf16_first_last_layers: int = 0
-    """Layers at each end kept in BF16 under FP8 (the current-scaling recipe keeps 1)."""
     checkpoint_every_steps: int = 1000
     """Save a checkpoint every N steps and after the last one; 0 = no checkpoints at all."""
     keep_checkpoints: int = 2
@@ -813,8 +830,8 @@ class TrainSpec:
 
     def __post_init__(self) -> None:
         _positive(self, "train_steps", "seed", "keep_checkpoints")
-        if self.warmup_steps < 0 or self.checkpoint_every_steps < 0 or self.fp8_bf16_first_last_layers < 0:
-            raise ValueError("TrainSpec: warmup_steps, checkpoint_every_steps and fp8_bf16_first_last_layers must be >= 0")
+        if self.warmup_steps < 0 or self.checkpoint_every_steps < 0:
+            raise ValueError("TrainSpec: warmup_steps and checkpoint_every_steps must be >= 0")
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"TrainSpec: need 0 <= min_lr ({self.min_lr}) <= lr ({self.lr})")
         _one_of(self, "lr_decay", LR_DECAYS)

@@ -304,8 +304,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("# Transformer Engine CPU offload of these layers' activations (arguments.py sets --cpu-offloading)")
         add("--cpu-offloading-num-layers", plan.offload_activation_layers)
     add(f"# precision: {plan.precision}")
-    for flag, value in megatron_flags(plan.precision, plan.fp8_recipe or train.fp8_recipe,
-                                      train.fp8_bf16_first_last_layers, param_gather=plan.fp8_param_gather):
+    for flag, value in megatron_flags(plan.precision, plan.fp8_recipe or train.fp8_recipe, plan.bf16_edge_layers,
+                                      param_gather=plan.fp8_param_gather):
         add(flag, value)
         if flag == "--bf16" and plan.grad_dtype == "bf16":
             # Megatron-LM accumulates and reduces bf16 gradients in fp32 main_grad buffers unless told otherwise.
@@ -545,6 +545,9 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
                         else "alltoall"),
         cuda_graph_impl=g("--cuda-graph-impl", "none"), cuda_graph_scope=tuple(g("--cuda-graph-scope", [])),
         fp8_param_gather="--fp8-param-gather" in values or "--fp4-param-gather" in values,
+        # megatron-core's defaults once --first-last-layers-bf16 is on: one layer at each end.
+        bf16_layers_start=int(g("--num-layers-at-start-in-bf16", 1)) if "--first-last-layers-bf16" in values else 0,
+        bf16_layers_end=int(g("--num-layers-at-end-in-bf16", 1)) if "--first-last-layers-bf16" in values else 0,
         precision_aware_optimizer="--use-precision-aware-optimizer" in values,
         grad_dtype="bf16" if "--grad-reduce-in-bf16" in values else None,
         layer_spec="local" if g("--transformer-impl") == "local" else "te",

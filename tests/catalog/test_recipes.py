@@ -52,7 +52,8 @@ def test_extends_changes_only_what_it_says():
     assert "precision" not in fp8.section("smoke") and "precision" not in base.section("smoke")
     assert fp8.section("smoke")["note"] != base.section("smoke").get("note")  # says why the smoke is not FP8
     full = recipes.full_run(fp8)
-    assert full["train"]["fp8_recipe"] == "current" and full["train"]["fp8_bf16_first_last_layers"] == 1
+    assert full["train"]["fp8_recipe"] == "current"
+    assert (full["plan"]["bf16_layers_start"], full["plan"]["bf16_layers_end"]) == (1, 1)  # the recipe's BF16 ends
     assert full["plan"]["precision"] == "fp8"
 
 def test_unknown_keys_are_refused_with_file_and_key(tmp_path):

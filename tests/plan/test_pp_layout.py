@@ -126,8 +126,10 @@ def test_layout_of_counts_keeps_the_loss_stage_lightest():
 
 def test_search_offers_the_layout_unless_told_not_to():
     model, cluster, _, cal = _llama70b_fp8_h100()
+    # NVIDIA's performance recipe turns fp8-current's BF16 end layers off (Megatron-Bridge _perf_precision); with
+    # them on, the last rank's last layer is BF16 too and the balance moves a second layer off it.
     pins = Pins(framework="megatron", tp=4, pp=8, vp=5, mbs=1, gbs=256, seq_length=8192, precision="fp8",
-                recompute="none")
+                recompute="none", bf16_layers=(0, 0))
     result = search(model, cluster, 64, cal, pins, keep=3)
     best = result.best
     assert best.plan.pp_layout is not None and stage_layers(80, best.plan)[-1] == 9

@@ -35,23 +35,25 @@ def test_fp8_without_a_recipe_is_current_scaling():
     ("mxfp8", "mxfp8", "e4m3"),
 ])
 def test_megatron_fp8_flags(fp8_recipe, megatron_recipe, fmt):
-    flags = precision.megatron_flags("fp8", fp8_recipe, 1)
+    flags = precision.megatron_flags("fp8", fp8_recipe, (1, 2))
     assert flags == [("--bf16", None), ("--fp8-format", fmt), ("--fp8-recipe", megatron_recipe),
                      ("--first-last-layers-bf16", None), ("--num-layers-at-start-in-bf16", 1),
-                     ("--num-layers-at-end-in-bf16", 1)]
+                     ("--num-layers-at-end-in-bf16", 2)]
+    # None at either end: the switch stays off (megatron-core would otherwise default both counts to 1).
+    assert precision.megatron_flags("fp8", fp8_recipe) == flags[:3]
     present = {flag for flag, _ in flags}
     assert precision.megatron_plan_precision(present) == "fp8" and precision.megatron_dtype(present) == "bfloat16"
 
 
 def test_megatron_flags_of_the_other_dtypes_read_back():
     # fp16: dynamic loss scaling from 2^16, window 1000, hysteresis 2 (the same numbers as ds_config.json's).
-    assert precision.megatron_flags("fp16", None, 0) == [
+    assert precision.megatron_flags("fp16", None) == [
         ("--fp16", None), ("--initial-loss-scale", 65536), ("--min-loss-scale", 1), ("--loss-scale-window", 1000),
         ("--hysteresis", 2)]
-    assert precision.megatron_flags("bf16", None, 0) == [("--bf16", None)]
-    assert precision.megatron_flags("fp32", None, 0) == []  # Megatron-LM's default
+    assert precision.megatron_flags("bf16", None) == [("--bf16", None)]
+    assert precision.megatron_flags("fp32", None) == []  # Megatron-LM's default
     for dtype in ("fp16", "bf16", "fp32"):
-        present = {flag for flag, _ in precision.megatron_flags(dtype, None, 0)}
+        present = {flag for flag, _ in precision.megatron_flags(dtype, None)}
         assert precision.megatron_plan_precision(present) == dtype
         assert precision.megatron_dtype(present) == precision.recipe(dtype).compute_dtype
 
