@@ -126,8 +126,11 @@ def run_case(c: dict, cal_override: dict | None = None) -> dict:
     cal = replace(calibration_for(cluster.gpu.name), **(cal_override or {}))
     # Both files' performance recipes reduce gradients in bf16 (Megatron-Bridge set_basic_perf_overrides and
     # NeMo 2.0's performance optimisations: grad_reduce_in_fp32 = False): a recipe setting, typed for both searches.
+    # Their FP8 current scaling runs every layer quantized (Megatron-Bridge perf_recipes/_common.py _perf_precision,
+    # NeMo 2.0's scripts/performance: first_last_layers_bf16 = False), where fp8-current's default keeps one BF16
+    # layer at each end: a recipe setting, typed for both searches too.
     base = dict(gbs=c["gbs"], seq_length=model.seq_length, precision=c["precision"], fp8_recipe=c["fp8_recipe"],
-                grad_dtype="bf16")
+                grad_dtype="bf16", bf16_layers=(0, 0))
     pinned = Pins(framework="megatron", tp=c["tp"], pp=c["pp"], vp=c["vp"], cp=c["cp"], ep=1, mbs=c["mbs"],
                   pp_layout=DEFAULT_LAYOUT, **base)
     t0 = time.perf_counter()

@@ -21,7 +21,6 @@ from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, laye
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import (bf16_layers_on_rank, bubble_fraction, dp_overlap_passes, format_layout,
                                    recomputed_layers, stage_layers)
-from genconf.plan.precision import plan_in_precision
 from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
 
@@ -366,11 +365,12 @@ def gemm_dtype(precision: str, recipe: str | None) -> str:
 
 
 def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, *,
-               windowed: bool = False, kind: str = "") -> LayerTime:
+               windowed: bool = False, kind: str = "", bf16: bool = False) -> LayerTime:
     """One decoder layer, one micro-batch, one rank. `windowed`: the layer uses sliding-window attention; `kind`:
-    one of a hybrid model's layers."""
+    one of a hybrid model's layers; `bf16`: one of the plan's BF16 end layers (its GEMMs unquantized)."""
+    precision, recipe = ("bf16", None) if bf16 and plan.quant_recipe else (plan.precision, plan.quant_recipe)
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
-                       plan.precision, plan.quant_recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
+                       precision, recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
                        windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel,
                        plan.lora_rank, plan.lora_targets, plan.moe_dispatcher, kind)
 
@@ -899,28 +899,28 @@ class StageTime:
     offload_s: float
 
 
-def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration
+def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, *, bf16: bool = False
                  ) -> tuple[LayerTime, dict[str, float]]:
     """The layer with full attention, and the per-layer average over full and sliding-window layers and over an
-    MoE model's MoE and dense layers (its first_k_dense_replace)."""
+    MoE model's MoE and dense layers (its first_k_dense_replace). bf16: of the plan's BF16 end layers."""
     keys = ("fwd_s", "bwd_s", "tp_comm_s", "cp_comm_s", "attn_fwd_s", "tp_fwd_comm_s")
     modules = plan.recomputed_modules
     if model.is_hybrid:
         # A hybrid model's mean layer: a rank's layers are priced as that many of it (exact without pipelining).
-        kinds = [(layer_time(model, plan, cluster, cal, kind=k), model.layers_of_kind(k) / model.num_layers)
+        kinds = [(layer_time(model, plan, cluster, cal, kind=k, bf16=bf16), model.layers_of_kind(k) / model.num_layers)
                  for k in HYBRID_LAYER_KINDS if model.layers_of_kind(k)]
         mixed = {k: sum(w * getattr(lt, k) for lt, w in kinds) for k in keys}
         mixed["selective_s"] = sum(w * lt.recompute_s(modules) for lt, w in kinds)
         host = sum(w * lt.host_s for lt, w in kinds)
         full = LayerTime(**{k: mixed[k] for k in keys}, host_s=host)
         return full, mixed
-    full = layer_time(model, plan, cluster, cal)
-    windowed = layer_time(model, plan, cluster, cal, windowed=True) if model.sliding_window else full
+    full = layer_time(model, plan, cluster, cal, bf16=bf16)
+    windowed = layer_time(model, plan, cluster, cal, windowed=True, bf16=bf16) if model.sliding_window else full
     win_frac = model.windowed_layer_fraction
     mixed = {k: (1 - win_frac) * getattr(full, k) + win_frac * getattr(windowed, k) for k in keys}
     mixed["selective_s"] = (1 - win_frac) * full.recompute_s(modules) + win_frac * windowed.recompute_s(modules)
     if model.is_moe and model.dense_layers:
-        dense = layer_time(dense_layer_model(model), plan, cluster, cal)
+        dense = layer_time(dense_layer_model(model), plan, cluster, cal, bf16=bf16)
         share = model.dense_layers / model.num_layers
         mixed = {k: (1 - share) * mixed[k] + share * getattr(dense, k) for k in keys} | {
             "selective_s": (1 - share) * mixed["selective_s"] + share * dense.recompute_s(modules)}
@@ -991,8 +991,7 @@ class _LayerPace:
 def _bf16_pace(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> _LayerPace:
     """The pace of the plan's BF16 end layers (ParallelPlan.bf16_edge_layers): the same layer with its GEMMs in BF16
     and no quantization passes (Transformer Engine outside its fp8_autocast; megatron-core get_fp8_context)."""
-    plain = plan_in_precision(plan, "bf16")
-    full, layer_gpu = _mixed_layer(model, plain, cluster, cal)
+    full, layer_gpu = _mixed_layer(model, plan, cluster, cal, bf16=True)
     return _LayerPace.of(plan, full, layer_gpu)
 
 

@@ -873,10 +873,13 @@ def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bo
     return terms
 
 
-def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None) -> float:
+def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None,
+                           bf16: bool = False) -> float:
+    """One layer's saved activations; bf16: the layer is one of the plan's BF16 end layers (no quantized copies)."""
     recompute = plan.recompute if recompute is None else recompute
+    precision, recipe = ("bf16", None) if bf16 and plan.quant_recipe else (plan.precision, plan.quant_recipe)
     return _layer_activation_bytes(model, plan.mbs, plan.seq_length, plan.cp, plan.tp, plan.sequence_parallel,
-                                   plan.precision, plan.quant_recipe, plan.layer_spec, recompute, plan.fused_kernels,
+                                   precision, recipe, plan.layer_spec, recompute, plan.fused_kernels,
                                    plan.framework, plan.zero_stage if plan.framework == "fsdp" else 0,
                                    plan.recompute_modules if recompute == "selective" else ())  # one cache entry per layout
 
@@ -1025,9 +1028,7 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
     if bf16_layers and plan.recompute != "full":
         # The BF16 end layers save their GEMM inputs in BF16, not as quantized copies: spread over the rank's
         # chunks (exact without interleaving; the first and last chunks hold them).
-        plain = plan.replace(precision="bf16", fp8_recipe=None, fp8_param_gather=False,
-                             bf16_layers_start=0, bf16_layers_end=0)
-        per_chunk += bf16_layers / plan.vp * (layer_activation_bytes(model, plain) - per_layer)
+        per_chunk += bf16_layers / plan.vp * (layer_activation_bytes(model, plan, bf16=True) - per_layer)
     activations = per_chunk * chunks
     named = list(other)
     if plan.offload_activation_layers and plan.pp == 1:

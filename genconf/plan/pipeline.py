@@ -211,9 +211,27 @@ def bf16_layers_on_rank(num_layers: int, plan: ParallelPlan, stage: int) -> int:
     first, last = plan.bf16_edge_layers
     if not first and not last:
         return 0
-    head = layers_in_range_on_rank(num_layers, plan, stage, 0, first)
-    tail = layers_in_range_on_rank(num_layers, plan, stage, max(first, num_layers - last), num_layers)
-    return head + tail
+    return _bf16_layers_per_rank(num_layers, plan.pp, plan.vp, plan.pp_first_stage_layers, plan.pp_last_stage_layers,
+                                 plan.pp_embedding_as_layer, plan.pp_loss_as_layer, plan.pp_layout, first, last)[stage]
+
+
+@functools.lru_cache(maxsize=4096)
+def _bf16_layers_per_rank(num_layers: int, pp: int, vp: int, first_stage: int | None, last_stage: int | None,
+                          embedding: bool, loss: bool, layout: str | None, first: int, last: int) -> tuple[int, ...]:
+    """bf16_layers_on_rank for every rank at once, from the fields that place layers (the search asks per plan)."""
+    plan = ParallelPlan(framework="megatron", pp=pp, vp=vp, pp_first_stage_layers=first_stage,
+                        pp_last_stage_layers=last_stage, pp_embedding_as_layer=embedding, pp_loss_as_layer=loss,
+                        pp_layout=layout)
+    tail = max(first, num_layers - last)
+    virtual = [chunk_layers(num_layers, plan, rank) for rank in range(pp)]
+    held = [0] * pp
+    start = 0
+    for chunk in range(vp):
+        for rank in range(pp):
+            end = start + virtual[rank][chunk]
+            held[rank] += max(0, min(first, end) - start) + max(0, end - max(tail, start))
+            start = end
+    return tuple(held)
 
 
 def chunk_patterns(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[str, ...]:
