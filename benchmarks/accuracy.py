@@ -348,6 +348,9 @@ MOE_FIT_GRID = {
     # micro-batch's compute (what outlasts that compute is exposed in full): fitted on the rows whose recipe turned
     # it on (benchmarks/bridge_moe_recipes.csv), the only ones that depend on it.
     ("all", "ep_overlap_exposed"): [0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0],
+    # Host time per op on Grace (GB200/GB300 NVL72) over x86 (Calibration.grace_host_factor): the MoE rows are the
+    # ones host-bound on both; its prior, 2.75, is TransformerEngine#2053's torch Linear forward.
+    ("all", "grace_host_factor"): [1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.75],
 }
 HYBRID_FIT_GRID = {
     # The Mamba-2 scan's achieved rate (genconf.plan.cost.Calibration.ssd_scan_efficiency), fitted on the hybrid rows

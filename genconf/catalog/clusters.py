@@ -14,7 +14,7 @@ from genconf.plan.errors import GenconfError
 from genconf.plan.specs import ClusterSpec
 
 CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "ib_gbit_per_s_per_gpu", "total_gpus",
-                "host_link_gbyte_per_s_per_gpu", "cpu_mem_gib_per_node", "nccl_env", "description", "name")
+                "host_link_gbyte_per_s_per_gpu", "cpu_mem_gib_per_node", "host_cpu", "nccl_env", "description", "name")
 
 
 @functools.lru_cache(maxsize=1)

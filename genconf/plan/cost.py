@@ -94,6 +94,12 @@ class Calibration:
     work is shorter than their launches."""
     graph_launch_s: float = 1.0e-6
     """Same with fused Transformer Engine layers and CUDA graphs (Megatron with the te spec)."""
+    grace_host_factor: float = 2.75
+    """Host time per launch and eager op on a Grace CPU (ClusterSpec.host_cpu: GB200/GB300 NVL72, GH200) over the x86
+    hosts the launch terms describe. The default is the prior measured op for op: a torch.nn.Linear forward takes
+    37.08 us of CPU time on a GB200 and 13.48 us on an H100 DGX's Xeon Platinum 8480C (TransformerEngine#2053,
+    "High CPU overhead on Grace systems"); calibration.yaml's value is fitted on the MoE rows, whose layers wait
+    on the host (part of that wait is the token-count copy and its synchronisation, which no CPU speeds up)."""
     moe_host_ops: float = 150.0
     """Host-side operations of one dropless MoE layer, forward + backward, that run eagerly at kernel_launch_s
     each: router GEMM, score function, top-k and the auxiliary losses (~15 forward), the permutation and its
@@ -647,7 +653,12 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         host += (eager + cal.moe_host_ops_per_expert * local_experts) * cal.kernel_launch_s
     if "full_iteration" in graphs:
         host = 0.0  # one graph replays the whole forward-backward (megatron-core full_iteration scope)
-    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host, modules)
+    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host * host_factor(cluster, cal), modules)
+
+
+def host_factor(cluster: ClusterSpec, cal: Calibration) -> float:
+    """Host time per op on the cluster's CPU relative to an x86 host (Calibration.grace_host_factor)."""
+    return cal.grace_host_factor if cluster.host_cpu == "grace" else 1.0
 
 
 MAMBA_KERNELS_PER_LAYER = 16
@@ -718,7 +729,7 @@ def _mamba_time(model: ModelSpec, t: int, cp: int, mbs: int, seq: int, sp: bool,
     if "full_iteration" in graphs:
         host = 0.0
     modules = (("layernorm", _mem_s(gpu, cal, act * 2 * n * h / r)),)
-    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, 0.0, tp_f, host, modules)
+    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, 0.0, tp_f, host * host_factor(cluster, cal), modules)
 
 
 # --- the step -------------------------------------------------------------------------------------

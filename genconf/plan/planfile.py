@@ -94,7 +94,7 @@ def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
         "num_nodes": max(1, num_gpus // cluster.gpus_per_node),
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "ib_gbit_per_s_per_gpu": cluster.ib_gbit_per_s_per_gpu,
         "hbm_gib": cluster.gpu.hbm_gib, "cpu_mem_gib_per_node": cluster.cpu_mem_gib_per_node,
-        "host_link_gbyte_per_s_per_gpu": cluster.host_link_gbyte_per_s_per_gpu,
+        "host_link_gbyte_per_s_per_gpu": cluster.host_link_gbyte_per_s_per_gpu, "host_cpu": cluster.host_cpu,
         "nccl_env": dict(cluster.nccl_env), "gpu_spec": dataclasses.asdict(cluster.gpu),
     }
 
@@ -227,6 +227,7 @@ def cluster_from_dict(c: dict) -> ClusterSpec:
                           ib_gbit_per_s_per_gpu=c["ib_gbit_per_s_per_gpu"],
                           cpu_mem_gib_per_node=c.get("cpu_mem_gib_per_node", 1024.0),
                           host_link_gbyte_per_s_per_gpu=c.get("host_link_gbyte_per_s_per_gpu", 55.0),
+                          host_cpu=c.get("host_cpu", "x86_64"),
                           nccl_env=tuple(sorted((c.get("nccl_env") or {}).items())))
     return cluster
 

@@ -460,6 +460,10 @@ class GPUSpec:
         return self.arch == "blackwell"
 
 
+HOST_CPUS = ("x86_64", "grace")
+"""Host CPUs a cluster's nodes launch kernels from (ClusterSpec.host_cpu)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ClusterSpec:
     """A homogeneous GPU cluster: node type and the networks inside and between nodes."""
@@ -480,12 +484,17 @@ class ClusterSpec:
     host_link_gbyte_per_s_per_gpu: float = 55.0
     """CPU-GPU bandwidth per GPU, one direction, GB/s: what offloaded activations and optimizer states move
     over (PCIe Gen5 x16 ~55; Grace-Blackwell NVLink-C2C 900 GB/s per superchip, ~225 per GPU each way)."""
+    host_cpu: str = "x86_64"
+    """The CPU that launches each GPU's kernels (HOST_CPUS): x86_64 (HGX/DGX boards: Xeon, EPYC) or grace (NVIDIA's
+    Arm Neoverse V2 CPU of GB200/GB300 NVL72 and GH200), whose host time per PyTorch op is longer
+    (Calibration.grace_host_factor)."""
     nccl_env: tuple[tuple[str, str], ...] = ()
     """NCCL/IB environment for launch scripts (name, value)."""
     description: str = ""
 
     def __post_init__(self) -> None:
         _positive(self, "gpus_per_node")
+        _one_of(self, "host_cpu", HOST_CPUS)
         for name in ("total_gpus", "nvlink_domain_gpus"):
             if getattr(self, name) is not None:
                 _positive(self, name)
