@@ -122,9 +122,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                         "--overlap-moe-expert-parallel-comm; needs --ep > 1, TE layers, no full recompute, --vp with --pp)")
     g.add_argument("--moe-dispatcher", choices=MOE_DISPATCHERS, default="alltoall",
                    help="MoE token dispatcher: alltoall (megatron's default with --ep) or its flex dispatcher with "
-                        "deepep (crosses the NICs once per token and destination node) or hybridep (priced as the "
-                        "all-to-all; the backend for multi-node NVLink such as GB200 NVL72); needs DeepEP/HybridEP "
-                        "on the cluster")
+                        "deepep or hybridep (a token crosses the NICs once per destination node; hybridep is the "
+                        "backend for multi-node NVLink such as GB200 NVL72); needs DeepEP/HybridEP on the cluster")
     g.add_argument("--cuda-graph-impl", choices=CUDA_GRAPH_IMPLS, default="none",
                    help="megatron CUDA graphs: transformer_engine (parts of each layer, --cuda-graph-scope) or local "
                         "(whole layers, or the whole step with --cuda-graph-scope full_iteration); replayed kernels "

@@ -609,13 +609,14 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if model.is_moe and ep > 1 and wm:
         # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
         # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).
-        if dispatcher == "deepep":
+        if dispatcher in ("deepep", "hybridep"):
+            # DeepEP's internode kernels, and HybridEP's RDMA path since DeepEP #494 (Nov 2025; hybrid-ep branch,
+            # docs/Hybrid-EP_Implementation.md: "first performs IB communication between peer GPUs, then each rank
+            # distributes the received inter-node data locally", its RDMA token buffer one slot per token and other
+            # node): a token crosses the NICs once per other NVLink domain holding one of its experts.
             comm = 4 * _flex_all_to_all_s(cluster, cal, act * n * model.expert_width / r, k_top, model.num_experts,
                                           ep, etp or t)
         else:
-            # megatron's all-to-all; HybridEP alike: its first releases moved tokens inside an NVLink domain only
-            # (DeepEP hybrid-ep branch, Hybrid-EP_Intra-node_Implementation.md: "RDMA functionality will be
-            # available in upcoming releases"), so no per-node deduplication over the NICs is priced for it.
             comm = 4 * _all_to_all_s(cluster, cal, act * n * k_top * model.expert_width / r, ep, etp or t)
         exposed = comm
         if ep_unpaired is not None:

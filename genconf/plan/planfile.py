@@ -296,14 +296,10 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
                        "--overlap-moe-expert-parallel-comm, --delay-wgrad-compute; asked for): priced hidden but for "
                        "its share of SMs and the unpaired warm-up and flush micro-batches")
     if p.moe_dispatcher != "alltoall":
-        if p.moe_dispatcher == "deepep":
-            reasons.append("flex token dispatcher (deepep; asked for): a token crosses the NICs once per other node "
-                           "holding one of its experts and fans out over NVLink there, priced so; inside one NVLink "
-                           "domain it costs what megatron's all-to-all does; its NVSHMEM buffers are not priced")
-        else:
-            reasons.append("flex token dispatcher (hybridep; asked for): priced as megatron's all-to-all (HybridEP's "
-                           "NVLink-domain kernels; no per-node deduplication over the NICs is priced for it); its "
-                           "buffers are not priced")
+        buffers = "NVSHMEM buffers" if p.moe_dispatcher == "deepep" else "RDMA and NVLink buffers"
+        reasons.append(f"flex token dispatcher ({p.moe_dispatcher}; asked for): a token crosses the NICs once per "
+                       f"other node holding one of its experts and fans out over NVLink there, priced so; inside one "
+                       f"NVLink domain it costs what megatron's all-to-all does; its {buffers} are not priced")
     if p.framework == "megatron" and p.zero_stage >= 2:
         reasons.append(f"Megatron-FSDP (zero {p.zero_stage}) shards "
                        f"{'parameters, ' if p.zero_stage == 3 else ''}gradients and optimizer states over "

@@ -600,9 +600,9 @@ class ParallelPlan:
     forward with another's backward layer by layer, dispatch and combine on their own stream)."""
     moe_dispatcher: str = "alltoall"
     """MoE token dispatcher (MOE_DISPATCHERS): megatron's all-to-all, or its flex dispatcher with DeepEP or HybridEP
-    (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend). DeepEP sends each token once per destination
-    NVLink domain over the NICs and fans it out over NVLink there; HybridEP is priced as the all-to-all
-    (genconf.plan.cost._layer_time)."""
+    (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend). Both send each token once per destination
+    NVLink domain over the NICs and fan it out over NVLink there (DeepEP's internode kernels; HybridEP's RDMA path),
+    which inside one NVLink domain is the all-to-all (genconf.plan.cost._layer_time)."""
     cuda_graph_impl: str = "none"
     """CUDA graphs (megatron --cuda-graph-impl): none; transformer_engine (TE make_graphed_callables, per layer
     or per part of it); local (megatron-core's CudaGraphManager: whole layers, or with scope full_iteration the
