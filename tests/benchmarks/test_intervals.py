@@ -1,6 +1,6 @@
 """benchmarks/accuracy.py: the 80% bands. Weighted quantiles agree with the unweighted ones when every weight is
-equal, and the dense band weights every source alike, so a large source cannot set it alone (known answers on
-residuals built here)."""
+equal, the dense band weights every source alike and the memory band every model alike, so a large source or a
+model measured many times cannot set them alone (known answers on residuals built here)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from accuracy import _source_band, _wq  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from accuracy import _model_band, _source_band, _wq  # noqa: E402
 
 
 def test_equal_weights_give_the_middle_of_each_value():
@@ -42,3 +44,18 @@ def test_unscored_rows_are_left_out():
     rows = _rows("a", [0.1] * 12) + _rows("b", [None] * 5)
     band = _source_band(rows, 0.10, 0.90)
     assert band["rows"] == 12 and math.isclose(band["low"], 1 / 1.1) and math.isclose(band["high"], 1 / 1.1)
+
+
+def _memory_rows(model: str, errors: list[float]) -> list[dict]:
+    return [{"memory_error": e, "_run": SimpleNamespace(model=SimpleNamespace(name=model))} for e in errors]
+
+
+def test_a_model_measured_many_times_does_not_set_the_memory_band_alone():
+    # 60 peaks of one model 10% over-predicted (measured / predicted = 1 / 1.1); four other models once each, exact.
+    rows = _memory_rows("bloom", [0.1] * 60) + [r for i in range(4) for r in _memory_rows(f"m{i}", [0.0])]
+    band = _model_band(rows, 0.10, 0.90)
+    # Pooled, 94% of the rows are BLOOM's and the band would be [1 / 1.1, 1 / 1.1]; weighted, BLOOM is one model in
+    # five (20%): it holds the band's bottom, and the exact models its top.
+    assert math.isclose(band["low"], 1 / 1.1)
+    assert band["high"] == 1.0
+    assert band["rows"] == 64
