@@ -562,17 +562,22 @@ def _inside(band: dict, err: float) -> bool:
     return band["low"] <= 1 / (1 + err) <= band["high"]
 
 
+def _grouped_band(rows: list[dict], key: str, group, q_lo: float, q_hi: float) -> dict | None:
+    """The band of `rows`' residuals under `key` with every group weighted alike (each scored row 1 / its group's
+    scored rows; group(row) names it)."""
+    scored = [r for r in rows if r.get(key) is not None]
+    count: dict = {}
+    for r in scored:
+        count[group(r)] = count.get(group(r), 0) + 1
+    return _band([math.log(1 + r[key]) for r in scored], q_lo, q_hi, [1.0 / count[group(r)] for r in scored])
+
+
 def _source_band(rows: list[dict], q_lo: float, q_hi: float) -> dict | None:
     """The band of `rows`' throughput residuals with every source weighted alike (each row 1 / its source's rows).
     A new user's runs are a new source: the interval must hold across sources, and pooled quantiles are those of
     the two largest (MosaicML 216 rows, Megatron-Bridge 194 of 621). Grouped (per-source) weighting is what makes
     the nested check below come out near its target: pooled, 72% of rows; source-weighted, 77% (2026-11-25)."""
-    scored = [r for r in rows if r.get("throughput_error") is not None]
-    count: dict = {}
-    for r in scored:
-        count[r["source"]] = count.get(r["source"], 0) + 1
-    return _band([math.log(1 + r["throughput_error"]) for r in scored], q_lo, q_hi,
-                 [1.0 / count[r["source"]] for r in scored])
+    return _grouped_band(rows, "throughput_error", lambda r: r["source"], q_lo, q_hi)
 
 
 def intervals(held_rows: list[dict], q_lo: float = 0.10, q_hi: float = 0.90) -> dict:
@@ -626,11 +631,7 @@ def _model_band(rows: list[dict], q_lo: float, q_hi: float) -> dict | None:
     new user's model is a new model, as a new user's runs are a new source for the throughput bands. Pooled, the
     BLOOM sweep's 67 rows of one cluster set the quantiles, and 72.6% of rows fell inside a band built without their
     own model; model-weighted, 76.7% (2026-11-27)."""
-    count: dict = {}
-    for r in rows:
-        count[r["_run"].model.name] = count.get(r["_run"].model.name, 0) + 1
-    return _band([math.log(1 + r["memory_error"]) for r in rows], q_lo, q_hi,
-                 [1.0 / count[r["_run"].model.name] for r in rows])
+    return _grouped_band(rows, "memory_error", lambda r: r["_run"].model.name, q_lo, q_hi)
 
 
 def bands_for_calibration(bands: dict) -> dict:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
-
-from types import SimpleNamespace  # noqa: E402
 
 from accuracy import _model_band, _source_band, _wq  # noqa: E402
 
@@ -29,12 +30,19 @@ def _rows(source: str, errors: list[float]) -> list[dict]:
     return [{"source": source, "throughput_error": e} for e in errors]
 
 
-def test_a_large_source_does_not_set_the_band_alone():
-    # 100 rows of one source exactly right; five sources of one row each, 20% fast (predicted / measured = 1.2).
-    rows = _rows("big", [0.0] * 100) + [r for i in range(5) for r in _rows(f"s{i}", [0.2])]
-    band = _source_band(rows, 0.10, 0.90)
-    # Pooled, 95% of the rows are exact and the band would be [1.0, 1.0]; weighted, the big source is one of six
-    # (17%): it still holds the band's top, and the small sources set its bottom at 1 / 1.2.
+def _memory_rows(model: str, errors: list[float]) -> list[dict]:
+    return [{"memory_error": e, "_run": SimpleNamespace(model=SimpleNamespace(name=model))} for e in errors]
+
+
+@pytest.mark.parametrize("band_of,rows_of", [(_source_band, _rows), (_model_band, _memory_rows)],
+                         ids=["throughput by source", "memory by model"])
+def test_a_large_group_does_not_set_the_band_alone(band_of, rows_of):
+    # 100 rows of one source (or model) exactly right; five others of one row each, 20% fast (predicted / measured
+    # = 1.2).
+    rows = rows_of("big", [0.0] * 100) + [r for i in range(5) for r in rows_of(f"s{i}", [0.2])]
+    band = band_of(rows, 0.10, 0.90)
+    # Pooled, 95% of the rows are exact and the band would be [1.0, 1.0]; weighted, the big group is one of six
+    # (17%): it still holds the band's top, and the small ones set its bottom at 1 / 1.2.
     assert math.isclose(band["low"], 1 / 1.2)
     assert band["high"] == 1.0
     assert band["rows"] == 105
@@ -45,17 +53,3 @@ def test_unscored_rows_are_left_out():
     band = _source_band(rows, 0.10, 0.90)
     assert band["rows"] == 12 and math.isclose(band["low"], 1 / 1.1) and math.isclose(band["high"], 1 / 1.1)
 
-
-def _memory_rows(model: str, errors: list[float]) -> list[dict]:
-    return [{"memory_error": e, "_run": SimpleNamespace(model=SimpleNamespace(name=model))} for e in errors]
-
-
-def test_a_model_measured_many_times_does_not_set_the_memory_band_alone():
-    # 60 peaks of one model 10% over-predicted (measured / predicted = 1 / 1.1); four other models once each, exact.
-    rows = _memory_rows("bloom", [0.1] * 60) + [r for i in range(4) for r in _memory_rows(f"m{i}", [0.0])]
-    band = _model_band(rows, 0.10, 0.90)
-    # Pooled, 94% of the rows are BLOOM's and the band would be [1 / 1.1, 1 / 1.1]; weighted, BLOOM is one model in
-    # five (20%): it holds the band's bottom, and the exact models its top.
-    assert math.isclose(band["low"], 1 / 1.1)
-    assert band["high"] == 1.0
-    assert band["rows"] == 64
