@@ -64,6 +64,7 @@ def pins_for(run: Run) -> Pins | None:
     return Pins(framework=p.framework if p.framework != "megatron" else "megatron", tp=p.tp, pp=p.pp,
                 vp=None if "vp" in run.unknown else p.vp, cp=p.cp, ep=p.ep, etp=p.etp,
                 mbs=None if "mbs" in run.unknown else p.mbs, gbs=p.gbs, seq_length=p.seq_length,
+                packed_doc_tokens=p.packed_doc_tokens,
                 zero_stage=None if run.file.startswith(("nemo", "megatron_bridge")) and not run.configured
                 else p.zero_stage,
                 # A row whose benchmark config is known (bridge_dense_recipes.csv) is typed as it ran: its recompute,

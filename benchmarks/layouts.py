@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from published import (CATALOG_KEYS, DATA, _family_defaults, _int, _model_key, _precision,  # noqa: E402
-                       bridge_dense_recipe, dense_recipe_fields)
+from published import (CATALOG_KEYS, DATA, SQUAD_DOC_TOKENS, _family_defaults, _int, _model_key,  # noqa: E402
+                       _precision, bridge_dense_recipe, dense_recipe_fields)
 
 from genconf.catalog.clusters import resolve_cluster  # noqa: E402
 from genconf.catalog.hardware import calibration_for  # noqa: E402
@@ -129,8 +129,10 @@ def run_case(c: dict, cal_override: dict | None = None) -> dict:
     # Their FP8 current scaling runs every layer quantized (Megatron-Bridge perf_recipes/_common.py _perf_precision,
     # NeMo 2.0's scripts/performance: first_last_layers_bf16 = False), where fp8-current's default keeps one BF16
     # layer at each end: a recipe setting, typed for both searches too.
+    # Their fine-tuning layouts train on SQuAD packed into each sequence (published.SQUAD_DOC_TOKENS).
     base = dict(gbs=c["gbs"], seq_length=model.seq_length, precision=c["precision"], fp8_recipe=c["fp8_recipe"],
-                grad_dtype="bf16", bf16_layers=(0, 0))
+                grad_dtype="bf16", bf16_layers=(0, 0),
+                packed_doc_tokens=SQUAD_DOC_TOKENS if c["task"] == "sft" else None)
     pinned = Pins(framework="megatron", tp=c["tp"], pp=c["pp"], vp=c["vp"], cp=c["cp"], ep=1, mbs=c["mbs"],
                   pp_layout=DEFAULT_LAYOUT, **base)
     t0 = time.perf_counter()

@@ -403,6 +403,12 @@ def bridge_mla_layout(model: ModelSpec, pp: int, vp: int) -> str | None:
     return f"Et*{per}|(t*{per}|)*{stages - 2}" + (f"t*{last}" if last > 1 else "t" * last) + f"{mtp}L"
 
 
+SQUAD_DOC_TOKENS = 240
+"""The mean length of the SQuAD examples NVIDIA's fine-tuning benchmarks pack into each sequence ("SFT on SQuAD
+packed to 4096"; Megatron-Bridge's SFT and LoRA recipes train on SQuAD with packed sequences): TFDS squad/v1.1 holds
+94.06 MiB in 98,169 examples, about 1,000 bytes each with the context repeated per question and the ids, titles
+and answers; at about 4 bytes per Llama token and the prompt template's few tokens, about 240 tokens."""
+
 LORA_RANK = 32
 """The adapter rank of the published LoRA rows: Megatron-Bridge peft/lora.py's LoRA.dim default (NeMo 2's likewise)."""
 
@@ -528,6 +534,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         framework="fsdp" if fsdp else "deepspeed" if deepspeed else "megatron", tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, dp=dp,
         mbs=mbs, gbs=gbs, etp=1 if (model.is_moe and file in NVIDIA_FILES) else None,
         seq_length=model.seq_length, zero_stage=3 if file == "torchtitan.csv" else zero, recompute=recompute,
+        # NVIDIA's fine-tuning rows train on SQuAD packed into each sequence: documents attend within themselves.
+        packed_doc_tokens=SQUAD_DOC_TOKENS if task != "pretrain" and file in NVIDIA_FILES else None,
         sequence_parallel=tp > 1 and (file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv")
                                       + NVIDIA_FILES and "no sequence parallel" not in row["recompute"]),
         grad_dtype=grad_dtype,

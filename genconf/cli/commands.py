@@ -104,7 +104,8 @@ def pins_from_args(args: argparse.Namespace):
     if repeated:
         raise GenconfError(f"--cuda-graph-scope names {', '.join(repeated)} more than once")
     return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, etp=args.etp,
-                mbs=args.mbs, gbs=args.global_batch, seq_length=args.seq_len, zero_stage=args.zero,
+                mbs=args.mbs, gbs=args.global_batch, seq_length=args.seq_len,
+                packed_doc_tokens=getattr(args, "packed_doc_len", None), zero_stage=args.zero,
                 recompute="full" if args.recompute_layers else "selective" if modules else args.recompute,
                 recompute_layers=args.recompute_layers, recompute_modules=modules,
                 offload_activation_layers=args.offload_activations,
@@ -156,6 +157,9 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     seq = args.seq_len or model.seq_length
     if args.cp and seq % (2 * args.cp):
         raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
+    if getattr(args, "packed_doc_len", None) and args.packed_doc_len > seq:
+        raise GenconfError(f"--packed-doc-len {args.packed_doc_len} is longer than the sequence ({seq}): documents "
+                           f"packed into a sequence are at most that long")
     pins = pins_from_args(args)
     lora = rules.lora_conflict(pins.lora_rank, pins.framework, model.is_moe, pins.zero_stage, model.mla)
     if lora:
@@ -205,7 +209,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                                  for ev in planned.result.nearest_misses]}
         print_json(out)
     else:
-        print(text.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
+        print(text.render_text(planned.run, planned.best,
+                               explain=planned.result if args.explain else None,
                                top=args.top))
         if "calibration" in planned.run:
             print(text.calibration_line(planned.run["calibration"]))

@@ -77,6 +77,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     for flag, text in (("--tp", "tensor parallel"), ("--pp", "pipeline stages"), ("--vp", "virtual stages per pipeline rank"),
                        ("--cp", "context parallel"), ("--ep", "expert parallel"), ("--mbs", "micro-batch size"),
                        ("--global-batch", "global batch in sequences"), ("--seq-len", "sequence length"),
+                       ("--packed-doc-len", "fine-tuning on packed sequences: the mean length in tokens of the "
+                                            "documents packed into each (each attends only within itself)"),
                        ("--first-stage-layers", "layers on the first pipeline stage"),
                        ("--last-stage-layers", "layers on the last pipeline stage"),
                        ("--etp", "expert tensor parallel (MoE; default: tried as tp and as 1)"),

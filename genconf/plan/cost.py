@@ -378,7 +378,7 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
                        precision, recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
                        windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel,
-                       plan.lora_rank, plan.lora_targets, plan.moe_dispatcher, kind)
+                       plan.lora_rank, plan.lora_targets, plan.moe_dispatcher, kind, plan.packed_doc_tokens)
 
 
 def attention_factor(kernel: str, cal: Calibration) -> float:
@@ -417,9 +417,11 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
                 recipe: str | None, impl: str, tp_overlap: bool, cluster: ClusterSpec, cal: Calibration,
                 windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
                 graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0,
-                lora_targets: tuple[str, ...] = LORA_TARGETS, dispatcher: str = "alltoall", kind: str = "") -> LayerTime:
+                lora_targets: tuple[str, ...] = LORA_TARGETS, dispatcher: str = "alltoall", kind: str = "",
+                doc: int | None = None) -> LayerTime:
     """One layer, one micro-batch, one rank. kind: one of a hybrid model's layers (specs.HYBRID_LAYER_KINDS): '*'
-    the attention half of a transformer layer, '-' / 'E' its MLP half (dense / MoE), 'M' a Mamba-2 layer."""
+    the attention half of a transformer layer, '-' / 'E' its MLP half (dense / MoE), 'M' a Mamba-2 layer. doc: the
+    mean length of the documents packed into each sequence (ParallelPlan.packed_doc_tokens)."""
     if kind == "M":
         return _mamba_time(model, t, cp, mbs, seq, sp, precision, recipe, impl, tp_overlap, cluster, cal, graphs)
     if kind == "-" and model.is_moe:
@@ -538,16 +540,22 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         bh = mbs * heads
         backend = attention_factor(attention, cal)
 
-        def flash(seq_q: float, seq_k: float, is_causal: bool) -> tuple[float, float]:
-            f = kernels.flash_attention_s(bh, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
+        def flash(seq_q: float, seq_k: float, is_causal: bool, batch: float = bh) -> tuple[float, float]:
+            f = kernels.flash_attention_s(batch, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
                                           efficiency=cal.attention_fwd_efficiency * backend,
                                           tile_overhead_s=cal.attention_fwd_tile_s, sms=gpu.num_sms)
-            b = kernels.flash_attention_s(bh, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
+            b = kernels.flash_attention_s(batch, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
                                           efficiency=cal.attention_bwd_efficiency * backend,
                                           tile_overhead_s=cal.attention_bwd_tile_s, sms=gpu.num_sms, backward=True)
             return f, b
 
-        if cp > 1 and causal:
+        packed = doc is not None and doc < seq
+        if packed and cp == 1:
+            # Packed documents (THD, cu_seqlens): seq / doc documents per sequence, each attending within itself,
+            # causal over its own tokens, or a band of w keys where a sliding window is shorter than the document.
+            band = windowed and model.sliding_window and model.sliding_window < doc
+            attn_f, attn_b = flash(doc, model.sliding_window if band else doc, not band, batch=bh * seq / doc)
+        elif cp > 1 and causal:
             # Ring attention with the load-balanced (zigzag) split (TE's context parallelism): step 0 is the
             # causal attention of the local chunk, each of the cp - 1 others a full block against half the
             # remote keys; every step is its own kernel (its own waves), and its partial output is merged
@@ -559,6 +567,11 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             merge = _mem_s(gpu, cal, 10.0 * bh * local * d)
             attn_f = diag_f + (cp - 1) * (off_f + merge)
             attn_b = diag_b + (cp - 1) * (off_b + 2 * merge)
+            if packed:
+                # THD under context parallelism splits every document over the cp ranks as it splits a sequence:
+                # the ring's steps and their KV traffic stay, the attention inside them shrinks by the causal work
+                # packed documents leave, doc / seq (documents x doc^2 against seq^2).
+                attn_f, attn_b = attn_f * doc / seq, attn_b * doc / seq
         else:
             attn_f, attn_b = flash(seq / cp, keys, causal)
     attn_f, attn_b = wa * attn_f, wa * attn_b

@@ -93,6 +93,7 @@ RANGES: dict[str, Range] = {
     "hidden_dropout": Range(low=0, high=1, unit="", integer=False, why="a probability"),
     "attention_dropout": Range(low=0, high=1, unit="", integer=False, why="a probability"),
     "sliding_window": Range(low=1, high=16_777_216, unit="tokens", why="at most the longest sequence"),
+    "packed_doc_tokens": Range(low=1, high=16_777_216, unit="tokens", why="at most the sequence length"),
     "window_attn_skip_freq": Range(low=0, high=16_384, unit="layers", why="at most the layers"),
     # the layout
     "tp": _DEGREE,
@@ -128,6 +129,7 @@ RANGES: dict[str, Range] = {
 FLAGS: dict[str, str] = {
     "--gpus": "num_gpus", "--gpus-per-node": "gpus_per_node", "--tp": "tp", "--pp": "pp", "--vp": "vp",
     "--cp": "cp", "--ep": "ep", "--mbs": "mbs", "--global-batch": "gbs", "--seq-len": "seq_length",
+    "--packed-doc-len": "packed_doc_tokens",
     "--first-stage-layers": "pp_first_stage_layers", "--last-stage-layers": "pp_last_stage_layers",
     "--zero": "zero_stage", "--top": "top", "--tokens": "tokens", "--etp": "etp",
     "--recompute-layers": "recompute_layers", "--offload-activations": "offload_activation_layers",

@@ -332,6 +332,13 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
     if p.fused_loss:
         reasons.append("fused cross entropy over the 16-bit logits (--fused-loss): no fp32 copy of the logits, only "
                        "each token's fp32 log-sum-exp is kept")
+    if p.packed_doc_tokens is not None and p.packed_doc_tokens < p.seq_length:
+        local = p.layer_spec == "local" and p.framework == "megatron"
+        reasons.append(f"sequences packed from documents of ~{p.packed_doc_tokens:,} tokens (--packed-doc-len): "
+                       + ("the local spec's unfused attention masks them and still computes every score"
+                          if local else
+                          f"each attends within itself, {p.packed_doc_tokens / p.seq_length:.1%} of a "
+                          f"{p.seq_length:,}-token sequence's causal attention work"))
     if p.attention_kernel != "auto":
         name = {"cudnn": "cuDNN's fused attention", "flash2": "FlashAttention-2",
                 "triton": "flash attention in Triton"}[p.attention_kernel]

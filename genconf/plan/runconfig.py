@@ -77,7 +77,8 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
         m = dataclasses.replace(m, vocab_size=vocab)
     if seq_len is not None:
         m = dataclasses.replace(m, seq_length=max(m.seq_length, seq_len) if m.position_embedding == "rope" else seq_len)
-        p = dataclasses.replace(p, seq_length=seq_len)
+        doc = p.packed_doc_tokens
+        p = dataclasses.replace(p, seq_length=seq_len, packed_doc_tokens=None if doc is None else min(doc, seq_len))
     if global_batch is None and any(v is not None for v in (layers, hidden, heads, vocab, seq_len)):
         # A smaller model wants a smaller batch (genconf.plan.batch): the shrunk model's default, never more than the
         # plan's, in whole units of the layout (mbs x dp, x pp when interleaved) so the layout stays valid.

@@ -550,6 +550,11 @@ class ParallelPlan:
     """Global batch size in sequences per optimizer step."""
     seq_length: int = 2048
     """Sequence length in tokens."""
+    packed_doc_tokens: int | None = None
+    """Sequences packed from shorter documents, this many tokens each on average (fine-tuning on packed data:
+    Megatron-Bridge's packed sequences, NeMo's SQuAD packed to the sequence length). Each document attends only
+    within itself (THD with cu_seqlens through Transformer Engine's fused attention), so a sequence's attention
+    costs seq / doc documents of doc x doc, not seq x seq. None: one document per sequence."""
     zero_stage: int = 0
     """Sharding of model states over dp: 0 none, 1 optimizer, 2 +gradients, 3 +parameters.
     megatron: 1 = distributed optimizer, 2/3 = Megatron-FSDP (--use-megatron-fsdp, sharding strategy
@@ -693,6 +698,11 @@ class ParallelPlan:
                 or any(t not in LORA_TARGETS for t in self.lora_targets)):
             raise ValueError(f"ParallelPlan.lora_targets must be distinct names from {'|'.join(LORA_TARGETS)}, "
                              f"got {self.lora_targets!r}")
+        if self.packed_doc_tokens is not None and (
+                not isinstance(self.packed_doc_tokens, int) or isinstance(self.packed_doc_tokens, bool)
+                or not 1 <= self.packed_doc_tokens <= self.seq_length):
+            raise ValueError(f"ParallelPlan.packed_doc_tokens must be 1..seq_length ({self.seq_length}), "
+                             f"got {self.packed_doc_tokens!r}")
         for name in ("bf16_layers_start", "bf16_layers_end"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

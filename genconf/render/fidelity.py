@@ -68,9 +68,24 @@ def _sharding(plan: ParallelPlan) -> str:
     return f"ZeRO-{plan.zero_stage}{group}"
 
 
+def _packing(plan: ParallelPlan, file: str) -> list[Difference]:
+    """Packed documents are the data's: no framework argument makes a loader pack them."""
+    if plan.packed_doc_tokens is None or plan.packed_doc_tokens >= plan.seq_length:
+        return []
+    return [Difference(file=file, aspect="packed documents",
+                       plan=f"documents of ~{plan.packed_doc_tokens} tokens packed into {plan.seq_length}",
+                       in_file="what the data loader feeds (not written)",
+                       why="packing is the dataset's (Megatron-Bridge packed sequences, cu_seqlens): the speed "
+                           "assumes it")]
+
+
 def layout_differences(plan: ParallelPlan, framework: str) -> list[Difference]:
     """How `framework`'s artifact rewrites the plan's layout (nothing when it is the plan's own framework)."""
     file = FRAMEWORK_FILES[framework]
+    return _packing(plan, file) + _layout_differences(plan, framework, file)
+
+
+def _layout_differences(plan: ParallelPlan, framework: str, file: str) -> list[Difference]:
     if framework == plan.framework:
         # Only the dtype can differ: OLMo's trainer config has no FP8 that genconf's FSDP launcher trains (torchao);
         # and OLMo runs flash-attn 2 or PyTorch's SDPA, no Triton attention.

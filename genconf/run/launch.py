@@ -84,6 +84,10 @@ def refuse_unrunnable(cfg) -> None:
         raise GenconfError("--attention-kernel triton describes Triton flash attention (llm-foundry's attn_impl: triton); "
                            "genconf's runners run scaled_dot_product_attention: re-plan with --attention-kernel cudnn, "
                            "flash2 or auto")
+    if cfg.plan.packed_doc_tokens is not None and cfg.plan.packed_doc_tokens < cfg.plan.seq_length:
+        raise GenconfError(f"--packed-doc-len {cfg.plan.packed_doc_tokens}: the plan's speed assumes documents packed "
+                           "into each sequence, and genconf's runners train on whole synthetic sequences, so verify "
+                           "would compare unlike runs; re-plan without it to launch here")
     if cfg.plan.cuda_graph_impl != "none":
         raise GenconfError(f"--cuda-graph-impl {cfg.plan.cuda_graph_impl}: genconf's megatron launcher runs eagerly (it "
                            "does not capture CUDA graphs); run megatron_args.txt with Megatron-LM's pretrain_gpt.py, "

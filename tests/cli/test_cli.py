@@ -128,7 +128,7 @@ def test_catalog_commands():
 # Freeze the CLI: flags change only on purpose (update this list in the same commit).
 PLAN_FLAGS = sorted([
     "--model", "--gpus", "--cluster", "--gpu", "--gpus-per-node", "--calibration", "--framework", "--tp", "--pp", "--vp", "--cp", "--ep",
-    "--mbs", "--global-batch", "--seq-len", "--first-stage-layers", "--last-stage-layers", "--pp-layout", "--zero",
+    "--mbs", "--global-batch", "--seq-len", "--packed-doc-len", "--first-stage-layers", "--last-stage-layers", "--pp-layout", "--zero",
     "--recompute",
     "--precision", "--lora-rank", "--lora-targets", "--recompute-modules", "--layer-spec", "--offload", "--tp-comm-overlap", "--tokens", "--top", "--explain", "--json", "--plot",
     "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
