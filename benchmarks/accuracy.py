@@ -197,7 +197,8 @@ def evaluate_all(runs: list[Run], cals: dict[str, Calibration], *, plans: dict |
         got = predict(run, cals[run.cluster.gpu.name], plan=fixed)
         row = {
             "file": run.file, "group": run.group, "source": source_of(run), "label": run.label,
-            "gpu": run.cluster.gpu.name, "generation": run.generation, "precision": run.precision_label,
+            "model": run.model.name, "catalog_models": catalog_names(run.model), "gpu": run.cluster.gpu.name,
+            "generation": run.generation, "precision": run.precision_label,
             "framework": run.framework_label, "task": run.task, "path": got.path,
             "kind": "MoE" if run.model.is_moe else "dense",
             "measured_tokens_per_s_per_gpu": round(run.measured_tokens_per_s_per_gpu, 2),
@@ -738,6 +739,76 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None, ba
     return "\n".join(lines) + "\n"
 
 
+ARCHITECTURE_IGNORED = ("name", "source", "seq_length", "hidden_dropout", "attention_dropout")
+"""What a published run may change of a catalog model and still be that model's run (catalog_names)."""
+
+
+def _architecture(model) -> tuple:
+    return tuple(getattr(model, f.name) for f in dataclasses.fields(model) if f.name not in ARCHITECTURE_IGNORED)
+
+
+_CATALOG_BY_ARCHITECTURE: dict[tuple, list[str]] = {}
+
+
+def catalog_names(model) -> list[str]:
+    """The catalog models a published run's model is (every field but the name, the sequence length and dropout
+    equal): torchtitan's Llama 3.1 8B is llama3-8b, NeMo's Llama 2 13B both llama-13b and llama2-13b."""
+    if not _CATALOG_BY_ARCHITECTURE:
+        from genconf.catalog.models import list_models
+
+        for m in list_models():
+            _CATALOG_BY_ARCHITECTURE.setdefault(_architecture(m), []).append(m.name)
+    return list(_CATALOG_BY_ARCHITECTURE.get(_architecture(model), ()))
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def track_record(rows: list[dict]) -> dict:
+    """genconf/catalog/track_record.yaml's models: per catalog model, over all its published runs and per GPU
+    generation, the measured / predicted tokens/s of the rows as scored here (the committed calibration: in sample,
+    what a user of that model gets today). LoRA rows are left out (a LoRA plan is another workload), and so are
+    rows genconf could not plan."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r["throughput_error"] is None or r["task"] == "lora":
+            continue
+        for name in r["catalog_models"]:
+            for scope in ("all", r["generation"]):
+                groups.setdefault((name, scope), []).append(r)
+    out: dict[str, dict] = {}
+    for (name, scope), group in sorted(groups.items()):
+        ratios = sorted(1.0 / (1.0 + r["throughput_error"]) for r in group)
+        out.setdefault(name, {})[scope] = {
+            "rows": len(ratios), "median": round(_quantile(ratios, 0.5), 3), "p10": round(_quantile(ratios, 0.1), 3),
+            "p90": round(_quantile(ratios, 0.9), 3), "min": round(ratios[0], 3), "max": round(ratios[-1], 3),
+            "sources": sorted({r["source"] for r in group})}
+    return out
+
+
+def write_track_record(record: dict, path: Path | None = None) -> None:
+    """genconf/catalog/track_record.yaml (genconf.catalog.track_record reads it), flow-style one line per scope."""
+    path = path or Path(__file__).resolve().parents[1] / "genconf" / "catalog" / "track_record.yaml"
+    lines = ["# Published runs of catalog models against genconf's prediction with the committed calibration (in",
+             "# sample): measured / predicted tokens/s per GPU, over all the model's runs and per GPU generation.",
+             "# Written by `python benchmarks/accuracy.py --write-track-record`; read by genconf.catalog.track_record.",
+             "models:"]
+    for name, scopes in record.items():
+        lines.append(f"  {name}:")
+        for scope in ("all", "ampere", "hopper", "blackwell"):
+            e = scopes.get(scope)
+            if e:
+                sources = ", ".join(json.dumps(s) for s in e["sources"])
+                lines.append(f"    {scope}: {{rows: {e['rows']}, median: {e['median']}, p10: {e['p10']}, "
+                             f"p90: {e['p90']}, min: {e['min']}, max: {e['max']}, sources: [{sources}]}}")
+    path.write_text("\n".join(lines) + "\n")
+
+
 def _yaml_number(value) -> str:
     """A number YAML 1.1 reads back as one (PyYAML takes '2e-05' for a string: it wants '2.0e-05')."""
     if isinstance(value, (list, tuple)):
@@ -794,6 +865,9 @@ def main() -> int:
     ap.add_argument("--write-calibration", action="store_true",
                     help="with --fit: write the fitted terms into genconf/catalog/calibration.yaml; with --loso: the 80%% bands")
     ap.add_argument("--loso", action="store_true", help="leave-one-source-out scores, intervals and coverage")
+    ap.add_argument("--write-track-record", action="store_true",
+                    help="write each catalog model's published runs against its prediction into "
+                         "genconf/catalog/track_record.yaml")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     runs, skipped = load_runs()
@@ -805,6 +879,8 @@ def main() -> int:
             write_calibration(override)
     rows = evaluate_all(runs, cals_for(runs, override))
     summ = summary(rows)
+    if args.write_track_record:
+        write_track_record(track_record(rows))
     held_summ = None
     out: dict = {"summary": summ}
     if args.loso:

@@ -9,6 +9,7 @@ import sys
 
 from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster_noted
 from genconf.catalog.hardware import calibration_for, list_gpus
+from genconf.catalog import track_record
 from genconf.catalog.models import list_models, model_aliases, resolve_model
 from genconf.cli import text
 from genconf.cli.text import print_json
@@ -183,6 +184,9 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         run["cluster"]["note"] = cluster_note
     if used:  # plans with the built-in calibration stay byte-identical
         run["calibration"] = used
+    if not best.plan.lora_rank:
+        # The model's published runs against genconf's numbers (LoRA is another workload than the runs recorded).
+        run["track_record"] = track_record.record_for(model.name, cluster.gpu.arch)
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 
 

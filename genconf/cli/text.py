@@ -64,6 +64,22 @@ def _hybrid_counts(pattern: str) -> str:
     return "hybrid: " + ", ".join(f"{pattern.count(k)} {v}" for k, v in names.items() if pattern.count(k)) + " layers"
 
 
+def _track_record_lines(d: dict) -> list[str]:
+    """The model's published runs against genconf's numbers (genconf.catalog.track_record), where the caller looked
+    them up: no line when `d` has no "track_record" key."""
+    if "track_record" not in d:
+        return []
+    rec = d["track_record"]
+    label = "published runs of this model"
+    if rec is None:
+        return [_row(label, "none in genconf's data: the 80% interval above is the band of all models")]
+    where = "all GPUs" if rec["scope"] == "all" else rec["scope"]
+    spread = (f"{rec['p10']:.2f}-{rec['p90']:.2f} (10-90%)" if rec["rows"] >= 10
+              else f"{rec['min']:.2f}-{rec['max']:.2f} (range)")
+    return [_row(label, f"{rec['rows']} on {where} ({', '.join(rec['sources'])})"),
+            _row("  measured / predicted tokens/s", f"median {rec['median']:.2f}, {spread}")]
+
+
 def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:
     m, c, p, perf, tr = d["model"], d["cluster"], d["plan"], d["perf"], d["training"]
     alias = f"{m['alias']} -> " if m["alias"] else ""
@@ -111,6 +127,7 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
              f"(peak {perf['peak_tflops_per_gpu']:g})"),
         _row("tokens/s per GPU / whole job", f"{perf['tokens_per_s_per_gpu']:,.0f} / {perf['tokens_per_s']:,.0f}"
                                               f"{within('tokens_per_s_per_gpu', ',.0f')}"),
+        *_track_record_lines(d),
         _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
         _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
         _row(f"train {human_count(tr['tokens'])} tokens", f"{tr['days']:.1f} days, {tr['gpu_hours']:,.0f} GPU-hours"),
