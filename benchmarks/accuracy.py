@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from published import Run, bridge_moe_recipe, load_runs  # noqa: E402
 
 from genconf.catalog.hardware import calibration_for  # noqa: E402
+from genconf.catalog.models import catalog_names  # noqa: E402
 from genconf.plan.cost import Calibration, step_cost  # noqa: E402
 from genconf.plan.counting import model_flops_per_token  # noqa: E402
 from genconf.plan.memory import GIB  # noqa: E402
@@ -739,28 +740,6 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None, ba
     return "\n".join(lines) + "\n"
 
 
-ARCHITECTURE_IGNORED = ("name", "source", "seq_length", "hidden_dropout", "attention_dropout")
-"""What a published run may change of a catalog model and still be that model's run (catalog_names)."""
-
-
-def _architecture(model) -> tuple:
-    return tuple(getattr(model, f.name) for f in dataclasses.fields(model) if f.name not in ARCHITECTURE_IGNORED)
-
-
-_CATALOG_BY_ARCHITECTURE: dict[tuple, list[str]] = {}
-
-
-def catalog_names(model) -> list[str]:
-    """The catalog models a published run's model is (every field but the name, the sequence length and dropout
-    equal): torchtitan's Llama 3.1 8B is llama3-8b, NeMo's Llama 2 13B both llama-13b and llama2-13b."""
-    if not _CATALOG_BY_ARCHITECTURE:
-        from genconf.catalog.models import list_models
-
-        for m in list_models():
-            _CATALOG_BY_ARCHITECTURE.setdefault(_architecture(m), []).append(m.name)
-    return list(_CATALOG_BY_ARCHITECTURE.get(_architecture(model), ()))
-
-
 def _quantile(sorted_values: list[float], q: float) -> float:
     """Linear interpolation between order statistics (numpy's default)."""
     pos = q * (len(sorted_values) - 1)
@@ -870,6 +849,8 @@ def main() -> int:
                          "genconf/catalog/track_record.yaml")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if args.write_track_record and args.fit and not args.write_calibration:
+        ap.error("--write-track-record scores the committed calibration: with --fit, add --write-calibration")
     runs, skipped = load_runs()
     override = None
     if args.fit:

@@ -82,6 +82,23 @@ def list_models() -> list[ModelSpec]:
     return list(_model_catalog().models.values())
 
 
+ARCHITECTURE_IGNORED = ("name", "source", "seq_length", "hidden_dropout", "attention_dropout")
+"""What two specs may differ in and still be the same model: a published run at another sequence length, or a
+catalog twin under another name (LLaMA 13B and Llama 2 13B)."""
+
+
+def architecture(model: ModelSpec) -> tuple:
+    """Every field of the spec but ARCHITECTURE_IGNORED."""
+    return tuple(getattr(model, f.name) for f in fields(model) if f.name not in ARCHITECTURE_IGNORED)
+
+
+def catalog_names(model: ModelSpec) -> list[str]:
+    """The catalog models `model` is (architecture equal): torchtitan's Llama 3.1 8B is llama3-8b; a Llama 2 13B run
+    is both llama-13b's and llama2-13b's."""
+    key = architecture(model)
+    return [m.name for m in list_models() if architecture(m) == key]
+
+
 def model_aliases() -> dict[str, str]:
     """Size alias -> catalog name (the seed's OLMo family: 1b, 7b, 70b)."""
     return dict(_model_catalog().aliases)

@@ -17,7 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from genconf.catalog.files import CATALOG_DIR, read_yaml
+from genconf.catalog.models import catalog_names
 from genconf.plan.errors import GenconfError
+from genconf.plan.specs import ModelSpec
 
 TRACK_RECORD_FILE = CATALOG_DIR / "track_record.yaml"
 ENTRY_KEYS = ("rows", "median", "p10", "p90", "min", "max", "sources")
@@ -61,12 +63,13 @@ def _committed() -> dict[str, dict[str, dict]]:
     return read_track_record() if TRACK_RECORD_FILE.exists() else {}
 
 
-def record_for(model_name: str, arch: str) -> dict | None:
+def record_for(model: ModelSpec, arch: str) -> dict | None:
     """The record `genconf plan` shows for a model on a GPU generation: the generation's runs where there are
-    MIN_ROWS of them, else all the model's runs (scope 'all'); None for a model with no published run here."""
-    scopes = _committed().get(model_name)
-    if not scopes:
+    MIN_ROWS of them, else all the model's runs (scope 'all'); None for a model with no published run here, or a
+    spec that carries a catalog name but not that model's architecture (a user's shrunk llama3-8b.yaml)."""
+    scopes = _committed().get(model.name)
+    if not scopes or model.name not in catalog_names(model):
         return None
     scope = arch if scopes.get(arch, {}).get("rows", 0) >= MIN_ROWS else "all"
-    return {"model": model_name, "scope": scope, **scopes[scope],
+    return {"model": model.name, "scope": scope, **scopes[scope],
             "file": "genconf/catalog/track_record.yaml (python benchmarks/accuracy.py --write-track-record)"}

@@ -186,7 +186,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         run["calibration"] = used
     if not best.plan.lora_rank:
         # The model's published runs against genconf's numbers (LoRA is another workload than the runs recorded).
-        run["track_record"] = track_record.record_for(model.name, cluster.gpu.arch)
+        run["track_record"] = track_record.record_for(model, cluster.gpu.arch)
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 
 

@@ -72,7 +72,8 @@ def _track_record_lines(d: dict) -> list[str]:
     rec = d["track_record"]
     label = "published runs of this model"
     if rec is None:
-        return [_row(label, "none in genconf's data: the 80% interval above is the band of all models")]
+        kind = "MoE" if d["model"].get("num_experts") else "dense"
+        return [_row(label, f"none in genconf's data: the 80% interval above is that of all {kind} models")]
     where = "all GPUs" if rec["scope"] == "all" else rec["scope"]
     spread = (f"{rec['p10']:.2f}-{rec['p90']:.2f} (10-90%)" if rec["rows"] >= 10
               else f"{rec['min']:.2f}-{rec['max']:.2f} (range)")

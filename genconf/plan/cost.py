@@ -418,10 +418,10 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
                 windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
                 graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0,
                 lora_targets: tuple[str, ...] = LORA_TARGETS, dispatcher: str = "alltoall", kind: str = "",
-                doc: int | None = None) -> LayerTime:
+                doc_tokens: int | None = None) -> LayerTime:
     """One layer, one micro-batch, one rank. kind: one of a hybrid model's layers (specs.HYBRID_LAYER_KINDS): '*'
-    the attention half of a transformer layer, '-' / 'E' its MLP half (dense / MoE), 'M' a Mamba-2 layer. doc: the
-    mean length of the documents packed into each sequence (ParallelPlan.packed_doc_tokens)."""
+    the attention half of a transformer layer, '-' / 'E' its MLP half (dense / MoE), 'M' a Mamba-2 layer.
+    doc_tokens: the mean length of the documents packed into each sequence (ParallelPlan.packed_doc_tokens)."""
     if kind == "M":
         return _mamba_time(model, t, cp, mbs, seq, sp, precision, recipe, impl, tp_overlap, cluster, cal, graphs)
     if kind == "-" and model.is_moe:
@@ -549,12 +549,27 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
                                           tile_overhead_s=cal.attention_bwd_tile_s, sms=gpu.num_sms, backward=True)
             return f, b
 
-        packed = doc is not None and doc < seq
-        if packed and cp == 1:
-            # Packed documents (THD, cu_seqlens): seq / doc documents per sequence, each attending within itself,
-            # causal over its own tokens, or a band of w keys where a sliding window is shorter than the document.
-            band = windowed and model.sliding_window and model.sliding_window < doc
-            attn_f, attn_b = flash(doc, model.sliding_window if band else doc, not band, batch=bh * seq / doc)
+        packed = doc_tokens is not None and doc_tokens < seq
+        window = model.sliding_window if windowed and model.sliding_window else None
+        if packed and not (window and window < doc_tokens):
+            # Packed documents (THD, cu_seqlens), each attending causally within itself. A varlen kernel starts every
+            # document on a fresh 128-row tile (FlashAttention-2's varlen tiling, Dao 2023), so a document costs
+            # its length rounded up to whole tiles; the mean length stands for all (a spread of lengths costs more:
+            # the sum of squares is at least documents x mean^2). Under context parallelism every document is cut
+            # into 2 cp pieces, two per rank (Transformer Engine's thd_get_partitioned_indices, as megatron-core's
+            # packed-sequence batches call it, datasets/data_schedule.py): the rank's queries of a document are two
+            # pieces against that document's keys, causal on average, and the ring's merges of the partial outputs
+            # cover the rank's tokens as unpacked.
+            docs = bh * seq / doc_tokens
+            tile = kernels.ATTENTION_TILE
+            if cp == 1:
+                doc_q = math.ceil(doc_tokens / tile) * tile
+                attn_f, attn_b = flash(doc_q, doc_q, True, batch=docs)
+            else:
+                piece = math.ceil(doc_tokens / (2 * cp) / tile) * tile
+                attn_f, attn_b = flash(piece, doc_tokens, True, batch=2 * docs)
+                merge = _mem_s(gpu, cal, 10.0 * bh * seq / cp * d)  # as the unpacked ring's, below
+                attn_f, attn_b = attn_f + (cp - 1) * merge, attn_b + 2 * (cp - 1) * merge
         elif cp > 1 and causal:
             # Ring attention with the load-balanced (zigzag) split (TE's context parallelism): step 0 is the
             # causal attention of the local chunk, each of the cp - 1 others a full block against half the
@@ -567,11 +582,6 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             merge = _mem_s(gpu, cal, 10.0 * bh * local * d)
             attn_f = diag_f + (cp - 1) * (off_f + merge)
             attn_b = diag_b + (cp - 1) * (off_b + 2 * merge)
-            if packed:
-                # THD under context parallelism splits every document over the cp ranks as it splits a sequence:
-                # the ring's steps and their KV traffic stay, the attention inside them shrinks by the causal work
-                # packed documents leave, doc / seq (documents x doc^2 against seq^2).
-                attn_f, attn_b = attn_f * doc / seq, attn_b * doc / seq
         else:
             attn_f, attn_b = flash(seq / cp, keys, causal)
     attn_f, attn_b = wa * attn_f, wa * attn_b

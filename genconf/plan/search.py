@@ -363,7 +363,9 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
     return ParallelPlan(
         framework=framework, tp=tp, pp=layout.pp, vp=layout.vp, cp=layout.cp, ep=layout.ep, etp=layout.etp,
         dp=layout.dp, mbs=mbs,
-        gbs=gbs, seq_length=seq, packed_doc_tokens=pins.packed_doc_tokens, zero_stage=layout.zero, shard_group_size=layout.shard_group, recompute=recompute,
+        gbs=gbs, seq_length=seq, zero_stage=layout.zero,
+        # No document is longer than its sequence (what_would_fit tries shorter sequences with the same pins).
+        packed_doc_tokens=None if pins.packed_doc_tokens is None else min(pins.packed_doc_tokens, seq), shard_group_size=layout.shard_group, recompute=recompute,
         recompute_layers=pins.recompute_layers if recompute == "full" else None,
         recompute_modules=pins.recompute_modules if recompute == "selective" else (),
         sequence_parallel=megatron and tp > 1, precision=pins.precision,
@@ -440,7 +442,7 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
                              quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels, layout.zero),
                              False, cluster, cal, False, layout.etp, attention="auto" if megatron else pins.attention_kernel,
                              lora=pins.lora_rank if megatron else 0, lora_targets=pins.lora_targets, kind=kind,
-                             doc=pins.packed_doc_tokens)
+                             doc_tokens=pins.packed_doc_tokens)
         except (ValueError, ZeroDivisionError):
             return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
         selective = lt.recompute_s(pins.recompute_modules or ("core_attn",))

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO
 from genconf.catalog import track_record
-from genconf.catalog.models import list_models
+from genconf.catalog.models import catalog_names, list_models, resolve_model
 from genconf.cli.main import main
 from genconf.plan.errors import GenconfError
 
@@ -45,9 +45,18 @@ def test_a_run_counts_for_every_catalog_model_of_its_architecture():
     from dataclasses import replace
 
     titan = replace(by_name["llama3-8b"], name="llama-3.1-8b", seq_length=8192)
-    assert accuracy.catalog_names(titan) == ["llama3-8b"]
-    assert set(accuracy.catalog_names(by_name["llama2-13b"])) == {"llama-13b", "llama2-13b"}
-    assert accuracy.catalog_names(replace(by_name["llama3-8b"], num_layers=33)) == []
+    assert catalog_names(titan) == ["llama3-8b"]
+    assert set(catalog_names(by_name["llama2-13b"])) == {"llama-13b", "llama2-13b"}
+    assert catalog_names(replace(by_name["llama3-8b"], num_layers=33)) == []
+
+
+def test_a_spec_with_a_catalog_name_but_another_architecture_gets_no_record():
+    from dataclasses import replace
+
+    llama = resolve_model("llama3-70b")[0]
+    assert track_record.record_for(llama, "hopper")["scope"] == "hopper"
+    assert track_record.record_for(replace(llama, num_layers=8), "hopper") is None
+    assert track_record.record_for(replace(llama, seq_length=4096), "hopper") is not None
 
 
 def test_quantiles_interpolate_as_numpy_does():
@@ -57,12 +66,13 @@ def test_quantiles_interpolate_as_numpy_does():
 
 
 def test_the_plans_gpu_generation_or_else_all_the_models_runs():
-    hopper = track_record.record_for("gpt-oss-120b", "hopper")
+    oss = resolve_model("gpt-oss-120b")[0]
+    hopper = track_record.record_for(oss, "hopper")
     assert hopper["scope"] == "hopper" and hopper["rows"] >= track_record.MIN_ROWS
     scopes = track_record.read_track_record()["llama3-70b"]
     assert scopes["ampere"]["rows"] < track_record.MIN_ROWS
-    assert track_record.record_for("llama3-70b", "ampere")["scope"] == "all"
-    assert track_record.record_for("olmo-70b", "hopper") is None
+    assert track_record.record_for(resolve_model("llama3-70b")[0], "ampere")["scope"] == "all"
+    assert track_record.record_for(resolve_model("olmo-70b")[0], "hopper") is None
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -93,7 +103,8 @@ def test_plan_shows_the_models_published_runs(capsys):
     assert f"{expected['rows']} on hopper" in out and f"median {expected['median']:.2f}" in out
     # A model no published run here used: the output says so rather than borrowing another model's record.
     assert main(["--model", "70b", "--gpus", "384"]) == 0
-    assert "published runs of this model                none in genconf's data" in capsys.readouterr().out
+    assert ("published runs of this model                none in genconf's data: the 80% interval above is that of "
+            "all dense models") in capsys.readouterr().out
 
 
 def test_a_lora_plan_shows_no_record(capsys):

@@ -66,12 +66,29 @@ def test_memory_is_unchanged_and_the_local_spec_still_computes_every_score():
         cost.layer_time(MODEL, local, CLUSTER, CAL)
 
 
-def test_context_parallel_keeps_its_ring_and_scales_the_work_inside_it():
-    ring = plan(cp=2, dp=4)
-    whole = cost.layer_time(MODEL, ring, CLUSTER, CAL)
-    packed = cost.layer_time(MODEL, dataclasses.replace(ring, packed_doc_tokens=512), CLUSTER, CAL)
-    assert packed.attn_fwd_s == pytest.approx(whole.attn_fwd_s * 512 / 4096)
-    assert packed.cp_comm_s >= whole.cp_comm_s  # the same KV traffic, less attention to hide it behind
+def test_context_parallel_splits_each_document_and_keeps_the_merges():
+    # Transformer Engine's THD context parallelism cuts every document into 2 cp pieces, two per rank. A 4,096-token
+    # document at cp 2: pieces of 1,024 tokens (8 query tiles each) against the document's 32 key tiles, causal on
+    # average: 2 x 8 x 16.5 = 264 blocks a rank, half of cp 1's 32 x 16.5 = 528; the ring's merges of the partial
+    # outputs come on top, so a rank's attention is a little over half.
+    def attention(doc_tokens, cp):
+        p = plan(mbs=1, gbs=8, seq_length=32768, cp=cp, dp=8 // cp, packed_doc_tokens=doc_tokens)
+        return cost.layer_time(MODEL, p, CLUSTER, CAL).attn_fwd_s
+
+    assert 0.5 < attention(4096, 2) / attention(4096, 1) < 0.7
+    # 256-token documents: 64-token pieces still take a whole 128-row tile each, so a rank visits as many blocks as
+    # cp 1 does (2 x 1 x 1.5 = 3 a document) and pays the merges besides: context parallelism buys nothing here.
+    assert attention(256, 2) > attention(256, 1)
+    # Both far below the unpacked ring's: 32,768 tokens attending causally over the whole sequence.
+    unpacked = cost.layer_time(MODEL, plan(mbs=1, gbs=8, seq_length=32768, cp=2, dp=4), CLUSTER, CAL).attn_fwd_s
+    assert attention(4096, 2) < unpacked / 4
+
+
+def test_a_document_shorter_than_its_last_tile_pays_the_whole_tile():
+    # A varlen kernel starts each document on a fresh 128-row tile: a 240-token document costs as a 256-token one,
+    # and a sequence holds 256 / 240 as many of them (to the rounding of the last wave).
+    assert cost.layer_time(MODEL, plan(packed_doc_tokens=240), CLUSTER, CAL).attn_fwd_s == pytest.approx(
+        cost.layer_time(MODEL, plan(packed_doc_tokens=256), CLUSTER, CAL).attn_fwd_s * 256 / 240, rel=0.005)
 
 
 def test_a_sliding_window_shorter_than_the_document_is_a_band():
