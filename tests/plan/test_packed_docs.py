@@ -149,3 +149,12 @@ def test_nvidias_fine_tuning_rows_are_typed_packed_and_pre_training_rows_not():
     tuned = [r for r in runs if r.task != "pretrain" and r.file in published.NVIDIA_FILES]
     assert tuned and all(r.plan.packed_doc_tokens == published.SQUAD_DOC_TOKENS for r in tuned)
     assert all(r.plan.packed_doc_tokens is None for r in runs if r.task == "pretrain")
+
+
+def test_a_plan_that_fits_nowhere_suggests_a_shorter_sequence_with_its_documents(capsys):
+    # what_would_fit tries halved sequences with the same pins: the documents shrink with them (no traceback).
+    assert main(["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--seq-len", "131072",
+                 "--packed-doc-len", "131072", "--tp", "1", "--cp", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("genconf: error: llama3-8b does not fit") and "--seq-len 65536" in err
+    assert err.count("\n") == 1
