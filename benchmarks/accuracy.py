@@ -31,6 +31,7 @@ from published import Run, bridge_moe_recipe, load_runs  # noqa: E402
 
 from genconf.catalog.hardware import calibration_for  # noqa: E402
 from genconf.catalog.models import catalog_names  # noqa: E402
+from genconf.catalog.track_record import ENTRY_KEYS  # noqa: E402
 from genconf.plan.cost import Calibration, step_cost  # noqa: E402
 from genconf.plan.counting import model_flops_per_token  # noqa: E402
 from genconf.plan.memory import GIB  # noqa: E402
@@ -779,12 +780,12 @@ def write_track_record(record: dict, path: Path | None = None) -> None:
              "models:"]
     for name, scopes in record.items():
         lines.append(f"  {name}:")
-        for scope in ("all", "ampere", "hopper", "blackwell"):
+        for scope in ("all",) + ARCHS:
             e = scopes.get(scope)
             if e:
                 sources = ", ".join(json.dumps(s) for s in e["sources"])
-                lines.append(f"    {scope}: {{rows: {e['rows']}, median: {e['median']}, p10: {e['p10']}, "
-                             f"p90: {e['p90']}, min: {e['min']}, max: {e['max']}, sources: [{sources}]}}")
+                fields = ", ".join(f"{k}: [{sources}]" if k == "sources" else f"{k}: {e[k]}" for k in ENTRY_KEYS)
+                lines.append(f"    {scope}: {{{fields}}}")
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -7,9 +7,9 @@ import dataclasses
 import json
 import sys
 
+from genconf.catalog import track_record
 from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster_noted
 from genconf.catalog.hardware import calibration_for, list_gpus
-from genconf.catalog import track_record
 from genconf.catalog.models import list_models, model_aliases, resolve_model
 from genconf.cli import text
 from genconf.cli.text import print_json
@@ -213,8 +213,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                                  for ev in planned.result.nearest_misses]}
         print_json(out)
     else:
-        print(text.render_text(planned.run, planned.best,
-                               explain=planned.result if args.explain else None,
+        print(text.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,
                                top=args.top))
         if "calibration" in planned.run:
             print(text.calibration_line(planned.run["calibration"]))

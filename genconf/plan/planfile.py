@@ -337,8 +337,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         reasons.append(f"sequences packed from documents of ~{p.packed_doc_tokens:,} tokens (--packed-doc-len): "
                        + ("the local spec's unfused attention masks them and still computes every score"
                           if local else
-                          f"each attends within itself, {p.packed_doc_tokens / p.seq_length:.1%} of a "
-                          f"{p.seq_length:,}-token sequence's causal attention work"))
+                          f"each attends within itself, about {p.packed_doc_tokens / p.seq_length:.1%} of a "
+                          f"{p.seq_length:,}-token sequence's causal attention work (whole 128-row tiles aside)"))
     if p.attention_kernel != "auto":
         name = {"cudnn": "cuDNN's fused attention", "flash2": "FlashAttention-2",
                 "triton": "flash attention in Triton"}[p.attention_kernel]

@@ -363,9 +363,9 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
     return ParallelPlan(
         framework=framework, tp=tp, pp=layout.pp, vp=layout.vp, cp=layout.cp, ep=layout.ep, etp=layout.etp,
         dp=layout.dp, mbs=mbs,
-        gbs=gbs, seq_length=seq, zero_stage=layout.zero,
+        gbs=gbs, seq_length=seq, zero_stage=layout.zero, shard_group_size=layout.shard_group, recompute=recompute,
         # No document is longer than its sequence (what_would_fit tries shorter sequences with the same pins).
-        packed_doc_tokens=None if pins.packed_doc_tokens is None else min(pins.packed_doc_tokens, seq), shard_group_size=layout.shard_group, recompute=recompute,
+        packed_doc_tokens=None if pins.packed_doc_tokens is None else min(pins.packed_doc_tokens, seq),
         recompute_layers=pins.recompute_layers if recompute == "full" else None,
         recompute_modules=pins.recompute_modules if recompute == "selective" else (),
         sequence_parallel=megatron and tp > 1, precision=pins.precision,

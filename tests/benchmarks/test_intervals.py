@@ -52,4 +52,3 @@ def test_unscored_rows_are_left_out():
     rows = _rows("a", [0.1] * 12) + _rows("b", [None] * 5)
     band = _source_band(rows, 0.10, 0.90)
     assert band["rows"] == 12 and math.isclose(band["low"], 1 / 1.1) and math.isclose(band["high"], 1 / 1.1)
-

@@ -125,6 +125,10 @@ def argv(draw, tmp: Path) -> list[str]:
         flag = draw(st.sampled_from(["--bf16-first-layers", "--bf16-last-layers"]))
         args += [flag, draw(flag_value(st.one_of(st.sampled_from([0, 1, 2, 14, 200]), ints, st.text(max_size=3))))]
     if draw(st.integers(0, 4)) == 0:
+        # packed documents: shorter than, as long as and longer than the sequence, and values that are not lengths
+        args += ["--packed-doc-len", draw(flag_value(st.one_of(st.sampled_from([1, 240, 2048, 4096, 131072]), ints,
+                                                                st.text(max_size=3))))]
+    if draw(st.integers(0, 4)) == 0:
         # pipeline layouts: valid ones of several lengths, malformed ones, and strings that are not layouts
         args += ["--pp-layout", draw(st.one_of(
             st.sampled_from(["default", "Et|t|t|L", "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL", "Et*4|(t*4|)*6,t*3L",
