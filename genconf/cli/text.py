@@ -165,15 +165,19 @@ def explain_lines(result: SearchResult) -> list[str]:
 # --- catalogs -------------------------------------------------------------------------------------
 
 def models_table(models: list[ModelSpec], aliases_of: dict[str, list[str]]) -> str:
-    """`genconf models`: one line per model, smallest first."""
-    by_model = aliases_of
-    lines = [f"{'name':<18}{'params':>10}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'ffn':>8}{'vocab':>8}{'seq':>8}  "
-             f"{'arch':<28}aliases"]
+    """`genconf models`: one line per model, smallest first; the name and arch columns as wide as their longest
+    entry, so that no two columns run together."""
+    def arch(m: ModelSpec) -> str:
+        return f"{m.activation}/{m.normalization}/{m.position_embedding}" + (f"/moe{m.num_experts}x{m.moe_top_k}" if m.is_moe else "")
+
+    name_w = max([len("name"), *(len(m.name) for m in models)]) + 2
+    arch_w = max([len("arch"), *(len(arch(m)) for m in models)]) + 2
+    lines = [f"{'name':<{name_w}}{'params':>8}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'ffn':>8}{'vocab':>8}"
+             f"{'seq':>8}  {'arch':<{arch_w}}aliases"]
     for m in sorted(models, key=exact_param_count):
-        arch = f"{m.activation}/{m.normalization}/{m.position_embedding}" + (f"/moe{m.num_experts}x{m.moe_top_k}" if m.is_moe else "")
-        lines.append(f"{m.name:<18}{human_count(exact_param_count(m)):>10}{m.num_layers:>8}{m.hidden_size:>8}"
+        lines.append(f"{m.name:<{name_w}}{human_count(exact_param_count(m)):>8}{m.num_layers:>8}{m.hidden_size:>8}"
                      f"{m.num_attention_heads:>7}{m.num_query_groups:>5}{m.ffn_hidden_size:>8}{m.vocab_size:>8}"
-                     f"{m.seq_length:>8}  {arch:<28}{', '.join(by_model.get(m.name, []))}")
+                     f"{m.seq_length:>8}  {arch(m):<{arch_w}}{', '.join(aliases_of.get(m.name, []))}".rstrip())
     return "\n".join(lines)
 
 

@@ -114,6 +114,13 @@ def test_custom_model_and_cluster_files(tmp_path):
 def test_catalog_commands():
     models = run("models")
     assert models.returncode == 0 and "llama3.1-405b" in models.stdout and "70b" in models.stdout
+    # Every column stays apart, the longest names and MoE archs too ('moe128x8qwen3-30b' ran together once).
+    header, *rows = models.stdout.splitlines()
+    assert header.split() == ["name", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "arch", "aliases"]
+    by_name = {r.split()[0]: r.split(None, 10) for r in rows}
+    assert by_name["qwen3-30b-a3b"][9:] == ["swiglu/rmsnorm/rope/moe128x8", "qwen3-30b"]
+    assert by_name["nemotron-3.5-lightning"][1] == "32.9B"
+    assert all(len(r.split()) >= 10 for r in rows)
     listed = json.loads(run("models", "--json").stdout)
     assert {"olmo-1b", "olmo-7b", "olmo-70b", "mixtral-8x7b", "gpt3-175b", "llama-65b"} <= {m["name"] for m in listed}
     hw = json.loads(run("hardware", "--json").stdout)
