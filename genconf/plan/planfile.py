@@ -361,9 +361,7 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         fast = result.fastest
         gap = fast.cost.tokens_per_s / cost.tokens_per_s - 1
         reasons.append(f"within {gap:.1%} of the fastest candidate ({describe(fast.plan)}), closer than the model can "
-                       f"tell apart: the simpler layout (no ZeRO-3/FSDP where less sharding fits, no recompute where "
-                       f"activations fit, fewer parallel dimensions) "
-                       f"is ranked first")
+                       f"tell apart; ranked first: {result.tie_break or 'it is the simpler layout'}")
     elif result is not None and len(result.ranked) > 1:
         runner = result.ranked[1]
         gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1

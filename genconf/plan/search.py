@@ -156,6 +156,8 @@ class SearchResult:
     """The fastest feasible plan, when a simpler one within TIE_FRACTION was ranked first."""
     split_tokens_per_s: dict[ParallelPlan, float] = field(default_factory=dict)
     """For each plan the search gave a pipeline layout: the tokens/s of the same plan with megatron's own split."""
+    tie_break: str = ""
+    """Where `fastest` is set: what put the first plan ahead of it (tie_break)."""
 
     @property
     def best(self) -> Evaluation | None:
@@ -610,13 +612,42 @@ def _complexity(plan: ParallelPlan) -> tuple:
     beyond the distributed optimizer (ZeRO-3 / FSDP / Megatron-FSDP only where less sharding does not fit),
     recompute (none where activations fit), offload and other memory savers, then parallel dimensions in use
     (tp, pp, cp, ep; interleaving is a schedule of the pipeline, not a dimension of its own: Megatron's
-    convention is a shallow pipeline with virtual stages)."""
+    convention is a shallow pipeline with virtual stages). The pipeline's depth is not one: NVIDIA's layouts
+    (benchmarks/layouts.py) rank lower with either the shallower or the deeper pipeline first among ties."""
     dims = sum(1 for d in (plan.tp, plan.pp, plan.cp, plan.ep) if d > 1)
     sharding = {0: 0, 1: 0, 2: 1, 3: 2}[plan.zero_stage]
     recompute = {"none": 0, "selective": 1, "full": 2}[plan.recompute]
     extras = (int(plan.offload_activation_layers > 0) + int(plan.offload_optimizer) + int(plan.grad_dtype == "bf16")
               + int(plan.precision_aware_optimizer) + int(plan.pp_layout is not None) + int(bool(plan.recompute_modules)))
     return (sharding, recompute, extras, dims)
+
+
+def memory_at_risk(ev: Evaluation, memory_hi: float) -> bool:
+    """The top of the peak memory's 80% interval (Calibration.memory_band) reaches past the GPU's capacity: more
+    than a one-in-ten chance that the plan runs out of memory where the estimate says it fits."""
+    return ev.memory is not None and ev.memory.peak.total_bytes * memory_hi > ev.memory.capacity_bytes
+
+
+def _tie_key(ev: Evaluation, memory_hi: float) -> tuple:
+    """Among plans the model cannot tell apart: the one sure to fit in memory first (a run that works the first
+    time), then the simplest (_complexity)."""
+    return (int(memory_at_risk(ev, memory_hi)), *_complexity(ev.plan))
+
+
+def tie_break(chosen: Evaluation, fastest: Evaluation, memory_hi: float) -> str:
+    """The first criterion of _tie_key on which `chosen` beat the faster plan it was tied with, in words."""
+    a, b = _tie_key(chosen, memory_hi), _tie_key(fastest, memory_hi)
+    if a[0] < b[0]:
+        top_gib = fastest.memory.peak.total_bytes * memory_hi / 2**30
+        return (f"the faster plan's peak memory could reach {top_gib:.1f} GiB (the top of its 80% interval), past "
+                f"the GPU's {fastest.memory.capacity_bytes / 2**30:.1f} GiB; this plan's stays below it")
+    words = ["it needs less sharding (no ZeRO-3/FSDP where less sharding fits)",
+             "it needs less recompute (none where activations fit)", "it needs fewer memory savers and options",
+             "it uses fewer parallel dimensions"]
+    for word, x, y in zip(words, a[1:], b[1:]):
+        if x != y:
+            return word
+    return "it is as simple, and the faster of its layout's own plans"
 
 
 def _layout_key(plan: ParallelPlan) -> tuple:
@@ -757,6 +788,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     # One plan per layout: the simplest of the layout's plans within TIE_FRACTION of its fastest (a micro-batch
     # that needs module recompute and the precision-aware optimizer to fit does not stand for its layout when
     # a plain one runs as fast, to the model's error).
+    memory_hi = cal.memory_band[1]
     by_layout: dict[tuple, list[Evaluation]] = {}
     for ev in feasible:
         by_layout.setdefault(_layout_key(ev.plan), []).append(ev)
@@ -764,7 +796,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     for group in by_layout.values():
         floor = group[0].cost.tokens_per_s * (1 - TIE_FRACTION)
         ranked.append(min((ev for ev in group if ev.cost.tokens_per_s >= floor),
-                          key=lambda e: (_complexity(e.plan), -e.cost.tokens_per_s)))
+                          key=lambda e: (_tie_key(e, memory_hi), -e.cost.tokens_per_s)))
     ranked.sort(key=lambda e: (-e.cost.tokens_per_s, e.memory.peak.total_bytes))
     if ranked:
         # Honest ties: what the model cannot tell apart from the fastest plan (which may be a faster variant of a
@@ -772,7 +804,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
         floor = fastest.cost.tokens_per_s * (1 - TIE_FRACTION)
         tied = [ev for ev in ranked if ev.cost.tokens_per_s >= floor]
         rest = ranked[len(tied):]
-        tied.sort(key=lambda e: (_complexity(e.plan), -e.cost.tokens_per_s))
+        tied.sort(key=lambda e: (_tie_key(e, memory_hi), -e.cost.tokens_per_s))
         ranked = tied + rest
     if not feasible and floored:
         # Nothing fits: estimate in full the leanest plan (micro-batch 1, full recompute, fewest virtual stages,
@@ -796,9 +828,10 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     memory_misses.sort(key=lambda e: e.overflow_ratio)
     misses = tuple(memory_misses[:5]) + tuple(rule_misses[:3])
     kept = tuple(ranked[:keep])
-    return SearchResult(kept, considered, dict(rejected.most_common()), misses,
-                        fastest if ranked and fastest is not ranked[0] else None,
-                        {ev.plan: split_speed[ev.plan] for ev in kept if ev.plan in split_speed})
+    ahead = fastest if ranked and fastest is not ranked[0] else None
+    return SearchResult(kept, considered, dict(rejected.most_common()), misses, ahead,
+                        {ev.plan: split_speed[ev.plan] for ev in kept if ev.plan in split_speed},
+                        tie_break(ranked[0], ahead, memory_hi) if ahead is not None else "")
 
 
 class _Budget:

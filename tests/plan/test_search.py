@@ -225,3 +225,38 @@ def test_each_layout_is_represented_by_its_simplest_plan_within_the_tie():
     fastest = result.fastest.plan  # the faster variant of the same layout, named in "why this plan"
     assert (fastest.tp, fastest.mbs, fastest.recompute_modules) == (1, 4, ("layernorm",))
     assert result.fastest.cost.tokens_per_s <= result.best.cost.tokens_per_s * (1 + TIE_FRACTION)
+
+
+def test_a_tie_goes_to_the_plan_sure_to_fit():
+    """Nemotron-H 56B on 256 B200s: micro-batch 2 is a hair faster than 1 on the same layout, but the top of its
+    peak memory's 80% interval (Calibration.memory_band) passes the GPU's 179 GiB; the model cannot tell the two
+    apart, so the plan whose whole interval fits ranks first, and "why this plan" says so."""
+    from genconf.plan.search import _complexity, memory_at_risk
+
+    model, _ = resolve_model("nemotron-h-56b")
+    cluster = resolve_cluster("dgx-b200")
+    cal = calibration_for(cluster.gpu.name)
+    result = search(model, cluster, 256, cal, Pins(), keep=10)
+    best, fastest = result.best, result.fastest
+    hi = cal.memory_band[1]
+    assert (best.plan.tp, best.plan.pp, best.plan.mbs) == (4, 1, 1)
+    assert (fastest.plan.tp, fastest.plan.pp, fastest.plan.mbs) == (4, 1, 2)
+    assert _complexity(best.plan) == _complexity(fastest.plan)  # only the memory risk tells them apart
+    assert fastest.cost.tokens_per_s > best.cost.tokens_per_s >= fastest.cost.tokens_per_s * (1 - TIE_FRACTION)
+    # Both fit the estimate (the 5% headroom); only the faster one's interval reaches past the capacity.
+    assert fastest.memory.peak.total_bytes <= fastest.memory.usable_bytes
+    assert fastest.memory.peak.total_bytes * hi > fastest.memory.capacity_bytes >= best.memory.peak.total_bytes * hi
+    assert memory_at_risk(fastest, hi) and not memory_at_risk(best, hi)
+    top = fastest.memory.peak.total_bytes * hi / 2**30
+    assert result.tie_break.startswith(f"the faster plan's peak memory could reach {top:.1f} GiB")
+
+
+def test_a_tie_names_what_made_the_plan_simpler():
+    """The first criterion that differs is the one named: DeepSeek-V3 on the seed cluster takes the plan without
+    recompute over a faster one with selective recompute."""
+    model, _ = resolve_model("deepseek-v3")
+    cluster = resolve_cluster()
+    result = search(model, cluster, 384, calibration_for(cluster.gpu.name), Pins(), keep=10)
+    assert result.fastest is not None and result.fastest.plan.recompute == "selective"
+    assert result.best.plan.recompute == "none"
+    assert result.tie_break == "it needs less recompute (none where activations fit)"
