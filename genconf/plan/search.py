@@ -651,7 +651,12 @@ def tie_break(chosen: Evaluation, fastest: Evaluation, memory_hi: float) -> str:
 
 
 def _layout_key(plan: ParallelPlan) -> tuple:
-    return (plan.framework, plan.tp, plan.pp, plan.vp, plan.cp, plan.ep, plan.etp, plan.zero_stage, plan.shard_group_size)
+    """One ranked entry per layout. Megatron's DDP and its distributed optimizer over a data-parallel group of one
+    shard nothing: the same layout (the optimizer only enables FP8 parameters and the precision-aware optimizer)."""
+    zero = plan.zero_stage
+    if plan.framework == "megatron" and zero <= 1 and plan.dp * plan.cp == 1:
+        zero = 0
+    return (plan.framework, plan.tp, plan.pp, plan.vp, plan.cp, plan.ep, plan.etp, zero, plan.shard_group_size)
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins = Pins(),
