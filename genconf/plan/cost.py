@@ -948,18 +948,28 @@ def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
         mixed["selective_s"] = sum(w * lt.recompute_s(modules) for lt, w in kinds)
         host = sum(w * lt.host_s for lt, w in kinds)
         full = LayerTime(**{k: mixed[k] for k in keys}, host_s=host)
+        if model.is_moe:
+            mixed["host_wait_s"] = sum(w * _host_wait(lt) for lt, w in kinds)
         return full, mixed
     full = layer_time(model, plan, cluster, cal, bf16=bf16)
     windowed = layer_time(model, plan, cluster, cal, windowed=True, bf16=bf16) if model.sliding_window else full
     win_frac = model.windowed_layer_fraction
     mixed = {k: (1 - win_frac) * getattr(full, k) + win_frac * getattr(windowed, k) for k in keys}
     mixed["selective_s"] = (1 - win_frac) * full.recompute_s(modules) + win_frac * windowed.recompute_s(modules)
+    if model.is_moe:
+        mixed["host_wait_s"] = (1 - win_frac) * _host_wait(full) + win_frac * _host_wait(windowed)
     if model.is_moe and model.dense_layers:
         dense = layer_time(dense_layer_model(model), plan, cluster, cal, bf16=bf16)
         share = model.dense_layers / model.num_layers
         mixed = {k: (1 - share) * mixed[k] + share * getattr(dense, k) for k in keys} | {
-            "selective_s": (1 - share) * mixed["selective_s"] + share * dense.recompute_s(modules)}
+            "selective_s": (1 - share) * mixed["selective_s"] + share * dense.recompute_s(modules),
+            "host_wait_s": (1 - share) * mixed["host_wait_s"] + share * _host_wait(dense)}
     return full, mixed
+
+
+def _host_wait(lt: LayerTime) -> float:
+    """GPU time one layer waits for the host to launch its kernels."""
+    return max(0.0, lt.host_s - (lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s))
 
 
 def _mtp_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> float:
@@ -1003,8 +1013,13 @@ class _LayerPace:
     def of(cls, plan: ParallelPlan, full: LayerTime, layer_gpu: dict[str, float]) -> "_LayerPace":
         base = layer_gpu["fwd_s"] + layer_gpu["bwd_s"]
         busy = base + layer_gpu["tp_comm_s"] + layer_gpu["cp_comm_s"]
-        # A layer takes the longer of its GPU time and the host time to launch its kernels.
-        host_wait = max(0.0, full.host_s - busy)
+        # A layer takes the longer of its GPU time and the host time to launch its kernels. Over a rank's layers
+        # the host runs ahead of the GPU, so their times pool (the mean layer's); a dropless MoE layer stops it:
+        # its forward copies the token counts to the host and synchronises (megatron-core token_dispatcher.py
+        # _maybe_dtoh_and_synchronize; HybridEP without a token budget sizes its buffers on the host), so each
+        # MoE layer waits for its own host time and a hybrid model's Mamba layers or a model's dense and
+        # sliding-window layers do not hide it (_mixed_layer: host_wait_s per kind of layer).
+        host_wait = layer_gpu.get("host_wait_s", max(0.0, full.host_s - busy))
         if plan.recompute == "selective":
             recompute = layer_gpu["selective_s"]
         elif plan.recompute == "full":

@@ -110,6 +110,41 @@ def test_a_mamba_layer_costs_its_projections_and_the_scan():
     assert whole.bwd_s == pytest.approx(sum(x.bwd_s for x in halves), rel=1e-9)
 
 
+def test_each_moe_layer_waits_for_its_own_host_time():
+    """Nemotron 3 Super on 64 GB200 at tp 2, ep 64, micro-batch 1 (Megatron-Bridge's published layout): its MoE layers
+    are host-bound (the eager expert block after the per-layer token-count synchronisation), its Mamba layers GPU-bound.
+    Pooled over the rank's layers the Mamba layers' GPU time would hide the MoE layers' host time; the dispatcher's
+    synchronisation stops the host from running ahead, so each MoE layer's wait counts and the step grows by it."""
+    from genconf.plan.cost import _mixed_layer, _mtp_layer_s
+
+    m = _model("nemotron-3-super")
+    cluster = resolve_cluster("gb200-nvl72")
+    cal = calibration_for("gb200")
+    plan = ParallelPlan(framework="megatron", tp=2, ep=64, dp=32, mbs=1, gbs=512, seq_length=8192,
+                        sequence_parallel=True, precision="fp8", fp8_recipe="mxfp8", grad_dtype="bf16",
+                        bf16_layers_start=0, bf16_layers_end=0)  # every layer at the one FP8 pace
+    kinds = {k: layer_time(m, plan, cluster, cal, kind=k) for k in "M*E"}
+
+    def busy(lt):
+        return lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s
+
+    share = {k: m.layers_of_kind(k) / m.num_layers for k in kinds}
+    assert kinds["E"].host_s > busy(kinds["E"]) and kinds["M"].host_s < busy(kinds["M"])
+    expected = sum(share[k] * max(0.0, lt.host_s - busy(lt)) for k, lt in kinds.items())
+    pooled = max(0.0, sum(share[k] * (lt.host_s - busy(lt)) for k, lt in kinds.items()))
+    assert pooled == 0.0 < expected  # the Mamba layers' slack would hide it all
+    full, mixed = _mixed_layer(m, plan, cluster, cal)
+    assert mixed["host_wait_s"] == pytest.approx(expected, rel=1e-12)
+    cost = step_cost(m, plan, cluster, cal)
+    gpu_only = step_cost(m, plan, cluster, dataclasses.replace(cal, kernel_launch_s=0.0, graph_launch_s=0.0))
+    # The step is the GPU work plus each micro-batch's waits on the rank's 88 layers and on its multi-token-prediction
+    # layer (a transformer layer with an MoE, priced at the longer of its GPU and host times).
+    zero = dataclasses.replace(cal, kernel_launch_s=0.0, graph_launch_s=0.0)
+    mtp_wait = m.mtp_num_layers * (_mtp_layer_s(m, plan, cluster, cal) - _mtp_layer_s(m, plan, cluster, zero))
+    waited = plan.num_microbatches * (m.num_layers * expected + mtp_wait)
+    assert cost.compute_s - gpu_only.compute_s == pytest.approx(waited, rel=1e-6)
+
+
 def test_activations_are_the_mean_of_the_layers():
     m = _model("nemotron-3-nano")
     plan = ParallelPlan(framework="megatron", ep=8, dp=8, mbs=1, gbs=64, seq_length=8192, precision="bf16")
