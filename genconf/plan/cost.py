@@ -949,7 +949,7 @@ def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
         host = sum(w * lt.host_s for lt, w in kinds)
         full = LayerTime(**{k: mixed[k] for k in keys}, host_s=host)
         if model.is_moe:
-            mixed["host_wait_s"] = sum(w * _host_wait(lt) for lt, w in kinds)
+            mixed["host_wait_s"] = sum(w * _host_wait_s(lt) for lt, w in kinds)
         return full, mixed
     full = layer_time(model, plan, cluster, cal, bf16=bf16)
     windowed = layer_time(model, plan, cluster, cal, windowed=True, bf16=bf16) if model.sliding_window else full
@@ -957,17 +957,17 @@ def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
     mixed = {k: (1 - win_frac) * getattr(full, k) + win_frac * getattr(windowed, k) for k in keys}
     mixed["selective_s"] = (1 - win_frac) * full.recompute_s(modules) + win_frac * windowed.recompute_s(modules)
     if model.is_moe:
-        mixed["host_wait_s"] = (1 - win_frac) * _host_wait(full) + win_frac * _host_wait(windowed)
+        mixed["host_wait_s"] = (1 - win_frac) * _host_wait_s(full) + win_frac * _host_wait_s(windowed)
     if model.is_moe and model.dense_layers:
         dense = layer_time(dense_layer_model(model), plan, cluster, cal, bf16=bf16)
         share = model.dense_layers / model.num_layers
         mixed = {k: (1 - share) * mixed[k] + share * getattr(dense, k) for k in keys} | {
             "selective_s": (1 - share) * mixed["selective_s"] + share * dense.recompute_s(modules),
-            "host_wait_s": (1 - share) * mixed["host_wait_s"] + share * _host_wait(dense)}
+            "host_wait_s": (1 - share) * mixed["host_wait_s"] + share * _host_wait_s(dense)}
     return full, mixed
 
 
-def _host_wait(lt: LayerTime) -> float:
+def _host_wait_s(lt: LayerTime) -> float:
     """GPU time one layer waits for the host to launch its kernels."""
     return max(0.0, lt.host_s - (lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s))
 

@@ -365,7 +365,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
     elif result is not None and len(result.ranked) > 1:
         runner = result.ranked[1]
         gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
-        tied = " (a tie within the model's error; the simpler layout first)" if gain < TIE_FRACTION else ""
+        tied = (f" (a tie within the model's error; ranked first: {result.runner_up_tie_break or 'the faster of two plans as simple and as sure to fit'})"
+                if gain < TIE_FRACTION else "")
         faster = f"{gain:.1%} faster than" if gain >= 0.0005 else "as fast (within 0.05%) as"
         reasons.append(f"{faster} the runner-up ({describe(runner.plan)}){tied}")
     return reasons

@@ -36,7 +36,8 @@ BATCH_TOO_LARGE = "batch_above_target"
 """Marker yielded for layouts whose data parallelism alone forces a batch above the target."""
 TIE_FRACTION = 0.03
 """Plans within this fraction of the fastest are a tie for the model: its median error on published runs it
-was not fitted to is about this (benchmarks/results/accuracy.md). Among tied plans the simplest is preferred."""
+was not fitted to is about this (benchmarks/results/accuracy.md). Among tied plans the one sure to fit in memory is
+preferred, then the simplest (_tie_key)."""
 MICRO_BATCHES = (1, 2, 3, 4, 5, 6, 7, 8)
 """Micro-batch sizes tried (with a pinned global batch, only those that divide the batch per replica)."""
 DEFAULT_LAYOUT = "default"
@@ -153,11 +154,14 @@ class SearchResult:
     """Rejected candidates per rule (the first rule each broke)."""
     nearest_misses: tuple[Evaluation, ...] = ()
     fastest: Evaluation | None = None
-    """The fastest feasible plan, when a simpler one within TIE_FRACTION was ranked first."""
+    """The fastest feasible plan, when one within TIE_FRACTION that is surer to fit or simpler was ranked first."""
     split_tokens_per_s: dict[ParallelPlan, float] = field(default_factory=dict)
     """For each plan the search gave a pipeline layout: the tokens/s of the same plan with megatron's own split."""
     tie_break: str = ""
     """Where `fastest` is set: what put the first plan ahead of it (tie_break)."""
+    runner_up_tie_break: str = ""
+    """Where the runner-up is within TIE_FRACTION of the first plan: what put the first ahead of it (tie_break; ""
+    where they are as simple and as sure to fit, and speed decided)."""
 
     @property
     def best(self) -> Evaluation | None:
@@ -635,7 +639,8 @@ def _tie_key(ev: Evaluation, memory_hi: float) -> tuple:
 
 
 def tie_break(chosen: Evaluation, fastest: Evaluation, memory_hi: float) -> str:
-    """The first criterion of _tie_key on which `chosen` beat the faster plan it was tied with, in words."""
+    """The first criterion of _tie_key on which `chosen` beat the plan it was tied with (the fastest, or the
+    runner-up), in words; "" where their keys are equal (speed decided)."""
     a, b = _tie_key(chosen, memory_hi), _tie_key(fastest, memory_hi)
     if a[0] < b[0]:
         top_gib = fastest.memory.peak.total_bytes * memory_hi / 2**30
@@ -647,14 +652,15 @@ def tie_break(chosen: Evaluation, fastest: Evaluation, memory_hi: float) -> str:
     for word, x, y in zip(words, a[1:], b[1:]):
         if x != y:
             return word
-    return "it is as simple, and the faster of its layout's own plans"
+    return ""
 
 
 def _layout_key(plan: ParallelPlan) -> tuple:
-    """One ranked entry per layout. Megatron's DDP and its distributed optimizer over a data-parallel group of one
-    shard nothing: the same layout (the optimizer only enables FP8 parameters and the precision-aware optimizer)."""
+    """One ranked entry per layout. Megatron's DDP and its distributed optimizer over data-parallel groups of one (the
+    dense weights' dp x cp and the experts' expert_dp) shard nothing: the same layout (the optimizer only enables FP8
+    parameters and the precision-aware optimizer)."""
     zero = plan.zero_stage
-    if plan.framework == "megatron" and zero <= 1 and plan.dp * plan.cp == 1:
+    if plan.framework == "megatron" and zero <= 1 and plan.dp * plan.cp == 1 and plan.expert_dp == 1:
         zero = 0
     return (plan.framework, plan.tp, plan.pp, plan.vp, plan.cp, plan.ep, plan.etp, zero, plan.shard_group_size)
 
@@ -662,7 +668,7 @@ def _layout_key(plan: ParallelPlan) -> tuple:
 def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins = Pins(),
            *, keep: int = 10) -> SearchResult:
     """All candidates, the feasible ones ranked by tokens/s (best per layout first); among plans within
-    TIE_FRACTION of the fastest, the simplest comes first.
+    TIE_FRACTION of the fastest, the one sure to fit in memory, then the simplest, comes first (_tie_key).
 
     Megatron-FSDP is searched only when asked for (--zero 2/3) or when no other megatron plan fits: NVIDIA's
     published layouts use it for few models (Llama 3 70B and 405B on GB200/GB300), and a user should not get an
@@ -790,7 +796,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
         considered += pruned
     feasible.sort(key=lambda e: (-e.cost.tokens_per_s, e.memory.peak.total_bytes))
     fastest = feasible[0] if feasible else None
-    # One plan per layout: the simplest of the layout's plans within TIE_FRACTION of its fastest (a micro-batch
+    # One plan per layout: the first by _tie_key of the layout's plans within TIE_FRACTION of its fastest (a micro-batch
     # that needs module recompute and the precision-aware optimizer to fit does not stand for its layout when
     # a plain one runs as fast, to the model's error).
     memory_hi = cal.memory_band[1]
@@ -805,7 +811,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     ranked.sort(key=lambda e: (-e.cost.tokens_per_s, e.memory.peak.total_bytes))
     if ranked:
         # Honest ties: what the model cannot tell apart from the fastest plan (which may be a faster variant of a
-        # layout that its simpler representative stands for) is ordered by simplicity, then speed.
+        # layout that its simpler representative stands for) is ordered by _tie_key (sure to fit, then simplicity), then
+        # speed.
         floor = fastest.cost.tokens_per_s * (1 - TIE_FRACTION)
         tied = [ev for ev in ranked if ev.cost.tokens_per_s >= floor]
         rest = ranked[len(tied):]
@@ -834,9 +841,13 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     misses = tuple(memory_misses[:5]) + tuple(rule_misses[:3])
     kept = tuple(ranked[:keep])
     ahead = fastest if ranked and fastest is not ranked[0] else None
+    runner_up = ""
+    if len(ranked) > 1 and ranked[1].cost.tokens_per_s >= ranked[0].cost.tokens_per_s * (1 - TIE_FRACTION):
+        runner_up = tie_break(ranked[0], ranked[1], memory_hi)
     return SearchResult(kept, considered, dict(rejected.most_common()), misses, ahead,
                         {ev.plan: split_speed[ev.plan] for ev in kept if ev.plan in split_speed},
-                        tie_break(ranked[0], ahead, memory_hi) if ahead is not None else "")
+                        (tie_break(ranked[0], ahead, memory_hi) or "it is as simple and as sure to fit")
+                        if ahead is not None else "", runner_up)
 
 
 class _Budget:

@@ -130,19 +130,46 @@ def test_each_moe_layer_waits_for_its_own_host_time():
 
     share = {k: m.layers_of_kind(k) / m.num_layers for k in kinds}
     assert kinds["E"].host_s > busy(kinds["E"]) and kinds["M"].host_s < busy(kinds["M"])
-    expected = sum(share[k] * max(0.0, lt.host_s - busy(lt)) for k, lt in kinds.items())
-    pooled = max(0.0, sum(share[k] * (lt.host_s - busy(lt)) for k, lt in kinds.items()))
-    assert pooled == 0.0 < expected  # the Mamba layers' slack would hide it all
+    wait_s = sum(share[k] * max(0.0, lt.host_s - busy(lt)) for k, lt in kinds.items())
+    pooled_wait_s = max(0.0, sum(share[k] * (lt.host_s - busy(lt)) for k, lt in kinds.items()))
+    assert pooled_wait_s == 0.0 < wait_s  # the Mamba layers' slack would hide it all
     full, mixed = _mixed_layer(m, plan, cluster, cal)
-    assert mixed["host_wait_s"] == pytest.approx(expected, rel=1e-12)
+    assert mixed["host_wait_s"] == pytest.approx(wait_s, rel=1e-12)
     cost = step_cost(m, plan, cluster, cal)
     gpu_only = step_cost(m, plan, cluster, dataclasses.replace(cal, kernel_launch_s=0.0, graph_launch_s=0.0))
     # The step is the GPU work plus each micro-batch's waits on the rank's 88 layers and on its multi-token-prediction
     # layer (a transformer layer with an MoE, priced at the longer of its GPU and host times).
     zero = dataclasses.replace(cal, kernel_launch_s=0.0, graph_launch_s=0.0)
-    mtp_wait = m.mtp_num_layers * (_mtp_layer_s(m, plan, cluster, cal) - _mtp_layer_s(m, plan, cluster, zero))
-    waited = plan.num_microbatches * (m.num_layers * expected + mtp_wait)
-    assert cost.compute_s - gpu_only.compute_s == pytest.approx(waited, rel=1e-6)
+    mtp_wait_s = m.mtp_num_layers * (_mtp_layer_s(m, plan, cluster, cal) - _mtp_layer_s(m, plan, cluster, zero))
+    waited_s = plan.num_microbatches * (m.num_layers * wait_s + mtp_wait_s)
+    assert cost.compute_s - gpu_only.compute_s == pytest.approx(waited_s, rel=1e-6)
+
+
+def test_an_moe_models_dense_layers_do_not_hide_its_moe_layers_host_time():
+    """DeepSeek-V3 (3 dense layers of 61) on 128 GB200s at ep 8 without CUDA graphs: the MoE layer waits for its eager
+    host time on the Grace CPU, the dense layers have none to wait for; the mean layer's wait is the MoE layers' share
+    of theirs (pooled, the dense layers' GPU time would have hidden part of it)."""
+    from genconf.plan.cost import _mixed_layer, dense_layer_model
+
+    m = _model("deepseek-v3")
+    cluster = resolve_cluster("gb200-nvl72")
+    cal = calibration_for("gb200")
+    plan = ParallelPlan(framework="megatron", tp=1, pp=16, ep=8, dp=8, mbs=1, gbs=1024, seq_length=4096,
+                        precision="fp8", fp8_recipe="current", grad_dtype="bf16", bf16_layers_start=0, bf16_layers_end=0)
+    moe = layer_time(m, plan, cluster, cal)
+    dense = layer_time(dense_layer_model(m), plan, cluster, cal)
+
+    def wait_s(lt):
+        return max(0.0, lt.host_s - (lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s))
+
+    assert wait_s(moe) > 0.0 == wait_s(dense)
+    share = m.dense_layers / m.num_layers
+    assert share == pytest.approx(3 / 61)
+    _, mixed = _mixed_layer(m, plan, cluster, cal)
+    assert mixed["host_wait_s"] == pytest.approx((1 - share) * wait_s(moe), rel=1e-12)
+    pooled_wait_s = max(0.0, (1 - share) * (moe.host_s - (moe.fwd_s + moe.bwd_s + moe.tp_comm_s + moe.cp_comm_s))
+                        + share * (dense.host_s - (dense.fwd_s + dense.bwd_s + dense.tp_comm_s + dense.cp_comm_s)))
+    assert pooled_wait_s < mixed["host_wait_s"]
 
 
 def test_activations_are_the_mean_of_the_layers():
