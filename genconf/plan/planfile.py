@@ -22,7 +22,7 @@ from genconf.plan.errors import GenconfError
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import stage_layers
 from genconf.plan.precision import recipe_for
-from genconf.plan.search import TIE_FRACTION, Evaluation, SearchResult, describe
+from genconf.plan.search import Evaluation, SearchResult, describe
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
 
 SCHEMA_VERSION = 1
@@ -361,12 +361,13 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         fast = result.fastest
         gap = fast.cost.tokens_per_s / cost.tokens_per_s - 1
         reasons.append(f"within {gap:.1%} of the fastest candidate ({describe(fast.plan)}), closer than the model can "
-                       f"tell apart; ranked first: {result.tie_break or 'it is the simpler layout'}")
+                       f"tell apart; ranked first: {result.tie_break}")
     elif result is not None and len(result.ranked) > 1:
         runner = result.ranked[1]
         gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
-        tied = (f" (a tie within the model's error; ranked first: {result.runner_up_tie_break or 'the faster of two plans as simple and as sure to fit'})"
-                if gain < TIE_FRACTION else "")
+        # The search says whether the runner-up is a tie (within TIE_FRACTION) and what decided it.
+        tied = (f" (a tie within the model's error; ranked first: {result.runner_up_tie_break})"
+                if result.runner_up_tie_break else "")
         faster = f"{gain:.1%} faster than" if gain >= 0.0005 else "as fast (within 0.05%) as"
         reasons.append(f"{faster} the runner-up ({describe(runner.plan)}){tied}")
     return reasons

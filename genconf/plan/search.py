@@ -160,8 +160,8 @@ class SearchResult:
     tie_break: str = ""
     """Where `fastest` is set: what put the first plan ahead of it (tie_break)."""
     runner_up_tie_break: str = ""
-    """Where the runner-up is within TIE_FRACTION of the first plan: what put the first ahead of it (tie_break; ""
-    where they are as simple and as sure to fit, and speed decided)."""
+    """Where the runner-up is within TIE_FRACTION of the first plan: what put the first ahead of it (tie_break, or
+    that speed decided between two plans as simple and as sure to fit); "" where the runner-up is no tie."""
 
     @property
     def best(self) -> Evaluation | None:
@@ -843,7 +843,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     ahead = fastest if ranked and fastest is not ranked[0] else None
     runner_up = ""
     if len(ranked) > 1 and ranked[1].cost.tokens_per_s >= ranked[0].cost.tokens_per_s * (1 - TIE_FRACTION):
-        runner_up = tie_break(ranked[0], ranked[1], memory_hi)
+        runner_up = (tie_break(ranked[0], ranked[1], memory_hi)
+                     or "the faster of two plans as simple and as sure to fit")
     return SearchResult(kept, considered, dict(rejected.most_common()), misses, ahead,
                         {ev.plan: split_speed[ev.plan] for ev in kept if ev.plan in split_speed},
                         (tie_break(ranked[0], ahead, memory_hi) or "it is as simple and as sure to fit")
