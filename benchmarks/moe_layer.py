@@ -68,14 +68,18 @@ SHAPES = {
 # --- measuring (torch) -----------------------------------------------------------------------------------
 
 def _timer(torch, device: str):
-    def run(fn, reps: int = 20, warm: int = 5) -> float:
-        """Median milliseconds of fn() over reps calls after warm."""
+    def run(fn, reps: int = 20, warm: int = 5, queued: bool = False) -> float:
+        """Median milliseconds of fn() over reps calls after warm. On a GPU, between two CUDA events: inline, the
+        host launches the kernels as the GPU runs them (a gap where the host is slower counts); queued, behind a
+        10 ms GPU spin, so every kernel is already queued when the GPU reaches it (the GPU's own time)."""
         for _ in range(warm):
             fn()
         if device == "cuda":
             times = []
             for _ in range(reps):
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                if queued:
+                    torch.cuda._sleep(20_000_000)  # cycles: about 10 ms at the H100/H200 boost clock
                 a.record()
                 fn()
                 b.record()
@@ -89,6 +93,39 @@ def _timer(torch, device: str):
             times.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(times)
     return run
+
+
+class _LoopGrouped:
+    """One GEMM per expert into slices of one buffer (Transformer Engine's GroupedLinear in BF16: cuBLAS per
+    expert), forward and backward (data and weight gradients, bias gradient)."""
+
+    def __new__(cls, torch):
+        class LoopGrouped(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, w, b, splits):
+                y = a.new_empty(a.shape[0], w.shape[1])
+                for e, (ae, ye) in enumerate(zip(a.split(splits), y.split(splits))):
+                    if b is None:
+                        torch.mm(ae, w[e].t(), out=ye)
+                    else:
+                        torch.addmm(b[e], ae, w[e].t(), out=ye)
+                ctx.save_for_backward(a, w)
+                ctx.has_bias, ctx.splits = b is not None, splits
+                return y
+
+            @staticmethod
+            def backward(ctx, g):
+                a, w = ctx.saved_tensors
+                splits = ctx.splits
+                da, dw = torch.empty_like(a), torch.empty_like(w)
+                db = g.new_empty(w.shape[0], w.shape[1]) if ctx.has_bias else None
+                for e, (ae, ge, dae) in enumerate(zip(a.split(splits), g.split(splits), da.split(splits))):
+                    torch.mm(ge, w[e], out=dae)
+                    torch.mm(ge.t(), ae, out=dw[e])
+                    if db is not None:
+                        torch.sum(ge, 0, out=db[e])
+                return da, dw, db, None
+        return LoopGrouped
 
 
 def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
@@ -108,15 +145,18 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
     out: dict[str, dict] = {}
 
     def both(name, fwd, note=""):
-        """Forward alone, and forward + backward (fwd returns (output, grad))."""
+        """Forward alone, and forward + backward (fwd returns (output, grad)); queued (the GPU's time) and inline
+        (the host launching as the GPU runs)."""
+        def fb():
+            y, g = fwd()
+            y.backward(g)
         try:
-            f_ms = timed(lambda: fwd()[0], reps)
-
-            def fb():
-                y, g = fwd()
-                y.backward(g)
-            fb_ms = timed(fb, reps)
-            out[name] = {"fwd_ms": f_ms, "bwd_ms": max(0.0, fb_ms - f_ms), "note": note}
+            row = {"note": note}
+            for suffix, queued in (("", True), ("_inline", False)):
+                f_ms = timed(lambda: fwd()[0], reps, queued=queued)
+                fb_ms = timed(fb, reps, queued=queued)
+                row[f"fwd_ms{suffix}"], row[f"bwd_ms{suffix}"] = f_ms, max(0.0, fb_ms - f_ms)
+            out[name] = row
         except Exception as exc:  # a backend this torch or GPU lacks: recorded, not fatal
             out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
 
@@ -178,40 +218,15 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
 
     xr = rand(rows, h, scale=1.0)
 
-    class LoopGrouped(torch.autograd.Function):
-        """One cuBLAS GEMM per expert into slices of one buffer (Transformer Engine's GroupedLinear in BF16)."""
-
-        @staticmethod
-        def forward(ctx, a, w, b):
-            y = a.new_empty(a.shape[0], w.shape[1])
-            for e, (ae, ye) in enumerate(zip(a.split(splits), y.split(splits))):
-                if b is None:
-                    torch.mm(ae, w[e].t(), out=ye)
-                else:
-                    torch.addmm(b[e], ae, w[e].t(), out=ye)
-            ctx.save_for_backward(a, w)
-            ctx.has_bias = b is not None
-            return y
-
-        @staticmethod
-        def backward(ctx, g):
-            a, w = ctx.saved_tensors
-            da, dw = torch.empty_like(a), torch.empty_like(w)
-            db = g.new_empty(w.shape[0], w.shape[1]) if ctx.has_bias else None
-            for e, (ae, ge, dae) in enumerate(zip(a.split(splits), g.split(splits), da.split(splits))):
-                torch.mm(ge, w[e], out=dae)
-                torch.mm(ge.t(), ae, out=dw[e])
-                if db is not None:
-                    torch.sum(ge, 0, out=db[e])
-            return da, dw, db
+    LoopGrouped = _LoopGrouped(torch)
 
     w1, b1 = rand(e_loc, 2 * f, h), (rand(e_loc, 2 * f) if s.bias else None)
     w2, b2 = rand(e_loc, h, f), (rand(e_loc, h) if s.bias else None)
     g1 = torch.randn(rows, 2 * f, device=device, dtype=dt)
-    both("fc1_loop", lambda: (LoopGrouped.apply(xr, w1, b1), g1), f"{e_loc} experts x {rows // e_loc} rows, "
+    both("fc1_loop", lambda: (LoopGrouped.apply(xr, w1, b1, splits), g1), f"{e_loc} experts x {rows // e_loc} rows, "
          f"{h} -> {2 * f}" + (" + bias" if s.bias else ""))
     hr = rand(rows, f, scale=1.0)
-    both("fc2_loop", lambda: (LoopGrouped.apply(hr, w2, None), g_rows), f"{f} -> {h}" + (", bias added apart (fc2_bias)" if s.bias else ""))
+    both("fc2_loop", lambda: (LoopGrouped.apply(hr, w2, None, splits), g_rows), f"{f} -> {h}" + (", bias added apart (fc2_bias)" if s.bias else ""))
     if device == "cuda":
         offs = torch.cumsum(torch.tensor(splits, device=device), 0).to(torch.int32)
         # [experts, out, in] weights passed transposed, as torchtitan's MoE calls it
@@ -222,7 +237,7 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
 
     # The activation, as megatron-core's bias_act_func with bias_activation_fusion (experts.py; fused_bias_geglu.py,
     # fused_bias_swiglu.py: jit_fuser is torch.compile).
-    probs = torch.rand(rows, 1, device=device, dtype=torch.float32)
+    probs = torch.rand(rows, 1, device=device, dtype=torch.float32).requires_grad_()  # the router's gradient
     y1 = rand(rows, 2 * f, scale=1.0)
     g_act = torch.randn(rows, f, device=device, dtype=dt)
     act = _activation(torch, s)
@@ -323,6 +338,7 @@ def _layer(torch, s: Shape, device: str, reps: int) -> dict:
     w1, b1 = p(e_loc, 2 * f, h), (p(e_loc, 2 * f) if s.bias else None)
     w2, b2 = p(e_loc, h, f), (p(e_loc, h) if s.bias else None)
     act = _activation(torch, s)
+    grouped = _LoopGrouped(torch)
     x0 = p(n, h, scale=1.0)
     g = torch.randn(n, h, device=device, dtype=dt)
     rows = s.rows
@@ -349,9 +365,9 @@ def _layer(torch, s: Shape, device: str, reps: int) -> dict:
         splits = counts.tolist()
         wts = torch.softmax(top, -1).reshape(-1)[order]  # rows == tokens x top_k
         xr = m.index_select(0, token_of_row)
-        y1 = torch.cat([F.linear(xe, w1[e], None if b1 is None else b1[e]) for e, xe in enumerate(xr.split(splits))])
+        y1 = grouped.apply(xr, w1, b1, splits)
         hdn = act(y1, wts.unsqueeze(-1))
-        y2 = torch.cat([F.linear(he, w2[e]) for e, he in enumerate(hdn.split(splits))])
+        y2 = grouped.apply(hdn, w2, None, splits)
         if b2 is not None:
             pr = wts.unsqueeze(-1).split(splits)
             y2 = torch.cat([t + b * pe for t, b, pe in zip(y2.split(splits), b2, pr)])
@@ -380,7 +396,7 @@ def _layer(torch, s: Shape, device: str, reps: int) -> dict:
             wall.append((time.perf_counter() - t0) * 1e3)
     return {"fwd_bwd_ms_gpu_clock": statistics.median(gpu) if gpu else None,
             "fwd_bwd_ms_wall": statistics.median(wall),
-            "note": "whole layer, eager, experts as one F.linear per expert then cat, flash attention"}
+            "note": "whole layer, eager, experts one GEMM per expert, flash attention"}
 
 
 def measure(path: Path, names: list[str], reps: int, scale: float) -> None:
