@@ -226,7 +226,8 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
     both("fc1_loop", lambda: (LoopGrouped.apply(xr, w1, b1, splits), g1), f"{e_loc} experts x {rows // e_loc} rows, "
          f"{h} -> {2 * f}" + (" + bias" if s.bias else ""))
     hr = rand(rows, f, scale=1.0)
-    both("fc2_loop", lambda: (LoopGrouped.apply(hr, w2, None, splits), g_rows), f"{f} -> {h}" + (", bias added apart (fc2_bias)" if s.bias else ""))
+    both("fc2_loop", lambda: (LoopGrouped.apply(hr, w2, None, splits), g_rows),
+         f"{f} -> {h}" + (", bias added apart (fc2_bias)" if s.bias else ""))
     if device == "cuda":
         offs = torch.cumsum(torch.tensor(splits, device=device), 0).to(torch.int32)
         # [experts, out, in] weights passed transposed, as torchtitan's MoE calls it
@@ -454,7 +455,25 @@ def predicted(s: Shape, gpu_name: str) -> dict[str, tuple[float, float]]:
         "unpermute": (mem(2 * 2 * s.rows * h), mem(2 * 2 * s.rows * h)),
         "act": (mem(2 * 3 * s.rows * f), mem(2 * 5 * s.rows * f)),
     }
+    if s.act == "clamped-quick-geglu":  # genconf's price of the clamps (cost.CLAMP_BYTES, from this benchmark)
+        out["act"] = tuple(a + mem(c * s.rows * 2 * f) for a, c in zip(out["act"], cost.CLAMP_BYTES))
+    if s.bias:  # cost.EXPERT_BIAS_BYTES, from this benchmark
+        out["fc2_bias"] = tuple(mem(b * s.rows * h) for b in cost.EXPERT_BIAS_BYTES)
     return out
+
+
+def layer_price(s: Shape, gpu_name: str) -> tuple[float, float]:
+    """genconf's forward and backward seconds for the whole layer (full attention) as megatron-core with Transformer
+    Engine runs it: tp 1, ep 8, micro-batch 1, BF16."""
+    from genconf.catalog.clusters import resolve_cluster
+    from genconf.catalog.hardware import calibration_for
+    from genconf.catalog.models import resolve_model
+    from genconf.plan import cost
+
+    model = resolve_model(s.catalog)[0]
+    lt = cost._layer_time(model, 1, 1, s.ep, 1, s.tokens, False, "bf16", None, "megatron-te", False,
+                          resolve_cluster(gpu=gpu_name), calibration_for(gpu_name), False)
+    return lt.fwd_s, lt.bwd_s
 
 
 def compare(path: Path, gpu_name: str) -> str:
@@ -464,7 +483,9 @@ def compare(path: Path, gpu_name: str) -> str:
              f"CUDA {data['cuda']}), then `python benchmarks/moe_layer.py --compare {path.name} --gpu {gpu_name}`.",
              "Milliseconds for one micro-batch (1 x 4096 tokens) on one rank of an EP8 group, tp 1, balanced routing; "
              "ratio = measured / genconf. genconf's memory-bound rows are one read + one write per tensor "
-             "(the fused floor), so their ratio is the passes the implementation really makes.", ""]
+             "(the fused floor), so their ratio is the passes the implementation really makes; GPT-OSS's act and fc2_bias "
+             "rows are priced with cost.CLAMP_BYTES and cost.EXPERT_BIAS_BYTES, which were taken from this measurement "
+             "(their agreement is by construction; the published runs test them: benchmarks/results/history.md).", ""]
     alias = {"fc1_loop": "fc1", "fc2_loop": "fc2", "fc1_grouped_mm": "fc1", "fc2_grouped_mm": "fc2",
              "attn_flash": "attn", "attn_cudnn": "attn", "attn_flash_expanded": "attn", "attn_cudnn_expanded": "attn",
              "attn_d128_flash": "attn_d128", "attn_d128_cudnn": "attn_d128", "attn_d128_flash_expanded": "attn_d128",
@@ -474,30 +495,35 @@ def compare(path: Path, gpu_name: str) -> str:
         pred = predicted(s, gpu_name)
         lines += [f"## {s.name}: {s.local_experts} local experts x {s.rows // s.local_experts} rows, hidden {s.hidden}, "
                   f"ffn {s.ffn}, {s.heads} heads x d {s.head_dim}", "",
-                  "| piece | what | fwd ms | bwd ms | genconf fwd | genconf bwd | ratio fwd | ratio bwd |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "| piece | what | GPU fwd ms | GPU bwd ms | inline fwd + bwd | genconf fwd | genconf bwd | ratio fwd "
+                  "| ratio bwd |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for piece, r in m["pieces"].items():
             if "error" in r:
-                lines.append(f"| {piece} | did not run: {r['error']} | | | | | | |")
+                lines.append(f"| {piece} | did not run: {r['error']} | | | | | | | |")
                 continue
             p = pred.get(alias.get(piece, piece))
             pf, pb = p if p else (None, None)
             cell = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
             ratio = lambda a, b: f"{a / b:.2f}" if b else "-"  # noqa: E731
-            lines.append(f"| {piece} | {r['note']} | {r['fwd_ms']:.3f} | {r['bwd_ms']:.3f} | {cell(pf)} | {cell(pb)} | "
-                         f"{ratio(r['fwd_ms'], pf)} | {ratio(r['bwd_ms'], pb)} |")
-        # The layer's sum: the per-expert GEMMs, flash attention (native GQA where it ran), every other piece once.
+            inline = r.get("fwd_ms_inline", r["fwd_ms"]) + r.get("bwd_ms_inline", r["bwd_ms"])
+            lines.append(f"| {piece} | {r['note']} | {r['fwd_ms']:.3f} | {r['bwd_ms']:.3f} | {inline:.3f} | {cell(pf)} | "
+                         f"{cell(pb)} | {ratio(r['fwd_ms'], pf)} | {ratio(r['bwd_ms'], pb)} |")
+        # The layer's sum: the per-expert GEMMs, cuDNN attention (TE's fused attention; native GQA where it ran), every
+        # other piece once.
         chosen = [k for k in m["pieces"] if "error" not in m["pieces"][k] and not k.endswith("grouped_mm")
                   and not k.startswith("attn")]
-        attn = next((k for k in ("attn_flash", "attn_flash_expanded", "attn_cudnn") if "error" not in
+        attn = next((k for k in ("attn_cudnn", "attn_flash", "attn_cudnn_expanded", "attn_flash_expanded") if "error" not in
                      m["pieces"].get(k, {"error": 1})), None)
         chosen += [attn] if attn else []
         meas = sum(m["pieces"][k]["fwd_ms"] + m["pieces"][k]["bwd_ms"] for k in chosen)
         prices = sum(sum(pred[alias.get(k, k)]) for k in chosen if alias.get(k, k) in pred)
         lay = m["layer"]
         gpu_clock = f"{lay['fwd_bwd_ms_gpu_clock']:.3f} ms on the GPU's clock, " if lay["fwd_bwd_ms_gpu_clock"] else ""
-        lines += ["", f"Sum of the pieces ({', '.join(chosen)}), forward + backward: measured {meas:.3f} ms, "
-                  f"genconf {prices:.3f} ms (x{meas / prices:.2f}).", "",
+        layer_f, layer_b = layer_price(s, gpu_name)
+        lines += ["", f"Sum of the pieces ({', '.join(chosen)}), forward + backward on the GPU's clock: measured "
+                  f"{meas:.3f} ms; genconf's prices of the same pieces {prices:.3f} ms (x{meas / prices:.2f}); genconf's "
+                  f"whole layer (megatron-core with TE, every element-wise pass priced) {1e3 * (layer_f + layer_b):.3f} ms "
+                  f"(x{meas / (1e3 * (layer_f + layer_b)):.2f}).", "",
                   f"Whole layer, forward + backward: {gpu_clock}{lay['fwd_bwd_ms_wall']:.3f} ms on the wall clock "
                   f"({lay['note']}).", ""]
     return "\n".join(lines) + "\n"

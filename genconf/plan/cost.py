@@ -264,6 +264,19 @@ KERNELS_PER_LAYER = {"megatron-te": 18, "megatron-local": 45, "megatron-local-fu
 """Forward kernels per layer (backward launches about twice as many), counted from profiles of each stack
 (megatron's fused softmax, bias-GeLU and bias-dropout-add kernels replace about ten of the local spec's)."""
 
+EXPERT_BIAS_BYTES = (50.0, 110.0)
+"""HBM bytes per element of the experts' output (routed rows x width), forward and backward, of megatron-core's
+per-expert output bias (TEGroupedMLP._apply_bias, fc2 built with skip_bias_add: for each local expert bias x its
+rows' fp32 routing probabilities, the add, then one cat; backward the bias and probability gradients). Its traffic is
+about 22 bytes per element; small per-expert kernels reach less than half the HBM rate. Measured on an H200: 0.543 /
+1.196 ms for 16 experts x 1,024 rows x 2,880 (benchmarks/results/moe_layer_h200.md, GPT-OSS)."""
+CLAMP_BYTES = (16.6, 33.4)
+"""The same for a clamped GLU (ModelSpec.activation_clamp), per element of fc1's output (routed rows x 2 f), beyond
+the fused activation: megatron-core's weighted_bias_quick_geglu_impl clamps the two halves and concatenates them
+eagerly before its fused kernel; backward the clamps' masks and the halves' gradients joined again. Measured on an
+H200: the GPT-OSS activation 0.429 / 1.139 ms against 0.071 / 0.417 for the unclamped fused activation of as many
+elements (benchmarks/results/moe_layer_h200.md: Qwen3-30B-A3B's, scaled)."""
+
 MOE_ROUTER_HOST_SHARE = 0.3
 """Share of a dropless MoE layer's eager host ops in its router (GEMM, score function, top-k, auxiliary losses:
 ~15 of ~50 forward ops, counted as for Calibration.moe_host_ops): what a moe_router CUDA graph replays."""
@@ -594,13 +607,27 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
               "megatron-local-fused": cal.local_fused_elementwise_passes}.get(impl) or ELEMENTWISE_PASSES[impl]
     elem_f = _mem_s(gpu, cal, passes * n * per_token)
     elem_b = 2 * elem_f
+    clamp_f = 0.0
+    if model.is_moe and wm:
+        # What megatron-core's experts run eagerly beside the fused element-wise work (moe_layer_h200.md): the
+        # per-expert output bias and a clamped GLU's clamps, over this rank's routed rows.
+        routed_rows = rows * local_experts
+        if model.add_bias_linear:
+            elem_f += _mem_s(gpu, cal, EXPERT_BIAS_BYTES[0] * routed_rows * w)
+            elem_b += _mem_s(gpu, cal, EXPERT_BIAS_BYTES[1] * routed_rows * w)
+        if model.activation_clamp:
+            fc1_out = routed_rows * branches * f // et
+            clamp_f = _mem_s(gpu, cal, CLAMP_BYTES[0] * fc1_out)
+            elem_f += clamp_f
+            elem_b += _mem_s(gpu, cal, CLAMP_BYTES[1] * fc1_out)
 
     fwd = gemm_f + attn_f + elem_f + quant_f
     bwd = gemm_b + attn_b + elem_b + quant_b
     # What selective recompute of each module repeats: the MLA up projections, the (experts' and shared experts')
     # activation function and the two norms (memory-bound: read and write), a dense MLP whole.
     act_elems = n * (k_top * f + (model.moe_shared_expert_intermediate_size or 0) if model.is_moe else f) / t
-    modules = (("mla_up_proj", wa * up_f), ("moe_act", wm * _mem_s(gpu, cal, act * 3 * act_elems) if model.is_moe else 0.0),
+    modules = (("mla_up_proj", wa * up_f),
+               ("moe_act", wm * (_mem_s(gpu, cal, act * 3 * act_elems) + clamp_f) if model.is_moe else 0.0),
                ("layernorm", (wa + wm) / 2 * _mem_s(gpu, cal, act * 4 * n * h / r)),
                ("mlp", 0.0 if model.is_moe else wm * (fc1_f + fc2_f + _mem_s(gpu, cal, act * 3 * act_elems))))
 

@@ -84,6 +84,11 @@ class ModelSpec:
     """Head dimension d. None = hidden_size / num_attention_heads."""
     activation: str = "gelu"
     """gelu | swiglu | squared_relu (relu(x)^2, not gated: Primer, So et al. 2021; Nemotron-H)."""
+    activation_clamp: float | None = None
+    """A clamped GLU (GPT-OSS: 7.0; megatron-core activation_func_clamp_value, Hugging Face swiglu_limit): the gate
+    half is clamped from above and the linear half on both sides before the activation. None = no clamp. Only its
+    cost is modelled (megatron-core clamps and re-concatenates fc1's output eagerly); parameters and FLOPs are the
+    gated MLP's."""
     normalization: str = "layernorm"
     """layernorm | rmsnorm (weight only) | nonparametric (no parameters, OLMo-1)."""
     norm_bias: bool | None = None
@@ -210,6 +215,14 @@ class ModelSpec:
             raise ValueError(f"ModelSpec {self.name}: moe_top_k ({self.moe_top_k}) set on a dense model")
         if self.sliding_window is not None:
             _positive(self, "sliding_window")
+        if self.activation_clamp is not None:
+            if not isinstance(self.activation_clamp, (int, float)) or isinstance(self.activation_clamp, bool) \
+                    or self.activation_clamp <= 0:
+                raise ValueError(f"ModelSpec {self.name}: activation_clamp must be a positive number, got "
+                                 f"{self.activation_clamp!r}")
+            if not self.gated:
+                raise ValueError(f"ModelSpec {self.name}: activation_clamp clamps a gated MLP's two halves; "
+                                 f"{self.activation} is not gated")
         if not isinstance(self.window_attn_skip_freq, int) or self.window_attn_skip_freq < 0:
             raise ValueError(f"ModelSpec {self.name}: window_attn_skip_freq must be >= 0, got {self.window_attn_skip_freq!r}")
         mla = ("q_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")

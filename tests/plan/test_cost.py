@@ -356,3 +356,47 @@ def test_the_fused_loss_reads_the_logits_once_each_way():
                                                                cluster, cal)
     assert saved == pytest.approx(_mem_s(cluster.gpu, cal, 24.0 * n * model.vocab_size)
                                   - _mem_s(cluster.gpu, cal, 6.0 * n * model.vocab_size))
+
+
+def test_biased_experts_and_a_clamped_glu_cost_their_measured_bytes():
+    # GPT-OSS 120B at tp 1, ep 8, micro-batch 1 x 4,096 on an H200: each rank's 16 experts receive 4,096 x 4 routes =
+    # 16,384 rows. Its per-expert output bias costs EXPERT_BIAS_BYTES per element of the experts' output (16,384 x
+    # 2,880) and its clamps CLAMP_BYTES per element of fc1's output (16,384 x 5,760), forward and backward, at the
+    # HBM rate the other memory-bound passes get; selective recompute of moe_act repeats the clamps' forward too.
+    from genconf.plan.cost import CLAMP_BYTES, EXPERT_BIAS_BYTES, _mem_s
+
+    oss, _ = resolve_model("gpt-oss-120b")
+    cluster = resolve_cluster(gpu="h200")
+    cal = calibration_for("h200")
+    plan = ParallelPlan(framework="megatron", ep=8, dp=8, mbs=1, gbs=64, seq_length=4096)
+    plain = dataclasses.replace(oss, add_bias_linear=False, activation_clamp=None)
+    clamped = dataclasses.replace(oss, add_bias_linear=False)
+    biased = dataclasses.replace(oss, activation_clamp=None)
+    base = layer_time(plain, plan, cluster, cal)
+    rows = 4096 * 4
+    for model, per_element, elements in ((biased, EXPERT_BIAS_BYTES, rows * 2880), (clamped, CLAMP_BYTES, rows * 5760)):
+        lt = layer_time(model, plan, cluster, cal)
+        assert lt.fwd_s - base.fwd_s == pytest.approx(_mem_s(cluster.gpu, cal, per_element[0] * elements), rel=1e-9)
+        assert lt.bwd_s - base.bwd_s == pytest.approx(_mem_s(cluster.gpu, cal, per_element[1] * elements), rel=1e-9)
+    clamp_fwd = _mem_s(cluster.gpu, cal, CLAMP_BYTES[0] * rows * 5760)
+    assert layer_time(clamped, plan, cluster, cal).recompute_s(("moe_act",)) - base.recompute_s(("moe_act",)) == \
+        pytest.approx(clamp_fwd, rel=1e-9)
+    # The H200 measurement they come from (benchmarks/results/moe_layer_h200.md): GPT-OSS's bias 0.543 / 1.196 ms.
+    assert 1e3 * _mem_s(cluster.gpu, cal, EXPERT_BIAS_BYTES[0] * rows * 2880) == pytest.approx(0.543, rel=0.01)
+    assert 1e3 * _mem_s(cluster.gpu, cal, EXPERT_BIAS_BYTES[1] * rows * 2880) == pytest.approx(1.196, rel=0.01)
+    # A dense layer's biases ride in its GEMMs' epilogues: only the experts' per-expert bias is priced.
+    gpt, _ = resolve_model("gpt3-1.3b")
+    dense = ParallelPlan(framework="megatron", dp=8, mbs=1, gbs=8)
+    assert gpt.add_bias_linear
+    assert layer_time(gpt, dense, cluster, cal) == layer_time(dataclasses.replace(gpt, add_bias_linear=False), dense,
+                                                              cluster, cal)
+
+
+def test_a_clamp_needs_a_gated_mlp():
+    gpt, _ = resolve_model("gpt3-1.3b")
+    with pytest.raises(ValueError, match="activation_clamp clamps a gated MLP"):
+        dataclasses.replace(gpt, activation_clamp=7.0)
+    oss, _ = resolve_model("gpt-oss-120b")
+    assert oss.activation_clamp == 7.0
+    with pytest.raises(ValueError, match="activation_clamp must be a positive number"):
+        dataclasses.replace(oss, activation_clamp=0)
