@@ -95,6 +95,7 @@ RANGES: dict[str, Range] = {
     "sliding_window": Range(low=1, high=16_777_216, unit="tokens", why="at most the longest sequence"),
     "packed_doc_tokens": Range(low=1, high=16_777_216, unit="tokens", why="at most the sequence length"),
     "window_attn_skip_freq": Range(low=0, high=16_384, unit="layers", why="at most the layers"),
+    "activation_clamp": Range(low=0.001, high=1_000_000, unit="", integer=False, why="GPT-OSS: 7"),
     # the layout
     "tp": _DEGREE,
     "pp": _DEGREE,
