@@ -44,6 +44,7 @@ class Shape:
     top_k: int
     bias: bool            # linear biases (GPT-OSS: q/k/v/o and experts)
     act: str              # "clamped-quick-geglu" (GPT-OSS) or "swiglu"
+    activation_clamp: float | None = None  # megatron-core activation_func_clamp_value (GPT-OSS: 7.0)
     ep: int = 8
     tokens: int = 4096    # micro-batch 1 x seq 4096
 
@@ -60,7 +61,7 @@ class Shape:
 
 SHAPES = {
     "gpt-oss-120b": Shape("GPT-OSS 120B", "gpt-oss-120b", 2880, 64, 8, 64, 2880, 128, 4, True,
-                          "clamped-quick-geglu"),
+                          "clamped-quick-geglu", 7.0),
     "qwen3-30b-a3b": Shape("Qwen3-30B-A3B", "qwen3-30b-a3b", 2048, 32, 4, 128, 768, 128, 8, False, "swiglu"),
 }
 
@@ -135,8 +136,11 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
     timed = _timer(torch, device)
     gen = torch.Generator(device=device).manual_seed(0)
 
+    leaves = []
+
     def rand(*shape, grad=True, scale=0.02):
         t = (torch.randn(*shape, device=device, dtype=dt, generator=gen) * scale)
+        leaves.append(t)
         return t.requires_grad_(grad)
 
     n, h, q, kv = s.tokens, s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim
@@ -148,6 +152,8 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
         """Forward alone, and forward + backward (fwd returns (output, grad)); queued (the GPU's time) and inline
         (the host launching as the GPU runs)."""
         def fb():
+            for t in leaves:  # fresh gradients: no accumulation pass (TE accumulates into main_grad in the GEMM)
+                t.grad = None
             y, g = fwd()
             y.backward(g)
         try:
@@ -163,6 +169,7 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
     x = rand(n, h, scale=1.0)
     gx = torch.randn(n, h, device=device, dtype=dt)
     w_norm = torch.ones(h, device=device, dtype=dt, requires_grad=True)
+    leaves.append(w_norm)
     both("norm", lambda: (F.rms_norm(x, (h,), w_norm), gx))
 
     w_qkv, b_qkv = rand(q + 2 * kv, h), (rand(q + 2 * kv) if s.bias else None)
@@ -239,8 +246,13 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
     # The activation, as megatron-core's bias_act_func with bias_activation_fusion (experts.py; fused_bias_geglu.py,
     # fused_bias_swiglu.py: jit_fuser is torch.compile).
     probs = torch.rand(rows, 1, device=device, dtype=torch.float32).requires_grad_()  # the router's gradient
+    leaves.append(probs)
     y1 = rand(rows, 2 * f, scale=1.0)
     g_act = torch.randn(rows, f, device=device, dtype=dt)
+    if s.activation_clamp:
+        unclamped = _activation(torch, s, clamp=False)
+        both("act_unclamped", lambda: (unclamped(y1, probs), g_act),
+             "the same activation with its clamp off (the clamp's cost is act minus this)")
     act = _activation(torch, s)
     both("act", lambda: (act(y1, probs), g_act), s.act + " (clamp and cat eager, the rest torch.compile'd)"
          if s.act != "swiglu" else "weighted SwiGLU, torch.compile'd")
@@ -249,8 +261,9 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
         y2 = rand(rows, h, scale=1.0)  # fc2's output
 
         def apply_bias():
-            return torch.cat([t + b * p for t, b, p in zip(y2.split(splits), b2, probs.split(splits))]), g_rows
-        both("fc2_bias", apply_bias, "per expert: bias x probs, add, then cat (TEGroupedMLP._apply_bias)")
+            return torch.cat([t + b * p for t, b, p in zip(y2.split(splits), b2, probs.split(splits))]).to(dt), g_rows
+        both("fc2_bias", apply_bias, "per expert: bias x fp32 probs, add, then cat and cast back "
+             "(TEGroupedMLP._apply_bias)")
 
     yr = rand(rows, h, scale=1.0)
     both("unpermute", lambda: (torch.zeros(n, h, device=device, dtype=dt).index_add(0, token_of_row, yr), gx),
@@ -258,7 +271,7 @@ def _pieces(torch, s: Shape, device: str, reps: int) -> dict:
     return out
 
 
-def _activation(torch, s: Shape):
+def _activation(torch, s: Shape, clamp: bool = True):
     """The experts' activation with the router's probabilities, as megatron-core runs it."""
     compile_ = torch.compile
 
@@ -278,11 +291,12 @@ def _activation(torch, s: Shape):
             dw = torch.sum(torch.nn.functional.silu(a.float()) * b.float() * g.float(), -1, keepdim=True)
             return torch.cat((da, dbb), -1).to(y.dtype), dw
 
-        clamp = None
+        limit = None
     else:
         @compile_
         def fwd(y, w):
             a, b = torch.chunk(y, 2, -1)
+            # quick_gelu(a) * (b + glu_linear_offset 1.0): megatron-core fused_bias_geglu.py, 1.702 its constant
             return (a * torch.sigmoid(1.702 * a) * (b + 1.0) * w).to(y.dtype)
 
         @compile_
@@ -295,7 +309,7 @@ def _activation(torch, s: Shape):
             dw = torch.sum(a * sig * (b + 1.0) * g.to(w.dtype), -1, keepdim=True)
             return torch.cat((da, dbb), -1).to(y.dtype), dw
 
-        clamp = 7.0
+        limit = s.activation_clamp if clamp else None
 
     class Act(torch.autograd.Function):
         @staticmethod
@@ -310,9 +324,9 @@ def _activation(torch, s: Shape):
             return dy, dw
 
     def run(y, w):
-        if clamp is not None:
+        if limit is not None:
             a, b = y.chunk(2, -1)
-            y = torch.cat((a.clamp(max=clamp), b.clamp(min=-clamp, max=clamp)), -1)
+            y = torch.cat((a.clamp(max=limit), b.clamp(min=-limit, max=limit)), -1)
         return Act.apply(y, w)
     return run
 
@@ -326,13 +340,18 @@ def _layer(torch, s: Shape, device: str, reps: int) -> dict:
     dt = torch.bfloat16 if device == "cuda" else torch.float32
     gen = torch.Generator(device=device).manual_seed(1)
 
+    params = []
+
     def p(*shape, scale=0.02):
-        return (torch.randn(*shape, device=device, dtype=dt, generator=gen) * scale).requires_grad_()
+        params.append((torch.randn(*shape, device=device, dtype=dt, generator=gen) * scale).requires_grad_())
+        return params[-1]
 
     n, h, q, kv, d = s.tokens, s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim, s.head_dim
     e_loc, f = s.local_experts, s.ffn
-    w_n1, w_n2 = torch.ones(h, device=device, dtype=dt, requires_grad=True), \
-        torch.ones(h, device=device, dtype=dt, requires_grad=True)
+    w_n1, w_n2 = p(h, scale=0.0), p(h, scale=0.0)
+    with torch.no_grad():
+        w_n1 += 1.0
+        w_n2 += 1.0
     w_qkv, b_qkv = p(q + 2 * kv, h), (p(q + 2 * kv) if s.bias else None)
     w_o, b_o = p(h, q), (p(h) if s.bias else None)
     w_r = p(s.experts, h)
@@ -346,9 +365,11 @@ def _layer(torch, s: Shape, device: str, reps: int) -> dict:
     pos = torch.arange(rows, device=device)
     order = torch.argsort(pos % e_loc, stable=True)
     token_of_row = (pos % n)[order]
-    backend = [SDPBackend.FLASH_ATTENTION] if device == "cuda" else [SDPBackend.MATH]
+    backend = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION] if device == "cuda" else [SDPBackend.MATH]
 
     def step():
+        for t in params:  # fresh gradients each step: no accumulation pass
+            t.grad = None
         a = F.rms_norm(x0, (h,), w_n1)
         qkv = F.linear(a, w_qkv, b_qkv)
         qh, kh, vh = qkv.split([q, kv, kv], -1)
@@ -371,7 +392,7 @@ def _layer(torch, s: Shape, device: str, reps: int) -> dict:
         y2 = grouped.apply(hdn, w2, None, splits)
         if b2 is not None:
             pr = wts.unsqueeze(-1).split(splits)
-            y2 = torch.cat([t + b * pe for t, b, pe in zip(y2.split(splits), b2, pr)])
+            y2 = torch.cat([t + b * pe for t, b, pe in zip(y2.split(splits), b2, pr)]).to(y2.dtype)
         x2 = x1 + torch.zeros(n, h, device=device, dtype=y2.dtype).index_add(0, token_of_row, y2)
         x2.backward(g)
 
@@ -397,7 +418,7 @@ def _layer(torch, s: Shape, device: str, reps: int) -> dict:
             wall.append((time.perf_counter() - t0) * 1e3)
     return {"fwd_bwd_ms_gpu_clock": statistics.median(gpu) if gpu else None,
             "fwd_bwd_ms_wall": statistics.median(wall),
-            "note": "whole layer, eager, experts one GEMM per expert, flash attention"}
+            "note": "whole layer, eager, experts one GEMM per expert, cuDNN attention"}
 
 
 def measure(path: Path, names: list[str], reps: int, scale: float) -> None:
@@ -455,6 +476,7 @@ def predicted(s: Shape, gpu_name: str) -> dict[str, tuple[float, float]]:
         "unpermute": (mem(2 * 2 * s.rows * h), mem(2 * 2 * s.rows * h)),
         "act": (mem(2 * 3 * s.rows * f), mem(2 * 5 * s.rows * f)),
     }
+    out["act_unclamped"] = out["act"]
     if s.act == "clamped-quick-geglu":  # genconf's price of the clamps (cost.CLAMP_BYTES, from this benchmark)
         out["act"] = tuple(a + mem(c * s.rows * 2 * f) for a, c in zip(out["act"], cost.CLAMP_BYTES))
     if s.bias:  # cost.EXPERT_BIAS_BYTES, from this benchmark
@@ -511,7 +533,7 @@ def compare(path: Path, gpu_name: str) -> str:
         # The layer's sum: the per-expert GEMMs, cuDNN attention (TE's fused attention; native GQA where it ran), every
         # other piece once.
         chosen = [k for k in m["pieces"] if "error" not in m["pieces"][k] and not k.endswith("grouped_mm")
-                  and not k.startswith("attn")]
+                  and not k.startswith("attn") and k != "act_unclamped"]
         attn = next((k for k in ("attn_cudnn", "attn_flash", "attn_cudnn_expanded", "attn_flash_expanded") if "error" not in
                      m["pieces"].get(k, {"error": 1})), None)
         chosen += [attn] if attn else []
@@ -525,7 +547,9 @@ def compare(path: Path, gpu_name: str) -> str:
                   f"whole layer (megatron-core with TE, every element-wise pass priced) {1e3 * (layer_f + layer_b):.3f} ms "
                   f"(x{meas / (1e3 * (layer_f + layer_b)):.2f}).", "",
                   f"Whole layer, forward + backward: {gpu_clock}{lay['fwd_bwd_ms_wall']:.3f} ms on the wall clock "
-                  f"({lay['note']}).", ""]
+                  f"({lay['note']}; one norm more and the residual adds beside the sum's pieces): x"
+                  f"{(lay['fwd_bwd_ms_gpu_clock'] or lay['fwd_bwd_ms_wall']) / (1e3 * (layer_f + layer_b)):.2f} "
+                  "genconf's whole layer.", ""]
     return "\n".join(lines) + "\n"
 
 
