@@ -264,18 +264,18 @@ KERNELS_PER_LAYER = {"megatron-te": 18, "megatron-local": 45, "megatron-local-fu
 """Forward kernels per layer (backward launches about twice as many), counted from profiles of each stack
 (megatron's fused softmax, bias-GeLU and bias-dropout-add kernels replace about ten of the local spec's)."""
 
-EXPERT_BIAS_BYTES = (50.0, 110.0)
+EXPERT_BIAS_BYTES = (56.4, 104.2)
 """HBM bytes per element of the experts' output (routed rows x width), forward and backward, of megatron-core's
 per-expert output bias (TEGroupedMLP._apply_bias, fc2 built with skip_bias_add: for each local expert bias x its
-rows' fp32 routing probabilities, the add, then one cat; backward the bias and probability gradients). Its traffic is
-about 22 bytes per element; small per-expert kernels reach less than half the HBM rate. Measured on an H200: 0.543 /
-1.196 ms for 16 experts x 1,024 rows x 2,880 (benchmarks/results/moe_layer_h200.md, GPT-OSS)."""
-CLAMP_BYTES = (16.6, 33.4)
+rows' fp32 routing probabilities and the add, then one cat and the cast back to bf16; backward the bias and
+probability gradients). Its traffic is about 28 bytes per element; its small per-expert kernels reach about half the
+HBM rate. Measured on an H200: 0.609 / 1.125 ms for 16 experts x 1,024 rows x 2,880
+(benchmarks/results/moe_layer_h200.md, GPT-OSS)."""
+CLAMP_BYTES = (16.7, 34.1)
 """The same for a clamped GLU (ModelSpec.activation_clamp), per element of fc1's output (routed rows x 2 f), beyond
 the fused activation: megatron-core's weighted_bias_quick_geglu_impl clamps the two halves and concatenates them
 eagerly before its fused kernel; backward the clamps' masks and the halves' gradients joined again. Measured on an
-H200: the GPT-OSS activation 0.429 / 1.139 ms against 0.071 / 0.417 for the unclamped fused activation of as many
-elements (benchmarks/results/moe_layer_h200.md: Qwen3-30B-A3B's, scaled)."""
+H200: GPT-OSS's activation 0.428 / 1.008 ms, 0.068 / 0.271 ms with its clamp off (benchmarks/results/moe_layer_h200.md)."""
 
 MOE_ROUTER_HOST_SHARE = 0.3
 """Share of a dropless MoE layer's eager host ops in its router (GEMM, score function, top-k, auxiliary losses:

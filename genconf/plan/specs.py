@@ -8,6 +8,7 @@ value). Rules that span several specs (heads divisible by TP, layers by PP x VP,
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
@@ -86,9 +87,9 @@ class ModelSpec:
     """gelu | swiglu | squared_relu (relu(x)^2, not gated: Primer, So et al. 2021; Nemotron-H)."""
     activation_clamp: float | None = None
     """A clamped GLU (GPT-OSS: 7.0; megatron-core activation_func_clamp_value, Hugging Face swiglu_limit): the gate
-    half is clamped from above and the linear half on both sides before the activation. None = no clamp. Only its
-    cost is modelled (megatron-core clamps and re-concatenates fc1's output eagerly); parameters and FLOPs are the
-    gated MLP's."""
+    half is clamped from above and the linear half on both sides before the activation. None = no clamp. Priced for
+    MoE experts (megatron-core's TEGroupedMLP clamps and re-concatenates fc1's output eagerly); a dense MLP's clamp
+    is not priced. Parameters and FLOPs are the gated MLP's."""
     normalization: str = "layernorm"
     """layernorm | rmsnorm (weight only) | nonparametric (no parameters, OLMo-1)."""
     norm_bias: bool | None = None
@@ -217,7 +218,7 @@ class ModelSpec:
             _positive(self, "sliding_window")
         if self.activation_clamp is not None:
             if not isinstance(self.activation_clamp, (int, float)) or isinstance(self.activation_clamp, bool) \
-                    or self.activation_clamp <= 0:
+                    or not math.isfinite(self.activation_clamp) or self.activation_clamp <= 0:
                 raise ValueError(f"ModelSpec {self.name}: activation_clamp must be a positive number, got "
                                  f"{self.activation_clamp!r}")
             if not self.gated:
