@@ -387,6 +387,14 @@ def test_biased_experts_and_a_clamped_glu_cost_their_measured_bytes():
                                                (CLAMP_BYTES, rows * 5760, (0.428 - 0.068, 1.008 - 0.271))):
         for b, ms in zip(per_element, measured_ms):
             assert 1e3 * _mem_s(cluster.gpu, cal, b * elements) == pytest.approx(ms, rel=0.01)
+    # Experts split over 2 tensor-parallel ranks (etp = tp = 2, sequence parallel): each rank holds half of fc1's output
+    # columns for the same 16,384 routed rows, so half the clamp's bytes; fc2's output (and its bias) is full width.
+    split = dataclasses.replace(plan, tp=2, dp=4, sequence_parallel=True)
+    base2 = layer_time(plain, split, cluster, cal)
+    clamp2 = layer_time(clamped, split, cluster, cal).fwd_s - base2.fwd_s
+    bias2 = layer_time(biased, split, cluster, cal).fwd_s - base2.fwd_s
+    assert clamp2 == pytest.approx(_mem_s(cluster.gpu, cal, CLAMP_BYTES[0] * rows * 5760 / 2), rel=1e-9)
+    assert bias2 == pytest.approx(_mem_s(cluster.gpu, cal, EXPERT_BIAS_BYTES[0] * rows * 2880), rel=1e-9)
     # A dense layer's biases ride in its GEMMs' epilogues: only the experts' per-expert bias is priced.
     gpt, _ = resolve_model("gpt3-1.3b")
     dense = ParallelPlan(framework="megatron", dp=8, mbs=1, gbs=8)
