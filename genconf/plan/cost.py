@@ -264,6 +264,21 @@ KERNELS_PER_LAYER = {"megatron-te": 18, "megatron-local": 45, "megatron-local-fu
 """Forward kernels per layer (backward launches about twice as many), counted from profiles of each stack
 (megatron's fused softmax, bias-GeLU and bias-dropout-add kernels replace about ten of the local spec's)."""
 
+EAGER_BYTES = {"layernorm": (7.8, 16.8), "rmsnorm": (5.6, 15.2), "add": (6.4, 6.4), "gelu": (5.8, 7.5),
+               "swiglu": (22.9, 39.3), "rope": (55.6, 59.8), "bias": (0.4, 4.3), "dropout": (7.7, 5.3)}
+"""HBM bytes per element, forward and backward, of each element-wise piece of a dense layer in eager PyTorch, as
+genconf's PyTorch GPT (genconf/train/torch_model.py) and llm-foundry's MPT write them, measured on an H200 at the
+rate of a bf16 add in the same run (benchmarks/results/eager_elementwise_h200.md; mean of MPT-1B's and MPT-7B's
+shapes, within 8% of each other): F.layer_norm / F.rms_norm per element of h; the residual add (backward: the add
+joining the residual's two gradients, the same kernel); exact GELU and the chunked SwiGLU (silu of one strided half
+times the other) per element of the activation's output; genconf's RoPE (cat of the rotated halves, two multiplies
+and an add) per element of q and k; a linear layer's bias (the GEMM's epilogue, backward the column sum) per output
+element; dropout per element of h. Replaces ELEMENTWISE_PASSES for the eager stacks: torch's LayerNorm and GELU
+are single kernels (as fused as Transformer Engine's count), the SwiGLU and RoPE written in PyTorch ops are not."""
+EAGER_FP32_STREAM = 2.0
+"""Under autocast over fp32 weights (torch-autocast) the norms and the residual stream stay fp32: their bytes
+twice the bf16 pieces'."""
+
 EXPERT_BIAS_BYTES = (56.4, 104.2)
 """HBM bytes per element of the experts' output (routed rows x width), forward and backward, of megatron-core's
 per-expert output bias (TEGroupedMLP._apply_bias, fc2 built with skip_bias_add: for each local expert bias x its
@@ -599,14 +614,19 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             attn_f, attn_b = flash(seq / cp, keys, causal)
     attn_f, attn_b = wa * attn_f, wa * attn_b
 
-    # Element-wise work: norms, residual adds, RoPE, activation, dropout (TE fused: one read + one write each).
-    per_token = act * (wa * (5 * h / r + 2 * (q + kv) / t) + wm * (5 * h / r + (3 if model.gated else 2) * k_top * f / t))
+    # Element-wise work: norms, residual adds, RoPE (rotary models only), activation, dropout (TE fused: one read +
+    # one write each).
+    rope = 2 * (q + kv) / t if model.position_embedding == "rope" else 0.0
+    per_token = act * (wa * (5 * h / r + rope) + wm * (5 * h / r + (3 if model.gated else 2) * k_top * f / t))
     if model.is_moe:
         per_token += wm * act * 4 * k_top * model.expert_width / r  # token permute/unpermute around the experts
-    passes = {"megatron-local": cal.local_elementwise_passes,
-              "megatron-local-fused": cal.local_fused_elementwise_passes}.get(impl) or ELEMENTWISE_PASSES[impl]
-    elem_f = _mem_s(gpu, cal, passes * n * per_token)
-    elem_b = 2 * elem_f
+    if impl in ("torch-bf16", "torch-autocast") and not model.is_moe:
+        elem_f, elem_b = _eager_elementwise_s(model, t, r, n, wa, wm, impl, gpu, cal)
+    else:
+        passes = {"megatron-local": cal.local_elementwise_passes,
+                  "megatron-local-fused": cal.local_fused_elementwise_passes}.get(impl) or ELEMENTWISE_PASSES[impl]
+        elem_f = _mem_s(gpu, cal, passes * n * per_token)
+        elem_b = 2 * elem_f
     clamp_f = 0.0
     if model.is_moe and wm:
         # What megatron-core's experts run eagerly beside the fused element-wise work (moe_layer_h200.md): the
@@ -705,6 +725,29 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if "full_iteration" in graphs:
         host = 0.0  # one graph replays the whole forward-backward (megatron-core full_iteration scope)
     return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host * host_factor(cluster, cal), modules)
+
+
+def _eager_elementwise_s(model: ModelSpec, t: int, r: int, n: int, wa: float, wm: float, impl: str, gpu: GPUSpec,
+                         cal: Calibration) -> tuple[float, float]:
+    """Forward and backward time of a dense layer's element-wise pieces in eager PyTorch (EAGER_BYTES), n tokens
+    on one rank; wa / wm: the layer has attention / an MLP."""
+    h, q, kv, f = model.hidden_size, model.query_width, model.kv_width, model.ffn_hidden_size
+    norm = EAGER_BYTES["layernorm" if model.normalization != "rmsnorm" else "rmsnorm"]
+    act = (EAGER_BYTES["swiglu"] if model.gated else EAGER_BYTES["gelu"] if model.activation == "gelu"
+           else tuple(2 * x for x in EAGER_BYTES["gelu"]))  # squared ReLU: two element-wise ops, each as GELU's
+    stream = EAGER_FP32_STREAM if impl == "torch-autocast" else 1.0
+    dropout = EAGER_BYTES["dropout"] if model.hidden_dropout > 0 else (0.0, 0.0)
+
+    def half_bytes(i: int) -> tuple[float, float]:
+        return stream * (norm[i] + EAGER_BYTES["add"][i]) * h / r + dropout[i] * h / r
+    fwd, bwd = (wa + wm) * half_bytes(0), (wa + wm) * half_bytes(1)
+    if model.position_embedding == "rope":
+        fwd, bwd = fwd + wa * EAGER_BYTES["rope"][0] * (q + kv) / t, bwd + wa * EAGER_BYTES["rope"][1] * (q + kv) / t
+    fwd, bwd = fwd + wm * act[0] * f / t, bwd + wm * act[1] * f / t
+    biased = wa * ((q + 2 * kv) / t * model.qkv_bias + h * model.add_bias_linear) + wm * model.add_bias_linear * (
+        (2 if model.gated else 1) * f / t + h)  # each biased linear's output width per token
+    fwd, bwd = fwd + EAGER_BYTES["bias"][0] * biased, bwd + EAGER_BYTES["bias"][1] * biased
+    return _mem_s(gpu, cal, n * fwd), _mem_s(gpu, cal, n * bwd)
 
 
 def host_factor(cluster: ClusterSpec, cal: Calibration) -> float:
