@@ -69,7 +69,8 @@ class Calibration:
     flash2_attention_factor: float = 0.6
     """FlashAttention-2's efficiency relative to the attention efficiencies above (cuDNN's fused attention, what
     the kernel tables measured): on an H100 FlashAttention-2 reaches ~350 of the ~600-650 TFLOP/s FlashAttention-3
-    and cuDNN reach forward (Shah et al. 2024, FlashAttention-3: 1.5-2.0x faster than FlashAttention-2). 1 where
+    and cuDNN reach forward (Shah et al. 2024, FlashAttention-3: 1.5-2.0x faster than FlashAttention-2); Hopper's
+    entry in calibration.yaml is measured: 0.53 at head dim 128 on an H200 (eager_elementwise_h200.md). 1 where
     the efficiencies are FlashAttention-2's own (Ampere)."""
     triton_attention_factor: float = 0.6
     """Flash attention written in Triton relative to FlashAttention-2 (Dao 2023, FlashAttention-2: 1.3-2.5x faster
@@ -621,7 +622,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if model.is_moe:
         per_token += wm * act * 4 * k_top * model.expert_width / r  # token permute/unpermute around the experts
     if impl in ("torch-bf16", "torch-autocast") and not model.is_moe:
-        elem_f, elem_b = _eager_elementwise_s(model, t, r, n, wa, wm, impl, gpu, cal)
+        elem_f, elem_b = _eager_elementwise_s(model, t, r, n * act / 2, wa, wm, impl, gpu, cal)
     else:
         passes = {"megatron-local": cal.local_elementwise_passes,
                   "megatron-local-fused": cal.local_fused_elementwise_passes}.get(impl) or ELEMENTWISE_PASSES[impl]
@@ -727,10 +728,11 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host * host_factor(cluster, cal), modules)
 
 
-def _eager_elementwise_s(model: ModelSpec, t: int, r: int, n: int, wa: float, wm: float, impl: str, gpu: GPUSpec,
+def _eager_elementwise_s(model: ModelSpec, t: int, r: int, n: float, wa: float, wm: float, impl: str, gpu: GPUSpec,
                          cal: Calibration) -> tuple[float, float]:
-    """Forward and backward time of a dense layer's element-wise pieces in eager PyTorch (EAGER_BYTES), n tokens
-    on one rank; wa / wm: the layer has attention / an MLP."""
+    """Forward and backward time of a dense layer's element-wise pieces in eager PyTorch (EAGER_BYTES, measured in
+    bf16), n tokens on one rank (scaled by the activations' bytes over bf16's for an fp32 plan); wa / wm: the layer
+    has attention / an MLP."""
     h, q, kv, f = model.hidden_size, model.query_width, model.kv_width, model.ffn_hidden_size
     norm = EAGER_BYTES["layernorm" if model.normalization != "rmsnorm" else "rmsnorm"]
     act = (EAGER_BYTES["swiglu"] if model.gated else EAGER_BYTES["gelu"] if model.activation == "gelu"

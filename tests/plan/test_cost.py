@@ -307,10 +307,11 @@ def test_tp_backward_overlaps_the_column_parallel_collectives_with_independent_g
 
 # --- the stacks' own kernels -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("gpu, flash2", [("h100-sxm", 0.6), ("a100-80gb", 1.0)])
+@pytest.mark.parametrize("gpu, flash2", [("h100-sxm", 0.53), ("a100-80gb", 1.0)])
 def test_the_attention_kernel_scales_the_flash_attention_time(gpu, flash2):
     """cuDNN's fused attention is the kernel tables' rate; FlashAttention-2 runs at flash2_attention_factor of it
-    (0.6 on Hopper, Shah et al. 2024; 1 on Ampere, whose efficiencies are FlashAttention-2's), and Triton's flash
+    (0.53 on Hopper, measured on an H200: benchmarks/results/eager_elementwise_h200.md; 1 on Ampere, whose
+    efficiencies are FlashAttention-2's), and Triton's flash
     attention at triton_attention_factor (0.6, Dao 2023) of FlashAttention-2. A long sequence, so that attention is
     what the time difference is."""
     from genconf.plan.cost import implementation
@@ -326,6 +327,11 @@ def test_the_attention_kernel_scales_the_flash_attention_time(gpu, flash2):
     assert attn["auto"] == attn["cudnn"]
     assert attn["flash2"] == pytest.approx(attn["cudnn"] / flash2, rel=0.02)  # the per-wave overheads are not scaled
     assert attn["triton"] == pytest.approx(attn["flash2"] / 0.6, rel=0.02)
+    # The H200 measurement the Hopper factor comes from: cuDNN / flash of forward + backward at head dim 128.
+    if gpu.startswith("h100"):
+        for cudnn_ms, flash_ms in (((0.50, 1.59), (0.92, 3.01)), ((1.72, 4.98), (3.26, 9.41)),
+                                   ((6.57, 19.30), (12.57, 34.22))):
+            assert sum(cudnn_ms) / sum(flash_ms) == pytest.approx(flash2, abs=0.025)
 
 
 def test_sharded_fsdp_runs_the_bf16_model_and_ddp_the_autocast_one():
@@ -412,3 +418,62 @@ def test_a_clamp_needs_a_gated_mlp():
     for bad in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="activation_clamp must be a positive number"):
             dataclasses.replace(oss, activation_clamp=bad)
+
+
+def test_eager_pytorch_prices_each_element_wise_piece_as_measured():
+    """Under sharded FSDP (eager PyTorch, bf16) each element-wise piece costs its EAGER_BYTES per element, measured on
+    an H200 (benchmarks/results/eager_elementwise_h200.md): RoPE per element of q and k (rotary models only, as under
+    Transformer Engine), dropout per element of h in each half, a linear layer's bias per output element."""
+    import json
+    from pathlib import Path
+
+    from genconf.plan.cost import EAGER_BYTES, ELEMENTWISE_PASSES, _mem_s
+
+    cluster, cal = resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
+    rotary = dataclasses.replace(resolve_model("llama3-8b")[0], seq_length=2048)
+    learned = dataclasses.replace(rotary, position_embedding="learned")
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=2, gbs=16, seq_length=2048, zero_stage=3)
+    n, h, q, kv = 2 * 2048, rotary.hidden_size, rotary.query_width, rotary.kv_width
+
+    def diff(a, b, p=plan):
+        la, lb = layer_time(a, p, cluster, cal), layer_time(b, p, cluster, cal)
+        return la.fwd_s - lb.fwd_s, la.bwd_s - lb.bwd_s
+    rope = diff(rotary, learned)
+    for i in (0, 1):
+        assert rope[i] == pytest.approx(_mem_s(cluster.gpu, cal, EAGER_BYTES["rope"][i] * n * (q + kv)), rel=1e-9)
+    # Transformer Engine's fused RoPE: one read and one write of q and k in bf16, twice that backward.
+    te = ParallelPlan(framework="megatron", dp=8, mbs=2, gbs=16, seq_length=2048)
+    te_rope = diff(rotary, learned, te)
+    assert te_rope[0] == pytest.approx(_mem_s(cluster.gpu, cal, ELEMENTWISE_PASSES["megatron-te"] * 4 * n * (q + kv)))
+    assert te_rope[1] == pytest.approx(2 * te_rope[0])
+    dropout = diff(dataclasses.replace(learned, hidden_dropout=0.1), learned)
+    for i in (0, 1):
+        assert dropout[i] == pytest.approx(_mem_s(cluster.gpu, cal, EAGER_BYTES["dropout"][i] * 2 * n * h), rel=1e-9)
+    biased = dataclasses.replace(learned, add_bias_linear=True)
+    assert biased.qkv_bias
+    bias = diff(biased, learned)
+    widths = (q + 2 * kv) + h + 2 * rotary.ffn_hidden_size + h  # QKV, proj, fc1 (gated: two halves), fc2
+    for i in (0, 1):
+        assert bias[i] == pytest.approx(_mem_s(cluster.gpu, cal, EAGER_BYTES["bias"][i] * n * widths), rel=1e-9)
+    # DDP under autocast keeps the norms and residual stream in fp32: twice their bytes.
+    ddp = dataclasses.replace(plan, zero_stage=0)
+    norm_add = [EAGER_BYTES["rmsnorm"][i] + EAGER_BYTES["add"][i] for i in (0, 1)]
+    eager = layer_time(learned, plan, cluster, cal)
+    autocast = layer_time(learned, ddp, cluster, cal)
+    assert autocast.fwd_s - eager.fwd_s == pytest.approx(_mem_s(cluster.gpu, cal, norm_add[0] * 2 * n * h), rel=1e-9)
+    # The constants are the measurement's: each piece within 10% of both measured shapes, at the run's own HBM rate.
+    data = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/eager_elementwise_h200.json")
+                      .read_text())
+    for shape in data["shapes"].values():
+        rate = shape["pieces"]["hbm"]["tbyte_per_s"] * 1e12
+        width = {"h": shape["hidden"], "f": shape["ffn"], "qk": 2 * shape["heads"] * shape["head_dim"]}
+        for piece, w in (("layernorm", "h"), ("rmsnorm", "h"), ("gelu", "f"), ("swiglu", "f"), ("rope", "qk"),
+                         ("dropout", "h")):
+            t = shape["pieces"][piece]
+            for i, key in enumerate(("fwd_ms", "bwd_ms")):
+                measured = t[key] * 1e-3 * rate / (shape["tokens"] * width[w])
+                assert EAGER_BYTES[piece][i] == pytest.approx(measured, rel=0.1), (piece, key)
+        add_fwd = shape["pieces"]["add"]["fwd_ms"] * 1e-3 * rate / (shape["tokens"] * shape["hidden"])
+        assert EAGER_BYTES["add"] == (pytest.approx(add_fwd, rel=0.1),) * 2  # the gradient join: the same add
+        bias_bwd = shape["pieces"]["bias"]["bwd_ms"] * 1e-3 * rate / (shape["tokens"] * shape["hidden"])
+        assert EAGER_BYTES["bias"][1] == pytest.approx(bias_bwd, rel=0.1)
