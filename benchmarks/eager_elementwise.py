@@ -206,13 +206,98 @@ def _mpt_layer(torch, tokens: int, h: int, f: int, heads: int, d: int, device: s
     return out
 
 
-def measure(path: Path, reps: int, scale: float) -> None:
+OWN_MODEL, OWN_MBS, OWN_SEQ = "1b", 8, 2048
+"""genconf's own PyTorch GPT as its GPU suite trains it (benchmarks/gpu_suite.sh: the 1b model at micro-batch 8)."""
+
+
+def _own_layer(torch, device: str, reps: int, scale: float) -> dict:
+    """One decoder block of genconf's own PyTorch GPT (genconf.train.torch_model.Block, the 1b catalog model, bf16
+    weights) forward and forward + backward with SDPA left to torch (auto) and pinned to flash and cuDNN, and its
+    parts alone at the same shape: the four GEMMs (F.linear), attention, and the element-wise pieces, so that the
+    block can be set against the sum of its measured parts and against genconf's price."""
+    import dataclasses
+
+    import torch.nn.functional as F
+    from moe_layer import _timer
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from genconf.catalog.models import resolve_model
+    from genconf.train.torch_model import Block, rope_tables
+
+    spec = resolve_model(OWN_MODEL)[0]
+    mbs, seq = OWN_MBS, OWN_SEQ
+    if scale != 1.0:
+        spec = dataclasses.replace(spec, hidden_size=64, num_attention_heads=2, num_query_groups=2, kv_channels=32,
+                                   ffn_hidden_size=256)
+        mbs, seq = 1, 256
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    timed = _timer(torch, device)
+    block = Block(spec).to(device=device, dtype=dt)
+    h, q, kv, d = spec.hidden_size, spec.query_width, spec.kv_width, spec.kv_channels
+    cos, sin = (t.to(device) for t in rope_tables(seq, d))
+    x = torch.randn(mbs, seq, h, device=device, dtype=dt, requires_grad=True)
+    g = torch.randn(mbs, seq, h, device=device, dtype=dt)
+    backends = {"auto": None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    out: dict = {"model": spec.name, "mbs": mbs, "seq": seq, "block": {}, "gemms": {}, "attention": {}}
+    for name, backend in backends.items():
+        if device != "cuda" and backend is not None:
+            continue
+
+        def fwd(backend=backend):
+            if backend is None:
+                return block(x, (cos, sin))
+            with sdpa_kernel([backend]):
+                return block(x, (cos, sin))
+
+        def fb(fwd=fwd):
+            x.grad = None
+            for p in block.parameters():
+                p.grad = None
+            fwd().backward(g)
+        f_ms = timed(fwd, reps, queued=True)
+        out["block"][name] = {"fwd_ms": f_ms, "bwd_ms": max(0.0, timed(fb, reps, queued=True) - f_ms)}
+    n = mbs * seq
+    branches = 2 if spec.gated else 1
+    for name, (fan_in, fan_out) in {"qkv": (h, q + 2 * kv), "proj": (q, h), "fc1": (h, branches * spec.ffn_hidden_size),
+                                    "fc2": (spec.ffn_hidden_size, h)}.items():
+        a = torch.randn(n, fan_in, device=device, dtype=dt, requires_grad=True)
+        w = (torch.randn(fan_out, fan_in, device=device, dtype=dt) * 0.02).requires_grad_(True)
+        go = torch.randn(n, fan_out, device=device, dtype=dt)
+
+        def lin_fb(a=a, w=w, go=go):
+            a.grad = w.grad = None
+            F.linear(a, w).backward(go)
+        f_ms = timed(lambda a=a, w=w: F.linear(a, w), reps, queued=True)
+        out["gemms"][name] = {"fwd_ms": f_ms, "bwd_ms": max(0.0, timed(lin_fb, reps, queued=True) - f_ms)}
+    heads = spec.num_attention_heads
+    qq, kk, vv = (torch.randn(mbs, heads, seq, d, device=device, dtype=dt, requires_grad=True) for _ in range(3))
+    ga = torch.randn(mbs, heads, seq, d, device=device, dtype=dt)
+    for name, backend in backends.items():
+        if device != "cuda" and backend is not None:
+            continue
+
+        def att(backend=backend):
+            if backend is None:
+                return F.scaled_dot_product_attention(qq, kk, vv, is_causal=True)
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(qq, kk, vv, is_causal=True)
+
+        def att_fb(att=att):
+            qq.grad = kk.grad = vv.grad = None
+            att().backward(ga)
+        f_ms = timed(att, reps, queued=True)
+        out["attention"][name] = {"fwd_ms": f_ms, "bwd_ms": max(0.0, timed(att_fb, reps, queued=True) - f_ms)}
+    out["pieces"] = _pieces(torch, n, h, spec.ffn_hidden_size, heads, d, device, reps)
+    return out
+
+
+def measure(path: Path, reps: int, scale: float, only_own: bool = False) -> None:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__,
               "reps": reps, "scale": scale, "shapes": {}}
-    for name, (tokens, h, f, heads, d) in SHAPES.items():
+    for name, (tokens, h, f, heads, d) in SHAPES.items() if not only_own else ():
         if scale != 1.0:  # a small copy for a CPU dry run
             tokens, h, f, heads, d = 2048, 64, 256, 2, 32
         t0 = time.perf_counter()
@@ -222,8 +307,11 @@ def measure(path: Path, reps: int, scale: float) -> None:
                                   "seconds": round(time.perf_counter() - t0, 1)}
         print(json.dumps({name: result["shapes"][name]}), flush=True)
         path.write_text(json.dumps(result, indent=1) + "\n")
-    result["attention"] = _attention(torch, device, reps, scale)
-    print(json.dumps({"attention": result["attention"]}), flush=True)
+    if not only_own:
+        result["attention"] = _attention(torch, device, reps, scale)
+        print(json.dumps({"attention": result["attention"]}), flush=True)
+    result["own"] = _own_layer(torch, device, reps, scale)
+    print(json.dumps({"own": result["own"]}), flush=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
 
 
@@ -260,6 +348,62 @@ def _price_mpt_layer(shape: dict, kernel: str) -> tuple[float, float]:
                         recompute="none", attention_kernel=kernel)
     lt = layer_time(model, plan, resolve_cluster(gpu="h200", gpus_per_node=1), calibration_for("h200"))
     return lt.fwd_s, lt.bwd_s
+
+
+def _compare_own(own: dict, name: str) -> list[str]:
+    """genconf's own block against the sum of its measured parts, and its element-wise remainder (the block less
+    its GEMMs and attention) against genconf's price of the element-wise work before (TE's count x 2, RoPE on every
+    model) and now (EAGER_BYTES)."""
+    from genconf.catalog.clusters import resolve_cluster
+    from genconf.catalog.hardware import calibration_for
+    from genconf.catalog.models import resolve_model
+    from genconf.plan.cost import ELEMENTWISE_PASSES, _eager_elementwise_s, _mem_s
+
+    spec = resolve_model(OWN_MODEL)[0]
+    n = own["mbs"] * own["seq"]
+    h, q, kv, f = spec.hidden_size, spec.query_width, spec.kv_width, spec.ffn_hidden_size
+    pieces, gemms, attn = own["pieces"], own["gemms"], own["attention"]["auto"]
+    norm = "rmsnorm" if spec.normalization == "rmsnorm" else "layernorm"
+    act = "swiglu" if spec.gated else "gelu"
+    rope = spec.position_embedding == "rope"
+    keys = ("fwd_ms", "bwd_ms")
+    gemm_ms = [sum(gm[k] for gm in gemms.values()) for k in keys]
+    # The add's backward: the residual's gradient join, priced as the forward add (see above).
+    elem_ms = [2 * pieces[norm][k] + 2 * pieces["add"]["fwd_ms"] + pieces[act][k] + (pieces["rope"][k] if rope else 0)
+               for k in keys]
+    block = own["block"]["auto"]
+    gpu = resolve_cluster(gpu="h200", gpus_per_node=1).gpu
+    cal = calibration_for("h200")
+    per_token = 2 * (10 * h + (2 * (q + kv) if rope else 0) + (3 if spec.gated else 2) * f)
+    flat = _mem_s(gpu, cal, ELEMENTWISE_PASSES["torch-bf16"] * n * per_token)
+    before_ms = (1e3 * flat, 2e3 * flat)
+    now_ms = tuple(1e3 * t for t in _eager_elementwise_s(spec, 1, 1, n, 1.0, 1.0, "torch-bf16", gpu, cal))
+    rows = [("the block (SDPA left to torch)", [block[k] for k in keys]),
+            ("the block, SDPA pinned to flash / to cuDNN", None),
+            ("its four GEMMs (F.linear alone)", gemm_ms), ("its attention (SDPA left to torch)", [attn[k] for k in keys]),
+            (f"its element-wise pieces ({norm} x 2, add x 2, {act}" + (", rope" if rope else "") + ")", elem_ms)]
+    lines = [f"genconf's own PyTorch GPT (`genconf.train.torch_model.Block`, the {OWN_MODEL} catalog model {spec.name}: "
+             f"{norm}, {act}, {'RoPE' if rope else spec.position_embedding}, micro-batch {own['mbs']} x {own['seq']}; "
+             f"`--measure {name} --own-only`), ms forward / backward on the GPU's clock:", "",
+             "| what | forward | backward |", "|---|---:|---:|"]
+    for label, ms in rows:
+        if ms is None:
+            fl, cu = own["block"]["flash"], own["block"]["cudnn"]
+            lines.append(f"| {label} | {fl['fwd_ms']:.2f} / {cu['fwd_ms']:.2f} | {fl['bwd_ms']:.2f} / {cu['bwd_ms']:.2f} |")
+        else:
+            lines.append(f"| {label} | {ms[0]:.2f} | {ms[1]:.2f} |")
+    parts = [gemm_ms[i] + attn[keys[i]] + elem_ms[i] for i in (0, 1)]
+    rest = [block[keys[i]] - gemm_ms[i] - attn[keys[i]] for i in (0, 1)]
+    lines += [f"| the sum of its parts | {parts[0]:.2f} ({parts[0] / block['fwd_ms']:.0%} of the block) | "
+              f"{parts[1]:.2f} ({parts[1] / block['bwd_ms']:.0%}) |",
+              f"| the block less its GEMMs and attention (its element-wise work and layout copies) | {rest[0]:.2f} | "
+              f"{rest[1]:.2f} |",
+              f"| genconf's element-wise price before: TE's count x {ELEMENTWISE_PASSES['torch-bf16']} | "
+              f"{before_ms[0]:.2f} | {before_ms[1]:.2f} |",
+              f"| genconf's element-wise price now: EAGER_BYTES | {now_ms[0]:.2f} | {now_ms[1]:.2f} |", "",
+              "SDPA left to torch ran cuDNN's attention (its times equal the pinned cuDNN's), as genconf prices "
+              "`--attention-kernel auto` for its runners."]
+    return lines
 
 
 def compare(path: Path) -> str:
@@ -312,6 +456,9 @@ def compare(path: Path) -> str:
     lines += ["", "The whole block runs at about 0.75x genconf's price on the H200: genconf prices Hopper's GEMMs at its "
               "sustained clock under training load (calibration.yaml hopper.clock_factor 0.8, fitted on published runs), "
               "while a single GPU running one layer holds its boost clock."]
+    own_path = path.with_name(path.name.replace("eager_elementwise", "eager_own"))
+    if own_path.exists():
+        lines += ["", *_compare_own(json.loads(own_path.read_text())["own"], own_path.name)]
     times = " ".join(f"{s}: {data['shapes'][s]['seconds']} s." for s in shapes)
     lines += ["", f"Run time: {times}", ""]
     return "\n".join(lines)
@@ -322,11 +469,13 @@ def main() -> int:
     ap.add_argument("--measure", type=Path, help="measure on this machine's GPU, write JSON here")
     ap.add_argument("--compare", type=Path, help="a --measure JSON: print it beside genconf's prices")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--own-only", action="store_true",
+                    help="--measure: only genconf's own block and its parts (not the MPT shapes or the sweep)")
     ap.add_argument("--scale", type=float, default=1.0, help="shrink the shapes (a CPU dry run)")
     ap.add_argument("--write", type=Path, help="--compare: also write the table here")
     args = ap.parse_args()
     if args.measure:
-        measure(args.measure, args.reps, args.scale)
+        measure(args.measure, args.reps, args.scale, args.own_only)
     if args.compare:
         text = compare(args.compare)
         print(text)
