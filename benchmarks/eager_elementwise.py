@@ -474,16 +474,10 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="shrink the shapes (a CPU dry run)")
     ap.add_argument("--write", type=Path, help="--compare: also write the table here")
     args = ap.parse_args()
-    if args.measure:
-        measure(args.measure, args.reps, args.scale, args.own_only)
-    if args.compare:
-        text = compare(args.compare)
-        print(text)
-        if args.write:
-            args.write.write_text(text)
-    if not (args.measure or args.compare):
-        ap.error("give --measure OUT.json or --compare OUT.json")
-    return 0
+    from moe_layer import measure_or_compare
+
+    return measure_or_compare(ap, args, lambda: measure(args.measure, args.reps, args.scale, args.own_only),
+                              lambda: compare(args.compare))
 
 
 if __name__ == "__main__":

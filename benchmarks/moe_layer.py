@@ -563,10 +563,17 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="shrink the shapes (a CPU dry run)")
     ap.add_argument("--write", type=Path, help="--compare: also write the table here")
     args = ap.parse_args()
+    return measure_or_compare(ap, args, lambda: measure(args.measure, args.models, args.reps, args.scale),
+                              lambda: compare(args.compare, args.gpu))
+
+
+def measure_or_compare(ap, args, measure_, compare_) -> int:
+    """The flow of the GPU benchmarks (this one, eager_elementwise.py): --measure on a GPU, --compare anywhere
+    (printed, and written to --write)."""
     if args.measure:
-        measure(args.measure, args.models, args.reps, args.scale)
+        measure_()
     if args.compare:
-        text = compare(args.compare, args.gpu)
+        text = compare_()
         print(text)
         if args.write:
             args.write.write_text(text)
