@@ -270,7 +270,7 @@ EAGER_BYTES = {"layernorm": (7.8, 16.8), "rmsnorm": (5.6, 15.2), "add": (6.4, 6.
 """HBM bytes per element, forward and backward, of each element-wise piece of a dense layer in eager PyTorch, as
 genconf's PyTorch GPT (genconf/train/torch_model.py) and llm-foundry's MPT write them, measured on an H200 at the
 rate of a bf16 add in the same run (benchmarks/results/eager_elementwise_h200.md; mean of MPT-1B's and MPT-7B's
-shapes, within 8% of each other): F.layer_norm / F.rms_norm per element of h; the residual add (backward: the add
+shapes, within 8% of each other but for LayerNorm's backward, 14%, and the bias's near-free forward): F.layer_norm / F.rms_norm per element of h; the residual add (backward: the add
 joining the residual's two gradients, the same kernel); exact GELU and the chunked SwiGLU (silu of one strided half
 times the other) per element of the activation's output; genconf's RoPE (cat of the rotated halves, two multiplies
 and an add) per element of q and k; a linear layer's bias (the GEMM's epilogue, backward the column sum) per output
@@ -278,7 +278,8 @@ element; dropout per element of h. Replaces ELEMENTWISE_PASSES for the eager sta
 are single kernels (as fused as Transformer Engine's count), the SwiGLU and RoPE written in PyTorch ops are not."""
 EAGER_FP32_STREAM = 2.0
 """Under autocast over fp32 weights (torch-autocast) the norms and the residual stream stay fp32: their bytes
-twice the bf16 pieces'."""
+twice the bf16 pieces' (a prior, not measured: the bf16 casts of the norms' outputs before each GEMM are left out,
+and a mixed fp32 + bf16 add moves 10 bytes per element rather than 12)."""
 
 EXPERT_BIAS_BYTES = (56.4, 104.2)
 """HBM bytes per element of the experts' output (routed rows x width), forward and backward, of megatron-core's
@@ -746,8 +747,8 @@ def _eager_elementwise_s(model: ModelSpec, t: int, r: int, n: float, wa: float, 
     if model.position_embedding == "rope":
         fwd, bwd = fwd + wa * EAGER_BYTES["rope"][0] * (q + kv) / t, bwd + wa * EAGER_BYTES["rope"][1] * (q + kv) / t
     fwd, bwd = fwd + wm * act[0] * f / t, bwd + wm * act[1] * f / t
-    biased = wa * ((q + 2 * kv) / t * model.qkv_bias + h * model.add_bias_linear) + wm * model.add_bias_linear * (
-        (2 if model.gated else 1) * f / t + h)  # each biased linear's output width per token
+    biased = wa * ((q + 2 * kv) / t * model.qkv_bias + h / r * model.add_bias_linear) + wm * model.add_bias_linear * (
+        (2 if model.gated else 1) * f / t + h / r)  # each biased linear's output width per token on this rank
     fwd, bwd = fwd + EAGER_BYTES["bias"][0] * biased, bwd + EAGER_BYTES["bias"][1] * biased
     return _mem_s(gpu, cal, n * fwd), _mem_s(gpu, cal, n * bwd)
 

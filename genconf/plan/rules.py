@@ -467,10 +467,11 @@ def _lora(c: Context) -> str | None:
 
 
 def architecture_conflict(model, framework: str | None, layer_spec: str | None = None) -> str | None:
-    """Multi-head latent attention, shared experts, dense first layers and multi-token prediction exist in
+    """Experts, multi-head latent attention, shared experts, dense first layers and multi-token prediction exist in
     megatron-core (with Transformer Engine layers genconf prices) only; genconf's DeepSpeed and FSDP model
-    builds uniform GQA layers."""
-    parts = [name for name, on in (("multi-head latent attention", model.mla),
+    builds uniform dense GQA layers (genconf.train.torch_model refuses a mixture of experts)."""
+    parts = [name for name, on in (("mixture-of-experts layers", model.is_moe),
+                                   ("multi-head latent attention", model.mla),
                                    ("shared experts", bool(model.moe_shared_expert_intermediate_size)),
                                    ("dense first layers", bool(model.is_moe and model.first_k_dense_replace)),
                                    ("multi-token prediction", bool(model.mtp_num_layers)),

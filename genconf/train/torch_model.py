@@ -100,6 +100,7 @@ class MLP(nn.Module):
         if spec.is_moe:
             raise ValueError(f"{spec.name} is a mixture of experts: use the megatron launcher (expert parallelism)")
         self.gated = spec.gated
+        self.squared_relu = spec.activation == "squared_relu"
         branches = 2 if spec.gated else 1
         self.linear_fc1 = nn.Linear(spec.hidden_size, branches * spec.ffn_hidden_size, bias=spec.add_bias_linear)
         self.linear_fc2 = nn.Linear(spec.ffn_hidden_size, spec.hidden_size, bias=spec.add_bias_linear)
@@ -109,6 +110,8 @@ class MLP(nn.Module):
         if self.gated:
             gate, up = y.chunk(2, dim=-1)
             y = F.silu(gate) * up
+        elif self.squared_relu:
+            y = F.relu(y).square()  # relu(x)^2 (Primer, So et al. 2021), as megatron-core's squared_relu
         else:
             y = F.gelu(y)
         return self.linear_fc2(y)

@@ -477,3 +477,37 @@ def test_eager_pytorch_prices_each_element_wise_piece_as_measured():
         assert EAGER_BYTES["add"] == (pytest.approx(add_fwd, rel=0.1),) * 2  # the gradient join: the same add
         bias_bwd = shape["pieces"]["bias"]["bwd_ms"] * 1e-3 * rate / (shape["tokens"] * shape["hidden"])
         assert EAGER_BYTES["bias"][1] == pytest.approx(bias_bwd, rel=0.1)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "gpt3-1.3b"])
+def test_an_eager_layer_s_element_wise_work_is_the_sum_of_its_pieces(name):
+    """The whole of _eager_elementwise_s against a sum written out piece by piece: two norms and two residual adds over
+    h, the model's norm kind and activation (RMSNorm and the chunked SwiGLU for Llama 3, LayerNorm and GELU for GPT-3),
+    RoPE over q and k where rotary, each biased linear's output, dropout in each half where set; the attention half
+    alone (a hybrid model's '*' layer) is its share; autocast doubles the norms and adds, backward too."""
+    from genconf.plan.cost import EAGER_BYTES, _eager_elementwise_s, _mem_s
+
+    model = resolve_model(name)[0]
+    cluster, cal = resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
+    gpu, n = cluster.gpu, 4096
+    h, q, kv, f = model.hidden_size, model.query_width, model.kv_width, model.ffn_hidden_size
+    norm = EAGER_BYTES["rmsnorm" if model.normalization == "rmsnorm" else "layernorm"]
+    act = EAGER_BYTES["swiglu" if model.gated else "gelu"]
+    assert (model.normalization, model.gated, model.position_embedding) == (
+        ("rmsnorm", True, "rope") if name == "llama3-8b" else ("layernorm", False, "learned"))
+    drop = EAGER_BYTES["dropout"] if model.hidden_dropout > 0 else (0.0, 0.0)
+    bias_widths = ((q + 2 * kv) * model.qkv_bias + h * model.add_bias_linear,
+                   ((2 if model.gated else 1) * f + h) * model.add_bias_linear)
+
+    def half(i, stream=1.0):
+        return stream * (norm[i] + EAGER_BYTES["add"][i]) * h + drop[i] * h
+    for i in (0, 1):
+        attn = half(i) + (EAGER_BYTES["rope"][i] * (q + kv) if model.position_embedding == "rope" else 0.0) \
+            + EAGER_BYTES["bias"][i] * bias_widths[0]
+        mlp = half(i) + act[i] * f + EAGER_BYTES["bias"][i] * bias_widths[1]
+        whole = _eager_elementwise_s(model, 1, 1, n, 1.0, 1.0, "torch-bf16", gpu, cal)[i]
+        assert whole == pytest.approx(_mem_s(gpu, cal, n * (attn + mlp)), rel=1e-12)
+        assert _eager_elementwise_s(model, 1, 1, n, 1.0, 0.0, "torch-bf16", gpu, cal)[i] == pytest.approx(
+            _mem_s(gpu, cal, n * attn), rel=1e-12)
+        autocast = _eager_elementwise_s(model, 1, 1, n, 1.0, 1.0, "torch-autocast", gpu, cal)[i]
+        assert autocast - whole == pytest.approx(_mem_s(gpu, cal, n * 2 * (half(i, 2.0) - half(i))), rel=1e-9)
