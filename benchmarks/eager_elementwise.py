@@ -303,8 +303,8 @@ def measure(path: Path, reps: int, scale: float, only_own: bool = False) -> None
         t0 = time.perf_counter()
         pieces = _pieces(torch, tokens, h, f, heads, d, device, reps)
         layer = _mpt_layer(torch, tokens, h, f, heads, d, device, reps)
-        result["shapes"][name] = {"tokens": tokens, "hidden": h, "ffn": f, "heads": heads, "head_dim": d, "pieces": pieces, "layer": layer,
-                                  "seconds": round(time.perf_counter() - t0, 1)}
+        result["shapes"][name] = {"tokens": tokens, "hidden": h, "ffn": f, "heads": heads, "head_dim": d,
+                                  "pieces": pieces, "layer": layer, "seconds": round(time.perf_counter() - t0, 1)}
         print(json.dumps({name: result["shapes"][name]}), flush=True)
         path.write_text(json.dumps(result, indent=1) + "\n")
     if not only_own:

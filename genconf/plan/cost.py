@@ -270,9 +270,10 @@ EAGER_BYTES = {"layernorm": (7.8, 16.8), "rmsnorm": (5.6, 15.2), "add": (6.4, 6.
 """HBM bytes per element, forward and backward, of each element-wise piece of a dense layer in eager PyTorch, as
 genconf's PyTorch GPT (genconf/train/torch_model.py) and llm-foundry's MPT write them, measured on an H200 at the
 rate of a bf16 add in the same run (benchmarks/results/eager_elementwise_h200.md; mean of MPT-1B's and MPT-7B's
-shapes, within 8% of each other but for LayerNorm's backward, 14%, and the bias's near-free forward): F.layer_norm / F.rms_norm per element of h; the residual add (backward: the add
-joining the residual's two gradients, the same kernel); exact GELU and the chunked SwiGLU (silu of one strided half
-times the other) per element of the activation's output; genconf's RoPE (cat of the rotated halves, two multiplies
+shapes, within 8% of each other but for LayerNorm's backward, 14%, and the bias's near-free forward): F.layer_norm /
+F.rms_norm per element of h; the residual add (backward: the add joining the residual's two gradients, the same
+kernel); exact GELU and the chunked SwiGLU (silu of one strided half times the other) per element of the
+activation's output; genconf's RoPE (cat of the rotated halves, two multiplies
 and an add) per element of q and k; a linear layer's bias (the GEMM's epilogue, backward the column sum) per output
 element; dropout per element of h. Replaces ELEMENTWISE_PASSES for the eager stacks: torch's LayerNorm and GELU
 are single kernels (as fused as Transformer Engine's count), the SwiGLU and RoPE written in PyTorch ops are not."""
@@ -622,6 +623,8 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     per_token = act * (wa * (5 * h / r + rope) + wm * (5 * h / r + (3 if model.gated else 2) * k_top * f / t))
     if model.is_moe:
         per_token += wm * act * 4 * k_top * model.expert_width / r  # token permute/unpermute around the experts
+    # Eager stacks run dense layers only (a mixture of experts is megatron's: rules.architecture_conflict); an
+    # unvalidated MoE plan keeps the flat passes.
     if impl in ("torch-bf16", "torch-autocast") and not model.is_moe:
         elem_f, elem_b = _eager_elementwise_s(model, t, r, n * act / 2, wa, wm, impl, gpu, cal)
     else:
