@@ -27,6 +27,8 @@ FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h10
 GENCONF_FILE = "genconf_h100_issue13.csv"
 MOSAIC_FILE = "mosaicml_llm_foundry.csv"
 """MosaicML's MPT benchmarks (llm-foundry): Composer FSDP, not from shared/data (benchmarks/data/README.md)."""
+TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv",
+              "opt_bloom_fsdp_papers.csv")
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv")
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
 """Per MoE row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
@@ -258,6 +260,10 @@ def _model(row: dict, file: str) -> ModelSpec:
     spec = dict(activation="swiglu" if llama else "gelu", normalization="rmsnorm" if llama else "layernorm",
                 position_embedding="rope" if llama else "learned", tie_embeddings=False, add_bias_linear=not llama,
                 hidden_dropout=0.0 if llama else 0.1, attention_dropout=0.0 if llama else 0.1)
+    if file in TIED_FILES:
+        # Megatron-LM before 2023 (and Megatron-DeepSpeed, BLOOM's fork of it) always shared the output layer with the
+        # word embeddings (`untie_embeddings_and_output_weights` arrived in 2023); OPT and BLOOM tie them too.
+        spec["tie_embeddings"] = True
     spec.update({k: v for k, v in defaults.items() if k != "vocab_size"})
     return ModelSpec(
         name=re.sub(r"[^a-z0-9.]+", "-", row["model"].lower()).strip("-") or "run",
