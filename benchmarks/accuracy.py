@@ -106,7 +106,7 @@ def _variants(run: Run):
     recomputes = ["none", "selective", "full"] if "recompute" in run.unknown else [plan.recompute]
     # DeepSpeed's pipeline (BLOOM) balances layers that do not divide evenly; use the nearest split
     # megatron can express (embedding/loss as layers, or lighter first/last stages).
-    splits = ([{}] if run.model.num_layers % plan.pp == 0 or plan.pp_layout is not None
+    splits = ([{}] if run.model.num_layers % plan.pp == 0 or plan.uneven_pipeline
               else _split_options(run.model.num_layers, plan.pp))
     for mbs, vp, rc, split in itertools.product(mbss, vps, recomputes, splits):
         if plan.gbs % (mbs * plan.dp) or (vp > 1 and plan.pp_layout is None

@@ -392,6 +392,48 @@ def load_runs() -> tuple[list[Run], list[tuple[str, str, str]]]:
     return runs, skipped
 
 
+def deepspeed_pipe_partition(weights: list[int], parts: int) -> list[int]:
+    """Item boundaries of DeepSpeed's pipeline partition as Megatron-DeepSpeed ran it in 2022 (the BLOOM sweep):
+    runtime/utils.py partition_balanced's _lprobe fills each stage from the left up to the smallest bottleneck that
+    fits (for unit weights ceil(total / parts)). BigScience's chronicles-prequel.md ('Re-do', 02-27): "78/12=6.5 - so
+    the last stage has 1 block, while the rest have 7". DeepSpeed since rebalances the remainder over the last
+    stages; the stage with the most layers is the same either way."""
+    cap = -(-sum(weights) // parts)
+    bounds, load = [0], 0
+    for i, w in enumerate(weights):
+        if load + w > cap and len(bounds) < parts:
+            bounds.append(i)
+            load = 0
+        load += w
+    bounds += [len(weights)] * (parts + 1 - len(bounds))
+    return bounds
+
+
+def deepspeed_pipe_split(num_layers: int, pp: int, *, embedding_weighted: bool) -> dict:
+    """The ParallelPlan split fields of Megatron-DeepSpeed's GPTModelPipe partition (partition_method
+    'type:transformer', its default, or 'type:transformer|embedding', BigScience's from 2022-02-28): the input
+    embedding opens the first stage, the tied output embedding closes the last, and each weighs one layer under
+    '|embedding', nothing otherwise. {} where megatron's even split is the same; empty too where no megatron split
+    expresses it."""
+    e = int(embedding_weighted)
+    weights = [e] + [1] * num_layers + [e]
+    bounds = deepspeed_pipe_partition(weights, pp)
+    counts = [sum(1 for i in range(bounds[s], bounds[s + 1]) if 0 < i <= num_layers) for s in range(pp)]
+    if len(set(counts)) == 1:
+        return {}
+    if embedding_weighted and counts == [counts[1] - 1] + [counts[1]] * (pp - 2) + [counts[1] - 1]:
+        return {"pp_embedding_as_layer": True, "pp_loss_as_layer": True}
+    middle = counts[1:-1]
+    if len(set(middle)) > 1 or not middle:
+        return {}
+    split = {}
+    if counts[0] != middle[0]:
+        split["pp_first_stage_layers"] = counts[0]
+    if counts[-1] != middle[0]:
+        split["pp_last_stage_layers"] = counts[-1]
+    return split
+
+
 def bridge_mla_layout(model: ModelSpec, pp: int, vp: int) -> str | None:
     """The pipeline layout Megatron-Bridge's DeepSeek-V3 and Kimi K2 recipes set (recipes/deepseek/deepseek_v3.py
     _get_deepseek_v3_pipeline_layout, recipes/kimi/kimi_k2.py _get_kimi_k2_pipeline_layout): the embedding and
@@ -575,6 +617,16 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         plan = replace(plan, recompute="selective", recompute_modules=modules if modules != ("core_attn",) else ())
         unknown = [u for u in unknown if u != "recompute"]
         notes.append(f"selective recompute of {', '.join(modules)} ({recipe['bridge_ref']} {recipe['config_name']})")
+    if file == "bigscience_bloom_sweep.csv" and pp > 1:
+        # 'type:transformer|embedding' from 02-28 on (the rows' notes), and for the 106-layer 'Re-do' rows of 02-27
+        # already (chronicles-prequel.md: "HIDDEN=12288; NLAYERS=106; regex partition_method='type:transformer|embed'").
+        embedding = "embedding-balanced PP partition" in row["notes"] or (
+            "section 'Re-do'" in row["notes"] and model.num_layers == 106)
+        split = deepspeed_pipe_split(model.num_layers, pp, embedding_weighted=embedding)
+        if split:
+            plan = replace(plan, **split)
+            notes.append(f"DeepSpeed's pipeline partition ({'type:transformer|embedding' if embedding else 'type:transformer'}): "
+                         f"{', '.join(f'{k}={v}' for k, v in split.items())}")
     if model.mla and pp > 1:
         plan = replace(plan, pp_layout=bridge_mla_layout(model, pp, plan.vp))
         notes.append(f"pipeline layout {plan.pp_layout} (Megatron-Bridge's DeepSeek-V3 / Kimi K2 layout map)")

@@ -263,3 +263,33 @@ def test_torchtitan_pipeline_rows_take_torchtitans_default_micro_batches(runs):
     assert {(p.vp, p.mbs) for p in table5.values()} == {(1, 4), (2, 2)}
     for plan in table5.values():
         assert plan.gbs // plan.dp // plan.mbs == plan.pp * plan.vp
+
+
+@pytest.mark.parametrize("layers, pp, embedding, split", [
+    # BigScience's chronicles-prequel.md ('Re-do', 02-27): "78/12=6.5 - so the last stage has 1 block, while the rest
+    # have 7" under Megatron-DeepSpeed's default partition_method 'type:transformer'.
+    (78, 12, False, {"pp_last_stage_layers": 1}),
+    (72, 6, False, {}),
+    # 'type:transformer|embedding' (from 02-28): "2+nlayers*PP" slots, each embedding matrix one of them, which is
+    # megatron's account-for-embedding/loss split.
+    (106, 12, True, {"pp_embedding_as_layer": True, "pp_loss_as_layer": True}),
+    (70, 12, True, {"pp_embedding_as_layer": True, "pp_loss_as_layer": True}),
+])
+def test_bloom_rows_split_their_layers_as_deepspeeds_pipeline_did(layers, pp, embedding, split):
+    from published import deepspeed_pipe_split
+    assert deepspeed_pipe_split(layers, pp, embedding_weighted=embedding) == split
+
+
+def test_bloom_and_pre_2023_megatron_rows_tie_the_output_layer_to_the_embeddings(runs):
+    by_file = {}
+    for run in runs.values():
+        by_file.setdefault(run.file, []).append(run.model.tie_embeddings)
+    for file in ("bigscience_bloom_sweep.csv", "megatron_narayanan2021.csv", "korthikanti2022.csv"):
+        assert all(by_file[file]), file
+    assert not any(by_file["torchtitan.csv"])  # Llama 3 unties them
+
+
+def test_the_78_layer_bloom_rows_put_seven_layers_and_the_embedding_on_the_first_stage(runs):
+    from genconf.plan.pipeline import stage_layers
+    run = runs[("BLOOM sweep", "BLOOM-prototype 182B #71")]
+    assert stage_layers(run.model.num_layers, run.plan) == (7,) * 11 + (1,)
