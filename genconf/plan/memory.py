@@ -558,7 +558,9 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
         params = sharded(2, stage >= 3)
         grads = sharded(2, stage >= 2)
         optimizer = sharded(12, stage >= 1)
-        step_transient = sharded(4, stage >= 1)
+        # ZeRO-0's FP16_Optimizer.step (fp16/fused_optimizer.py) builds every gradient's fp32 copy
+        # (p.grad.to(fp32)) before _flatten_dense_tensors concatenates them: 4 + 4 bytes per parameter at once.
+        step_transient = sharded(4, True) if stage >= 1 else sharded(8, False)
         if plan.grad_dtype == "fp32" and plan.precision == "bf16" and stage <= 1:
             # BF16_Optimizer (engine.py picks it for bf16 + fp32 grad accumulation + ZeRO-1): bf16 grads plus an
             # unsharded fp32 accumulation buffer; master weights and Adam sharded.

@@ -309,3 +309,14 @@ def test_megatron_keeps_its_own_vocab_parallel_loss():
     model = mpt_760m()
     plan = ParallelPlan(framework="megatron", dp=8, mbs=2, gbs=16, seq_length=2048, zero_stage=1)
     assert dict(stage_memory(model, plan, 0).other)["bf16 logits before the fp32 loss"] == 2 * 2 * 2048 * 50432
+
+
+def test_zero0_step_holds_every_gradients_fp32_copy_and_their_flat_concatenation():
+    # DeepSpeed's FP16_Optimizer.step (runtime/fp16/fused_optimizer.py, which ZeRO-0 runs for fp16 and for bf16
+    # with bf16 gradient accumulation): _flatten_dense_tensors([p.grad.to(fp32) for p in group]) holds the
+    # per-parameter fp32 copies and their concatenation at once, 8 bytes per parameter; ZeRO-1/2 flatten only the
+    # rank's fp32 partition (4 bytes per parameter over dp).
+    model, _ = resolve_model("gpt3-1.3b")
+    total = rank_params(model, _ds_plan(0, 8), 0).total
+    assert step_transient_bytes(model, _ds_plan(0, 8), 0) == 8 * total
+    assert step_transient_bytes(model, _ds_plan(1, 8), 0) == pytest.approx(4 * total / 8, rel=1e-3)
