@@ -138,7 +138,7 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
     cost = best.cost
     alternatives = []
     if result is not None:
-        for ev in result.ranked[1:]:
+        for ev in result.alternatives:
             alternatives.append({"layout": describe(ev.plan), "plan": plan_dict(ev.plan, model),
                                  "memory": {"total_gib": _gib(ev.memory.peak.total_bytes),
                                             "total_bytes": int(ev.memory.peak.total_bytes)},
@@ -362,8 +362,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         gap = fast.cost.tokens_per_s / cost.tokens_per_s - 1
         reasons.append(f"within {gap:.1%} of the fastest candidate ({describe(fast.plan)}), closer than the model can "
                        f"tell apart; ranked first: {result.tie_break}")
-    elif result is not None and len(result.ranked) > 1:
-        runner = result.ranked[1]
+    elif result is not None and result.alternatives:
+        runner = result.alternatives[0]
         gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
         # The search says whether the runner-up is a tie (within TIE_FRACTION) and what decided it.
         tied = (f" (a tie within the model's error; ranked first: {result.runner_up_tie_break})"

@@ -162,6 +162,9 @@ class SearchResult:
     runner_up_tie_break: str = ""
     """Where the runner-up is within TIE_FRACTION of the first plan: what put the first ahead of it (tie_break, or
     that speed decided between two plans as simple and as sure to fit); "" where the runner-up is no tie."""
+    alternatives: tuple[Evaluation, ...] = ()
+    """The best plan of each other layout, best first (the runner-up is the first): layouts apart from their
+    pipeline schedule (_schedule_free_key), so that no alternative is the first plan with another interleaving."""
 
     @property
     def best(self) -> Evaluation | None:
@@ -665,6 +668,28 @@ def _layout_key(plan: ParallelPlan) -> tuple:
     return (plan.framework, plan.tp, plan.pp, plan.vp, plan.cp, plan.ep, plan.etp, zero, plan.shard_group_size)
 
 
+def _schedule_free_key(plan: ParallelPlan) -> tuple:
+    """A layout apart from its pipeline schedule: the virtual stages per rank (vp) and the layer split are how one
+    pipeline runs its layers, not another layout (a user choosing between layouts is shown tp x pp x cp x ep and
+    the sharding; the interleaving depth is the search's to pick, Megatron's convention)."""
+    key = _layout_key(plan)
+    return key[:3] + key[4:]
+
+
+def _other_layouts(ranked: list[Evaluation], keep: int) -> tuple[Evaluation, ...]:
+    """The first-ranked plan of each layout other than the first plan's, apart from the schedule, up to `keep`."""
+    seen = {_schedule_free_key(ranked[0].plan)} if ranked else set()
+    out = []
+    for ev in ranked[1:]:
+        key = _schedule_free_key(ev.plan)
+        if key not in seen:
+            seen.add(key)
+            out.append(ev)
+            if len(out) >= keep:
+                break
+    return tuple(out)
+
+
 def search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins = Pins(),
            *, keep: int = 10) -> SearchResult:
     """All candidates, the feasible ones ranked by tokens/s (best per layout first); among plans within
@@ -840,15 +865,16 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     memory_misses.sort(key=lambda e: e.overflow_ratio)
     misses = tuple(memory_misses[:5]) + tuple(rule_misses[:3])
     kept = tuple(ranked[:keep])
+    others = _other_layouts(ranked, keep)
     ahead = fastest if ranked and fastest is not ranked[0] else None
     runner_up = ""
-    if len(ranked) > 1 and ranked[1].cost.tokens_per_s >= ranked[0].cost.tokens_per_s * (1 - TIE_FRACTION):
-        runner_up = (tie_break(ranked[0], ranked[1], memory_hi)
+    if others and others[0].cost.tokens_per_s >= ranked[0].cost.tokens_per_s * (1 - TIE_FRACTION):
+        runner_up = (tie_break(ranked[0], others[0], memory_hi)
                      or "the faster of two plans as simple and as sure to fit")
     return SearchResult(kept, considered, dict(rejected.most_common()), misses, ahead,
-                        {ev.plan: split_speed[ev.plan] for ev in kept if ev.plan in split_speed},
+                        {ev.plan: split_speed[ev.plan] for ev in kept + others if ev.plan in split_speed},
                         (tie_break(ranked[0], ahead, memory_hi) or "it is as simple and as sure to fit")
-                        if ahead is not None else "", runner_up)
+                        if ahead is not None else "", runner_up, others)
 
 
 class _Budget:

@@ -272,3 +272,26 @@ def test_ddp_and_the_distributed_optimizer_over_one_rank_are_one_layout():
                  if ev.plan.framework == "megatron" and ev.plan.dp * ev.plan.cp == 1]
     assert (4, 64, 1, 1) in unsharded
     assert len(unsharded) == len(set(unsharded))
+
+
+@pytest.mark.parametrize("name, gpus", [("70b", 384), ("llama3-70b", 64), ("mixtral-8x7b", 64)])
+def test_alternatives_are_other_layouts_not_the_same_pipeline_interleaved_differently(name, gpus):
+    # The alternatives a user is shown (and the runner-up "why this plan" names) differ from the chosen plan and
+    # from one another in the layout (framework, tp, pp, cp, ep, sharding), not only in the virtual stages or the
+    # layer split: those are the schedule of one pipeline, which the search picks.
+    model, _ = resolve_model(name)
+    cluster = resolve_cluster("kempner-h100")
+    result = search(model, cluster, gpus, calibration_for(cluster.gpu.name), keep=1000)
+    assert len(result.alternatives) >= 2
+
+    def layout(plan):
+        return (plan.framework, plan.tp, plan.pp, plan.cp, plan.ep, plan.etp, plan.zero_stage)
+
+    shown = [layout(ev.plan) for ev in (result.best, *result.alternatives)]
+    assert len(shown) == len(set(shown))
+    # Each alternative is its layout's first-ranked plan, in the ranking's order.
+    order = [ev.plan for ev in result.ranked]
+    firsts = {}
+    for plan in order:
+        firsts.setdefault(layout(plan), plan)
+    assert [ev.plan for ev in result.alternatives] == [firsts[k] for k in shown[1:]]
