@@ -348,13 +348,20 @@ MOE_FIT_GRID = {
     # (CPU, Python, launch) time, not GPU time.
     ("all", "moe_host_ops"): [0.0, 100.0, 150.0, 200.0, 300.0, 400.0],
     ("all", "moe_host_ops_per_expert"): [0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0],
-    # What megatron's EP overlap (combined 1F1B) leaves exposed of the all-to-all it hides behind the paired
-    # micro-batch's compute (what outlasts that compute is exposed in full): fitted on the rows whose recipe turned
-    # it on (benchmarks/bridge_moe_recipes.csv), the only ones that depend on it.
-    ("all", "ep_overlap_exposed"): [0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0],
     # Host time per op on Grace (GB200/GB300 NVL72) over x86 (Calibration.grace_host_factor): the MoE rows are the
     # ones host-bound on both; its prior, 2.75, is TransformerEngine#2053's torch Linear forward.
     ("all", "grace_host_factor"): [1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.75],
+}
+A2A_FIT_GRID = {
+    # What NCCL's all-to-all reaches of the ring collectives' link rates (Calibration.nccl_all_to_all_efficiency):
+    # identified by the rows whose recipe ran megatron's alltoall dispatcher (bridge_moe_recipes.csv), the only
+    # ones whose expert-parallel traffic goes through it (the flex dispatcher's rows run DeepEP / HybridEP). Searched
+    # after MOE_FIT_GRID's joint search, jointly with the EP overlap's exposed share, the other term of the
+    # all-to-all's time: what megatron's EP overlap (combined 1F1B) leaves exposed of the all-to-all it hides behind
+    # the paired micro-batch's compute (what outlasts that compute is exposed in full), identified by the rows whose
+    # recipe turned it on (benchmarks/bridge_moe_recipes.csv), the only ones that depend on it.
+    ("all", "nccl_all_to_all_efficiency"): [1.0, 0.8, 0.65, 0.5, 0.4, 0.3, 0.25],
+    ("all", "ep_overlap_exposed"): [0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0],
 }
 HYBRID_FIT_GRID = {
     # The Mamba-2 scan's achieved rate (genconf.plan.cost.Calibration.ssd_scan_efficiency), fitted on the hybrid rows
@@ -362,7 +369,8 @@ HYBRID_FIT_GRID = {
     # does not share rows with. No kernel table here measures mamba_ssm's Triton kernels.
     ("all", "ssd_scan_efficiency"): [0.3, 0.1, 0.05, 0.03, 0.02, 0.015, 0.012, 0.01, 0.008, 0.006],
 }
-MOE_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration) if ("all", f.name) in MOE_FIT_GRID}
+MOE_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration)
+             if ("all", f.name) in MOE_FIT_GRID or ("all", f.name) in A2A_FIT_GRID}
 """What the MoE terms fall back to when a fit sees no MoE row (leave-one-source-out without Megatron-Bridge,
 the only MoE source): the counted defaults of genconf.plan.cost.Calibration, not the values fitted on that source."""
 HYBRID_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration) if ("all", f.name) in HYBRID_FIT_GRID}
@@ -408,6 +416,7 @@ def fit(runs: list[Run], base: dict | None = None, *, rounds: int = 2, quiet: bo
     override = _pair_search(runs, override, PAIR_FIT_GRID, quiet)
     if moe_runs:
         override = _joint_search(moe_runs, override, MOE_FIT_GRID, quiet)
+        override = _joint_search(moe_runs, override, A2A_FIT_GRID, quiet)
     else:
         for a in ARCHS:
             override[a].update(MOE_PRIOR)

@@ -141,6 +141,12 @@ class Calibration:
     dp_overlap_efficiency: float = 0.9
     """Fraction of the overlap window (a micro-batch's backward or forward) gradient reduce-scatter /
     all-reduce and parameter all-gather can hide behind."""
+    nccl_all_to_all_efficiency: float = 1.0
+    """What NCCL's all-to-all (megatron's alltoall token dispatcher: all_to_all_single with per-peer splits; Mamba's
+    context-parallel all-to-alls) reaches of the link rates the ring collectives reach (nvlink_efficiency,
+    ib_efficiency): it moves each rank's data as ranks - 1 peer sends at once. The flex dispatcher's DeepEP and
+    HybridEP kernels write to their peers directly and are priced at the ring rates. Fitted on the published
+    MoE rows whose recipe ran the alltoall dispatcher (benchmarks/bridge_moe_recipes.csv)."""
     ep_overlap_exposed: float = 0.25
     """Fraction of the expert-parallel all-to-all the combined 1F1B schedule hides behind another micro-batch's
     compute that still costs (megatron --overlap-moe-expert-parallel-comm): its kernels take SMs and memory
@@ -345,16 +351,19 @@ def _bandwidth(cluster: ClusterSpec, cal: Calibration, group_span: int, ranks: i
     return min(nvlink, per_domain * cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency)
 
 
-def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, ranks: int, stride: int) -> float:
+def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, ranks: int, stride: int, *,
+                  nccl: bool = True) -> float:
     """All-to-all over `ranks` ranks `stride` GPUs apart: the share of each rank's bytes bound for peers in its
-    own NVLink domain moves over NVLink, the rest over the NICs, both at once (NCCL/DeepEP split by path)."""
+    own NVLink domain moves over NVLink, the rest over the NICs, both at once (NCCL/DeepEP split by path). `nccl`:
+    NCCL's all-to-all (Calibration.nccl_all_to_all_efficiency), else DeepEP's / HybridEP's kernels."""
     if ranks <= 1:
         return 0.0
     per_domain = max(1, min(ranks, cluster.nvlink_domain // max(1, stride)))
     local = (per_domain - 1) / ranks * num_bytes
     remote = (ranks - per_domain) / ranks * num_bytes
-    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency * 1e9
-    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * 1e9
+    rate = cal.nccl_all_to_all_efficiency if nccl else 1.0
+    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency * rate * 1e9
+    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * rate * 1e9
     return max(local / nvlink, remote / ib) + cal.collective_latency_s * (1.0 + math.log2(ranks))
 
 
@@ -371,7 +380,7 @@ def _flex_all_to_all_s(cluster: ClusterSpec, cal: Calibration, token_bytes: floa
     per_domain = max(1, min(ranks, cluster.nvlink_domain // max(1, stride)))
     domains = -(-ranks // per_domain)
     if domains == 1:
-        return _all_to_all_s(cluster, cal, token_bytes * top_k, ranks, stride)
+        return _all_to_all_s(cluster, cal, token_bytes * top_k, ranks, stride, nccl=False)
     # P(a given domain holds none of the token's k experts): k draws without replacement from E, E/D per domain.
     elsewhere = experts - experts / domains
     miss = 1.0
