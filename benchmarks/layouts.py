@@ -115,6 +115,12 @@ def _as_configured(file: str, index: int, row: dict, tp: int) -> dict | None:
     return fields
 
 
+def _int_vp(layout: str) -> int | None:
+    """The vp of a "tpX ppY vpZ cpW mbsV" layout string (None where the table left it out)."""
+    vp = re.search(r"vp(\d+)", layout)
+    return int(vp.group(1)) if vp else None
+
+
 def _key(plan) -> tuple:
     return (plan.tp, plan.pp, plan.vp, plan.cp)
 
@@ -203,10 +209,13 @@ def main() -> int:
     feasible = sum(r["pinned_feasible"] for r in rows)
     top5 = sum(r["in_top5"] for r in rows)
     top5_free = sum(r["schedule_free_in_top5"] for r in rows)
-    # Where only the interleaving depth keeps NVIDIA's layout out of the top 5: genconf's predicted gain of its own
-    # vp over NVIDIA's for that pipeline (both searched over the rest).
-    vp_gaps = sorted(r["genconf_vp_tokens_per_s_per_gpu"] / r["nvidia_tokens_per_s_per_gpu"] - 1 for r in rows
-                     if r["schedule_free_in_top5"] and not r["in_top5"] and r["nvidia_tokens_per_s_per_gpu"])
+    # NVIDIA's pipeline (tp, pp, cp) in the top 5 but its exact layout not: either genconf ranks another vp first for
+    # that pipeline (its predicted gain over NVIDIA's layout as pinned, micro-batch and the rest searched), or it
+    # ranks NVIDIA's vp first there and other pipelines' vp variants crowd the exact list.
+    vp_rows = [r for r in rows if r["schedule_free_in_top5"] and not r["in_top5"]]
+    other_vp = [r for r in vp_rows if r["genconf_vp_for_nvidia_pipeline"] != _int_vp(r["nvidia"])]
+    vp_gaps = sorted(r["genconf_vp_tokens_per_s_per_gpu"] / r["nvidia_tokens_per_s_per_gpu"] - 1 for r in other_vp
+                     if r["nvidia_tokens_per_s_per_gpu"])
     absent = sum(r["rank"] is None for r in rows)
     gaps = sorted(r["best_tokens_per_s_per_gpu"] / r["nvidia_tokens_per_s_per_gpu"] - 1 for r in rows
                   if r["best_tokens_per_s_per_gpu"] and r["nvidia_tokens_per_s_per_gpu"])
@@ -216,7 +225,8 @@ def main() -> int:
     summary = {"layouts": n, "pinned_feasible": feasible, "rejected": n - feasible,
                "as_configured": len(known), "as_configured_feasible": ran_ok, "in_top5": top5,
                "in_top5_fraction": top5 / n if n else None, "absent_from_ranked": absent,
-               "schedule_free_in_top5": top5_free, "vp_only_misses": len(vp_gaps),
+               "schedule_free_in_top5": top5_free, "pipeline_in_top5_layout_not": len(vp_rows),
+               "vp_only_misses": len(vp_gaps),
                "vp_only_median_gain": vp_gaps[len(vp_gaps) // 2] if vp_gaps else None,
                "vp_only_max_gain": vp_gaps[-1] if vp_gaps else None,
                "median_gap_to_best": gaps[len(gaps) // 2] if gaps else None, **within}
@@ -233,11 +243,13 @@ def main() -> int:
              f"benchmarks/bridge_dense_recipes.csv): **{ran_ok}** of {len(known)} feasible as they ran",
              f"- NVIDIA's (tp, pp, vp, cp) in genconf's unpinned top 5: **{top5}** ({top5 / max(1, n):.0%}); "
              f"absent from the ranked candidates: {absent}",
-             f"- apart from the pipeline schedule (as genconf lists its alternatives: one entry per tp x pp x cp, "
-             f"the interleaving depth its own pick), NVIDIA's (tp, pp, cp) in genconf's top 5: **{top5_free}** "
+             f"- apart from the pipeline schedule (one entry per tp x pp x cp, the interleaving depth genconf's own "
+             f"pick), NVIDIA's (tp, pp, cp) in genconf's top 5: **{top5_free}** "
              f"({top5_free / max(1, n):.0%}); the issue's gate counts the exact vp too (the line above). Of the "
-             f"{len(vp_gaps)} layouts only their vp keeps out, genconf predicts its own vp for NVIDIA's pipeline "
-             f"{summary['vp_only_median_gain'] or 0:.1%} faster (median; max {summary['vp_only_max_gain'] or 0:.1%})",
+             f"{len(vp_rows)} whose pipeline is in that top 5 and exact layout is not, genconf ranks another vp first "
+             f"for NVIDIA's pipeline in {len(vp_gaps)} (predicted {summary['vp_only_median_gain'] or 0:.1%} faster than "
+             f"NVIDIA's layout as pinned, median; max {summary['vp_only_max_gain'] or 0:.1%}) and NVIDIA's own vp first "
+             f"in {len(vp_rows) - len(other_vp)}, where other pipelines' vp variants fill the exact top 5",
              f"- genconf's prediction for NVIDIA's layout against its own best: median gap "
              f"{summary['median_gap_to_best']:.1%}; within 3%: {summary.get('within_3pct', 0):.0%}, within 5%: "
              f"{summary.get('within_5pct', 0):.0%}, within 10%: {summary.get('within_10pct', 0):.0%} (the model's "

@@ -15,7 +15,8 @@ What it measures, each forward and forward + backward (the GPU's own time, moe_l
 - attention: Megatron(-DeepSpeed) 2022's core attention, as its ParallelAttention runs it: q, k, v as views of the
   fused QKV output ([s, b, np, 3 d], batch stride 3 d), torch.baddbmm for the scaled scores, a causal mask and
   softmax, torch.bmm for the context, at head dims 108, 150 and 450 (BLOOM's) and the aligned 112, 144 and 448
-  next to them (same batch and sequence);
+  next to them (same batch and sequence); and "attention GEMMs", its two batched GEMMs alone (no mask or softmax,
+  whose cost does not depend on the head dim and would dilute the GEMMs' slowdown);
 - linear: an output layer of 50,257 columns (GPT-2's vocabulary, unpadded) against 50,304, the padding nanoGPT's
   model.py makes ("GPT-2 vocab_size of 50257, padded up to nearest multiple of 64 for efficiency").
 The result is each misaligned shape's time over its aligned neighbour's, per FLOP: the factor a misaligned GEMM
@@ -45,8 +46,9 @@ LINEAR = (("GPT-2 vocabulary", 50257, 50304, 768, 8 * 1024),)
 
 # --- measuring (torch) -----------------------------------------------------------------------------------
 
-def _attention(torch, batches: int, seq: int, d: int, device: str, dtype):
-    """Forward and forward + backward closures of Megatron 2022's core attention on a fused QKV output."""
+def _attention(torch, batches: int, seq: int, d: int, device: str, dtype, gemms_only: bool = False):
+    """Forward and forward + backward closures of Megatron 2022's core attention on a fused QKV output (gemms_only:
+    its two batched GEMMs alone, the scores passed to the second without the mask and softmax)."""
     gen = torch.Generator(device=device).manual_seed(0)
     qkv = torch.randn(seq, 1, batches, 3 * d, device=device, dtype=dtype, generator=gen, requires_grad=True)
     mask = torch.ones(seq, seq, device=device, dtype=torch.bool).triu(1)
@@ -59,6 +61,8 @@ def _attention(torch, batches: int, seq: int, d: int, device: str, dtype):
         v = v.view(seq, batches, d).transpose(0, 1)
         out = torch.empty(batches, seq, seq, device=device, dtype=dtype)
         scores = torch.baddbmm(out, q, k.transpose(1, 2), beta=0.0, alpha=scale)
+        if gemms_only:
+            return torch.bmm(scores, v)
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
         return torch.bmm(probs, v)
 
@@ -93,11 +97,12 @@ def measure(out: Path, reps: int, scale: float) -> None:
     for label, d, aligned, batches, seq in ATTENTION:
         seq = max(64, int(seq * scale))
         for dim in (d, aligned):
-            fwd, both = _attention(torch, batches, seq, dim, device, dtype)
-            f, fb = timed(fwd, reps, queued=True), timed(both, reps, queued=True)
             flops = 4 * batches * seq * seq * dim  # QK^T and PV, forward (the mask is applied, not skipped)
-            rows.append({"kind": "attention", "label": label, "dim": dim, "aligned": dim == aligned,
-                         "batches": batches, "seq": seq, "fwd_ms": f, "fwd_bwd_ms": fb, "fwd_flops": flops})
+            for kind, gemms_only in (("attention", False), ("attention GEMMs", True)):
+                fwd, both = _attention(torch, batches, seq, dim, device, dtype, gemms_only)
+                f, fb = timed(fwd, reps, queued=True), timed(both, reps, queued=True)
+                rows.append({"kind": kind, "label": label, "dim": dim, "aligned": dim == aligned,
+                             "batches": batches, "seq": seq, "fwd_ms": f, "fwd_bwd_ms": fb, "fwd_flops": flops})
     for label, n, aligned, k, tokens in LINEAR:
         tokens = max(64, int(tokens * scale))
         for cols in (n, aligned):

@@ -27,8 +27,7 @@ FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h10
 GENCONF_FILE = "genconf_h100_issue13.csv"
 MOSAIC_FILE = "mosaicml_llm_foundry.csv"
 """MosaicML's MPT benchmarks (llm-foundry): Composer FSDP, not from shared/data (benchmarks/data/README.md)."""
-TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv",
-              "opt_bloom_fsdp_papers.csv")
+TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv")
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv")
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
 """Per MoE row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
@@ -260,9 +259,10 @@ def _model(row: dict, file: str) -> ModelSpec:
     spec = dict(activation="swiglu" if llama else "gelu", normalization="rmsnorm" if llama else "layernorm",
                 position_embedding="rope" if llama else "learned", tie_embeddings=False, add_bias_linear=not llama,
                 hidden_dropout=0.0 if llama else 0.1, attention_dropout=0.0 if llama else 0.1)
-    if file in TIED_FILES:
+    if file in TIED_FILES or (file == "opt_bloom_fsdp_papers.csv" and row["model"].startswith(("OPT", "BLOOM"))):
         # Megatron-LM before 2023 (and Megatron-DeepSpeed, BLOOM's fork of it) always shared the output layer with the
-        # word embeddings (`untie_embeddings_and_output_weights` arrived in 2023); OPT and BLOOM tie them too.
+        # word embeddings (`untie_embeddings_and_output_weights` arrived in 2023); OPT and BLOOM tie them too (not
+        # minGPT, the FSDP paper's GPT-175B, which has its own head).
         spec["tie_embeddings"] = True
     spec.update({k: v for k, v in defaults.items() if k != "vocab_size"})
     return ModelSpec(
@@ -419,17 +419,17 @@ def deepspeed_pipe_split(num_layers: int, pp: int, *, embedding_weighted: bool) 
     weights = [e] + [1] * num_layers + [e]
     bounds = deepspeed_pipe_partition(weights, pp)
     counts = [sum(1 for i in range(bounds[s], bounds[s + 1]) if 0 < i <= num_layers) for s in range(pp)]
-    if len(set(counts)) == 1:
-        return {}
-    if embedding_weighted and counts == [counts[1] - 1] + [counts[1]] * (pp - 2) + [counts[1] - 1]:
+    if len(set(counts)) == 1 or min(counts) == 0:
+        return {}  # even, or a stage without layers (megatron has no such split)
+    if pp > 2 and embedding_weighted and counts == [counts[1] - 1] + [counts[1]] * (pp - 2) + [counts[1] - 1]:
         return {"pp_embedding_as_layer": True, "pp_loss_as_layer": True}
     middle = counts[1:-1]
-    if len(set(middle)) > 1 or not middle:
+    if len(set(middle)) > 1:
         return {}
     split = {}
-    if counts[0] != middle[0]:
+    if not middle or counts[0] != middle[0]:
         split["pp_first_stage_layers"] = counts[0]
-    if counts[-1] != middle[0]:
+    if not middle or counts[-1] != middle[0]:
         split["pp_last_stage_layers"] = counts[-1]
     return split
 

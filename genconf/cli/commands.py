@@ -174,7 +174,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         cal = calibration_file.apply(cal, cf, cluster.gpu.name)
         used = {"file": cf.path, "source": cf.source, "gpu": cf.gpu, "measured_on": cf.environment.get("device"),
                 "terms": cf.terms, "provenance": cf.provenance}
-    result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=max(args.top, 10))
+    result = plan_or_explain(model, cluster, num_gpus, cal, pins, keep=args.top)
     best = result.best
     tokens = args.tokens or float(chinchilla_tokens(model))
     run = planfile.encode(model, alias, cluster, num_gpus, best, result, tokens, cal=cal,

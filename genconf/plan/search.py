@@ -679,8 +679,8 @@ def _schedule_free_key(plan: ParallelPlan) -> tuple:
 def _other_layouts(ranked: list[Evaluation], keep: int) -> tuple[Evaluation, ...]:
     """The first-ranked plan of each layout other than the first plan's, apart from the schedule, up to `keep`."""
     seen = {_schedule_free_key(ranked[0].plan)} if ranked else set()
-    out = []
-    for ev in ranked[1:]:
+    out: list[Evaluation] = []
+    for ev in ranked[1:] if keep > 0 else ():
         key = _schedule_free_key(ev.plan)
         if key not in seen:
             seen.add(key)
@@ -799,11 +799,13 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                     split_speed[variant] = good.cost.tokens_per_s
         for good in found:
             feasible.append(good)
-            k = _layout_key(good.plan)
+            k = _schedule_free_key(good.plan)
             best_per_layout[k] = max(best_per_layout.get(k, 0.0), good.cost.tokens_per_s / num_gpus)
-        if found and len(best_per_layout) >= keep:
+        if found and len(best_per_layout) > keep:
+            # Nothing that cannot beat the (keep + 1)-th best layout apart from its schedule can enter the ranking's
+            # first `keep` plans (each layout's vp variants count there) or the `keep` alternatives of other layouts.
             speeds = sorted(best_per_layout.values(), reverse=True)
-            threshold = min(speeds[keep - 1], speeds[0] * (1 - TIE_FRACTION))
+            threshold = min(speeds[keep], speeds[0] * (1 - TIE_FRACTION))
         if ev.ok:
             continue
         first = ev.errors[0].rule

@@ -274,6 +274,10 @@ def test_torchtitan_pipeline_rows_take_torchtitans_default_micro_batches(runs):
     # megatron's account-for-embedding/loss split.
     (106, 12, True, {"pp_embedding_as_layer": True, "pp_loss_as_layer": True}),
     (70, 12, True, {"pp_embedding_as_layer": True, "pp_loss_as_layer": True}),
+    # Two stages: the split is the two counts; a fill that leaves a stage empty has no megatron split.
+    (7, 2, False, {"pp_first_stage_layers": 4, "pp_last_stage_layers": 3}),
+    (9, 4, False, {}),
+    (11, 12, False, {}),
 ])
 def test_bloom_rows_split_their_layers_as_deepspeeds_pipeline_did(layers, pp, embedding, split):
     from published import deepspeed_pipe_split
@@ -287,6 +291,16 @@ def test_bloom_and_pre_2023_megatron_rows_tie_the_output_layer_to_the_embeddings
     for file in ("bigscience_bloom_sweep.csv", "megatron_narayanan2021.csv", "korthikanti2022.csv"):
         assert all(by_file[file]), file
     assert not any(by_file["torchtitan.csv"])  # Llama 3 unties them
+    # The papers file by model, as _model types every row with an architecture: OPT and BLOOM tied (its minGPT-175B
+    # rows, whose model has its own head, state no architecture and are not scored).
+    import csv
+
+    from published import DATA, _model
+    with open(DATA / "opt_bloom_fsdp_papers.csv") as f:
+        papers = [(row["model"], _model(row, "opt_bloom_fsdp_papers.csv").tie_embeddings) for row in csv.DictReader(f)
+                  if row["layers"] and row["hidden"] and row["heads"]]
+    assert {name[:3] for name, _ in papers} == {"OPT", "BLO"}
+    assert all(tied for _, tied in papers)
 
 
 def test_the_78_layer_bloom_rows_put_seven_layers_and_the_embedding_on_the_first_stage(runs):

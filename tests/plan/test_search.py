@@ -295,3 +295,15 @@ def test_alternatives_are_other_layouts_not_the_same_pipeline_interleaved_differ
     for plan in order:
         firsts.setdefault(layout(plan), plan)
     assert [ev.plan for ev in result.alternatives] == [firsts[k] for k in shown[1:]]
+
+
+@pytest.mark.parametrize("name, gpus", [("mixtral-8x7b", 64), ("gpt3-175b", 128)])
+def test_the_search_stops_late_enough_for_every_alternative(name, gpus):
+    # The early stop (candidates whose optimistic bound cannot reach the ranking) is set by the best layouts apart
+    # from their schedule: with keep 10 the ten alternatives are the first ten of an exhaustive ranking's.
+    model, _ = resolve_model(name)
+    cluster = resolve_cluster("kempner-h100")
+    cal = calibration_for(cluster.gpu.name)
+    short, full = search(model, cluster, gpus, cal, keep=10), search(model, cluster, gpus, cal, keep=1000)
+    assert [ev.plan for ev in short.alternatives] == [ev.plan for ev in full.alternatives[:10]]
+    assert [ev.plan for ev in short.ranked] == [ev.plan for ev in full.ranked[:10]]
