@@ -22,7 +22,7 @@ from genconf.plan.errors import GenconfError
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import stage_layers
 from genconf.plan.precision import recipe_for
-from genconf.plan.search import Evaluation, SearchResult, describe
+from genconf.plan.search import Evaluation, SearchResult, describe, same_layout
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan, TrainSpec
 
 SCHEMA_VERSION = 1
@@ -362,12 +362,16 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         gap = fast.cost.tokens_per_s / cost.tokens_per_s - 1
         reasons.append(f"within {gap:.1%} of the fastest candidate ({describe(fast.plan)}), closer than the model can "
                        f"tell apart; ranked first: {result.tie_break}")
-    elif result is not None and result.alternatives:
+    if result is not None and result.alternatives and (
+            result.fastest is None or same_layout(result.fastest.plan, best.plan)):
+        # The runner-up is the best plan of another layout (SearchResult.alternatives); where the fastest candidate
+        # above is this layout with another pipeline schedule, the runner-up still says what the next layout costs.
         runner = result.alternatives[0]
         gain = cost.tokens_per_s / runner.cost.tokens_per_s - 1
         # The search says whether the runner-up is a tie (within TIE_FRACTION) and what decided it.
         tied = (f" (a tie within the model's error; ranked first: {result.runner_up_tie_break})"
                 if result.runner_up_tie_break else "")
-        faster = f"{gain:.1%} faster than" if gain >= 0.0005 else "as fast (within 0.05%) as"
+        faster = (f"{gain:.1%} faster than" if gain >= 0.0005 else f"{-gain:.1%} slower than" if gain <= -0.0005
+                  else "as fast (within 0.05%) as")
         reasons.append(f"{faster} the runner-up ({describe(runner.plan)}){tied}")
     return reasons

@@ -676,6 +676,11 @@ def _schedule_free_key(plan: ParallelPlan) -> tuple:
     return key[:3] + key[4:]
 
 
+def same_layout(a: ParallelPlan, b: ParallelPlan) -> bool:
+    """Whether two plans are one layout apart from their pipeline schedule (_schedule_free_key)."""
+    return _schedule_free_key(a) == _schedule_free_key(b)
+
+
 def _other_layouts(ranked: list[Evaluation], keep: int) -> tuple[Evaluation, ...]:
     """The first-ranked plan of each layout other than the first plan's, apart from the schedule, up to `keep`."""
     seen = {_schedule_free_key(ranked[0].plan)} if ranked else set()

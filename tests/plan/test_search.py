@@ -307,3 +307,21 @@ def test_the_search_stops_late_enough_for_every_alternative(name, gpus):
     short, full = search(model, cluster, gpus, cal, keep=10), search(model, cluster, gpus, cal, keep=1000)
     assert [ev.plan for ev in short.alternatives] == [ev.plan for ev in full.alternatives[:10]]
     assert [ev.plan for ev in short.ranked] == [ev.plan for ev in full.ranked[:10]]
+
+
+def test_why_names_the_next_layout_when_the_fastest_is_this_one_with_another_schedule():
+    # GPT-3 175B on 128 H100 (4 per node): tp4 pp8 without interleaving is ranked first, the same pipeline with 3
+    # virtual stages is 0.5% faster but could run out of memory. "Why this plan" names that fastest candidate and,
+    # since it is this layout again, the runner-up of another layout too.
+    from genconf.plan.planfile import why
+    from genconf.plan.search import describe, same_layout
+
+    model, _ = resolve_model("gpt3-175b")
+    cluster = resolve_cluster("kempner-h100")
+    result = search(model, cluster, 128, calibration_for(cluster.gpu.name), keep=3)
+    assert result.fastest is not None and same_layout(result.fastest.plan, result.best.plan)
+    runner = result.alternatives[0]
+    assert not same_layout(runner.plan, result.best.plan)
+    reasons = why(result.best, result, cluster)
+    assert any(r.startswith("within") and describe(result.fastest.plan) in r for r in reasons)
+    assert any("the runner-up (" + describe(runner.plan) + ")" in r for r in reasons)
