@@ -395,7 +395,7 @@ def load_runs() -> tuple[list[Run], list[tuple[str, str, str]]]:
 def deepspeed_pipe_partition(weights: list[int], parts: int) -> list[int]:
     """Item boundaries of DeepSpeed's pipeline partition as Megatron-DeepSpeed ran it in 2022 (the BLOOM sweep):
     runtime/utils.py partition_balanced's _lprobe fills each stage from the left up to the smallest bottleneck that
-    fits (for unit weights ceil(total / parts)). BigScience's chronicles-prequel.md ('Re-do', 02-27): "78/12=6.5 - so
+    fits, which for weights of 0 and 1 (the layers' here) is ceil(total / parts). BigScience's chronicles-prequel.md ('Re-do', 02-27): "78/12=6.5 - so
     the last stage has 1 block, while the rest have 7". DeepSpeed since rebalances the remainder over the last
     stages; the stage with the most layers is the same either way."""
     cap = -(-sum(weights) // parts)

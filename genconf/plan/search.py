@@ -673,7 +673,7 @@ def _schedule_free_key(plan: ParallelPlan) -> tuple:
     pipeline runs its layers, not another layout (a user choosing between layouts is shown tp x pp x cp x ep and
     the sharding; the interleaving depth is the search's to pick, Megatron's convention)."""
     key = _layout_key(plan)
-    return key[:3] + key[4:]
+    return key[:3] + key[4:]  # _layout_key without its vp (index 3)
 
 
 def same_layout(a: ParallelPlan, b: ParallelPlan) -> bool:
