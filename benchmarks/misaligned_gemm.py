@@ -86,12 +86,12 @@ def _linear(torch, n: int, k: int, tokens: int, device: str, dtype):
     return forward, both
 
 
-def measure(out: Path, reps: int, scale: float) -> None:
+def measure(out: Path, reps: int, scale: float, dtype_name: str = "bf16") -> None:
     import torch
     from moe_layer import _timer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name] if device == "cuda" else torch.float32
     timed = _timer(torch, device)
     rows = []
     for label, d, aligned, batches, seq in ATTENTION:
@@ -154,11 +154,13 @@ def main() -> int:
     ap.add_argument("--compare", type=Path, help="a --measure JSON: print the slowdowns")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--scale", type=float, default=1.0, help="shrink the sequences and tokens (a CPU dry run)")
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16",
+                    help="on a GPU (a CPU runs fp32): fp16 is what the BLOOM sweep ran")
     ap.add_argument("--write", type=Path, help="--compare: also write the table here")
     args = ap.parse_args()
     from moe_layer import measure_or_compare
 
-    return measure_or_compare(ap, args, lambda: measure(args.measure, args.reps, args.scale),
+    return measure_or_compare(ap, args, lambda: measure(args.measure, args.reps, args.scale, args.dtype),
                               lambda: compare(args.compare))
 
 
