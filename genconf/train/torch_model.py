@@ -111,7 +111,11 @@ class MLP(nn.Module):
             gate, up = y.chunk(2, dim=-1)
             y = F.silu(gate) * up
         elif self.squared_relu:
-            y = F.relu(y).square()  # relu(x)^2 (Primer, So et al. 2021), as megatron-core's squared_relu
+            # relu(x)^2 (Primer, So et al. 2021), as megatron-core's squared_relu, as a product: CUDA autocast runs
+            # pow (and square, which calls it) in fp32, which kept an fp32 copy of relu's output and cost 8 GiB
+            # over the plan for a 1B model on an H200 (benchmarks/results/gpu_runs/README.md, 2026-11-27 fourth).
+            r = F.relu(y)
+            y = r * r
         else:
             y = F.gelu(y)
         return self.linear_fc2(y)

@@ -24,3 +24,35 @@ def test_the_mlp_runs_the_model_s_activation(activation, expected):
     assert torch.allclose(mlp(x), mlp.linear_fc2(expected(mlp.linear_fc1(x))), atol=1e-6)
     if activation == "squared_relu":  # not GELU: the two differ on these inputs
         assert not torch.allclose(mlp(x), mlp.linear_fc2(torch.nn.functional.gelu(mlp.linear_fc1(x))), atol=1e-3)
+
+
+# CUDA autocast runs these in fp32 (torch.amp's "CUDA Ops that can autocast to float32"): on an ffn-wide tensor such a
+# call keeps an fp32 copy for backward that the memory model does not price. square() is pow underneath.
+_CUDA_AUTOCAST_FP32 = {"pow", "exp", "log", "rsqrt", "reciprocal", "softplus", "sum", "cumsum", "prod", "norm",
+                       "softmax", "_softmax", "log_softmax", "_log_softmax", "layer_norm", "native_layer_norm"}
+
+
+@pytest.mark.parametrize("activation", ["gelu", "swiglu", "squared_relu"])
+def test_the_mlp_calls_no_op_that_cuda_autocast_runs_in_fp32(activation):
+    """The squared-ReLU MLP once called square(): on an H200 under DDP autocast it peaked 8 GiB over its plan (1B, 16
+    layers, micro-batch 8), an fp32 copy of every layer's ffn-wide relu output (gpu_runs/README.md). A CPU's autocast
+    keeps pow in bf16, so the ops the MLP dispatches are checked instead."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.add(func._schema.name.split("::")[-1])
+            return func(*args, **(kwargs or {}))
+
+    spec = dataclasses.replace(resolve_model("gpt3-125m")[0], activation=activation)
+    mlp = MLP(spec)
+    x = torch.randn(2, 3, spec.hidden_size, requires_grad=True)
+    with Ops() as ops:  # the forward: autocast casts there, and what it saves is what backward keeps
+        y = mlp(x)
+    assert {"addmm", "relu" if activation == "squared_relu" else "mul" if activation == "swiglu" else "gelu"} <= ops.names
+    assert not ops.names & _CUDA_AUTOCAST_FP32, sorted(ops.names & _CUDA_AUTOCAST_FP32)
+    assert y.shape == x.shape
