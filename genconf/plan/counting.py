@@ -282,6 +282,10 @@ def output_tensors(model: ModelSpec, vocab_rows: int) -> tuple[ParamTensor, ...]
     return (ParamTensor("output_layer.weight", vocab_rows * model.hidden_size, True, gemm_weight=True),)
 
 
+TORCH_VOCAB_MULTIPLE = 64
+"""genconf's own PyTorch model (DeepSpeed, FSDP) pads its vocabulary rows to this multiple (nanoGPT's model.py)."""
+
+
 def padded_vocab_size(vocab_size: int, tp: int, divisible_by: int = 128) -> int:
     """Megatron pads the vocabulary to a multiple of 128 x TP (--make-vocab-size-divisible-by)."""
     multiple = divisible_by * tp

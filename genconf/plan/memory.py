@@ -23,6 +23,7 @@ from genconf.plan.counting import (
     lora_layer_tensors,
     mtp_tensors,
     output_tensors,
+    TORCH_VOCAB_MULTIPLE,
     padded_vocab_size,
     transformer_view,
 )
@@ -128,10 +129,12 @@ class MemoryEstimate:
 # --- parameters on one rank -----------------------------------------------------------------------
 
 def vocab_rows(model: ModelSpec, plan: ParallelPlan) -> int:
-    """Embedding rows on the GPU: Megatron pads to 128 x TP; DeepSpeed/FSDP models keep the checkpoint's."""
+    """Embedding rows on the GPU: Megatron pads to 128 x TP (--make-vocab-size-divisible-by); genconf's own model
+    (DeepSpeed, FSDP) to 64, as nanoGPT ("padded up to nearest multiple of 64 for efficiency"): GPT-2's unpadded
+    50,257-row output layer ran 3.7x slower per FLOP than 50,304 rows on an H200 (results/misaligned_gemm_h200.md)."""
     if plan.framework == "megatron":
         return padded_vocab_size(model.vocab_size, plan.tp)
-    return model.vocab_size
+    return padded_vocab_size(model.vocab_size, 1, TORCH_VOCAB_MULTIPLE)
 
 
 def stage_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tuple[ParamTensor, int], ...]:

@@ -20,6 +20,7 @@ from genconf.plan.memory import (
     seed_model_bytes,
     stage_memory,
     step_transient_bytes,
+    vocab_rows,
 )
 from genconf.plan.pipeline import inflight_chunks, stage_layers
 from genconf.plan.specs import ModelSpec, ParallelPlan
@@ -51,6 +52,13 @@ def _model_states(model, plan) -> int:
             + step_transient_bytes(model, plan, 0))
 
 
+def _held_params(model: ModelSpec, plan: ParallelPlan) -> int:
+    """The parameters genconf's model holds: the checkpoint's, plus the vocabulary rows it pads to a multiple of 64
+    (GPT-3's 50,257 to 50,304; tied embeddings pad one matrix)."""
+    padding = (vocab_rows(model, plan) - model.vocab_size) * model.hidden_size
+    return exact_param_count(model) + padding * (1 if model.tie_embeddings else 2)
+
+
 @needs_deepspeed
 @pytest.mark.parametrize("name", ["gpt3-1.3b", "llama2-7b", "olmo-70b"])
 @pytest.mark.parametrize("nodes,per_node", [(1, 8), (4, 4), (96, 4)])
@@ -59,9 +67,9 @@ def test_zero2_matches_deepspeed_estimator(name, nodes, per_node, offload):
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
     model, _ = resolve_model(name)
-    total = exact_param_count(model)
-    _, ds_gpu = estimate_zero2_model_states_mem_needs(total, per_node, nodes, cpu_offload=offload)
     plan = _ds_plan(2, nodes * per_node, offload_optimizer=offload)
+    total = _held_params(model, plan)
+    _, ds_gpu = estimate_zero2_model_states_mem_needs(total, per_node, nodes, cpu_offload=offload)
     # ZeRO-1/2 pad the flat group to a multiple of 2 x dp elements (stage_1_and_2.py); the estimator does not.
     assert _model_states(model, plan) == pytest.approx(ds_gpu, rel=1e-5)
 
@@ -74,8 +82,8 @@ def test_zero3_matches_deepspeed_estimator(name, nodes, per_node, offload_opt, o
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
 
     model, _ = resolve_model(name)
-    total = exact_param_count(model)
     plan = _ds_plan(3, nodes * per_node, offload_optimizer=offload_opt, offload_params=offload_params)
+    total = _held_params(model, plan)
     largest = rank_params(model, plan, 0).largest_module
     _, ds_gpu, _ = estimate_zero3_model_states_mem_needs(
         total, largest, per_node, nodes, cpu_offload=offload_opt, cpu_offload_params=offload_params)
@@ -91,13 +99,15 @@ def test_largest_module_matches_deepspeed_on_a_real_model():
     # DeepSpeed's all_live estimator finds the largest module of a built model; compare with the spec's.
     import torch
 
+    # genconf's own model, built on the meta device: its 1,000-token vocabulary padded to 1,024 rows.
+    from genconf.train.torch_model import GPT
+
     model = ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
                       vocab_size=1000, seq_length=32, tie_embeddings=False)
-    net = torch.nn.ModuleDict({
-        "embedding": torch.nn.Embedding(1000, 64), "pos": torch.nn.Embedding(32, 64),
-        "fc1": torch.nn.Linear(64, 256), "output": torch.nn.Linear(64, 1000, bias=False)})
+    with torch.device("meta"):
+        net = GPT(model)
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in net.modules())
-    assert rank_params(model, _ds_plan(3, 8), 0).largest_module == largest == 64_000
+    assert rank_params(model, _ds_plan(3, 8), 0).largest_module == largest == 1024 * 64
 
 
 def test_megatron_distributed_optimizer_table():
