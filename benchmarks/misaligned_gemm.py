@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -126,8 +127,10 @@ def slowdowns(rows: list[dict]) -> list[dict]:
             continue
         twin = next(a for a in rows if a["aligned"] and a["kind"] == r["kind"] and a["label"] == r["label"])
         per = r["fwd_flops"] / twin["fwd_flops"]
+        bwd = (r["fwd_bwd_ms"] - r["fwd_ms"]) / (twin["fwd_bwd_ms"] - twin["fwd_ms"]) / per
         out.append({"kind": r["kind"], "label": r["label"], "dim": r["dim"], "aligned_dim": twin["dim"],
-                    "fwd": r["fwd_ms"] / twin["fwd_ms"] / per, "fwd_bwd": r["fwd_bwd_ms"] / twin["fwd_bwd_ms"] / per})
+                    "fwd": r["fwd_ms"] / twin["fwd_ms"] / per, "bwd": bwd,
+                    "fwd_bwd": r["fwd_bwd_ms"] / twin["fwd_bwd_ms"] / per})
     return out
 
 
@@ -136,10 +139,16 @@ def compare_rows(meta: dict, rows: list[dict]) -> str:
              f"scale {meta['scale']})", "",
              "Command: `python benchmarks/misaligned_gemm.py --measure OUT.json` on the GPU, then `--compare OUT.json`.",
              "Time per FLOP of each misaligned shape over its aligned neighbour's (1.0: no penalty).", "",
-             "| what | shape | dim / aligned | forward | forward + backward |", "|---|---|---|---:|---:|"]
-    for s in slowdowns(rows):
+             "| what | shape | dim / aligned | forward | backward | forward + backward |", "|---|---|---|---:|---:|---:|"]
+    found = slowdowns(rows)
+    for s in found:
         lines.append(f"| {s['kind']} | {s['label']} | {s['dim']} / {s['aligned_dim']} | {s['fwd']:.2f} | "
-                     f"{s['fwd_bwd']:.2f} |")
+                     f"{s['bwd']:.2f} | {s['fwd_bwd']:.2f} |")
+    gemms = [s for s in found if s["kind"] == "attention GEMMs"]
+    if gemms:
+        fwd, bwd = (statistics.median(s[k] for s in gemms) for k in ("fwd", "bwd"))
+        lines += ["", f"Median over the attention GEMMs: forward {fwd:.2f}, backward {bwd:.2f} "
+                      "(genconf's Calibration.misaligned_attention_gemm_slowdown)."]
     return "\n".join(lines) + "\n"
 
 

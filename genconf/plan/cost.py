@@ -61,6 +61,11 @@ class Calibration:
     """Same with megatron's fused kernels (ParallelPlan.fused_kernels): the fused scale-mask-softmax reads the
     bf16 scores and writes bf16 probabilities (4), dropout keeps a mask and writes (5), the bmms read and write
     (2): about 11; backward about 15 (fitted on the published A100 Megatron-LM runs)."""
+    misaligned_attention_gemm_slowdown: tuple[float, float] = (2.9, 2.0)
+    """Time per FLOP of the unfused attention's batched GEMMs (QK^T, AV) whose head dim is not a multiple of 8
+    16-bit elements (16 bytes, the tensor-core kernels' vector loads), over an aligned neighbour's, forward and
+    backward: measured 2.6-3.0 and 1.8-2.4 at BLOOM's head dims 450, 150 and 108 on an H200, bf16 and fp16
+    (benchmarks/results/misaligned_gemm_h200.md)."""
     local_elementwise_passes: float = 3.0
     """Element-wise traffic of the local spec relative to TE's fused kernels: 3 without apex and megatron's
     fused kernels (bias, dropout with its RNG and mask, and the add run apart)."""
@@ -573,9 +578,10 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         batch = mbs * heads
         qk_f, qk_b = linear_s(gpu, cal, batch * (seq // cp), keys, d, "bf16")
         av_f, av_b = linear_s(gpu, cal, batch * (seq // cp), d, keys, "bf16")
+        slow_f, slow_b = cal.misaligned_attention_gemm_slowdown if d % 8 else (1.0, 1.0)
         scores = batch * (seq // cp) * keys
-        attn_f = qk_f + av_f + _mem_s(gpu, cal, score_bytes[0] * scores)
-        attn_b = qk_b + av_b + _mem_s(gpu, cal, score_bytes[1] * scores)
+        attn_f = slow_f * (qk_f + av_f) + _mem_s(gpu, cal, score_bytes[0] * scores)
+        attn_b = slow_b * (qk_b + av_b) + _mem_s(gpu, cal, score_bytes[1] * scores)
     else:
         bh = mbs * heads
         backend = attention_factor(attention, cal)

@@ -526,3 +526,25 @@ def test_an_eager_layer_s_element_wise_work_is_the_sum_of_its_pieces(name):
             _mem_s(gpu, cal, n * attn), rel=1e-12)
         autocast = _eager_elementwise_s(model, 1, 1, n, 1.0, 1.0, "torch-autocast", gpu, cal)[i]
         assert autocast - whole == pytest.approx(_mem_s(gpu, cal, n * 2 * (half(i, 2.0) - half(i))), rel=1e-9)
+
+
+def test_misaligned_head_dims_slow_the_unfused_attention_gemms():
+    """BLOOM-prototype 20B (hidden 14,400, 32 heads: head dim 450, not a multiple of 8 16-bit elements) under
+    megatron's unfused attention: QK^T and AV cost their aligned time times the slowdown measured on an H200
+    (results/misaligned_gemm_h200.md); the softmax's traffic does not change, and 448 is aligned."""
+    cluster = resolve_cluster("dgx-a100")
+    cal = calibration_for(cluster.gpu.name)
+    plan = ParallelPlan(framework="megatron", tp=8, dp=1, mbs=1, gbs=1, seq_length=2048, layer_spec="local",
+                        fused_kernels=True)
+    model = dataclasses.replace(resolve_model("gpt3-13b")[0], hidden_size=14400, num_attention_heads=32,
+                                num_query_groups=32, ffn_hidden_size=4 * 14400, kv_channels=450)
+    flat = dataclasses.replace(cal, misaligned_attention_gemm_slowdown=(1.0, 1.0))
+    slow, even = layer_time(model, plan, cluster, cal), layer_time(model, plan, cluster, flat)
+    rows = 1 * 4 * 2048  # micro-batch x heads per GPU x queries
+    qk_f, qk_b = linear_s(cluster.gpu, cal, rows, 2048, 450, "bf16")
+    av_f, av_b = linear_s(cluster.gpu, cal, rows, 450, 2048, "bf16")
+    f, b = cal.misaligned_attention_gemm_slowdown
+    assert slow.attn_fwd_s - even.attn_fwd_s == pytest.approx((f - 1) * (qk_f + av_f))
+    assert slow.bwd_s - even.bwd_s == pytest.approx((b - 1) * (qk_b + av_b))
+    aligned = dataclasses.replace(model, hidden_size=14336, ffn_hidden_size=4 * 14336, kv_channels=448)
+    assert layer_time(aligned, plan, cluster, cal) == layer_time(aligned, plan, cluster, flat)
