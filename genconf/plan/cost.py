@@ -635,7 +635,8 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     # Element-wise work: norms, residual adds, RoPE (rotary models only), activation, dropout (TE fused: one read +
     # one write each).
     rope = 2 * (q + kv) / t if model.position_embedding == "rope" else 0.0
-    per_token = act * (wa * (5 * h / r + rope) + wm * (5 * h / r + (3 if model.gated else 2) * k_top * f / t))
+    qk_norm = 2 * (q + kv) / t if model.qk_layernorm else 0.0  # the q and k norms: one read and one write each
+    per_token = act * (wa * (5 * h / r + rope + qk_norm) + wm * (5 * h / r + (3 if model.gated else 2) * k_top * f / t))
     if model.is_moe:
         per_token += wm * act * 4 * k_top * model.expert_width / r  # token permute/unpermute around the experts
     # Eager stacks run dense layers only (a mixture of experts is megatron's: rules.architecture_conflict); an
@@ -764,6 +765,9 @@ def _eager_elementwise_s(model: ModelSpec, t: int, r: int, n: float, wa: float, 
     fwd, bwd = (wa + wm) * half_bytes(0), (wa + wm) * half_bytes(1)
     if model.position_embedding == "rope":
         fwd, bwd = fwd + wa * EAGER_BYTES["rope"][0] * (q + kv) / t, bwd + wa * EAGER_BYTES["rope"][1] * (q + kv) / t
+    if model.qk_layernorm:
+        # The q and k norms: the layer's norm kernel over q and k (fp32 under autocast, as the other norms).
+        fwd, bwd = fwd + wa * stream * norm[0] * (q + kv) / t, bwd + wa * stream * norm[1] * (q + kv) / t
     fwd, bwd = fwd + wm * act[0] * f / t, bwd + wm * act[1] * f / t
     biased = wa * ((q + 2 * kv) / t * model.qkv_bias + h / r * model.add_bias_linear) + wm * model.add_bias_linear * (
         (2 if model.gated else 1) * f / t + h / r)  # each biased linear's output width per token on this rank

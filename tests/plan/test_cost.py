@@ -548,3 +548,25 @@ def test_misaligned_head_dims_slow_the_unfused_attention_gemms():
     assert slow.bwd_s - even.bwd_s == pytest.approx((b - 1) * (qk_b + av_b))
     aligned = dataclasses.replace(model, hidden_size=14336, ffn_hidden_size=4 * 14336, kv_channels=448)
     assert layer_time(aligned, plan, cluster, cal) == layer_time(aligned, plan, cluster, flat)
+
+
+def test_q_and_k_norms_cost_a_norm_over_q_and_k():
+    """OLMo's attention_layer_norm (the Kempner 1B: LayerNorm over the full q and k widths, 2,048 each): eager PyTorch
+    runs the layer's norm kernel over q and k (fp32 under autocast, twice the bf16 bytes); fused stacks read and write
+    q and k once more, the same count as RoPE's pass."""
+    from genconf.plan.cost import ELEMENTWISE_PASSES, EAGER_BYTES, _eager_elementwise_s, _mem_s
+
+    model = resolve_model("kempner-olmo-1b")[0]
+    plain = dataclasses.replace(model, qk_layernorm=False)
+    cluster, cal = resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
+    gpu, n, qk = cluster.gpu, 4096, model.query_width + model.kv_width
+    for impl, stream in (("torch-bf16", 1.0), ("torch-autocast", 2.0)):
+        for i in (0, 1):
+            extra = (_eager_elementwise_s(model, 1, 1, n, 1.0, 1.0, impl, gpu, cal)[i]
+                     - _eager_elementwise_s(plain, 1, 1, n, 1.0, 1.0, impl, gpu, cal)[i])
+            # _mem_s is linear in bytes: the difference of the two layers is the norm's bytes over q and k
+            assert extra == pytest.approx(_mem_s(gpu, cal, n * stream * EAGER_BYTES["layernorm"][i] * qk), rel=1e-9)
+    plan = ParallelPlan(framework="megatron", dp=8, mbs=1, gbs=8, seq_length=2048)
+    fused = layer_time(model, plan, cluster, cal).fwd_s - layer_time(plain, plan, cluster, cal).fwd_s
+    passes = ELEMENTWISE_PASSES["megatron-te"]
+    assert fused == pytest.approx(_mem_s(gpu, cal, passes * 2048 * 2 * 2 * qk), rel=1e-9)
