@@ -9,7 +9,8 @@ dim 108: +31% to +37%; benchmarks/results/accuracy.json), while the rows of the 
 are within a few percent. BigScience's chronicles-prequel.md notes "NHEADS=108 breaks constraints for invoking
 optimized fused softmax kernel". Tensor-core GEMM kernels load 16-byte vectors (cuBLAS "Tensor Core usage"
 restrictions); a leading dimension or a batch stride that is not a multiple of 16 bytes falls back to narrower
-loads or to SIMT kernels. genconf prices the local spec's attention GEMMs at the aligned rate (cost.linear_s).
+loads or to SIMT kernels. genconf prices these two GEMMs with the slowdown this measures
+(Calibration.misaligned_attention_gemm_slowdown, from the H200 run in results/misaligned_gemm_h200.md).
 
 What it measures, each forward and forward + backward (the GPU's own time, moe_layer._timer queued):
 - attention: Megatron(-DeepSpeed) 2022's core attention, as its ParallelAttention runs it: q, k, v as views of the
@@ -20,7 +21,7 @@ What it measures, each forward and forward + backward (the GPU's own time, moe_l
 - linear: an output layer of 50,257 columns (GPT-2's vocabulary, unpadded) against 50,304, the padding nanoGPT's
   model.py makes ("GPT-2 vocab_size of 50257, padded up to nearest multiple of 64 for efficiency").
 The result is each misaligned shape's time over its aligned neighbour's, per FLOP: the factor a misaligned GEMM
-would take in genconf's cost model. No GPU has run it yet.
+would take in genconf's cost model. Run on an H200, bf16 and fp16 (benchmarks/results/gpu_runs/README.md).
 """
 
 from __future__ import annotations

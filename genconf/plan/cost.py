@@ -572,8 +572,10 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if windowed and model.sliding_window and model.sliding_window < seq:
         keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving
     peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)  # attention: the power cap only
-    if impl in ("megatron-local", "megatron-local-fused"):
-        score_bytes = cal.local_fused_score_bytes if impl == "megatron-local-fused" else cal.local_score_bytes
+    te_unfused = impl == "megatron-te" and not kernels.fused_attention_supported(d)
+    if impl in ("megatron-local", "megatron-local-fused") or te_unfused:
+        # (TE's own unfused attention runs its fused scale-mask-softmax kernel: megatron's fused scores' traffic.)
+        score_bytes = cal.local_score_bytes if impl == "megatron-local" else cal.local_fused_score_bytes
         # Unfused: batched QK^T and AV GEMMs over (mbs x heads) with K = head dim, scores through HBM.
         batch = mbs * heads
         qk_f, qk_b = linear_s(gpu, cal, batch * (seq // cp), keys, d, "bf16")

@@ -53,6 +53,13 @@ ATTENTION_TILE = 128
 """Query and key block size of FlashAttention-2/3 and cuDNN's fused attention on Hopper and Blackwell."""
 
 
+def fused_attention_supported(head_dim: int) -> bool:
+    """Whether Transformer Engine's flash and cuDNN attention backends take this head dim: a multiple of 8 and at
+    most 256 (TE's get_attention_backend; cuDNN's fused attention needs 16-byte-aligned rows). Otherwise TE runs its
+    UnfusedDotProductAttention: batched GEMMs with the scores in HBM."""
+    return head_dim % 8 == 0 and head_dim <= 256
+
+
 def flash_attention_s(batch_heads: float, seq_q: float, seq_k: float, head_dim: int, *, causal: bool,
                       peak_tflops: float, efficiency: float, tile_overhead_s: float, sms: int,
                       backward: bool = False) -> float:

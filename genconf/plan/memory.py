@@ -27,6 +27,7 @@ from genconf.plan.counting import (
     padded_vocab_size,
     transformer_view,
 )
+from genconf.plan.kernels import fused_attention_supported
 from genconf.plan.pipeline import (bf16_layers_on_rank, chunk_layers, chunk_patterns, dense_layers_on_rank,
                                    hybrid_kinds_on_rank, inflight_chunks, stage_layers)
 from genconf.plan.specs import HYBRID_LAYER_KINDS, ClusterSpec, ModelSpec, ParallelPlan
@@ -765,7 +766,7 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
                   ("rope key part", e * n * model.qk_pos_emb_head_dim)]
     if model.qk_layernorm:
         terms += [("q/k norm inputs", d.ne * n * (d.q + d.kv) / t)]
-    if spec == "te":
+    if spec == "te" and fused_attention_supported(model.attention_head_dim):
         terms += [("flash attention q", e * n * d.q / t), ("flash attention k, v", e * n * 2 * d.kv / t),
                   ("flash attention output", e * n * d.v / t),
                   ("softmax log-sum-exp (fp32)", 4.0 * n * d.heads / t)]
@@ -777,8 +778,10 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
         if d.g < d.e:
             terms.append(("proj input (quantized copy)", d.g * n * d.v / t))
     else:
+        # The local spec, or TE's unfused attention where its fused kernels do not take the head dim (with TE's
+        # fused scale-mask-softmax).
         core = recompute != "selective" or "core_attn" in (plan.recompute_modules or ("core_attn",))
-        terms += _local_attention_terms(model, d, recompute if core else "none", plan.fused_kernels)
+        terms += _local_attention_terms(model, d, recompute if core else "none", plan.fused_kernels or spec == "te")
     sandwich = model.sandwich_norm and plan.framework != "megatron"  # megatron-core builds no sandwich norms
     if sandwich:
         terms += _norm_terms(model, d, "post-attention norm")

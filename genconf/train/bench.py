@@ -62,12 +62,16 @@ def timer(device: torch.device):
 
 def layer_gemm_shapes(model, tokens: int, tp: int) -> list[tuple[str, str, int, int, int]]:
     """(layer, pass, m, n, k) of one transformer layer's GEMMs and the logits GEMM for `tokens` tokens at TP `tp`:
-    forward (m,k)x(k,n), data-grad (m,n)x(n,k), weight-grad (k,m)x(m,n)."""
+    forward (m,k)x(k,n), data-grad (m,n)x(n,k), weight-grad (k,m)x(m,n). The logits at the vocabulary megatron pads to
+    (a multiple of 128 x TP, which is also a multiple of genconf's own 64): an unpadded 50,257 rows runs 3.7x slower per
+    FLOP (results/misaligned_gemm_h200.md) and would pull the fitted GEMM efficiency down for a shape no run uses."""
+    from genconf.plan.counting import padded_vocab_size
+
     h, q, kv = model.hidden_size, model.query_width, model.kv_width
     f = model.ffn_hidden_size
     branches = 2 if model.gated else 1
     layers = {"qkv": (h, (q + 2 * kv) // tp), "proj": (q // tp, h), "fc1": (h, branches * f // tp),
-              "fc2": (f // tp, h), "logits": (h, model.vocab_size // tp)}
+              "fc2": (f // tp, h), "logits": (h, padded_vocab_size(model.vocab_size, tp) // tp)}
     out = []
     for layer, (k, n) in layers.items():
         for kind, (a, b, c) in {"fwd": (tokens, n, k), "dgrad": (tokens, k, n), "wgrad": (k, n, tokens)}.items():

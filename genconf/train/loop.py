@@ -298,19 +298,30 @@ def reserve_bytes() -> int:
 
 def checkpoint_meta(cfg: RunConfig, world_size: int) -> dict:
     """What a checkpoint must agree with to be loaded: the framework and every degree of the layout."""
+    from genconf.plan.memory import vocab_rows
+
     p = cfg.plan
     return {"framework": p.framework, "world_size": world_size, "model": cfg.model.name,
             "layout": {"tp": p.tp, "pp": p.pp, "vp": p.vp, "cp": p.cp, "ep": p.ep, "dp": p.dp, "zero": p.zero_stage},
-            "train_steps": cfg.train.train_steps}
+            "vocab_rows": vocab_rows(cfg.model, cfg.plan), "train_steps": cfg.train.train_steps}
 
 
 def refuse_other_run(manifest: dict | None, cfg: RunConfig) -> None:
-    """One line, exit 2, when a checkpoint was written by another framework or layout."""
+    """One line, exit 2, when a checkpoint was written by another framework or layout, or holds another number of
+    vocabulary rows (a DeepSpeed/FSDP checkpoint from before genconf's own model padded its vocabulary to a multiple
+    of 64 records none: it holds the vocabulary unpadded)."""
     meta = (manifest or {}).get("meta") or {}
     ours = checkpoint_meta(cfg, cfg.plan.world_size)
     for key in ("framework", "world_size", "layout"):
         if key in meta and meta[key] != ours[key]:
             runtime.fail(f"--resume: the checkpoint was written with {key} {meta[key]}, this run has {ours[key]}")
+    if meta and meta.get("framework") == cfg.plan.framework:
+        before = ours["vocab_rows"] if cfg.plan.framework == "megatron" else cfg.model.vocab_size
+        rows, now = meta.get("vocab_rows", before), ours["vocab_rows"]
+        if rows != now:
+            runtime.fail(f"--resume: the checkpoint holds {rows} vocabulary rows, this run's model {now} (genconf's "
+                         f"own model pads its vocabulary to a multiple of 64 since 858e46f): resume it with the "
+                         f"genconf that wrote it, or start a new run")
 
 
 def checkpoint_estimate(runner: Runner, d: runtime.Dist) -> int:

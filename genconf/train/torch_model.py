@@ -114,7 +114,7 @@ class MLP(nn.Module):
             y = F.silu(gate) * up
         elif self.squared_relu:
             # relu(x)^2 (Primer, So et al. 2021), as megatron-core's squared_relu, as a product: CUDA autocast runs
-            # pow (and square, which calls it) in fp32, which kept an fp32 copy of relu's output and cost 8 GiB
+            # pow (and square, which calls it) in fp32, which kept an fp32 copy of relu's output and cost 7.5 GiB
             # over the plan for a 1B model on an H200 (benchmarks/results/gpu_runs/README.md, 2026-11-27 fourth).
             r = F.relu(y)
             y = r * r

@@ -548,6 +548,21 @@ def test_misaligned_head_dims_slow_the_unfused_attention_gemms():
     assert slow.bwd_s - even.bwd_s == pytest.approx((b - 1) * (qk_b + av_b))
     aligned = dataclasses.replace(model, hidden_size=14336, ffn_hidden_size=4 * 14336, kv_channels=448)
     assert layer_time(aligned, plan, cluster, cal) == layer_time(aligned, plan, cluster, flat)
+    # Transformer Engine's flash and cuDNN attention do not take a head dim of 450 (not a multiple of 8): its unfused
+    # attention runs the same misaligned GEMMs, with TE's fused softmax (megatron's fused scores' traffic), and keeps
+    # the scores for backward where flash attention keeps none.
+    te = dataclasses.replace(plan, layer_spec="te", fused_kernels=False)
+    slow_te, even_te = layer_time(model, te, cluster, cal), layer_time(model, te, cluster, flat)
+    assert slow_te.attn_fwd_s - even_te.attn_fwd_s == pytest.approx((f - 1) * (qk_f + av_f))
+    assert slow_te.attn_fwd_s == pytest.approx(slow.attn_fwd_s)
+    from genconf.plan.memory import layer_activation_terms
+
+    names = {name for name, _ in layer_activation_terms(model, te)}
+    assert "flash attention q" not in names and any("softmax" in name for name in names), names
+    # 448 is aligned but beyond the fused kernels' 256: unfused at the aligned rate; GPT-3 13B's 128 runs flash.
+    assert slow_te.attn_fwd_s > layer_time(aligned, te, cluster, cal).attn_fwd_s
+    assert "flash attention q" not in {name for name, _ in layer_activation_terms(aligned, te)}
+    assert "flash attention q" in {name for name, _ in layer_activation_terms(resolve_model("gpt3-13b")[0], te)}
 
 
 def test_q_and_k_norms_cost_a_norm_over_q_and_k():

@@ -20,7 +20,6 @@ from genconf.plan.memory import (
     seed_model_bytes,
     stage_memory,
     step_transient_bytes,
-    vocab_rows,
 )
 from genconf.plan.pipeline import inflight_chunks, stage_layers
 from genconf.plan.specs import ModelSpec, ParallelPlan
@@ -52,11 +51,29 @@ def _model_states(model, plan) -> int:
             + step_transient_bytes(model, plan, 0))
 
 
-def _held_params(model: ModelSpec, plan: ParallelPlan) -> int:
-    """The parameters genconf's model holds: the checkpoint's, plus the vocabulary rows it pads to a multiple of 64
-    (GPT-3's 50,257 to 50,304; tied embeddings pad one matrix)."""
-    padding = (vocab_rows(model, plan) - model.vocab_size) * model.hidden_size
-    return exact_param_count(model) + padding * (1 if model.tie_embeddings else 2)
+def _held_params(model: ModelSpec) -> int:
+    """The parameters genconf's model holds, counted on the model itself built on the meta device (its vocabulary
+    padded to a multiple of 64 rows: GPT-3's 50,257 to 50,304)."""
+    import torch
+
+    from genconf.train.torch_model import GPT
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in GPT(model).parameters())
+
+
+@pytest.mark.parametrize("name,tied", [("gpt3-125m", True), ("gpt3-125m", False), ("olmo-1b", True), ("llama2-7b", False)])
+def test_genconf_s_own_model_holds_the_parameters_the_memory_model_counts(name, tied):
+    """The DeepSpeed/FSDP model built on the meta device against rank_params: the checkpoint's parameters plus the
+    padding rows of the embedding (and of the output layer when untied); 50,257 pads, 50,304 and 32,000 do not."""
+    import dataclasses as dc
+
+    model = dc.replace(resolve_model(name)[0], tie_embeddings=tied)
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=model.seq_length, zero_stage=3)
+    built = _held_params(model)
+    assert built == rank_params(model, plan, 0).total
+    padding = (-model.vocab_size) % 64 * model.hidden_size * (1 if tied else 2)
+    assert built - exact_param_count(model) == padding and (padding > 0) == (model.vocab_size % 64 != 0)
 
 
 @needs_deepspeed
@@ -68,7 +85,7 @@ def test_zero2_matches_deepspeed_estimator(name, nodes, per_node, offload):
 
     model, _ = resolve_model(name)
     plan = _ds_plan(2, nodes * per_node, offload_optimizer=offload)
-    total = _held_params(model, plan)
+    total = _held_params(model)
     _, ds_gpu = estimate_zero2_model_states_mem_needs(total, per_node, nodes, cpu_offload=offload)
     # ZeRO-1/2 pad the flat group to a multiple of 2 x dp elements (stage_1_and_2.py); the estimator does not.
     assert _model_states(model, plan) == pytest.approx(ds_gpu, rel=1e-5)
@@ -83,7 +100,7 @@ def test_zero3_matches_deepspeed_estimator(name, nodes, per_node, offload_opt, o
 
     model, _ = resolve_model(name)
     plan = _ds_plan(3, nodes * per_node, offload_optimizer=offload_opt, offload_params=offload_params)
-    total = _held_params(model, plan)
+    total = _held_params(model)
     largest = rank_params(model, plan, 0).largest_module
     _, ds_gpu, _ = estimate_zero3_model_states_mem_needs(
         total, largest, per_node, nodes, cpu_offload=offload_opt, cpu_offload_params=offload_params)

@@ -178,20 +178,24 @@ ISSUE13 = [  # (model, framework, layer spec, mbs, recompute, measured tokens/s)
 ]
 
 
-def test_issue13_single_h100_runs_are_reproduced():
+@pytest.mark.parametrize("name,framework,spec,mbs,recompute,measured", ISSUE13)
+def test_issue13_single_h100_runs_are_reproduced(name, framework, spec, mbs, recompute, measured):
     """genconf --model M --gpus 1 --gpu h100-sxm --gpus-per-node 1 --global-batch 32 --framework F, with the
-    micro-batch and recompute the run used (benchmarks/data/genconf_h100_issue13.csv): median |error| within 8%, each
-    run within 12%. Single-GPU eager runs are predicted 9-17% slow on both H100 and H200 (the H200's OLMo 1B, GPT-3
-    1.3B and squared-ReLU 1B, benchmarks/results/gpu_runs/README.md): the Kempner 1B met 10% only while its q and k
-    norms went unpriced (history.md, "After 5d52820")."""
+    micro-batch and recompute the run used (benchmarks/data/genconf_h100_issue13.csv): megatron's within 10%. The
+    eager runs (DeepSpeed, FSDP: genconf's PyTorch model) within 12% and never predicted fast: single-GPU eager runs
+    measure 1.12-1.17x their prediction on an H200 too (OLMo 1B, GPT-3 1.3B, a squared-ReLU 1B:
+    benchmarks/results/gpu_runs/README.md), and the Kempner 1B met 10% only while its q and k norms went unpriced
+    (history.md, "After 5d52820")."""
+    model = resolve_model(name)[0]
     cluster = resolve_cluster("kempner-h100", gpu="h100-sxm", gpus_per_node=1)
-    errors = []
-    for name, framework, spec, mbs, recompute, measured in ISSUE13:
-        result = search(resolve_model(name)[0], cluster, 1, calibration_for("h100-sxm"),
-                        Pins(framework=framework, gbs=32, layer_spec=spec, mbs=mbs, recompute=recompute,
-                             zero_stage=0, expandable_segments=False))
-        errors.append(abs(result.best.cost.tokens_per_s_per_gpu / measured - 1))
-    assert sorted(errors)[len(errors) // 2] <= 0.08 and max(errors) <= 0.12, errors
+    result = search(model, cluster, 1, calibration_for("h100-sxm"),
+                    Pins(framework=framework, gbs=32, layer_spec=spec, mbs=mbs, recompute=recompute,
+                         zero_stage=0, expandable_segments=False))
+    error = result.best.cost.tokens_per_s_per_gpu / measured - 1
+    if framework == "megatron":
+        assert abs(error) <= 0.10, error
+    else:
+        assert -0.12 <= error <= 0.0, error
 
 
 def test_frameworks_are_priced_apart_where_their_kernels_differ_on_a_1b_model_over_8_gpus():

@@ -249,3 +249,32 @@ def test_the_store_the_watchdog_and_the_checks_import_no_torch():
             "sys.stderr.write(repr(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'jinja2'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stderr.strip().endswith("[]"), out.stderr[-300:]
+
+
+def test_resume_refuses_a_checkpoint_with_another_vocabulary_row_count(capsys):
+    """GPT-3's 50,257-token vocabulary: genconf's own model (FSDP, DeepSpeed) holds 50,304 rows since it pads to a
+    multiple of 64; a checkpoint written before holds 50,257 and records no row count. Resuming it says so in one line
+    (exit 2) rather than failing inside load_state_dict on the shapes; megatron's padding did not change."""
+    from genconf.catalog.models import resolve_model
+    from genconf.plan.runconfig import RunConfig
+    from genconf.plan.specs import ParallelPlan, TrainSpec
+    from genconf.train.loop import checkpoint_meta, refuse_other_run
+
+    model = resolve_model("gpt3-125m")[0]
+
+    def cfg(framework: str) -> RunConfig:
+        plan = ParallelPlan(framework=framework, dp=1, mbs=1, gbs=1, seq_length=2048, zero_stage=0)
+        return RunConfig(model=model, plan=plan, train=TrainSpec(train_steps=10), num_gpus=1, data={},
+                         precision_recipe="bf16", prediction={}, shrink={}, artifacts="")
+
+    fsdp = cfg("fsdp")
+    meta = checkpoint_meta(fsdp, 1)
+    assert meta["vocab_rows"] == 50304
+    refuse_other_run({"meta": meta}, fsdp)  # written by this genconf: accepted
+    old = {k: v for k, v in meta.items() if k != "vocab_rows"}
+    with pytest.raises(SystemExit) as exit_:
+        refuse_other_run({"meta": old}, fsdp)
+    assert exit_.value.code == 2
+    assert "holds 50257 vocabulary rows, this run's model 50304" in capsys.readouterr().err
+    megatron = cfg("megatron")
+    refuse_other_run({"meta": {k: v for k, v in checkpoint_meta(megatron, 1).items() if k != "vocab_rows"}}, megatron)

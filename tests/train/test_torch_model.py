@@ -34,7 +34,7 @@ _CUDA_AUTOCAST_FP32 = {"pow", "exp", "log", "rsqrt", "reciprocal", "softplus", "
 
 @pytest.mark.parametrize("activation", ["gelu", "swiglu", "squared_relu"])
 def test_the_mlp_calls_no_op_that_cuda_autocast_runs_in_fp32(activation):
-    """The squared-ReLU MLP once called square(): on an H200 under DDP autocast it peaked 8 GiB over its plan (1B, 16
+    """The squared-ReLU MLP once called square(): on an H200 under DDP autocast it peaked 7.5 GiB over its plan (1B, 16
     layers, micro-batch 8), an fp32 copy of every layer's ffn-wide relu output (gpu_runs/README.md). A CPU's autocast
     keeps pow in bf16, so the ops the MLP dispatches are checked instead."""
     from torch.utils._python_dispatch import TorchDispatchMode
