@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genconf.plan.counting import exact_param_count, lora_param_count
+from genconf.plan.counting import exact_param_count, lora_param_count, vocab_padding_params
 from genconf.plan.memory import vocab_rows
 from genconf.plan.specs import ModelSpec, ParallelPlan
 
@@ -60,6 +60,5 @@ def checkpoint_size(model: ModelSpec, plan: ParallelPlan, *, keep_last: int = 2)
                               params=lora_param_count(model, plan.lora_rank, plan.lora_targets),
                               keep_last=keep_last, what=f"LoRA adapters only: {what}")
     # The embedding (and an untied output layer) are saved at the rows the framework pads them to (memory.vocab_rows).
-    padding = (vocab_rows(model, plan) - model.vocab_size) * model.hidden_size * (1 if model.tie_embeddings else 2)
-    return CheckpointSize(bytes_per_param=per_param, params=exact_param_count(model) + padding, keep_last=keep_last,
-                          what=what)
+    params = exact_param_count(model) + vocab_padding_params(model, vocab_rows(model, plan))
+    return CheckpointSize(bytes_per_param=per_param, params=params, keep_last=keep_last, what=what)

@@ -580,7 +580,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         batch = mbs * heads
         qk_f, qk_b = linear_s(gpu, cal, batch * (seq // cp), keys, d, "bf16")
         av_f, av_b = linear_s(gpu, cal, batch * (seq // cp), d, keys, "bf16")
-        slow_f, slow_b = cal.misaligned_attention_gemm_slowdown if d % 8 else (1.0, 1.0)
+        slow_f, slow_b = (1.0, 1.0) if kernels.aligned(d) else cal.misaligned_attention_gemm_slowdown
         scores = batch * (seq // cp) * keys
         attn_f = slow_f * (qk_f + av_f) + _mem_s(gpu, cal, score_bytes[0] * scores)
         attn_b = slow_b * (qk_b + av_b) + _mem_s(gpu, cal, score_bytes[1] * scores)

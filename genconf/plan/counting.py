@@ -286,6 +286,18 @@ TORCH_VOCAB_MULTIPLE = 64
 """genconf's own PyTorch model (DeepSpeed, FSDP) pads its vocabulary rows to this multiple (nanoGPT's model.py)."""
 
 
+def torch_vocab_rows(vocab_size: int) -> int:
+    """Embedding and output rows of genconf's own PyTorch model: the vocabulary padded to TORCH_VOCAB_MULTIPLE."""
+    return padded_vocab_size(vocab_size, 1, TORCH_VOCAB_MULTIPLE)
+
+
+def vocab_padding_params(model: ModelSpec, vocab_rows: int) -> int:
+    """Parameters the padding rows add: the embedding's, and the output layer's when untied."""
+    def total(rows: int) -> int:
+        return _total(embedding_tensors(model, rows) + output_tensors(model, rows))
+    return total(vocab_rows) - total(model.vocab_size)
+
+
 def padded_vocab_size(vocab_size: int, tp: int, divisible_by: int = 128) -> int:
     """Megatron pads the vocabulary to a multiple of 128 x TP (--make-vocab-size-divisible-by)."""
     multiple = divisible_by * tp

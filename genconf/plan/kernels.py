@@ -53,11 +53,21 @@ ATTENTION_TILE = 128
 """Query and key block size of FlashAttention-2/3 and cuDNN's fused attention on Hopper and Blackwell."""
 
 
+ALIGNED_ELEMENTS = 8
+"""16-bit elements in the 16-byte vector tensor-core kernels load (cuBLAS's "Tensor Core usage" requirements): a
+leading dimension or stride that is not a multiple of it runs slower kernels (results/misaligned_gemm_h200.md)."""
+
+
+def aligned(elements: int) -> bool:
+    """Whether a 16-bit dimension of this many elements keeps tensor-core loads 16-byte aligned."""
+    return elements % ALIGNED_ELEMENTS == 0
+
+
 def fused_attention_supported(head_dim: int) -> bool:
-    """Whether Transformer Engine's flash and cuDNN attention backends take this head dim: a multiple of 8 and at
-    most 256 (TE's get_attention_backend; cuDNN's fused attention needs 16-byte-aligned rows). Otherwise TE runs its
+    """Whether Transformer Engine's flash and cuDNN attention backends take this head dim: aligned and at most 256
+    (TE's get_attention_backend; cuDNN's fused attention needs 16-byte-aligned rows). Otherwise TE runs its
     UnfusedDotProductAttention: batched GEMMs with the scores in HBM."""
-    return head_dim % 8 == 0 and head_dim <= 256
+    return aligned(head_dim) and head_dim <= 256
 
 
 def flash_attention_s(batch_heads: float, seq_q: float, seq_k: float, head_dim: int, *, causal: bool,

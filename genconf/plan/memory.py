@@ -23,8 +23,8 @@ from genconf.plan.counting import (
     lora_layer_tensors,
     mtp_tensors,
     output_tensors,
-    TORCH_VOCAB_MULTIPLE,
     padded_vocab_size,
+    torch_vocab_rows,
     transformer_view,
 )
 from genconf.plan.kernels import fused_attention_supported
@@ -135,7 +135,7 @@ def vocab_rows(model: ModelSpec, plan: ParallelPlan) -> int:
     50,257-row output layer ran 3.7x slower per FLOP than 50,304 rows on an H200 (results/misaligned_gemm_h200.md)."""
     if plan.framework == "megatron":
         return padded_vocab_size(model.vocab_size, plan.tp)
-    return padded_vocab_size(model.vocab_size, 1, TORCH_VOCAB_MULTIPLE)
+    return torch_vocab_rows(model.vocab_size)
 
 
 def stage_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tuple[ParamTensor, int], ...]:

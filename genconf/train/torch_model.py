@@ -1,7 +1,7 @@
 """A GPT/OLMo-style decoder in plain PyTorch, built from a ModelSpec, for the DeepSpeed and FSDP launchers.
 
 Tensors are laid out as megatron-core lays them (fused QKV, SwiGLU's two branches in one fc1), and the vocabulary
-is padded to a multiple of 64 rows (`vocab_rows`, as nanoGPT pads it), so the parameter count is the memory
+is padded to a multiple of 64 rows (`counting.torch_vocab_rows`, as nanoGPT pads it), so the parameter count is the memory
 model's `genconf.plan.memory.rank_params` exactly: `exact_param_count(spec)` plus the padding rows.
 """
 
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from genconf.plan.counting import TORCH_VOCAB_MULTIPLE, padded_vocab_size
+from genconf.plan.counting import torch_vocab_rows
 from genconf.plan.memory import FUSED_LOSS_CHUNK_ELEMENTS
 from genconf.plan.specs import ModelSpec
 
@@ -156,16 +156,12 @@ class Decoder(nn.Module):
         return self.final_layernorm(x)
 
 
-def vocab_rows(spec: ModelSpec) -> int:
-    """Embedding and output rows: the vocabulary padded to a multiple of 64 (genconf.plan.memory.vocab_rows). The
-    padding rows are never a label; their logits join the softmax, as Megatron's and OLMo's padded rows do."""
-    return padded_vocab_size(spec.vocab_size, 1, TORCH_VOCAB_MULTIPLE)
-
-
 class Embedding(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(vocab_rows(spec), spec.hidden_size)
+        # Padded to a multiple of 64 rows (genconf.plan.memory.vocab_rows). The padding rows are never a label; their
+        # logits join the softmax, as Megatron's and OLMo's padded rows do.
+        self.word_embeddings = nn.Embedding(torch_vocab_rows(spec.vocab_size), spec.hidden_size)
         self.position_embeddings = (nn.Embedding(spec.seq_length, spec.hidden_size)
                                     if spec.position_embedding == "learned" else None)
         self.dropout = nn.Dropout(spec.hidden_dropout)
@@ -237,7 +233,7 @@ class GPT(nn.Module):
         self.embedding = Embedding(spec)
         self.decoder = Decoder(spec, recompute=recompute)
         self.output_layer = (None if spec.tie_embeddings
-                             else nn.Linear(spec.hidden_size, vocab_rows(spec), bias=False))
+                             else nn.Linear(spec.hidden_size, torch_vocab_rows(spec.vocab_size), bias=False))
         if spec.position_embedding == "rope":
             cos, sin = rope_tables(spec.seq_length, spec.kv_channels)
             self.register_buffer("rope_cos", cos, persistent=False)
