@@ -1,8 +1,8 @@
 """A GPT/OLMo-style decoder in plain PyTorch, built from a ModelSpec, for the DeepSpeed and FSDP launchers.
 
 Tensors are laid out as megatron-core lays them (fused QKV, SwiGLU's two branches in one fc1), and the vocabulary
-is padded to a multiple of 64 rows (`counting.torch_vocab_rows`, as nanoGPT pads it), so the parameter count is the memory
-model's `genconf.plan.memory.rank_params` exactly: `exact_param_count(spec)` plus the padding rows.
+is padded to a multiple of 64 rows (`counting.torch_vocab_rows`, as nanoGPT pads it), so the parameter count is the
+memory model's `genconf.plan.memory.rank_params` exactly: `exact_param_count(spec)` plus the padding rows.
 """
 
 from __future__ import annotations
