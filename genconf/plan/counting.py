@@ -282,8 +282,10 @@ def output_tensors(model: ModelSpec, vocab_rows: int) -> tuple[ParamTensor, ...]
     return (ParamTensor("output_layer.weight", vocab_rows * model.hidden_size, True, gemm_weight=True),)
 
 
-TORCH_VOCAB_MULTIPLE = 64
-"""genconf's own PyTorch model (DeepSpeed, FSDP) pads its vocabulary rows to this multiple (nanoGPT's model.py)."""
+TORCH_VOCAB_MULTIPLE = 128
+"""genconf's own PyTorch model (DeepSpeed, FSDP) and its OLMo artifact pad the vocabulary rows to this multiple: OLMo's
+model warns below it ("Embedding size is not a multiple of 128! This could hurt throughput performance",
+olmo/model.py), Megatron's --make-vocab-size-divisible-by defaults to it (times TP), nanoGPT pads to 64."""
 
 
 def torch_vocab_rows(vocab_size: int) -> int:

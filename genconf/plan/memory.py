@@ -131,7 +131,7 @@ class MemoryEstimate:
 
 def vocab_rows(model: ModelSpec, plan: ParallelPlan) -> int:
     """Embedding rows on the GPU: Megatron pads to 128 x TP (--make-vocab-size-divisible-by); genconf's own model
-    (DeepSpeed, FSDP) to 64, as nanoGPT ("padded up to nearest multiple of 64 for efficiency"): GPT-2's unpadded
+    (DeepSpeed, FSDP) to 128, as OLMo's embedding_size (counting.TORCH_VOCAB_MULTIPLE): GPT-2's unpadded
     50,257-row output layer ran 3.7x slower per FLOP than 50,304 rows on an H200 (results/misaligned_gemm_h200.md)."""
     if plan.framework == "megatron":
         return padded_vocab_size(model.vocab_size, plan.tp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import yaml
 
+from genconf.plan.counting import torch_vocab_rows
 from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.precision import OLMO_PRECISION
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
@@ -45,7 +46,7 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
         "layer_norm_with_affine": affine, "attention_layer_norm_with_affine": affine,
         "bias_for_layer_norm": model.norm_bias, "residual_dropout": model.hidden_dropout,
         "embedding_dropout": model.hidden_dropout, "max_sequence_length": plan.seq_length,
-        "vocab_size": model.vocab_size, "embedding_size": -(-model.vocab_size // 128) * 128,
+        "vocab_size": model.vocab_size, "embedding_size": torch_vocab_rows(model.vocab_size),
         "init_device": "meta" if strategy in ("FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP") else "cuda",
         "init_fn": "mitchell",
     }

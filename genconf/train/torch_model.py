@@ -1,7 +1,7 @@
 """A GPT/OLMo-style decoder in plain PyTorch, built from a ModelSpec, for the DeepSpeed and FSDP launchers.
 
 Tensors are laid out as megatron-core lays them (fused QKV, SwiGLU's two branches in one fc1), and the vocabulary
-is padded to a multiple of 64 rows (`counting.torch_vocab_rows`, as nanoGPT pads it), so the parameter count is the
+is padded to a multiple of 128 rows (`counting.torch_vocab_rows`, as OLMo pads it), so the parameter count is the
 memory model's `genconf.plan.memory.rank_params` exactly: `exact_param_count(spec)` plus the padding rows.
 """
 
@@ -159,7 +159,7 @@ class Decoder(nn.Module):
 class Embedding(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        # Padded to a multiple of 64 rows (genconf.plan.memory.vocab_rows). The padding rows are never a label; their
+        # Padded to a multiple of 128 rows (genconf.plan.memory.vocab_rows). The padding rows are never a label; their
         # logits join the softmax, as Megatron's and OLMo's padded rows do.
         self.word_embeddings = nn.Embedding(torch_vocab_rows(spec.vocab_size), spec.hidden_size)
         self.position_embeddings = (nn.Embedding(spec.seq_length, spec.hidden_size)

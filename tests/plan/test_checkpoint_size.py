@@ -31,7 +31,7 @@ def test_fp32_weights():
 
 
 def test_the_padded_vocabulary_rows_are_saved_too():
-    """GPT-3's 50,257-token vocabulary: genconf's own model holds 50,304 rows (a multiple of 64), megatron at TP 2
+    """GPT-3's 50,257-token vocabulary: genconf's own model holds 50,304 rows (a multiple of 128), megatron at TP 2
     50,432 (128 x 2); the checkpoint saves them, tied embeddings once (768 wide for the 125M)."""
     model, _ = resolve_model("gpt3-125m")
     n = exact_param_count(model)

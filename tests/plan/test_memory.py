@@ -53,7 +53,7 @@ def _model_states(model, plan) -> int:
 
 def _held_params(model: ModelSpec) -> int:
     """The parameters genconf's model holds, counted on the model itself built on the meta device (its vocabulary
-    padded to a multiple of 64 rows: GPT-3's 50,257 to 50,304)."""
+    padded to a multiple of 128 rows: GPT-3's 50,257 to 50,304)."""
     import torch
 
     from genconf.train.torch_model import GPT
@@ -316,12 +316,13 @@ def test_the_fused_loss_keeps_16_bit_logits_and_a_log_sum_exp():
     """F.cross_entropy(logits.float()) saves the fp32 log-softmax (4 bytes per logit) and, while the loss runs,
     holds the bf16 logits and their fp32 copy (2 + 4); the fused cross entropy saves the bf16 logits (2) and per
     token a log-sum-exp and a label (12 bytes), and its backward writes a bf16 gradient (2) beside one fp32 chunk
-    of 2**25 logits (8 bytes each). MPT-760M, micro-batch 24 x 2048 (n = 49,152 tokens), vocab 50,368."""
+    of 2**25 logits (8 bytes each). MPT-760M, micro-batch 24 x 2048 (n = 49,152 tokens), vocab 50,368 (50,432 rows in
+    genconf's own model, padded to a multiple of 128)."""
     from genconf.plan.memory import FUSED_LOSS_CHUNK_ELEMENTS
 
     model = mpt_760m()
     plan = ParallelPlan(framework="fsdp", dp=8, mbs=24, gbs=192, seq_length=2048, zero_stage=3)
-    n, v = 24 * 2048, 50368
+    n, v = 24 * 2048, 50432
     upcast = stage_memory(model, plan, 0)
     fused = stage_memory(model, dataclasses.replace(plan, fused_loss=True), 0)
     assert upcast.activations_bytes - fused.activations_bytes == (4 - 2) * n * v + (13 - 12) * n

@@ -252,9 +252,10 @@ def test_the_store_the_watchdog_and_the_checks_import_no_torch():
 
 
 def test_resume_refuses_a_checkpoint_with_another_vocabulary_row_count(capsys):
-    """GPT-3's 50,257-token vocabulary: genconf's own model (FSDP, DeepSpeed) holds 50,304 rows since it pads to a
-    multiple of 64; a checkpoint written before holds 50,257 and records no row count. Resuming it says so in one line
-    (exit 2) rather than failing inside load_state_dict on the shapes; megatron's padding did not change."""
+    """GPT-3's 50,257-token vocabulary: genconf's own model (FSDP, DeepSpeed) holds 50,304 rows since it pads it (to
+    a multiple of 64 from 858e46f, of 128 since); a checkpoint written before holds 50,257 and records no row count.
+    Resuming it says so in one line (exit 2) rather than failing inside load_state_dict on the shapes; megatron's
+    padding did not change."""
     from genconf.catalog.models import resolve_model
     from genconf.plan.runconfig import RunConfig
     from genconf.plan.specs import ParallelPlan, TrainSpec
