@@ -19,7 +19,11 @@ What it measures, each forward and forward + backward (the GPU's own time, moe_l
   next to them (same batch and sequence); and "attention GEMMs", its two batched GEMMs alone (no mask or softmax,
   whose cost does not depend on the head dim and would dilute the GEMMs' slowdown);
 - linear: an output layer of 50,257 columns (GPT-2's vocabulary, unpadded) against 50,304, the padding nanoGPT's
-  model.py makes ("GPT-2 vocab_size of 50257, padded up to nearest multiple of 64 for efficiency").
+  model.py makes ("GPT-2 vocab_size of 50257, padded up to nearest multiple of 64 for efficiency");
+- sdpa: the same head dims through genconf's own model's attention (genconf/train/torch_model.py: q, k, v views of
+  the fused QKV output, [b, h, s, d], F.scaled_dot_product_attention causal with PyTorch's own backend choice), and
+  which of its fused backends (flash, memory-efficient, cuDNN) take each head dim. genconf prices that attention as
+  flash attention at every head dim; this row checks it where the dim is not a multiple of 8 or is over 256.
 The result is each misaligned shape's time over its aligned neighbour's, per FLOP: the factor a misaligned GEMM
 would take in genconf's cost model. Run on an H200, bf16 and fp16 (benchmarks/results/gpu_runs/README.md).
 """
@@ -74,6 +78,43 @@ def _attention(torch, batches: int, seq: int, d: int, device: str, dtype, gemms_
     return forward, both
 
 
+def _sdpa(torch, heads: int, seq: int, d: int, device: str, dtype, backend=None):
+    """Forward and forward + backward closures of genconf's own model's attention (torch_model.SelfAttention): q, k,
+    v as views of one fused QKV output, [b, h, s, d] after a transpose, causal SDPA; `backend` pins one SDPBackend."""
+    import contextlib
+
+    from torch.nn.attention import sdpa_kernel
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    qkv = torch.randn(1, seq, 3 * heads * d, device=device, dtype=dtype, generator=gen, requires_grad=True)
+    pick = (lambda: sdpa_kernel([backend])) if backend is not None else contextlib.nullcontext
+
+    def forward():
+        q, k, v = (t.view(1, seq, heads, d).transpose(1, 2) for t in qkv.split(heads * d, dim=-1))
+        with pick():
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def both():
+        forward().sum().backward()
+
+    return forward, both
+
+
+def _sdpa_backends(torch, heads: int, seq: int, d: int, device: str, dtype) -> list[str]:
+    """The fused SDPA backends that run forward and backward at this head dim (each pinned alone)."""
+    from torch.nn.attention import SDPBackend
+
+    took = []
+    for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"):
+        _, both = _sdpa(torch, heads, seq, d, device, dtype, getattr(SDPBackend, name))
+        try:
+            both()
+            took.append(name.lower())
+        except RuntimeError:
+            pass
+    return took
+
+
 def _linear(torch, n: int, k: int, tokens: int, device: str, dtype):
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(tokens, k, device=device, dtype=dtype, generator=gen, requires_grad=True)
@@ -105,6 +146,19 @@ def measure(out: Path, reps: int, scale: float, dtype_name: str = "bf16") -> Non
                 f, fb = timed(fwd, reps, queued=True), timed(both, reps, queued=True)
                 rows.append({"kind": kind, "label": label, "dim": dim, "aligned": dim == aligned,
                              "batches": batches, "seq": seq, "fwd_ms": f, "fwd_bwd_ms": fb, "fwd_flops": flops})
+        if device == "cuda":
+            for dim in (d, aligned):
+                fwd, both = _sdpa(torch, batches, seq, dim, device, dtype)
+                f, fb = timed(fwd, reps, queued=True), timed(both, reps, queued=True)
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                both()
+                peak_mib = (torch.cuda.max_memory_allocated() - base) / 2**20
+                rows.append({"kind": "sdpa", "label": label, "dim": dim, "aligned": dim == aligned,
+                             "batches": batches, "seq": seq, "fwd_ms": f, "fwd_bwd_ms": fb,
+                             "fwd_flops": 2 * batches * seq * seq * dim,  # causal: half of QK^T and PV
+                             "fwd_bwd_peak_mib": peak_mib,
+                             "backends": _sdpa_backends(torch, batches, seq, dim, device, dtype)})
     for label, n, aligned, k, tokens in LINEAR:
         tokens = max(64, int(tokens * scale))
         for cols in (n, aligned):
@@ -145,6 +199,17 @@ def compare_rows(meta: dict, rows: list[dict]) -> str:
     for s in found:
         lines.append(f"| {s['kind']} | {s['label']} | {s['dim']} / {s['aligned_dim']} | {s['fwd']:.2f} | "
                      f"{s['bwd']:.2f} | {s['fwd_bwd']:.2f} |")
+    sdpa = [r for r in rows if r["kind"] == "sdpa"]
+    if sdpa:
+        lines += ["", "genconf's own model's attention (SDPA, PyTorch's backend choice): the fused backends that take "
+                      "each head dim, and the forward + backward's peak memory beyond its inputs (an s x s score "
+                      "tensor would be heads x s^2 x 2 bytes).", "",
+                  "| shape | head dim | backends | forward ms | forward + backward ms | peak MiB | s^2 scores MiB |",
+                  "|---|---:|---|---:|---:|---:|---:|"]
+        for r in sdpa:
+            scores_mib = r["batches"] * r["seq"] ** 2 * 2 / 2**20
+            lines.append(f"| {r['label']} | {r['dim']} | {', '.join(r['backends']) or 'math only'} | "
+                         f"{r['fwd_ms']:.3f} | {r['fwd_bwd_ms']:.3f} | {r['fwd_bwd_peak_mib']:.0f} | {scores_mib:.0f} |")
     gemms = [s for s in found if s["kind"] == "attention GEMMs"]
     if gemms:
         fwd, bwd = (statistics.median(s[k] for s in gemms) for k in ("fwd", "bwd"))
