@@ -573,9 +573,12 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving
     peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)  # attention: the power cap only
     te_unfused = impl == "megatron-te" and not kernels.fused_attention_supported(d)
-    if impl in ("megatron-local", "megatron-local-fused") or te_unfused:
-        # (TE's own unfused attention runs its fused scale-mask-softmax kernel: megatron's fused scores' traffic.)
-        score_bytes = cal.local_score_bytes if impl == "megatron-local" else cal.local_fused_score_bytes
+    eager = impl.startswith("torch")
+    sdpa_math = eager and not kernels.sdpa_fused_supported(d)
+    if impl in ("megatron-local", "megatron-local-fused") or te_unfused or sdpa_math:
+        # (TE's own unfused attention runs its fused scale-mask-softmax kernel: megatron's fused scores' traffic;
+        # PyTorch's math backend an unfused mask and softmax, as megatron's local spec.)
+        score_bytes = cal.local_fused_score_bytes if impl == "megatron-local-fused" or te_unfused else cal.local_score_bytes
         # Unfused: batched QK^T and AV GEMMs over (mbs x heads) with K = head dim, scores through HBM.
         batch = mbs * heads
         qk_f, qk_b = linear_s(gpu, cal, batch * (seq // cp), keys, d, "bf16")
@@ -632,6 +635,12 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             attn_b = diag_b + (cp - 1) * (off_b + 2 * merge)
         else:
             attn_f, attn_b = flash(seq / cp, keys, causal)
+        if eager and not kernels.aligned(d):
+            # PyTorch's flash backend pads a head dim that is not a multiple of 8 and runs it at about the
+            # misaligned GEMMs' slowdown: per FLOP x2.93 / x3.18 forward, x1.61 / x2.23 backward at head dims 150 and
+            # 108 on an H200 against 144 and 112 (results/misaligned_gemm_h200.md), beside the GEMMs' (2.9, 2.0).
+            slow_f, slow_b = cal.misaligned_attention_gemm_slowdown
+            attn_f, attn_b = slow_f * attn_f, slow_b * attn_b
     attn_f, attn_b = wa * attn_f, wa * attn_b
 
     # Element-wise work: norms, residual adds, RoPE (rotary models only), activation, dropout (TE fused: one read +

@@ -27,7 +27,7 @@ from genconf.plan.counting import (
     torch_vocab_rows,
     transformer_view,
 )
-from genconf.plan.kernels import fused_attention_supported
+from genconf.plan.kernels import fused_attention_supported, sdpa_fused_supported
 from genconf.plan.pipeline import (bf16_layers_on_rank, chunk_layers, chunk_patterns, dense_layers_on_rank,
                                    hybrid_kinds_on_rank, inflight_chunks, stage_layers)
 from genconf.plan.specs import HYBRID_LAYER_KINDS, ClusterSpec, ModelSpec, ParallelPlan
@@ -766,7 +766,7 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
                   ("rope key part", e * n * model.qk_pos_emb_head_dim)]
     if model.qk_layernorm:
         terms += [("q/k norm inputs", d.ne * n * (d.q + d.kv) / t)]
-    if spec == "te" and fused_attention_supported(model.attention_head_dim):
+    if fused_attention(model, plan):
         terms += [("flash attention q", e * n * d.q / t), ("flash attention k, v", e * n * 2 * d.kv / t),
                   ("flash attention output", e * n * d.v / t),
                   ("softmax log-sum-exp (fp32)", 4.0 * n * d.heads / t)]
@@ -778,10 +778,11 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
         if d.g < d.e:
             terms.append(("proj input (quantized copy)", d.g * n * d.v / t))
     else:
-        # The local spec, or TE's unfused attention where its fused kernels do not take the head dim (with TE's
-        # fused scale-mask-softmax).
+        # The local spec, TE's unfused attention where its fused kernels do not take the head dim (with TE's
+        # fused scale-mask-softmax), or PyTorch SDPA's math backend (an unfused mask and softmax).
         core = recompute != "selective" or "core_attn" in (plan.recompute_modules or ("core_attn",))
-        terms += _local_attention_terms(model, d, recompute if core else "none", plan.fused_kernels or spec == "te")
+        fused = plan.fused_kernels or (spec == "te" and plan.framework == "megatron")
+        terms += _local_attention_terms(model, d, recompute if core else "none", fused)
     sandwich = model.sandwich_norm and plan.framework != "megatron"  # megatron-core builds no sandwich norms
     if sandwich:
         terms += _norm_terms(model, d, "post-attention norm")
@@ -842,6 +843,16 @@ def _drop_recomputed(terms: list[tuple[str, float]], modules: tuple[str, ...], m
         # Under FP8 the GEMMs keep their own quantized copies of the norm outputs: nothing is freed.
         drop.update(_RECOMPUTE_DROPS["layernorm"])
     return [(name, b) for name, b in terms if name not in drop]
+
+
+def fused_attention(model: ModelSpec, plan: ParallelPlan) -> bool:
+    """Whether core attention runs a fused (flash) kernel, keeping no s x s scores: Transformer Engine's where it
+    takes the head dim (megatron's te spec), PyTorch's SDPA where it does (genconf's own model, DeepSpeed and FSDP
+    without Megatron-DeepSpeed's fused kernels); the local spec and Megatron-DeepSpeed run it unfused."""
+    d = model.attention_head_dim
+    if plan.framework != "megatron" and not plan.fused_kernels:
+        return sdpa_fused_supported(d)
+    return plan.layer_spec == "te" and fused_attention_supported(d)
 
 
 def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bool) -> list[tuple[str, float]]:

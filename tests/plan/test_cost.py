@@ -565,6 +565,44 @@ def test_misaligned_head_dims_slow_the_unfused_attention_gemms():
     assert "flash attention q" in {name for name, _ in layer_activation_terms(resolve_model("gpt3-13b")[0], te)}
 
 
+def test_pytorch_sdpa_at_misaligned_head_dims():
+    """genconf's own model (FSDP, DeepSpeed) runs PyTorch's SDPA, which on an H200 with torch 2.11 took head dims
+    150 and 108 with flash attention (padded to a multiple of 8; per FLOP x2.9-3.2 forward, x1.6-2.2 backward against
+    144 and 112) and 450 with its math backend only (scores through HBM), 448 with memory-efficient attention
+    (results/misaligned_gemm_h200.md): flash at the misaligned slowdown for 150, megatron's unfused pricing (the
+    same misaligned GEMMs) and an unfused softmax's saved scores for 450, plain flash for 144."""
+    from genconf.plan.kernels import sdpa_fused_supported
+    from genconf.plan.memory import layer_activation_terms
+
+    assert [sdpa_fused_supported(d) for d in (64, 108, 128, 150, 256, 448, 450)] == [True] * 6 + [False]
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    flat = dataclasses.replace(cal, misaligned_attention_gemm_slowdown=(1.0, 1.0))
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=2048, zero_stage=3)
+    base = resolve_model("gpt3-13b")[0]
+
+    def with_head_dim(dim: int, heads: int = 32):
+        return dataclasses.replace(base, hidden_size=dim * heads, num_attention_heads=heads, num_query_groups=heads,
+                                   ffn_hidden_size=4 * dim * heads, kv_channels=dim)
+
+    f, b = cal.misaligned_attention_gemm_slowdown
+    padded = with_head_dim(150)
+    slow, even = layer_time(padded, plan, cluster, cal), layer_time(padded, plan, cluster, flat)
+    assert slow.attn_fwd_s - even.attn_fwd_s == pytest.approx((f - 1) * even.attn_fwd_s)
+    names = {name for name, _ in layer_activation_terms(padded, plan)}
+    assert "flash attention q" in names and not any("softmax output" in name for name in names), names
+    aligned = with_head_dim(144)
+    assert layer_time(aligned, plan, cluster, cal) == layer_time(aligned, plan, cluster, flat)
+    math_only = with_head_dim(450)
+    slow, even = layer_time(math_only, plan, cluster, cal), layer_time(math_only, plan, cluster, flat)
+    rows = 32 * 2048  # heads x queries of one sequence
+    qk_f, _ = linear_s(cluster.gpu, cal, rows, 2048, 450, "bf16")
+    av_f, _ = linear_s(cluster.gpu, cal, rows, 450, 2048, "bf16")
+    assert slow.attn_fwd_s - even.attn_fwd_s == pytest.approx((f - 1) * (qk_f + av_f))
+    names = {name for name, _ in layer_activation_terms(math_only, plan)}
+    assert "flash attention q" not in names and "softmax output (fp32)" in names, names
+
+
 def test_q_and_k_norms_cost_a_norm_over_q_and_k():
     """OLMo's attention_layer_norm (the Kempner 1B: LayerNorm over the full q and k widths, 2,048 each): eager PyTorch
     runs the layer's norm kernel over q and k (fp32 under autocast, twice the bf16 bytes); fused stacks read and write
