@@ -133,7 +133,8 @@ def write_results(rows: list[dict]) -> None:
     env = (f"{v.get('device')}, driver {v.get('driver')}, CUDA {v.get('cuda')}, torch {v.get('torch')}, "
            f"DeepSpeed {v.get('deepspeed')}, megatron-core {v.get('megatron-core')}, "
            f"Transformer Engine {v.get('transformer-engine') or 'not installed (megatron runs use --layer-spec local)'}, "
-           f"torchao {v.get('torchao') or 'not installed'}, genconf {v.get('genconf')} "
+           f"torchao {v.get('torchao') or 'not installed'}, "
+           f"genconf {v.get('genconf') or 'from the checkout (PYTHONPATH)'} "
            f"at {os.environ.get('GENCONF_COMMIT') or 'an unrecorded commit'}")
     today = datetime.date.today().isoformat()
     kept = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.is_file() else []
