@@ -22,8 +22,8 @@ What it measures, each forward and forward + backward (the GPU's own time, moe_l
   model.py makes ("GPT-2 vocab_size of 50257, padded up to nearest multiple of 64 for efficiency");
 - sdpa: the same head dims through genconf's own model's attention (genconf/train/torch_model.py: q, k, v views of
   the fused QKV output, [b, h, s, d], F.scaled_dot_product_attention causal with PyTorch's own backend choice), and
-  which of its fused backends (flash, memory-efficient, cuDNN) take each head dim. genconf prices that attention as
-  flash attention at every head dim; this row checks it where the dim is not a multiple of 8 or is over 256.
+  which of its fused backends (flash, memory-efficient, cuDNN) take each head dim: genconf prices that attention
+  from it (kernels.sdpa_fused_supported: flash at the misaligned slowdown, or the math backend's fp32 GEMMs).
 The result is each misaligned shape's time over its aligned neighbour's, per FLOP: the factor a misaligned GEMM
 would take in genconf's cost model. Run on an H200, bf16 and fp16 (benchmarks/results/gpu_runs/README.md).
 """
@@ -209,7 +209,8 @@ def compare_rows(meta: dict, rows: list[dict]) -> str:
         for r in sdpa:
             scores_mib = r["batches"] * r["seq"] ** 2 * 2 / 2**20
             lines.append(f"| {r['label']} | {r['dim']} | {', '.join(r['backends']) or 'math only'} | "
-                         f"{r['fwd_ms']:.3f} | {r['fwd_bwd_ms']:.3f} | {r['fwd_bwd_peak_mib']:.0f} | {scores_mib:.0f} |")
+                         f"{r['fwd_ms']:.3f} | {r['fwd_bwd_ms']:.3f} | {r['fwd_bwd_peak_mib']:.0f} | "
+                         f"{scores_mib:.0f} |")
     gemms = [s for s in found if s["kind"] == "attention GEMMs"]
     if gemms:
         fwd, bwd = (statistics.median(s[k] for s in gemms) for k in ("fwd", "bwd"))

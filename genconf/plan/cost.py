@@ -209,6 +209,10 @@ def sustained_clock(gpu: GPUSpec, cal: Calibration, *, gemm: bool = True) -> flo
     return (cal.clock_factor if gemm else 1.0) * power
 
 
+FP32_CUDA_CORES = "fp32-cuda-cores"
+"""A GEMM dtype: fp32 without TF32 (torch.backends.cuda.matmul.allow_tf32 is False by default), on the CUDA cores."""
+
+
 def _peak(gpu: GPUSpec, cal: Calibration, dtype: str) -> tuple[float, float, float]:
     """(peak TFLOP/s at the sustained clock, main-loop efficiency, bytes per input element) for GEMMs in dtype."""
     clock = sustained_clock(gpu, cal)
@@ -220,6 +224,8 @@ def _peak(gpu: GPUSpec, cal: Calibration, dtype: str) -> tuple[float, float, flo
         return gpu.peak_tflops("fp8") * clock, cal.mxfp8_gemm_efficiency or cal.fp8_gemm_efficiency, 1.0
     if dtype == "fp32":
         return gpu.peak_tflops("tf32") * clock, cal.gemm_efficiency, 4.0
+    if dtype == FP32_CUDA_CORES:
+        return gpu.peak_fp32_tflops * clock, cal.gemm_efficiency, 4.0
     return gpu.peak_bf16_tflops * clock, cal.gemm_efficiency, 2.0
 
 
@@ -228,7 +234,7 @@ def gemm_s(gpu: GPUSpec, cal: Calibration, m: int, n: int, k: int, dtype: str) -
     return kernels.gemm_s(max(1, m), max(1, n), max(1, k), peak_tflops=peak, efficiency=eff,
                           tile_overhead_s=cal.gemm_tile_overhead_s, sms=gpu.num_sms,
                           hbm_tbyte_per_s=gpu.hbm_tbyte_per_s * cal.hbm_efficiency, in_bytes=width,
-                          out_bytes=4.0 if dtype == "fp32" else 2.0)
+                          out_bytes=4.0 if dtype in ("fp32", FP32_CUDA_CORES) else 2.0)
 
 
 def linear_s(gpu: GPUSpec, cal: Calibration, m: int, n: int, k: int, dtype: str, *, groups: int = 1,
@@ -573,17 +579,26 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving
     peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)  # attention: the power cap only
     te_unfused = impl == "megatron-te" and not kernels.fused_attention_supported(d)
-    eager = impl.startswith("torch")
-    sdpa_math = eager and not kernels.sdpa_fused_supported(d)
+    sdpa = impl.startswith("torch")  # genconf's own model, eager or compiled: PyTorch SDPA
+    sdpa_math = sdpa and not kernels.sdpa_fused_supported(d, gqa=model.num_query_groups < model.num_attention_heads)
     if impl in ("megatron-local", "megatron-local-fused") or te_unfused or sdpa_math:
         # (TE's own unfused attention runs its fused scale-mask-softmax kernel: megatron's fused scores' traffic;
         # PyTorch's math backend an unfused mask and softmax, as megatron's local spec.)
-        score_bytes = cal.local_fused_score_bytes if impl == "megatron-local-fused" or te_unfused else cal.local_score_bytes
-        # Unfused: batched QK^T and AV GEMMs over (mbs x heads) with K = head dim, scores through HBM.
+        fused_scores = impl == "megatron-local-fused" or te_unfused
+        score_bytes = cal.local_fused_score_bytes if fused_scores else cal.local_score_bytes
+        # Unfused: batched QK^T and AV GEMMs over (mbs x heads) with K = head dim, scores through HBM. PyTorch's math
+        # backend upcasts bf16 q, k, v to fp32 (allow_fp16_bf16_reduction_math_sdp is off by default) and runs its
+        # GEMMs without TF32: 1.00 ms forward for 4 heads x 2,048 x 450 on an H200, 30 TFLOP/s
+        # (results/misaligned_gemm_h200.md).
         batch = mbs * heads
-        qk_f, qk_b = linear_s(gpu, cal, batch * (seq // cp), keys, d, "bf16")
-        av_f, av_b = linear_s(gpu, cal, batch * (seq // cp), d, keys, "bf16")
-        slow_f, slow_b = (1.0, 1.0) if kernels.aligned(d) else cal.misaligned_attention_gemm_slowdown
+        gemm_dtype_ = FP32_CUDA_CORES if sdpa_math else "bf16"
+        qk_f, qk_b = linear_s(gpu, cal, batch * (seq // cp), keys, d, gemm_dtype_)
+        av_f, av_b = linear_s(gpu, cal, batch * (seq // cp), d, keys, gemm_dtype_)
+        # (The misaligned slowdown is the tensor cores' 16-byte loads: the math backend's CUDA-core GEMMs do not pay
+        # it. Priced so, that row comes out 1.04 / 2.03 ms forward / backward against 1.00 / 1.59 measured.)
+        tensor_cores = not sdpa_math
+        slow_f, slow_b = ((1.0, 1.0) if kernels.aligned(d) or not tensor_cores
+                          else cal.misaligned_attention_gemm_slowdown)
         scores = batch * (seq // cp) * keys
         attn_f = slow_f * (qk_f + av_f) + _mem_s(gpu, cal, score_bytes[0] * scores)
         attn_b = slow_b * (qk_b + av_b) + _mem_s(gpu, cal, score_bytes[1] * scores)
@@ -635,7 +650,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             attn_b = diag_b + (cp - 1) * (off_b + 2 * merge)
         else:
             attn_f, attn_b = flash(seq / cp, keys, causal)
-        if eager and not kernels.aligned(d):
+        if sdpa and not kernels.aligned(d):
             # PyTorch's flash backend pads a head dim that is not a multiple of 8 and runs it at about the
             # misaligned GEMMs' slowdown: per FLOP x2.93 / x3.18 forward, x1.61 / x2.23 backward at head dims 150 and
             # 108 on an H200 against 144 and 112 (results/misaligned_gemm_h200.md), beside the GEMMs' (2.9, 2.0).

@@ -74,12 +74,14 @@ SDPA_FLASH_MAX_HEAD_DIM = 256
 """PyTorch's flash-attention backend takes head dims up to this (sdp_utils.cpp check_head_dim_size_flash)."""
 
 
-def sdpa_fused_supported(head_dim: int) -> bool:
+def sdpa_fused_supported(head_dim: int, gqa: bool = False) -> bool:
     """Whether PyTorch's scaled_dot_product_attention (genconf's own model) runs a fused kernel at this head dim:
     flash attention up to 256, padding a dim that is not a multiple of 8 (aten's pad_last_dim), memory-efficient
-    attention above 256 where the dim is aligned. Otherwise its math backend runs: the scores through HBM. Measured on
-    an H200 with torch 2.11 (results/misaligned_gemm_h200.md): flash took head dims 150 and 108, only math took 450."""
-    return head_dim <= SDPA_FLASH_MAX_HEAD_DIM or aligned(head_dim)
+    attention above 256 where the dim is aligned and the model has no grouped-query attention (the model calls SDPA
+    with enable_gqa, which the memory-efficient kernel does not take: sdp_utils.cpp). Otherwise its math backend
+    runs: the scores through HBM. Measured on an H200 with torch 2.11 (results/misaligned_gemm_h200.md): flash took
+    head dims 150 and 108, memory-efficient attention 448, only math 450."""
+    return head_dim <= SDPA_FLASH_MAX_HEAD_DIM or (aligned(head_dim) and not gqa)
 
 
 def flash_attention_s(batch_heads: float, seq_q: float, seq_k: float, head_dim: int, *, causal: bool,

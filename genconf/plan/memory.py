@@ -781,8 +781,11 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
         # The local spec, TE's unfused attention where its fused kernels do not take the head dim (with TE's
         # fused scale-mask-softmax), or PyTorch SDPA's math backend (an unfused mask and softmax).
         core = recompute != "selective" or "core_attn" in (plan.recompute_modules or ("core_attn",))
-        fused = plan.fused_kernels or (spec == "te" and plan.framework == "megatron")
-        terms += _local_attention_terms(model, d, recompute if core else "none", fused)
+        if plan.torch_layers and spec == "te":
+            terms += _sdpa_math_terms(model, d)
+        else:
+            fused = plan.fused_kernels or (spec == "te" and plan.framework == "megatron")
+            terms += _local_attention_terms(model, d, recompute if core else "none", fused)
     sandwich = model.sandwich_norm and plan.framework != "megatron"  # megatron-core builds no sandwich norms
     if sandwich:
         terms += _norm_terms(model, d, "post-attention norm")
@@ -847,12 +850,31 @@ def _drop_recomputed(terms: list[tuple[str, float]], modules: tuple[str, ...], m
 
 def fused_attention(model: ModelSpec, plan: ParallelPlan) -> bool:
     """Whether core attention runs a fused (flash) kernel, keeping no s x s scores: Transformer Engine's where it
-    takes the head dim (megatron's te spec), PyTorch's SDPA where it does (genconf's own model, DeepSpeed and FSDP
-    without Megatron-DeepSpeed's fused kernels); the local spec and Megatron-DeepSpeed run it unfused."""
+    takes the head dim (megatron's te spec), PyTorch's SDPA where it does (genconf's own model, ParallelPlan.
+    torch_layers); the local spec, Megatron-DeepSpeed and the CPU (its host check prices the local spec: SDPA runs
+    its math backend there under dropout) run it unfused."""
+    if plan.layer_spec != "te":
+        return False
     d = model.attention_head_dim
-    if plan.framework != "megatron" and not plan.fused_kernels:
-        return sdpa_fused_supported(d)
-    return plan.layer_spec == "te" and fused_attention_supported(d)
+    if plan.torch_layers:
+        return sdpa_fused_supported(d, gqa=model.num_query_groups < model.num_attention_heads)
+    return fused_attention_supported(d)
+
+
+def _sdpa_math_terms(model: ModelSpec, d: _Dims) -> list[tuple[str, float]]:
+    """PyTorch SDPA's math backend (genconf's own model at a head dim no fused kernel takes): it upcasts q, k, v to
+    fp32 (repeating k, v to every head under grouped-query attention) and saves those copies and the fp32 softmax
+    output for its backward (with dropout, the mask and the dropped probabilities too); RoPE's products and the
+    upcasts save nothing of their inputs, so the QKV output is not kept alive."""
+    n, t, e = d.n, d.t, d.e
+    kv = d.q if d.kv < d.q else d.kv
+    s2 = d.heads * n * d.s / t
+    terms = [("q, k, v upcast to fp32 (SDPA math)", 4.0 * n * (d.q + 2 * kv) / t),
+             ("softmax output (fp32, SDPA math)", 4.0 * s2)]
+    if model.attention_dropout > 0:
+        terms += [("attention dropout mask", 1.0 * s2), ("attention probs after dropout (fp32)", 4.0 * s2)]
+    terms.append(("proj input (attention context)", e * n * d.q / t))
+    return terms
 
 
 def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bool) -> list[tuple[str, float]]:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from genconf.plan import limits, precision
+from genconf.plan import kernels, limits, precision
 from genconf.plan.counting import exact_param_count
 from genconf.plan.memory import GIB, MemoryEstimate, offload_bytes_per_layer
 from genconf.plan.pipeline import layout_mtp_layers, stage_layers
@@ -379,8 +379,23 @@ def fused_loss_conflict(fused_loss: bool | None, framework: str | None) -> str |
     return None
 
 
+def attention_kernel_head_dim_conflict(kernel: str, head_dim: int) -> str | None:
+    """Why the SDPA backend a pinned kernel runs (genconf.train.speed.PLAN_ATTENTION) cannot take this head dim
+    (None: it can). On an H200 with torch 2.11 cuDNN's attention took neither 150 nor 108 nor 448, flash took every
+    head dim up to 256 (results/misaligned_gemm_h200.md); the run would stop at its first step with "No available
+    kernel"."""
+    if kernel == "cudnn" and not kernels.fused_attention_supported(head_dim):
+        return (f"--attention-kernel cudnn: cuDNN's fused attention takes head dims that are multiples of 8 up to 256, "
+                f"this model's is {head_dim}: use --attention-kernel auto (PyTorch picks a backend that takes it)")
+    if kernel == "flash2" and head_dim > kernels.SDPA_FLASH_MAX_HEAD_DIM:
+        return (f"--attention-kernel flash2: flash attention takes head dims up to {kernels.SDPA_FLASH_MAX_HEAD_DIM}, "
+                f"this model's is {head_dim}: use --attention-kernel auto")
+    return None
+
+
 def _attention_kernel(c: Context) -> str | None:
-    return attention_kernel_conflict(c.plan.attention_kernel, c.plan.framework)
+    return (attention_kernel_conflict(c.plan.attention_kernel, c.plan.framework)
+            or attention_kernel_head_dim_conflict(c.plan.attention_kernel, c.model.attention_head_dim))
 
 
 def _fused_loss(c: Context) -> str | None:

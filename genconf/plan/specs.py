@@ -735,6 +735,12 @@ class ParallelPlan:
             raise ValueError("ParallelPlan.fused_kernels describes the local spec's kernels; Transformer Engine fuses its own")
 
     @property
+    def torch_layers(self) -> bool:
+        """The layers are genconf's own PyTorch model's (DeepSpeed, FSDP; eager or compiled): PyTorch SDPA attention.
+        With fused_kernels a DeepSpeed plan describes Megatron-DeepSpeed's layers instead."""
+        return self.framework != "megatron" and not self.fused_kernels
+
+    @property
     def autocast_fp32_weights(self) -> bool:
         """DDP (FSDP NO_SHARD) with a 16-bit recipe: fp32 weights, the layers run under torch.autocast
         (genconf's FSDP runner, OLMo's ddp strategy); the residual stream and every norm stay fp32."""

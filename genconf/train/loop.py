@@ -309,7 +309,7 @@ def checkpoint_meta(cfg: RunConfig, world_size: int) -> dict:
 def refuse_other_run(manifest: dict | None, cfg: RunConfig) -> None:
     """One line, exit 2, when a checkpoint was written by another framework or layout, or holds another number of
     vocabulary rows (a DeepSpeed/FSDP checkpoint from before genconf's own model padded its vocabulary records none:
-    it holds the vocabulary unpadded; the padding was to a multiple of 64 from 858e46f, of 128 since 2026-11-28)."""
+    it holds the vocabulary unpadded; the padding was to a multiple of 64 from 858e46f, of 128 from 35c45de)."""
     meta = (manifest or {}).get("meta") or {}
     ours = checkpoint_meta(cfg, cfg.plan.world_size)
     for key in ("framework", "world_size", "layout"):
@@ -320,7 +320,7 @@ def refuse_other_run(manifest: dict | None, cfg: RunConfig) -> None:
         rows, now = meta.get("vocab_rows", before), ours["vocab_rows"]
         if rows != now:
             runtime.fail(f"--resume: the checkpoint holds {rows} vocabulary rows, this run's model {now} (genconf's "
-                         f"own model pads its vocabulary: to a multiple of 64 from 858e46f, of 128 since 2026-11-28): "
+                         f"own model pads its vocabulary: to a multiple of 64 from 858e46f, of 128 from 35c45de): "
                          f"resume it with the genconf that wrote it, or start a new run")
 
 

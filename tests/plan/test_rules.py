@@ -225,3 +225,24 @@ def test_every_rule_has_one_name():
 @pytest.mark.parametrize("plan", [megatron(tp=4, pp=4, vp=4, dp=24, gbs=1056, sequence_parallel=True, zero_stage=1)])
 def test_the_main_jobs_plan_breaks_no_rule(plan):
     assert violations("70b", plan) == {}
+
+
+def test_a_pinned_attention_kernel_must_take_the_head_dim():
+    """The SDPA backend a pinned kernel runs must take the model's head dim, or the launch stops at its first step
+    ("No available kernel"): on an H200 cuDNN's attention took neither 150 nor 448, flash took 150 and not 450
+    (results/misaligned_gemm_h200.md)."""
+    from genconf.plan.rules import attention_kernel_head_dim_conflict
+
+    assert attention_kernel_head_dim_conflict("cudnn", 128) is None
+    assert "multiples of 8 up to 256" in attention_kernel_head_dim_conflict("cudnn", 150)
+    assert "multiples of 8 up to 256" in attention_kernel_head_dim_conflict("cudnn", 448)
+    assert attention_kernel_head_dim_conflict("flash2", 150) is None
+    assert "up to 256" in attention_kernel_head_dim_conflict("flash2", 450)
+    assert attention_kernel_head_dim_conflict("auto", 450) is None
+    model = replace(resolve_model("gpt3-13b")[0], hidden_size=150 * 32, num_attention_heads=32, num_query_groups=32,
+                    ffn_hidden_size=4 * 150 * 32, kv_channels=150)
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=2048, zero_stage=3, attention_kernel="cudnn")
+    found = rules.check(rules.Context(model, resolve_cluster("dgx-h100"), plan, 8))
+    assert any("--attention-kernel cudnn" in v.message for v in found), found
+    auto = rules.check(rules.Context(model, resolve_cluster("dgx-h100"), replace(plan, attention_kernel="auto"), 8))
+    assert not any("--attention-kernel" in v.message for v in auto), auto

@@ -160,9 +160,9 @@ def test_megatron_fsdp_when_nothing_else_fits():
 
 def test_the_fused_loss_is_added_where_it_makes_a_pytorch_plan_fit():
     """MosaicML trained MPT-760M at micro-batch 24 x 2048 on 8 H100s under FSDP without recompute (llm-foundry's
-    benchmark table): with F.cross_entropy's fp32 copies of its 50,368-wide logits it does not fit, with the fused
-    cross entropy it does. The search adds it (--fused-loss unset) and says so; --no-fused-loss keeps the loss as
-    given and the miss names --fused-loss first among the fixes."""
+    benchmark table): with F.cross_entropy's fp32 copies of its logits (50,368 wide, 50,432 in genconf's model) it does
+    not fit, with the fused cross entropy it does. The search adds it (--fused-loss unset) and says so;
+    --no-fused-loss keeps the loss as given and the miss names --fused-loss first among the fixes."""
     model = mpt_760m()
     cluster, cal = resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
     pins = Pins(framework="fsdp", tp=1, pp=1, mbs=24, gbs=384, zero_stage=3, recompute="none")

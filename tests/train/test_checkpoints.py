@@ -279,3 +279,23 @@ def test_resume_refuses_a_checkpoint_with_another_vocabulary_row_count(capsys):
     assert "holds 50257 vocabulary rows, this run's model 50304" in capsys.readouterr().err
     megatron = cfg("megatron")
     refuse_other_run({"meta": {k: v for k, v in checkpoint_meta(megatron, 1).items() if k != "vocab_rows"}}, megatron)
+
+
+def test_resume_refuses_a_checkpoint_padded_to_64_rows(capsys):
+    """MPT-760M's 50,368 rows are a multiple of 64 (genconf's padding from 858e46f) but not of 128 (35c45de on): a
+    checkpoint of the 64-row padding records 50,368 rows, this genconf's model holds 50,432, and resuming says so."""
+    from genconf.plan.runconfig import RunConfig
+    from genconf.plan.specs import ParallelPlan, TrainSpec
+    from genconf.train.loop import checkpoint_meta, refuse_other_run
+
+    from conftest import mpt_760m  # noqa: I001 (the tests' own helpers)
+
+    plan = ParallelPlan(framework="deepspeed", dp=1, mbs=1, gbs=1, seq_length=2048, zero_stage=1)
+    cfg = RunConfig(model=mpt_760m(), plan=plan, train=TrainSpec(train_steps=10), num_gpus=1, data={},
+                    precision_recipe="bf16", prediction={}, shrink={}, artifacts="")
+    meta = checkpoint_meta(cfg, 1)
+    assert meta["vocab_rows"] == 50432
+    with pytest.raises(SystemExit) as exit_:
+        refuse_other_run({"meta": meta | {"vocab_rows": 50368}}, cfg)
+    assert exit_.value.code == 2
+    assert "holds 50368 vocabulary rows, this run's model 50432" in capsys.readouterr().err

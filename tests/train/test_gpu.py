@@ -134,7 +134,7 @@ def write_results(rows: list[dict]) -> None:
            f"DeepSpeed {v.get('deepspeed')}, megatron-core {v.get('megatron-core')}, "
            f"Transformer Engine {v.get('transformer-engine') or 'not installed (megatron runs use --layer-spec local)'}, "
            f"torchao {v.get('torchao') or 'not installed'}, "
-           f"genconf {v.get('genconf') or 'from the checkout (PYTHONPATH)'} "
+           f"genconf {v.get('genconf') or 'not installed (imported from the checkout)'} "
            f"at {os.environ.get('GENCONF_COMMIT') or 'an unrecorded commit'}")
     today = datetime.date.today().isoformat()
     kept = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.is_file() else []
@@ -201,7 +201,9 @@ def trained(tmp_path_factory, record):
         measured = (checks.get("throughput") or {}).get("measured") or float("nan")
         record.append({"name": name, "verify": "PASS" if report.get("ok") else "FAIL",
                        "measured_tps": measured,
-                       "predicted_tps": plan["perf"]["tokens_per_s_per_gpu"],
+                       # the prediction verify judged the run by (the compiled one for --compile runs)
+                       "predicted_tps": (checks.get("throughput") or {}).get("expected")
+                       or plan["perf"]["tokens_per_s_per_gpu"],
                        # genconf's FLOP count per token is the plan's: measured MFU = planned MFU x measured/predicted
                        "mfu": plan["perf"]["mfu"] * measured / plan["perf"]["tokens_per_s_per_gpu"],
                        "peak_gib": max((r.get("peak_mem_gib", 0.0) for r in rows), default=float("nan")),
