@@ -328,12 +328,11 @@ weights (OLMo's FSDP/DDP) casts every weight to bf16 each forward (read 4, write
 gradients into fp32 .grad (read 2 + 4, write 4)."""
 
 def implementation(plan: ParallelPlan) -> str:
-    if plan.fused_kernels:
-        return "megatron-local-fused"  # megatron's layers, also under DeepSpeed (Megatron-DeepSpeed)
-    if plan.framework == "megatron":
-        if plan.layer_spec == "te":
-            return "megatron-te"
-        return "megatron-local-fused" if plan.fused_kernels else "megatron-local"
+    if not plan.torch_layers:
+        if plan.fused_kernels:
+            return "megatron-local-fused"  # megatron's layers, also under DeepSpeed (Megatron-DeepSpeed)
+        return "megatron-te" if plan.layer_spec == "te" else "megatron-local"
+    # genconf's own PyTorch model: SDPA attention, eager or compiled element-wise work.
     if plan.torch_compile:
         return "torch-compiled"
     if plan.autocast_fp32_weights:
