@@ -74,14 +74,27 @@ SDPA_FLASH_MAX_HEAD_DIM = 256
 """PyTorch's flash-attention backend takes head dims up to this (sdp_utils.cpp check_head_dim_size_flash)."""
 
 
+def sdpa_backend_takes(backend: str, head_dim: int, gqa: bool = False) -> bool:
+    """Whether PyTorch SDPA's `backend` (genconf.train.speed.ATTENTION's names) runs forward and backward at this head
+    dim, `gqa`: with fewer key/value heads than query heads (genconf's model passes enable_gqa). As each did on an
+    H200 with torch 2.11 (results/gpu_runs/2026-11-28/: misaligned_sdpa_h200.json, sdpa_gqa_backends.txt): flash up
+    to 256, padding a dim that is not a multiple of 8 (aten's pad_last_dim); memory-efficient at multiples of 8 and
+    not under grouped-query attention; cuDNN at multiples of 8 up to 256; math (and auto, torch's choice) always."""
+    if backend == "flash":
+        return head_dim <= SDPA_FLASH_MAX_HEAD_DIM
+    if backend == "efficient":
+        return aligned(head_dim) and not gqa
+    if backend == "cudnn":
+        return fused_attention_supported(head_dim)
+    return True
+
+
 def sdpa_fused_supported(head_dim: int, gqa: bool = False) -> bool:
-    """Whether PyTorch's scaled_dot_product_attention (genconf's own model) runs a fused kernel at this head dim:
-    flash attention up to 256, padding a dim that is not a multiple of 8 (aten's pad_last_dim), memory-efficient
-    attention above 256 where the dim is aligned and the model has no grouped-query attention (the model calls SDPA
-    with enable_gqa, which the memory-efficient kernel does not take: sdp_utils.cpp). Otherwise its math backend
-    runs: the scores through HBM. Measured on an H200 with torch 2.11 (results/misaligned_gemm_h200.md): flash took
-    head dims 150 and 108, memory-efficient attention 448, only math 450."""
-    return head_dim <= SDPA_FLASH_MAX_HEAD_DIM or (aligned(head_dim) and not gqa)
+    """Whether PyTorch's scaled_dot_product_attention (genconf's own model) runs a fused kernel at this head dim
+    (flash or memory-efficient attention: sdpa_backend_takes); otherwise its math backend runs, the scores through
+    HBM. On the H200: flash took head dims 150 and 108, memory-efficient attention 448, only math 450 and a 448 under
+    grouped-query attention."""
+    return sdpa_backend_takes("flash", head_dim, gqa) or sdpa_backend_takes("efficient", head_dim, gqa)
 
 
 def flash_attention_s(batch_heads: float, seq_q: float, seq_k: float, head_dim: int, *, causal: bool,

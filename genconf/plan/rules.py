@@ -379,18 +379,20 @@ def fused_loss_conflict(fused_loss: bool | None, framework: str | None) -> str |
     return None
 
 
+PLAN_SDPA_BACKEND = {"cudnn": "cudnn", "flash2": "flash"}
+"""The SDPA backend genconf's runners pin for a plan's attention kernel (genconf.train.speed.PLAN_ATTENTION)."""
+
+
 def attention_kernel_head_dim_conflict(kernel: str, head_dim: int) -> str | None:
-    """Why the SDPA backend a pinned kernel runs (genconf.train.speed.PLAN_ATTENTION) cannot take this head dim
-    (None: it can). On an H200 with torch 2.11 cuDNN's attention took neither 150 nor 108 nor 448, flash took every
-    head dim up to 256 (results/misaligned_gemm_h200.md); the run would stop at its first step with "No available
-    kernel"."""
-    if kernel == "cudnn" and not kernels.fused_attention_supported(head_dim):
-        return (f"--attention-kernel cudnn: cuDNN's fused attention takes head dims that are multiples of 8 up to 256, "
-                f"this model's is {head_dim}: use --attention-kernel auto (PyTorch picks a backend that takes it)")
-    if kernel == "flash2" and head_dim > kernels.SDPA_FLASH_MAX_HEAD_DIM:
-        return (f"--attention-kernel flash2: flash attention takes head dims up to {kernels.SDPA_FLASH_MAX_HEAD_DIM}, "
-                f"this model's is {head_dim}: use --attention-kernel auto")
-    return None
+    """Why the SDPA backend a pinned kernel runs cannot take this head dim (None: it can): the run would stop at its
+    first step with "No available kernel" (kernels.sdpa_backend_takes, measured on an H200)."""
+    backend = PLAN_SDPA_BACKEND.get(kernel)
+    if backend is None or kernels.sdpa_backend_takes(backend, head_dim):
+        return None
+    takes = {"cudnn": "cuDNN's fused attention takes head dims that are multiples of 8 up to 256",
+             "flash": f"flash attention takes head dims up to {kernels.SDPA_FLASH_MAX_HEAD_DIM}"}[backend]
+    return (f"--attention-kernel {kernel}: {takes}, this model's is {head_dim}: use --attention-kernel auto (PyTorch "
+            f"picks a backend that takes it)")
 
 
 def _attention_kernel(c: Context) -> str | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from genconf.catalog.files import resource_dir
 from genconf.catalog.hardware import resolve_gpu
-from genconf.plan import precision, runconfig
+from genconf.plan import kernels, precision, runconfig
 from genconf.plan.errors import GenconfError
 from genconf.plan.runconfig import RunConfig
 from genconf.render.slurm import ENTRY_POINTS, PREEMPT_SIGNAL_LEAD_S, TORCHRUN_SIGNALS
@@ -92,8 +92,24 @@ def refuse_unrunnable(cfg) -> None:
         raise GenconfError(f"--cuda-graph-impl {cfg.plan.cuda_graph_impl}: genconf's megatron launcher runs eagerly (it "
                            "does not capture CUDA graphs); run megatron_args.txt with Megatron-LM's pretrain_gpt.py, "
                            "or re-plan without it")
+    why = attention_backend_refusal(cfg) if cuda else None  # a CPU runs neither kernel: the option changes nothing
+    if why:
+        raise GenconfError(why)
     if not cuda:
         refuse_too_big_for_host(cfg)
+
+
+def attention_backend_refusal(cfg) -> str | None:
+    """Why the run's pinned SDPA backend (--attention) cannot take its model's head dim on a GPU (None: it can):
+    the run would stop at its first step with "No available kernel" (kernels.sdpa_backend_takes)."""
+    backend = (cfg.speed or {}).get("attention", "auto")
+    d = cfg.model.attention_head_dim
+    gqa = cfg.model.num_query_groups < cfg.model.num_attention_heads
+    if not cfg.plan.torch_layers or kernels.sdpa_backend_takes(backend, d, gqa):
+        return None
+    return (f"--attention {backend}: PyTorch's {backend} attention does not take this model's head dim ({d}"
+            f"{', grouped-query' if gqa else ''}); the run would stop at its first step with \"No available kernel\": "
+            f"use --attention auto")
 
 
 def refuse_too_big_for_host(cfg) -> None:

@@ -281,3 +281,39 @@ def test_compile_switch_compiles_each_block_in_place():
     assert all(block._compiled_call_impl is not None for block in model.decoder.layers)
     assert [id(p) for p in model.parameters()] == params  # same module, same parameters: counting is unchanged
     assert model(tokens, tokens).item() == pytest.approx(eager, abs=1e-6)
+
+
+def test_a_pinned_sdpa_backend_that_cannot_take_the_head_dim_is_refused_before_the_launch():
+    """On an H200 (kernels.sdpa_backend_takes): flash took head dims up to 256 (150 padded), memory-efficient 448 but
+    not under grouped-query attention, cuDNN multiples of 8 up to 256. A run pinned to a backend that cannot serve
+    the model stops at its first step ("No available kernel"); genconf refuses it in one line instead (on a GPU:
+    refuse_unrunnable asks attention_backend_refusal there). Megatron's layers do not run SDPA."""
+    import dataclasses
+
+    from genconf.catalog.models import resolve_model
+    from genconf.plan.kernels import sdpa_backend_takes
+    from genconf.plan.runconfig import RunConfig
+    from genconf.plan.specs import ParallelPlan, TrainSpec
+    from genconf.run.launch import attention_backend_refusal
+
+    assert [sdpa_backend_takes("flash", d) for d in (108, 150, 256, 450)] == [True, True, True, False]
+    assert [sdpa_backend_takes("efficient", d, gqa) for d, gqa in ((448, False), (448, True), (450, False))] == \
+        [True, False, False]
+    assert [sdpa_backend_takes("cudnn", d) for d in (128, 150, 256, 448)] == [True, False, True, False]
+    assert all(sdpa_backend_takes(b, 450, True) for b in ("math", "auto"))
+    base = resolve_model("gpt3-125m")[0]
+    odd = dataclasses.replace(base, hidden_size=150 * 12, kv_channels=150, ffn_hidden_size=4 * 1800)
+
+    def cfg(model, backend: str, framework: str = "fsdp") -> RunConfig:
+        plan = ParallelPlan(framework=framework, dp=1, mbs=1, gbs=1, seq_length=1024, zero_stage=0)
+        return RunConfig(model=model, plan=plan, train=TrainSpec(train_steps=10), num_gpus=1, data={},
+                         precision_recipe="bf16", prediction={}, shrink={}, artifacts="",
+                         speed={"attention": backend} if backend != "auto" else {})
+
+    assert attention_backend_refusal(cfg(base, "cudnn")) is None  # head dim 64
+    assert attention_backend_refusal(cfg(odd, "flash")) is None
+    assert attention_backend_refusal(cfg(odd, "auto")) is None
+    why = attention_backend_refusal(cfg(odd, "cudnn"))
+    assert why.startswith("--attention cudnn:") and "(150)" in why and "\n" not in why, why
+    assert attention_backend_refusal(cfg(odd, "efficient")).startswith("--attention efficient:")
+    assert attention_backend_refusal(cfg(odd, "cudnn", "megatron")) is None
