@@ -137,7 +137,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="auto",
                    help="DeepSpeed/FSDP: the flash-attention kernel the model runs: cudnn (SDPA's cuDNN backend, "
                         "FlashAttention-3's class), flash2 (FlashAttention-2), triton (Triton flash attention, "
-                        "llm-foundry's); auto: genconf's runners' SDPA choice")
+                        "llm-foundry's), math (SDPA's unfused fp32 math backend, a CPU's); auto: genconf's runners' "
+                        "SDPA choice")
     g.add_argument("--fused-loss", action=argparse.BooleanOptionalAction, default=None,
                    help="DeepSpeed/FSDP: cross entropy fused over the 16-bit logits (flash-attn's kernel, OLMo's "
                         "fused_loss), no fp32 copy of the logits (default: off, or on where it makes a plan fit)")

@@ -66,6 +66,10 @@ class Calibration:
     16-bit elements (16 bytes, the tensor-core kernels' vector loads), over an aligned neighbour's, forward and
     backward: measured 2.6-3.0 and 1.8-2.4 at BLOOM's head dims 450, 150 and 108 on an H200, bf16 and fp16
     (benchmarks/results/misaligned_gemm_h200.md)."""
+    sdpa_efficient_slowdown: tuple[float, float] = (2.3, 11.8)
+    """PyTorch SDPA's memory-efficient attention (what genconf's own model runs above head dim 256) over the flash
+    attention this model prices at that dim, forward and backward: one measured shape, 4 heads x 2,048 tokens at
+    head dim 448 on an H200, 0.225 / 3.44 ms against 0.098 / 0.291 ms priced (misaligned_gemm_h200.md)."""
     local_elementwise_passes: float = 3.0
     """Element-wise traffic of the local spec relative to TE's fused kernels: 3 without apex and megatron's
     fused kernels (bias, dropout with its RNG and mask, and the add run apart)."""
@@ -579,7 +583,8 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)  # attention: the power cap only
     te_unfused = impl == "megatron-te" and not kernels.fused_attention_supported(d)
     sdpa = impl.startswith("torch")  # genconf's own model, eager or compiled: PyTorch SDPA
-    sdpa_math = sdpa and not kernels.sdpa_fused_supported(d, gqa=model.num_query_groups < model.num_attention_heads)
+    sdpa_math = sdpa and (attention == "math"
+                          or not kernels.sdpa_fused_supported(d, gqa=model.num_query_groups < model.num_attention_heads))
     if impl in ("megatron-local", "megatron-local-fused") or te_unfused or sdpa_math:
         # (TE's own unfused attention runs its fused scale-mask-softmax kernel: megatron's fused scores' traffic;
         # PyTorch's math backend an unfused mask and softmax, as megatron's local spec.)
@@ -654,6 +659,9 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             # misaligned GEMMs' slowdown: per FLOP x2.93 / x3.18 forward, x1.61 / x2.23 backward at head dims 150 and
             # 108 on an H200 against 144 and 112 (results/misaligned_gemm_h200.md), beside the GEMMs' (2.9, 2.0).
             slow_f, slow_b = cal.misaligned_attention_gemm_slowdown
+            attn_f, attn_b = slow_f * attn_f, slow_b * attn_b
+        elif sdpa and d > kernels.SDPA_FLASH_MAX_HEAD_DIM:
+            slow_f, slow_b = cal.sdpa_efficient_slowdown  # memory-efficient attention, its backward slow there
             attn_f, attn_b = slow_f * attn_f, slow_b * attn_b
     attn_f, attn_b = wa * attn_f, wa * attn_b
 

@@ -781,7 +781,7 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
         # The local spec, TE's unfused attention where its fused kernels do not take the head dim (with TE's
         # fused scale-mask-softmax), or PyTorch SDPA's math backend (an unfused mask and softmax).
         core = recompute != "selective" or "core_attn" in (plan.recompute_modules or ("core_attn",))
-        if plan.torch_layers and spec == "te":
+        if plan.torch_layers:
             terms += _sdpa_math_terms(model, d)
         else:
             fused = plan.fused_kernels or (spec == "te" and plan.framework == "megatron")
@@ -850,15 +850,14 @@ def _drop_recomputed(terms: list[tuple[str, float]], modules: tuple[str, ...], m
 
 def fused_attention(model: ModelSpec, plan: ParallelPlan) -> bool:
     """Whether core attention runs a fused (flash) kernel, keeping no s x s scores: Transformer Engine's where it
-    takes the head dim (megatron's te spec), PyTorch's SDPA where it does (genconf's own model, ParallelPlan.
-    torch_layers); the local spec, Megatron-DeepSpeed and the CPU (its host check prices the local spec: SDPA runs
-    its math backend there under dropout) run it unfused."""
-    if plan.layer_spec != "te":
-        return False
+    takes the head dim (megatron's te spec); PyTorch's SDPA where a fused backend takes it and the plan does not pin
+    the math backend (genconf's own model, ParallelPlan.torch_layers, whatever its layer_spec: the CPU host check
+    pins math, which a CPU runs under dropout); the local spec and Megatron-DeepSpeed run it unfused."""
     d = model.attention_head_dim
     if plan.torch_layers:
-        return sdpa_fused_supported(d, gqa=model.num_query_groups < model.num_attention_heads)
-    return fused_attention_supported(d)
+        return plan.attention_kernel != "math" and sdpa_fused_supported(
+            d, gqa=model.num_query_groups < model.num_attention_heads)
+    return plan.layer_spec == "te" and fused_attention_supported(d)
 
 
 def _sdpa_math_terms(model: ModelSpec, d: _Dims) -> list[tuple[str, float]]:

@@ -379,7 +379,7 @@ def fused_loss_conflict(fused_loss: bool | None, framework: str | None) -> str |
     return None
 
 
-PLAN_SDPA_BACKEND = {"cudnn": "cudnn", "flash2": "flash"}
+PLAN_SDPA_BACKEND = {"cudnn": "cudnn", "flash2": "flash", "math": "math"}
 """The SDPA backend genconf's runners pin for a plan's attention kernel (genconf.train.speed.PLAN_ATTENTION)."""
 
 
@@ -391,8 +391,8 @@ def attention_kernel_head_dim_conflict(kernel: str, head_dim: int) -> str | None
         return None
     takes = {"cudnn": "cuDNN's fused attention takes head dims that are multiples of 8 up to 256",
              "flash": f"flash attention takes head dims up to {kernels.SDPA_FLASH_MAX_HEAD_DIM}"}[backend]
-    return (f"--attention-kernel {kernel}: {takes}, this model's is {head_dim}: use --attention-kernel auto (PyTorch "
-            f"picks a backend that takes it)")
+    return (f"--attention-kernel {kernel}: {takes}, this model's is {head_dim}: plan with --attention-kernel auto "
+            f"(PyTorch picks a backend that takes it)")
 
 
 def _attention_kernel(c: Context) -> str | None:

@@ -28,7 +28,7 @@ lora_tuning.target_modules: ['attention_qkv'])."""
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
 GRAD_DTYPES = ("fp32", "bf16")
 LAYER_SPECS = ("te", "local")
-ATTENTION_KERNELS = ("auto", "cudnn", "flash2", "triton")
+ATTENTION_KERNELS = ("auto", "cudnn", "flash2", "triton", "math")
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 """megatron-core 0.16.1's CudaGraphScope names (transformer/enums.py)."""

@@ -105,7 +105,8 @@ def attention_backend_refusal(cfg) -> str | None:
     backend = (cfg.speed or {}).get("attention", "auto")
     d = cfg.model.attention_head_dim
     gqa = cfg.model.num_query_groups < cfg.model.num_attention_heads
-    if not cfg.plan.torch_layers or kernels.sdpa_backend_takes(backend, d, gqa):
+    # genconf's DeepSpeed and FSDP runners build its own model (SDPA) whatever the plan's layer spec says.
+    if cfg.plan.framework == "megatron" or kernels.sdpa_backend_takes(backend, d, gqa):
         return None
     return (f"--attention {backend}: PyTorch's {backend} attention does not take this model's head dim ({d}"
             f"{', grouped-query' if gqa else ''}); the run would stop at its first step with \"No available kernel\": "
@@ -118,7 +119,9 @@ def refuse_too_big_for_host(cfg) -> None:
 
     from genconf.plan.memory import GIB, stage_memory
 
-    plan = dc.replace(cfg.plan, layer_spec="local", sequence_parallel=False)
+    # A CPU runs no fused attention kernel under dropout (SDPA's math backend; megatron's local spec).
+    plan = dc.replace(cfg.plan, sequence_parallel=False,
+                      **({"attention_kernel": "math"} if cfg.plan.torch_layers else {"layer_spec": "local"}))
     per_rank = max(stage_memory(cfg.model, plan, s).total_bytes for s in {0, plan.pp - 1})
     need = per_rank * plan.world_size
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -589,6 +589,7 @@ def test_pytorch_sdpa_at_misaligned_head_dims():
     def attention_fwd_s(model, p=plan, c=cal) -> float:
         return layer_time(model, p, cluster, c).attn_fwd_s
 
+    padded = with_head_dim(150, 12)
     # Flash at a padded head dim: the measured slowdown per FLOP against the aligned neighbour.
     for dim, aligned, heads, measured in ((150, 144, 12, 2.93), (108, 112, 128, 3.18)):
         per_flop = attention_fwd_s(with_head_dim(dim, heads)) / attention_fwd_s(with_head_dim(aligned, heads))
@@ -602,12 +603,20 @@ def test_pytorch_sdpa_at_misaligned_head_dims():
     assert attention_fwd_s(math_only) == pytest.approx(1.00e-3, rel=0.15)
     names = {name for name, _ in layer_activation_terms(math_only, plan)}
     assert "flash attention q" not in names and "softmax output (fp32, SDPA math)" in names, names
-    # 448 with grouped-query attention: math as well (priced and counted so); without it, memory-efficient.
+    # 448 with grouped-query attention: math as well (priced and counted so); without it, memory-efficient attention
+    # (measured 0.225 ms forward for 4 heads), keeping no scores.
     gqa = {name for name, _ in layer_activation_terms(with_head_dim(448, 4, groups=2), plan)}
     assert "softmax output (fp32, SDPA math)" in gqa
     assert "flash attention q" in {name for name, _ in layer_activation_terms(with_head_dim(448, 4), plan)}
+    assert attention_fwd_s(with_head_dim(448, 4)) == pytest.approx(0.225e-3, rel=0.15)
+    # The layer spec is megatron's: genconf's model runs SDPA whatever a plan says of it; pinning the math backend
+    # (--attention-kernel math, what a CPU runs under dropout) keeps the fp32 scores at any head dim.
+    local = dataclasses.replace(plan, layer_spec="local")
+    assert layer_activation_terms(padded, local) == layer_activation_terms(padded, plan)
+    pinned = {name for name, _ in layer_activation_terms(with_head_dim(128, 12), dataclasses.replace(
+        plan, attention_kernel="math"))}
+    assert "softmax output (fp32, SDPA math)" in pinned
     # DeepSpeed and compiled plans run the same SDPA; megatron's and Megatron-DeepSpeed's attention is not SDPA.
-    padded = with_head_dim(150, 12)
     for own in (dataclasses.replace(plan, framework="deepspeed", zero_stage=1),
                 dataclasses.replace(plan, torch_compile=True)):
         assert attention_fwd_s(padded, p=own) > attention_fwd_s(padded, p=own, c=flat)

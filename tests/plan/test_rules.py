@@ -239,6 +239,7 @@ def test_a_pinned_attention_kernel_must_take_the_head_dim():
     assert attention_kernel_head_dim_conflict("flash2", 150) is None
     assert "up to 256" in attention_kernel_head_dim_conflict("flash2", 450)
     assert attention_kernel_head_dim_conflict("auto", 450) is None
+    assert attention_kernel_head_dim_conflict("math", 450) is None
     model = replace(resolve_model("gpt3-13b")[0], hidden_size=150 * 32, num_attention_heads=32, num_query_groups=32,
                     ffn_hidden_size=4 * 150 * 32, kv_channels=150)
     plan = ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=2048, zero_stage=3, attention_kernel="cudnn")

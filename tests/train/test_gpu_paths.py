@@ -317,3 +317,7 @@ def test_a_pinned_sdpa_backend_that_cannot_take_the_head_dim_is_refused_before_t
     assert why.startswith("--attention cudnn:") and "(150)" in why and "\n" not in why, why
     assert attention_backend_refusal(cfg(odd, "efficient")).startswith("--attention efficient:")
     assert attention_backend_refusal(cfg(odd, "cudnn", "megatron")) is None
+    # genconf's DeepSpeed runner builds its own model (SDPA) even for a plan describing Megatron-DeepSpeed's kernels.
+    fused = cfg(odd, "cudnn", "deepspeed")
+    fused = dataclasses.replace(fused, plan=dataclasses.replace(fused.plan, layer_spec="local", fused_kernels=True))
+    assert attention_backend_refusal(fused).startswith("--attention cudnn:")
