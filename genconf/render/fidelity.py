@@ -96,6 +96,10 @@ def _layout_differences(plan: ParallelPlan, framework: str, file: str) -> list[D
             rows.append(Difference(file=file, aspect="attention kernel", plan="flash attention in Triton",
                                    in_file="flash_attention: true (flash-attn 2)",
                                    why="OLMo chooses flash-attn or PyTorch's SDPA, not a Triton kernel"))
+        if framework == "fsdp" and plan.attention_kernel == "math":
+            rows.append(Difference(file=file, aspect="attention kernel", plan="SDPA's math backend (unfused, fp32)",
+                                   in_file="flash_attention: false (PyTorch's SDPA, its own backend choice)",
+                                   why="OLMo's config cannot pin an SDPA backend"))
         return rows
     same, _ = equivalent_plan(plan, framework)
     rows: list[Difference] = []

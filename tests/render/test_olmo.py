@@ -49,7 +49,9 @@ def test_olmos_flash_attention_follows_the_attention_kernel():
     model = resolve_model("1b")[0]
     plan = ParallelPlan(framework="fsdp", dp=8, mbs=4, gbs=64, zero_stage=3)
     flash = {k: olmo_config(model, dataclasses.replace(plan, attention_kernel=k), TrainSpec(train_steps=10), "t")
-             ["model"]["flash_attention"] for k in ("auto", "flash2", "cudnn", "triton")}
-    assert flash == {"auto": True, "flash2": True, "cudnn": False, "triton": True}
+             ["model"]["flash_attention"] for k in ("auto", "flash2", "cudnn", "triton", "math")}
+    assert flash == {"auto": True, "flash2": True, "cudnn": False, "triton": True, "math": False}
+    rows = differences(model, dataclasses.replace(plan, attention_kernel="math"), ("fsdp",))
+    assert [r.aspect for r in rows] == ["attention kernel"] and "math" in rows[0].plan
     rows = differences(model, dataclasses.replace(plan, attention_kernel="triton"), ("fsdp",))
     assert [r.aspect for r in rows] == ["attention kernel"]
