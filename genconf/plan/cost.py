@@ -583,8 +583,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)  # attention: the power cap only
     te_unfused = impl == "megatron-te" and not kernels.fused_attention_supported(d)
     sdpa = impl.startswith("torch")  # genconf's own model, eager or compiled: PyTorch SDPA
-    sdpa_math = sdpa and (attention == "math"
-                          or not kernels.sdpa_fused_supported(d, gqa=model.num_query_groups < model.num_attention_heads))
+    sdpa_math = sdpa and (attention == "math" or not kernels.sdpa_fused_supported(d, gqa=model.grouped_query))
     if impl in ("megatron-local", "megatron-local-fused") or te_unfused or sdpa_math:
         # (TE's own unfused attention runs its fused scale-mask-softmax kernel: megatron's fused scores' traffic;
         # PyTorch's math backend an unfused mask and softmax, as megatron's local spec.)

@@ -63,15 +63,17 @@ def aligned(elements: int) -> bool:
     return elements % ALIGNED_ELEMENTS == 0
 
 
+FUSED_ATTENTION_MAX_HEAD_DIM = 256
+"""The largest head dim the flash and cuDNN attention kernels take: Transformer Engine's (get_attention_backend) and
+PyTorch SDPA's flash and cuDNN backends (sdp_utils.cpp check_head_dim_size_flash; measured on an H200)."""
+SDPA_FLASH_MAX_HEAD_DIM = FUSED_ATTENTION_MAX_HEAD_DIM
+
+
 def fused_attention_supported(head_dim: int) -> bool:
-    """Whether Transformer Engine's flash and cuDNN attention backends take this head dim: aligned and at most 256
-    (TE's get_attention_backend; cuDNN's fused attention needs 16-byte-aligned rows). Otherwise TE runs its
-    UnfusedDotProductAttention: batched GEMMs with the scores in HBM."""
-    return aligned(head_dim) and head_dim <= 256
-
-
-SDPA_FLASH_MAX_HEAD_DIM = 256
-"""PyTorch's flash-attention backend takes head dims up to this (sdp_utils.cpp check_head_dim_size_flash)."""
+    """Whether Transformer Engine's flash and cuDNN attention backends take this head dim: aligned and at most
+    FUSED_ATTENTION_MAX_HEAD_DIM (TE's get_attention_backend; cuDNN's fused attention needs 16-byte-aligned rows).
+    Otherwise TE runs its UnfusedDotProductAttention: batched GEMMs with the scores in HBM."""
+    return aligned(head_dim) and head_dim <= FUSED_ATTENTION_MAX_HEAD_DIM
 
 
 def sdpa_backend_takes(backend: str, head_dim: int, gqa: bool = False) -> bool:

@@ -855,8 +855,7 @@ def fused_attention(model: ModelSpec, plan: ParallelPlan) -> bool:
     pins math, which a CPU runs under dropout); the local spec and Megatron-DeepSpeed run it unfused."""
     d = model.attention_head_dim
     if plan.torch_layers:
-        return plan.attention_kernel != "math" and sdpa_fused_supported(
-            d, gqa=model.num_query_groups < model.num_attention_heads)
+        return plan.attention_kernel != "math" and sdpa_fused_supported(d, gqa=model.grouped_query)
     return plan.layer_spec == "te" and fused_attention_supported(d)
 
 

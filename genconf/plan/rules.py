@@ -389,7 +389,8 @@ def attention_kernel_head_dim_conflict(kernel: str, head_dim: int) -> str | None
     backend = PLAN_SDPA_BACKEND.get(kernel)
     if backend is None or kernels.sdpa_backend_takes(backend, head_dim):
         return None
-    takes = {"cudnn": "cuDNN's fused attention takes head dims that are multiples of 8 up to 256",
+    takes = {"cudnn": "cuDNN's fused attention takes head dims that are multiples of 8 up to "
+                      f"{kernels.FUSED_ATTENTION_MAX_HEAD_DIM}",
              "flash": f"flash attention takes head dims up to {kernels.SDPA_FLASH_MAX_HEAD_DIM}"}[backend]
     return (f"--attention-kernel {kernel}: {takes}, this model's is {head_dim}: plan with --attention-kernel auto "
             f"(PyTorch picks a backend that takes it)")

@@ -234,7 +234,7 @@ class ModelSpec:
             _positive(self, "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
             if self.q_lora_rank is not None:
                 _positive(self, "q_lora_rank")
-            if self.num_query_groups != self.num_attention_heads:
+            if self.grouped_query:
                 raise ValueError(f"ModelSpec {self.name}: multi-head latent attention has no query groups "
                                  f"(num_query_groups {self.num_query_groups} != heads {self.num_attention_heads})")
             if self.position_embedding != "rope" or self.qk_layernorm or self.sliding_window:
@@ -337,6 +337,11 @@ class ModelSpec:
         if self.mla:
             return (self.query_width + self.value_width) // 2
         return self.num_query_groups * self.kv_channels
+
+    @property
+    def grouped_query(self) -> bool:
+        """Fewer key/value heads than query heads (grouped-query attention, Ainslie et al. 2023)."""
+        return self.num_query_groups != self.num_attention_heads
 
     @property
     def attention_head_dim(self) -> int:

@@ -209,7 +209,7 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--v-head-dim", model.v_head_dim)
     elif model.kv_channels * model.num_attention_heads != model.hidden_size:
         add("--kv-channels", model.kv_channels)
-    if model.num_query_groups != model.num_attention_heads:
+    if model.grouped_query:
         add("--group-query-attention")
         add("--num-query-groups", model.num_query_groups)
     add("--position-embedding-type", {"rope": "rope", "none": "none"}.get(model.position_embedding, "learned_absolute"))

@@ -50,7 +50,7 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
         "init_device": "meta" if strategy in ("FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP") else "cuda",
         "init_fn": "mitchell",
     }
-    if model.num_query_groups != model.num_attention_heads:
+    if model.grouped_query:
         olmo_model["n_kv_heads"] = model.num_query_groups
     config: dict = {
         "run_name": run_name, "seed": train.seed, "dry_run": False, "model": olmo_model,

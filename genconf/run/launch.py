@@ -104,7 +104,7 @@ def attention_backend_refusal(cfg) -> str | None:
     the run would stop at its first step with "No available kernel" (kernels.sdpa_backend_takes)."""
     backend = (cfg.speed or {}).get("attention", "auto")
     d = cfg.model.attention_head_dim
-    gqa = cfg.model.num_query_groups < cfg.model.num_attention_heads
+    gqa = cfg.model.grouped_query
     # genconf's DeepSpeed and FSDP runners build its own model (SDPA) whatever the plan's layer spec says.
     if cfg.plan.framework == "megatron" or kernels.sdpa_backend_takes(backend, d, gqa):
         return None

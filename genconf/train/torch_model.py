@@ -80,7 +80,7 @@ class Attention(nn.Module):
         dropout = spec.attention_dropout if self.training else 0.0
         with _cpu_attention_backend(q):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
-                                                 enable_gqa=spec.num_query_groups != spec.num_attention_heads)
+                                                 enable_gqa=spec.grouped_query)
         return self.linear_proj(out.transpose(1, 2).reshape(b, s, spec.query_width))
 
 
