@@ -535,8 +535,20 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
             continue  # frees nothing here (layernorm recompute under FP8): not worth its time
         current, est = nxt, nxt_est
         if est.fits:
-            return [current]
+            return [_without_spare_optimizer_saver(model, cluster, plan, current)]
     return []
+
+
+def _without_spare_optimizer_saver(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
+                                   saved: ParallelPlan) -> ParallelPlan:
+    """`saved` without the precision-aware optimizer the ladder added first, where the savers added after it
+    (module or block recompute, activation offload) make the plan fit on their own: a saver no longer needed is
+    one more thing for the user to carry, and "why this plan" would say it is what makes the plan fit."""
+    if plan.precision_aware_optimizer or not saved.precision_aware_optimizer or saved == replace(
+            plan, precision_aware_optimizer=True):
+        return saved
+    trial = replace(saved, precision_aware_optimizer=False)
+    return trial if mem.estimate(model, trial, cluster).fits else saved
 
 
 def _module_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate, *, module: str) -> ParallelPlan:
@@ -583,6 +595,10 @@ def _lean_plan(model: ModelSpec, layout: _Layout, pins: Pins, seq: int) -> Paral
     gbs = pins.gbs if pins.gbs is not None else mbs * layout.dp * layout.pp
     plan = _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or "full",
                  layers=model.num_layers)
+    if plan.recompute == "selective" and not pins.recompute_modules and plan.framework == "megatron" \
+            and plan.layer_spec == "te":
+        # Selective recompute pinned: the saver ladder (_savers) may repeat every module megatron can.
+        plan = replace(plan, recompute_modules=model.extra_recompute_modules)
     return replace(plan, fused_loss=True) if pins.fused_loss is None and plan.framework != "megatron" else plan
 
 

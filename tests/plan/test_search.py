@@ -325,3 +325,23 @@ def test_why_names_the_next_layout_when_the_fastest_is_this_one_with_another_sch
     reasons = why(result.best, result, cluster)
     assert any(r.startswith("within") and describe(result.fastest.plan) in r for r in reasons)
     assert any("the runner-up (" + describe(runner.plan) + ")" in r for r in reasons)
+
+
+def test_a_memory_saver_the_later_ones_make_unneeded_is_dropped():
+    # Llama 3.1 405B as Meta trained it (8,192 H100s, tp8 pp16, 16M-token batches), selective recompute pinned.
+    # The saver ladder adds the precision-aware optimizer first (it frees the least), then recomputes the MLP,
+    # which frees ~40 GiB: the plan fits without the optimizer change, and the plan must not carry it (its "why
+    # this plan" used to say the precision-aware optimizer "is what makes this layout fit").
+    model, _ = resolve_model("llama3.1-405b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    pins = Pins(framework="megatron", tp=8, pp=16, vp=8, cp=1, mbs=1, gbs=2048, seq_length=8192, precision="bf16",
+                recompute="selective")
+    best = search(model, cluster, 8192, cal, pins, keep=1).best.plan
+    assert best.recompute_modules and "mlp" in best.recompute_modules
+    assert not best.precision_aware_optimizer
+    assert memory.estimate(model, best, cluster).fits
+    # Without the MLP's recompute the optimizer change alone is not enough: the ladder needed the recompute.
+    lean = dataclasses.replace(best, recompute_modules=tuple(m for m in best.recompute_modules if m != "mlp"),
+                               precision_aware_optimizer=True)
+    assert not memory.estimate(model, lean, cluster).fits
