@@ -1303,7 +1303,10 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
         params = dense = lora_rank_params(model, plan, max(layers))
         expert = 0
     passes = dp_overlap_passes(plan)
-    bwd_window = passes * max(layers) * layer_gpu["bwd_s"]
+    # The recomputed forward runs inside each layer's backward (torch.utils.checkpoint, megatron-core
+    # CheckpointFunction): the gradient reduce-scatter and ZeRO-3/FSDP's prefetched all-gather run beside it too.
+    per_mb_recompute = max(st.recompute_s for st in stages)
+    bwd_window = passes * (max(layers) * layer_gpu["bwd_s"] + per_mb_recompute)
     fwd_window = passes * max(layers) * layer_gpu["fwd_s"]
     dp_comm = _dp_comm_s(model, plan, cluster, cal, dense, expert, bwd_window, fwd_window)
     # The weights cast to FP8/FP4 once a step: the quantized layers' (the BF16 end layers keep theirs in BF16).
