@@ -590,6 +590,9 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         precision=precision, fp8_recipe=fp8_recipe, layer_spec="te" if modern else "local",
         # Megatron-LM and Megatron-DeepSpeed (2021-22) built megatron's fused softmax/bias kernels at start-up.
         fused_kernels=not modern and file != GENCONF_FILE,
+        # Megatron-LM fused weight-gradient accumulation into main_grad from 83b1e42 (February 2022): Narayanan
+        # 2021's runs predate it.
+        grad_accum_fusion=file != "megatron_narayanan2021.csv",
         tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES or "AsyncTP" in row["notes"]
                          or "async TP" in row["notes"]) and tp > 1,
         fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),

@@ -113,6 +113,7 @@ def pins_from_args(args: argparse.Namespace):
                 precision=precision, fp8_recipe=fp8_recipe, grad_dtype=args.grad_dtype,
                 fp8_param_gather=args.fp8_param_gather, precision_aware_optimizer=args.precision_aware_optimizer,
                 layer_spec=args.layer_spec, offload=args.offload or None, fused_kernels=args.fused_kernels,
+                grad_accum_fusion=getattr(args, "grad_accum_fusion", True),
                 expandable_segments=args.expandable_segments, fused_loss=getattr(args, "fused_loss", None),
                 attention_kernel=kernel,
                 pp_first_stage_layers=args.first_stage_layers, pp_last_stage_layers=args.last_stage_layers,

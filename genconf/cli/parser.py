@@ -134,6 +134,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"what the graphs capture ({', '.join(CUDA_GRAPH_SCOPES)}; none given: whole layers)")
     g.add_argument("--fused-kernels", action="store_true",
                    help="local spec: megatron's fused softmax/bias kernels were built (apex or TE installed)")
+    g.add_argument("--no-gradient-accumulation-fusion", dest="grad_accum_fusion", action="store_false",
+                   help="megatron: add each micro-batch's weight gradients into main_grad in a pass of their own "
+                        "(Megatron-LM's flag; by default they accumulate inside the weight-gradient GEMMs)")
     g.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="auto",
                    help="DeepSpeed/FSDP: the flash-attention kernel the model runs: cudnn (SDPA's cuDNN backend, "
                         "FlashAttention-3's class), flash2 (FlashAttention-2), triton (Triton flash attention, "

@@ -323,13 +323,23 @@ MOE_PREPROCESS_HOST_SHARE = 0.2
 """Same for the dispatcher's preprocess (routing map to per-expert counts and permutation indices: ~10 of ~50):
 what a moe_preprocess graph replays. The permutation, all-to-alls, experts and unpermute stay eager."""
 
-PARAM_BYTES_PER_MICROBATCH = {"megatron-te": 0.0, "megatron-local": 10.0, "megatron-local-fused": 10.0,
+PARAM_BYTES_PER_MICROBATCH = {"megatron-te": 10.0, "megatron-local": 10.0, "megatron-local-fused": 10.0,
                               "torch-bf16": 6.0, "torch-autocast": 16.0, "torch-compiled": 6.0}
-"""HBM traffic per parameter and micro-batch outside the GEMMs: megatron with TE accumulates weight gradients
-inside the GEMM into the fp32 main_grad (gradient_accumulation_fusion), its local spec adds a bf16 gradient
-into it (read 2 + 4, write 4); DeepSpeed's bf16 .grad accumulates (read 2 + 2, write 2); autocast over fp32
-weights (OLMo's FSDP/DDP) casts every weight to bf16 each forward (read 4, write 2) and adds bf16 weight
-gradients into fp32 .grad (read 2 + 4, write 4)."""
+"""HBM traffic per parameter and micro-batch outside the GEMMs: megatron without gradient-accumulation fusion
+adds each bf16 weight gradient into the fp32 main_grad (read 2 + 4, write 4; with it, none:
+ParallelPlan.wgrad_fused_into_main_grad); Megatron-DeepSpeed's and DeepSpeed's bf16 .grad accumulates (read 2 + 2,
+write 2; Megatron-DeepSpeed's layers are priced as megatron's local ones); autocast over fp32 weights (OLMo's
+FSDP/DDP) casts every weight to bf16 each forward (read 4, write 2) and adds bf16 weight gradients into fp32
+.grad (read 2 + 4, write 4)."""
+
+
+def param_bytes_per_microbatch(plan: ParallelPlan) -> float:
+    """PARAM_BYTES_PER_MICROBATCH for the plan: nothing where megatron's weight-gradient GEMMs accumulate into
+    main_grad themselves; megatron's hook otherwise reads the bf16 gradient and reads and writes main_grad (bf16
+    under --grad-reduce-in-bf16)."""
+    if plan.framework == "megatron":
+        return 0.0 if plan.wgrad_fused_into_main_grad else 2.0 + 2.0 * plan.grad_bytes
+    return PARAM_BYTES_PER_MICROBATCH[implementation(plan)]
 
 def implementation(plan: ParallelPlan) -> str:
     if not plan.torch_layers:
@@ -1183,7 +1193,7 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
     offload_bytes = offload_bytes_per_layer(model, plan)
     link = cluster.host_link_gbyte_per_s_per_gpu * cal.host_link_efficiency * 1e9
     stages = []
-    per_param = PARAM_BYTES_PER_MICROBATCH[implementation(plan)]
+    per_param = param_bytes_per_microbatch(plan)
     sharded = plan.zero_stage >= 3 or (plan.framework == "fsdp" and plan.zero_stage >= 2)
     param_pass = [_mem_s(gpu, cal, per_param * rank_params(model, plan, i).total / (plan.shard_size if sharded else 1))
                   if per_param else 0.0 for i in range(plan.pp)]

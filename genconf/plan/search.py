@@ -97,6 +97,8 @@ class Pins:
     """None: off, or on where it is what makes a plan fit."""
     fused_kernels: bool = False
     """local spec: megatron's fused softmax and element-wise kernels were built (ParallelPlan.fused_kernels)."""
+    grad_accum_fusion: bool = True
+    """megatron: weight gradients accumulate into main_grad inside their GEMMs (ParallelPlan.grad_accum_fusion)."""
     expandable_segments: bool = True
     """False: price PyTorch's classic caching allocator (the run does not set expandable segments)."""
     attention_kernel: str = "auto"
@@ -388,6 +390,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         offload_params=offload and framework == "deepspeed" and layout.zero == 3,
         offload_activation_layers=pins.offload_activation_layers or 0,
         fused_kernels=pins.fused_kernels and pins.layer_spec == "local", expandable_segments=pins.expandable_segments,
+        grad_accum_fusion=pins.grad_accum_fusion,
         fused_loss=bool(pins.fused_loss) and not megatron,
         attention_kernel="auto" if megatron else pins.attention_kernel, lora_rank=pins.lora_rank,
         lora_targets=pins.lora_targets, bf16_layers_start=bf16_start, bf16_layers_end=bf16_end,

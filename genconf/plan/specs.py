@@ -644,6 +644,12 @@ class ParallelPlan:
     (Megatron-LM with apex or Transformer Engine installed, as the published A100 runs were): the softmax keeps
     its output in bf16 and each element-wise op is one pass. genconf's launcher pip-installs megatron-core
     without them: the softmax runs in fp32 through PyTorch."""
+    grad_accum_fusion: bool = True
+    """megatron: each micro-batch's weight gradient accumulates into main_grad inside its weight-gradient GEMM
+    (Megatron-LM's --gradient-accumulation-fusion, on by default since 83b1e42, February 2022: TE's
+    fuse_wgrad_accumulation, or apex's fused_weight_gradient_mlp_cuda for the local spec, which fused_kernels
+    says is there). False: --no-gradient-accumulation-fusion, as Megatron-LM ran before it: the gradient is written
+    apart and a hook adds it into main_grad (ParallelPlan.wgrad_fused_into_main_grad)."""
     torch_compile: bool = False
     """DeepSpeed/FSDP: the model runs under torch.compile, its element-wise ops fused (as torchtitan runs it);
     genconf's own launchers run eager PyTorch."""
@@ -738,6 +744,13 @@ class ParallelPlan:
                              f"{'|'.join(CUDA_GRAPH_SCOPES)}, got {self.cuda_graph_scope!r}")
         if self.fused_kernels and self.layer_spec != "local":
             raise ValueError("ParallelPlan.fused_kernels describes the local spec's kernels; Transformer Engine fuses its own")
+
+    @property
+    def wgrad_fused_into_main_grad(self) -> bool:
+        """megatron's weight-gradient GEMMs write into main_grad (grad_accum_fusion where the kernel exists: TE, or
+        the local spec with apex); otherwise megatron-core refuses the fusion and its arguments turn it off."""
+        return (self.framework == "megatron" and self.grad_accum_fusion
+                and (self.layer_spec == "te" or self.fused_kernels))
 
     @property
     def torch_layers(self) -> bool:

@@ -276,6 +276,10 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     add("--vocab-size", model.vocab_size - 1)
     add("--make-vocab-size-divisible-by", 128)
     add("--transformer-impl", "transformer_engine" if plan.layer_spec == "te" else "local")
+    if not plan.wgrad_fused_into_main_grad:
+        if plan.layer_spec == "local" and not plan.fused_kernels:
+            add("# the local spec fuses weight-gradient accumulation only with apex's fused_weight_gradient_mlp_cuda")
+        add("--no-gradient-accumulation-fusion")
     if plan.recompute == "selective":
         add("--recompute-granularity", "selective")
         if plan.recompute_modules:
@@ -551,6 +555,8 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         precision_aware_optimizer="--use-precision-aware-optimizer" in values,
         grad_dtype="bf16" if "--grad-reduce-in-bf16" in values else None,
         layer_spec="local" if g("--transformer-impl") == "local" else "te",
+        # The local spec's flag says the kernel may be missing (fused_kernels is not an argument): its default.
+        grad_accum_fusion="--no-gradient-accumulation-fusion" not in values or g("--transformer-impl") == "local",
         pp_first_stage_layers=g("--decoder-first-pipeline-num-layers"),
         pp_last_stage_layers=g("--decoder-last-pipeline-num-layers"),
         pp_embedding_as_layer="--account-for-embedding-in-pipeline-split" in values,

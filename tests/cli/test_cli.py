@@ -141,7 +141,7 @@ PLAN_FLAGS = sorted([
     "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
     "--bf16-first-layers", "--bf16-last-layers",
     "--no-fp8-param-gather", "--precision-aware-optimizer", "--no-precision-aware-optimizer", "--no-tp-comm-overlap",
-    "--fused-kernels", "--expandable-segments", "--no-expandable-segments", "--megatron-fsdp", "--moe-ep-overlap", "--moe-dispatcher",
+    "--fused-kernels", "--no-gradient-accumulation-fusion", "--expandable-segments", "--no-expandable-segments", "--megatron-fsdp", "--moe-ep-overlap", "--moe-dispatcher",
     "--cuda-graph-impl", "--cuda-graph-scope", "--attention-kernel", "--fused-loss", "--no-fused-loss",
     "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
 ])
