@@ -38,12 +38,13 @@ CUDA_CONTEXT_BYTES = int(0.75 * GIB)
 """CUDA context plus cuBLAS/cuDNN handles and workspaces on Hopper (about 500-800 MiB measured)."""
 NCCL_BYTES_PER_GROUP = int(0.25 * GIB)
 """NCCL channel buffers for each communicator a rank is in (NCCL_BUFFSIZE 4 MiB x channels x peers)."""
-FRAGMENTATION_FRACTION = 0.25
+FRAGMENTATION_FRACTION = 0.23
 """PyTorch's default caching allocator (fixed segments) reserves this fraction above the bytes live at the
-peak: blocks freed by initialisation (DeepSpeed/FSDP flattening), by the optimizer step's fp32 gradients and by
-each micro-batch's activations are split and cached, and later, differently sized requests cannot all reuse
-them. Fitted to the published per-GPU memory (BLOOM's nvidia-smi readings: median |error| 4%; torchtitan's
-max reserved), none of which set expandable segments."""
+peak: blocks freed by initialisation (DeepSpeed/FSDP flattening) and by each micro-batch's activations are split
+and cached, and later, differently sized requests cannot all reuse them (the optimizer step's own segment is
+StageMemory.step_segment_bytes). Fitted to the published per-GPU memory (BLOOM's nvidia-smi readings; torchtitan's
+max reserved), none of which set expandable segments: 71 of 73 within 10%, median |error| 3.3%
+(benchmarks/results/memory_fragmentation.md; 0.25 before the step's segment was priced)."""
 UNRELEASABLE_FRACTION = 0.03
 """Of that slack, what a plan must still budget for: before it reports out-of-memory PyTorch frees its cached
 blocks and retries (CUDACachingAllocator: release_cached_blocks on a failed cudaMalloc), so only blocks split by
@@ -75,6 +76,9 @@ class StageMemory:
     """Outside PyTorch's allocator: the CUDA context, library workspaces and NCCL buffers."""
     unreleasable_bytes: int = 0
     """The part of allocator_bytes a plan must budget for (fragmentation PyTorch cannot release on demand)."""
+    step_segment_bytes: int = 0
+    """The part of allocator_bytes the optimizer step's transient buffers take in a segment of their own, beside the
+    activations' cached ones (the classic allocator; memory.step_segment_bytes)."""
 
     @property
     def other_bytes(self) -> int:
@@ -1098,10 +1102,25 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
     unreleasable = min(fraction, UNRELEASABLE_FRACTION)
     groups = _communicator_groups(plan)
     runtime = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
+    segment = step_segment_bytes(plan, step_transient, activations + transient_bytes)
     return StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
                        optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(named),
-                       allocator_bytes=int(fraction * allocated), runtime_bytes=runtime,
-                       unreleasable_bytes=int(unreleasable * allocated))
+                       allocator_bytes=int(fraction * allocated + segment), runtime_bytes=runtime,
+                       unreleasable_bytes=int(unreleasable * allocated), step_segment_bytes=int(segment))
+
+
+def step_segment_bytes(plan: ParallelPlan, step_transient: float, freed_before_step: float) -> float:
+    """Reserved bytes the optimizer step adds beside the activations' cached segments. The classic caching
+    allocator gives each large request a segment of its own and keeps freed ones cached
+    (c10/cuda/CUDACachingAllocator.cpp: get_free_block takes a cached block only if it is at least the size asked
+    for): the step's one fp32 gradient buffer (DeepSpeed's flat partition, megatron's upcast shard), allocated once
+    the backward has freed the activations, fits none of their segments and is cudaMalloc'd beside them, so reserved
+    (and nvidia-smi) memory holds both. The part of it beyond the activations is already live at the step's peak
+    (stage_memory). A plan's fit is unchanged: on an out-of-memory the allocator frees its cache and retries. With
+    expandable segments the freed pages are mapped into the new block instead: none."""
+    if plan.expandable_segments:
+        return 0.0
+    return max(0.0, min(step_transient, freed_before_step))
 
 
 def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> MemoryEstimate:
