@@ -333,12 +333,17 @@ FSDP/DDP) casts every weight to bf16 each forward (read 4, write 2) and adds bf1
 .grad (read 2 + 4, write 4)."""
 
 
+AUTOCAST_CAST_BYTES = 6.0
+"""Of torch-autocast's PARAM_BYTES_PER_MICROBATCH: casting each fp32 weight to bf16 (read 4, write 2)."""
+
+
 def param_bytes_per_microbatch(plan: ParallelPlan) -> float:
     """PARAM_BYTES_PER_MICROBATCH for the plan: nothing where megatron's weight-gradient GEMMs accumulate into
     main_grad themselves; megatron's hook otherwise reads the bf16 gradient and reads and writes main_grad (bf16
     under --grad-reduce-in-bf16)."""
     if plan.framework == "megatron":
-        return 0.0 if plan.wgrad_fused_into_main_grad else 2.0 + 2.0 * plan.grad_bytes
+        grad = 4.0 if plan.precision == "fp32" else 2.0
+        return 0.0 if plan.wgrad_fused_into_main_grad else grad + 2.0 * plan.grad_bytes
     return PARAM_BYTES_PER_MICROBATCH[implementation(plan)]
 
 def implementation(plan: ParallelPlan) -> str:
@@ -1195,8 +1200,14 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
     stages = []
     per_param = param_bytes_per_microbatch(plan)
     sharded = plan.zero_stage >= 3 or (plan.framework == "fsdp" and plan.zero_stage >= 2)
-    param_pass = [_mem_s(gpu, cal, per_param * rank_params(model, plan, i).total / (plan.shard_size if sharded else 1))
-                  if per_param else 0.0 for i in range(plan.pp)]
+    # Autocast casts every weight each forward (read 4, write 2); the rest of the pass is gradient accumulation,
+    # which under LoRA only the adapters have.
+    cast = AUTOCAST_CAST_BYTES if implementation(plan) == "torch-autocast" else 0.0
+    held = [rank_params(model, plan, i).total for i in range(plan.pp)]
+    trained = [lora_rank_params(model, plan, count) if plan.lora_rank else held[i]
+               for i, count in enumerate(stage_layers(model.num_layers, plan))]
+    param_pass = [_mem_s(gpu, cal, (cast * held[i] + (per_param - cast) * trained[i])
+                         / (plan.shard_size if sharded else 1)) if per_param else 0.0 for i in range(plan.pp)]
     for i, count in enumerate(layers):
         recomputed = recomputed_layers(plan, count) if plan.recompute == "full" else (count if plan.recompute == "selective" else 0)
         b = bf16[i]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import dataclasses
 from dataclasses import dataclass
 
 from genconf.plan.counting import (
@@ -71,7 +72,8 @@ class StageMemory:
     other: tuple[tuple[str, int], ...]
     """Other tensors live at the peak, named: transient buffers, gathered ZeRO-3 params, FP8 weight caches, ..."""
     allocator_bytes: int = 0
-    """What the caching allocator reserves beyond the live tensors at the peak (cached and split blocks)."""
+    """What the caching allocator reserves beyond the live tensors at the peak (cached and split blocks); estimate()
+    caps it at what the GPU leaves room for."""
     runtime_bytes: int = 0
     """Outside PyTorch's allocator: the CUDA context, library workspaces and NCCL buffers."""
     unreleasable_bytes: int = 0
@@ -1113,12 +1115,14 @@ def step_segment_bytes(plan: ParallelPlan, step_transient: float, freed_before_s
     """Reserved bytes the optimizer step adds beside the activations' cached segments. The classic caching
     allocator gives each large request a segment of its own and keeps freed ones cached
     (c10/cuda/CUDACachingAllocator.cpp: get_free_block takes a cached block only if it is at least the size asked
-    for): the step's one fp32 gradient buffer (DeepSpeed's flat partition, megatron's upcast shard), allocated once
-    the backward has freed the activations, fits none of their segments and is cudaMalloc'd beside them, so reserved
-    (and nvidia-smi) memory holds both. The part of it beyond the activations is already live at the step's peak
-    (stage_memory). A plan's fit is unchanged: on an out-of-memory the allocator frees its cache and retries. With
-    expandable segments the freed pages are mapped into the new block instead: none."""
-    if plan.expandable_segments:
+    for): DeepSpeed ZeRO-1/2's one flat fp32 gradient partition per parameter group (stage_1_and_2.py,
+    get_flat_partition), allocated once the backward has freed the activations, fits none of their segments and is
+    cudaMalloc'd beside them, so reserved (and nvidia-smi) memory holds both. The part of it beyond the activations
+    is already live at the step's peak (stage_memory). Megatron upcasts gradient shards one parameter at a time
+    (distrib_optimizer.py, _copy_model_grads_to_main_grads): small requests that split cached blocks, none. A plan's
+    fit is unchanged: on an out-of-memory the allocator frees its cache and retries. With expandable segments the
+    freed pages are mapped into the new block instead: none."""
+    if plan.expandable_segments or plan.framework != "deepspeed" or plan.zero_stage not in (1, 2):
         return 0.0
     return max(0.0, min(step_transient, freed_before_step))
 
@@ -1131,8 +1135,19 @@ def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> Memo
     else:
         stages = _stages_to_check(plan.pp, plan.uneven_pipeline)
     any_layout = cluster.gpu.fp8_gemm_any_layout
-    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i, fp8_any_layout=any_layout) for i in stages),
-                          capacity_bytes=int(cluster.gpu.hbm_gib * GIB))
+    capacity = int(cluster.gpu.hbm_gib * GIB)
+    return MemoryEstimate(stages=tuple(_capped(stage_memory(model, plan, i, fp8_any_layout=any_layout), capacity)
+                                       for i in stages), capacity_bytes=capacity)
+
+
+def _capped(stage: StageMemory, capacity: int) -> StageMemory:
+    """The allocator's cache no larger than the GPU leaves room for: where a request finds no free memory, PyTorch
+    frees its cached blocks and retries (CUDACachingAllocator release_cached_blocks), so reserved memory never
+    passes the GPU; the unreleasable part stays (a plan that needs more does not fit)."""
+    room = max(stage.unreleasable_bytes, capacity - stage.runtime_bytes - stage.allocated_bytes)
+    if stage.allocator_bytes <= room:
+        return stage
+    return dataclasses.replace(stage, allocator_bytes=room, step_segment_bytes=min(stage.step_segment_bytes, room))
 
 
 def _layout_stages_to_check(counts: tuple[int, ...]) -> tuple[int, ...]:

@@ -324,6 +324,10 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
     else:
         reasons.append(f"gradients accumulated and reduced in {p.grad_dtype} (chosen): {p.grad_bytes} bytes per "
                        f"parameter in the gradient buffer and the data-parallel traffic")
+    if p.framework == "megatron" and not p.wgrad_fused_into_main_grad:
+        reasons.append("weight gradients added into main_grad in a pass of their own each micro-batch "
+                       + ("(--no-gradient-accumulation-fusion)" if not p.grad_accum_fusion else
+                          "(the local spec without apex cannot fuse it)") + ": priced as that pass over the parameters")
     if p.lora_rank:
         reasons.append(f"LoRA rank {p.lora_rank} (Megatron-Bridge PEFT): only the adapters on "
                        f"{'/'.join(p.lora_targets)} train; the frozen base weights carry no gradients or optimizer "
@@ -344,8 +348,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
                 "triton": "flash attention in Triton"}[p.attention_kernel]
         reasons.append(f"attention priced as {name} (--attention-kernel {p.attention_kernel})")
     if p.precision_aware_optimizer:
-        reasons.append("precision-aware optimizer (16-bit master remainders, 10 instead of 12 bytes per parameter) "
-                       "is what makes this layout fit")
+        reasons.append("precision-aware optimizer (16-bit master remainders, 10 instead of 12 bytes per parameter): "
+                       "genconf adds it only where the plan does not fit without it")
     if p.offload_activation_layers:
         reasons.append(f"{p.offload_activation_layers} layers' activations offloaded to host memory (Transformer Engine "
                        f"CPU offload), hidden behind compute where the host link allows")

@@ -647,8 +647,9 @@ class ParallelPlan:
     grad_accum_fusion: bool = True
     """megatron: each micro-batch's weight gradient accumulates into main_grad inside its weight-gradient GEMM
     (Megatron-LM's --gradient-accumulation-fusion, on by default since 83b1e42, February 2022: TE's
-    fuse_wgrad_accumulation, or apex's fused_weight_gradient_mlp_cuda for the local spec, which fused_kernels
-    says is there). False: --no-gradient-accumulation-fusion, as Megatron-LM ran before it: the gradient is written
+    fuse_wgrad_accumulation, apex's fused_weight_gradient_mlp_cuda for megatron's own linears; megatron-core
+    refuses it where apex's kernel is missing, for the output layer under TE too, so it assumes NVIDIA's PyTorch
+    containers). False: --no-gradient-accumulation-fusion, as Megatron-LM ran before it: the gradient is written
     apart and a hook adds it into main_grad (ParallelPlan.wgrad_fused_into_main_grad)."""
     torch_compile: bool = False
     """DeepSpeed/FSDP: the model runs under torch.compile, its element-wise ops fused (as torchtitan runs it);
@@ -747,8 +748,8 @@ class ParallelPlan:
 
     @property
     def wgrad_fused_into_main_grad(self) -> bool:
-        """megatron's weight-gradient GEMMs write into main_grad (grad_accum_fusion where the kernel exists: TE, or
-        the local spec with apex); otherwise megatron-core refuses the fusion and its arguments turn it off."""
+        """megatron's weight-gradient GEMMs write into main_grad: grad_accum_fusion with TE, or with the local spec
+        where apex was built (fused_kernels); the local spec without it cannot (megatron_args turn it off)."""
         return (self.framework == "megatron" and self.grad_accum_fusion
                 and (self.layer_spec == "te" or self.fused_kernels))
 

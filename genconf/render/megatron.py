@@ -276,7 +276,12 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     add("--vocab-size", model.vocab_size - 1)
     add("--make-vocab-size-divisible-by", 128)
     add("--transformer-impl", "transformer_engine" if plan.layer_spec == "te" else "local")
-    if not plan.wgrad_fused_into_main_grad:
+    # (The framework aside: for a DeepSpeed/FSDP plan this file is its nearest Megatron equivalent.)
+    if plan.grad_accum_fusion and (plan.layer_spec == "te" or plan.fused_kernels):
+        add("# weight gradients accumulate inside their GEMMs (Megatron-LM's default), which needs apex's")
+        add("# fused_weight_gradient_mlp_cuda as NVIDIA's PyTorch containers have it; without apex, plan with")
+        add("# --no-gradient-accumulation-fusion (it adds a pass over the gradients) and pass that flag here")
+    else:
         if plan.layer_spec == "local" and not plan.fused_kernels:
             add("# the local spec fuses weight-gradient accumulation only with apex's fused_weight_gradient_mlp_cuda")
         add("--no-gradient-accumulation-fusion")
@@ -423,6 +428,8 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
         "account_for_loss_in_pipeline_split": "--account-for-loss-in-pipeline-split" in values,
         "pipeline_model_parallel_layout": values.get("--pipeline-model-parallel-layout"),
         "overlap_p2p_comm": overlap_p2p, "batch_p2p_comm": not overlap_p2p, "deallocate_pipeline_outputs": True,
+        # Megatron-LM's default (--no-gradient-accumulation-fusion turns it off); megatron-core's own is False.
+        "gradient_accumulation_fusion": "--no-gradient-accumulation-fusion" not in values,
         "recompute_granularity": values.get("--recompute-granularity"),
         "recompute_method": values.get("--recompute-method"),
         "recompute_num_layers": values.get("--recompute-num-layers"),

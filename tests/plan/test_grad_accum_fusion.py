@@ -56,3 +56,45 @@ def test_megatron_args_turn_the_fusion_off_where_the_plan_does_not_fuse(spec, fu
     parsed = megatron_plan(values, model, 8)[1]
     # Read back: what the arguments say (the local spec's flag says nothing about the plan: apex is not an argument).
     assert parsed.grad_accum_fusion == (fusion if spec == "te" else True)
+
+
+def test_megatron_core_config_takes_megatron_lm_s_default_and_the_flag():
+    from genconf.render.megatron import megatron_config_kwargs
+
+    model, _ = resolve_model("1b")
+    te = ParallelPlan(framework="megatron", tp=1, dp=8, mbs=1, gbs=8, seq_length=2048)
+    for plan, fused in ((te, True), (dataclasses.replace(te, grad_accum_fusion=False), False),
+                        (dataclasses.replace(te, layer_spec="local"), False)):
+        kw = megatron_config_kwargs(arg_values(megatron_args(model, plan, TrainSpec(train_steps=10))))
+        assert kw["gradient_accumulation_fusion"] is fused
+
+
+def test_check_names_a_missing_fusion_flag(tmp_path, capsys):
+    # The local spec without apex: megatron-core raises at the first ColumnParallelLinear unless the flag is there.
+    from genconf.cli.main import main
+
+    out = tmp_path / "art"
+    assert main(["--model", "1b", "--gpus", "8", "--framework", "megatron", "--layer-spec", "local", "-o", str(out)]) == 0
+    args = out / "megatron_args.txt"
+    assert "--no-gradient-accumulation-fusion\n" in args.read_text()
+    args.write_text(args.read_text().replace("--no-gradient-accumulation-fusion\n", ""))
+    capsys.readouterr()
+    assert main(["check", str(out)]) != 0
+    assert "--no-gradient-accumulation-fusion" in capsys.readouterr().out
+
+
+def test_under_lora_only_the_adapters_gradients_are_accumulated():
+    from genconf.plan.memory import lora_rank_params
+
+    model, _ = resolve_model("llama3-70b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    fused = ParallelPlan(framework="megatron", tp=4, pp=4, dp=2, mbs=1, gbs=16, seq_length=4096, lora_rank=16,
+                         sequence_parallel=True)
+    unfused = dataclasses.replace(fused, grad_accum_fusion=False)
+    extra = step_cost(model, unfused, cluster, cal).compute_s - step_cost(model, fused, cluster, cal).compute_s
+    per_mb = _mem_s(cluster.gpu, cal, 10.0 * lora_rank_params(model, fused, 20))  # 20 layers on each of 4 stages
+    assert extra == pytest.approx(fused.num_microbatches * per_mb, rel=0.02)
+    full = dataclasses.replace(unfused, lora_rank=0)
+    assert extra < 0.01 * (step_cost(model, full, cluster, cal).compute_s
+                           - step_cost(model, dataclasses.replace(full, grad_accum_fusion=True), cluster, cal).compute_s)
