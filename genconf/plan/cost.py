@@ -1202,12 +1202,14 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
     sharded = plan.zero_stage >= 3 or (plan.framework == "fsdp" and plan.zero_stage >= 2)
     # Autocast casts every weight each forward (read 4, write 2); the rest of the pass is gradient accumulation,
     # which under LoRA only the adapters have.
-    cast = AUTOCAST_CAST_BYTES if implementation(plan) == "torch-autocast" else 0.0
-    held = [rank_params(model, plan, i).total for i in range(plan.pp)]
-    trained = [lora_rank_params(model, plan, count) if plan.lora_rank else held[i]
-               for i, count in enumerate(stage_layers(model.num_layers, plan))]
-    param_pass = [_mem_s(gpu, cal, (cast * held[i] + (per_param - cast) * trained[i])
-                         / (plan.shard_size if sharded else 1)) if per_param else 0.0 for i in range(plan.pp)]
+    param_pass = [0.0] * plan.pp
+    if per_param:
+        cast = AUTOCAST_CAST_BYTES if implementation(plan) == "torch-autocast" else 0.0
+        for i, count in enumerate(stage_layers(model.num_layers, plan)):
+            held = rank_params(model, plan, i).total
+            trained = lora_rank_params(model, plan, count) if plan.lora_rank else held
+            param_pass[i] = _mem_s(gpu, cal, (cast * held + (per_param - cast) * trained)
+                                   / (plan.shard_size if sharded else 1))
     for i, count in enumerate(layers):
         recomputed = recomputed_layers(plan, count) if plan.recompute == "full" else (count if plan.recompute == "selective" else 0)
         b = bf16[i]

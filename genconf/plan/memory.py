@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-import dataclasses
 from dataclasses import dataclass
 
 from genconf.plan.counting import (
@@ -1052,9 +1051,13 @@ def offload_bytes_per_layer(model: ModelSpec, plan: ParallelPlan) -> float:
     return layer_activation_bytes(model, plan, recompute="none" if plan.recompute == "full" else None)
 
 
-def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_layout: bool = False) -> StageMemory:
+def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_layout: bool = False,
+                 capacity_bytes: int | None = None) -> StageMemory:
     """One pipeline stage's memory per GPU. fp8_any_layout: the GPU's FP8 GEMMs take either operand layout
-    (GPUSpec.fp8_gemm_any_layout; False prices Hopper's transposed copies)."""
+    (GPUSpec.fp8_gemm_any_layout; False prices Hopper's transposed copies). capacity_bytes: the GPU's memory, which
+    caps the allocator's cache: where a request finds no free memory PyTorch frees its cached blocks and retries
+    (CUDACachingAllocator release_cached_blocks), so reserved memory never passes the GPU; the unreleasable part
+    stays (a plan that needs more does not fit)."""
     layers = stage_layers(model.num_layers, plan)[stage]
     rp = rank_params(model, plan, stage)
     params, grads, optimizer, other, step_transient = _model_states(model, plan, rp, layers, stage,
@@ -1105,9 +1108,13 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
     groups = _communicator_groups(plan)
     runtime = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
     segment = step_segment_bytes(plan, step_transient, activations + transient_bytes)
+    cached = fraction * allocated + segment
+    if capacity_bytes is not None:
+        room = max(unreleasable * allocated, capacity_bytes - runtime - allocated)
+        cached, segment = min(cached, room), min(segment, room)
     return StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
                        optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(named),
-                       allocator_bytes=int(fraction * allocated + segment), runtime_bytes=runtime,
+                       allocator_bytes=int(cached), runtime_bytes=runtime,
                        unreleasable_bytes=int(unreleasable * allocated), step_segment_bytes=int(segment))
 
 
@@ -1136,18 +1143,8 @@ def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> Memo
         stages = _stages_to_check(plan.pp, plan.uneven_pipeline)
     any_layout = cluster.gpu.fp8_gemm_any_layout
     capacity = int(cluster.gpu.hbm_gib * GIB)
-    return MemoryEstimate(stages=tuple(_capped(stage_memory(model, plan, i, fp8_any_layout=any_layout), capacity)
+    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i, fp8_any_layout=any_layout, capacity_bytes=capacity)
                                        for i in stages), capacity_bytes=capacity)
-
-
-def _capped(stage: StageMemory, capacity: int) -> StageMemory:
-    """The allocator's cache no larger than the GPU leaves room for: where a request finds no free memory, PyTorch
-    frees its cached blocks and retries (CUDACachingAllocator release_cached_blocks), so reserved memory never
-    passes the GPU; the unreleasable part stays (a plan that needs more does not fit)."""
-    room = max(stage.unreleasable_bytes, capacity - stage.runtime_bytes - stage.allocated_bytes)
-    if stage.allocator_bytes <= room:
-        return stage
-    return dataclasses.replace(stage, allocator_bytes=room, step_segment_bytes=min(stage.step_segment_bytes, room))
 
 
 def _layout_stages_to_check(counts: tuple[int, ...]) -> tuple[int, ...]:

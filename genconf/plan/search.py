@@ -538,18 +538,21 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
             continue  # frees nothing here (layernorm recompute under FP8): not worth its time
         current, est = nxt, nxt_est
         if est.fits:
-            return [_without_spare_optimizer_saver(model, cluster, plan, current)]
+            return [_without_spare_optimizer_saver(model, cluster, plan, current, est)]
     return []
 
 
 def _without_spare_optimizer_saver(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
-                                   saved: ParallelPlan) -> ParallelPlan:
+                                   saved: ParallelPlan, saved_estimate: MemoryEstimate) -> ParallelPlan:
     """`saved` without the precision-aware optimizer the ladder added first, where the savers added after it
     (module or block recompute, activation offload) make the plan fit on their own: a saver no longer needed is
     one more thing for the user to carry, and "why this plan" would say it is what makes the plan fit."""
     if plan.precision_aware_optimizer or not saved.precision_aware_optimizer or saved == replace(
             plan, precision_aware_optimizer=True):
         return saved
+    peak = saved_estimate.peak
+    if peak.total_bytes + peak.optimizer_bytes / 5 > saved_estimate.usable_bytes:
+        return saved  # 12 bytes a parameter instead of 10 alone would not fit (the step's buffers aside): needed
     trial = replace(saved, precision_aware_optimizer=False)
     return trial if mem.estimate(model, trial, cluster).fits else saved
 
