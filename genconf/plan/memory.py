@@ -71,8 +71,8 @@ class StageMemory:
     other: tuple[tuple[str, int], ...]
     """Other tensors live at the peak, named: transient buffers, gathered ZeRO-3 params, FP8 weight caches, ..."""
     allocator_bytes: int = 0
-    """What the caching allocator reserves beyond the live tensors at the peak (cached and split blocks); estimate()
-    caps it at what the GPU leaves room for."""
+    """What the caching allocator reserves beyond the live tensors at the peak (cached and split blocks), capped at
+    what the GPU leaves room for where stage_memory is given its capacity (estimate() gives it)."""
     runtime_bytes: int = 0
     """Outside PyTorch's allocator: the CUDA context, library workspaces and NCCL buffers."""
     unreleasable_bytes: int = 0
@@ -1110,7 +1110,8 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
     segment = step_segment_bytes(plan, step_transient, activations + transient_bytes)
     cached = fraction * allocated + segment
     if capacity_bytes is not None:
-        room = max(unreleasable * allocated, capacity_bytes - runtime - allocated)
+        room = max(unreleasable * allocated, capacity_bytes - runtime - int(params) - int(grads) - int(optimizer)
+                   - int(activations) - sum(b for _, b in named))
         cached, segment = min(cached, room), min(segment, room)
     return StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
                        optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(named),

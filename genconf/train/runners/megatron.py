@@ -55,12 +55,15 @@ def transformer_config_kwargs(cfg: RunConfig, *, cpu: bool) -> dict:
             kw.update(fp16=True, bf16=False, params_dtype=torch.float16, pipeline_dtype=torch.float16)
         kw["tp_comm_overlap"] = False
     else:
-        if kw.get("gradient_accumulation_fusion") and importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is None:
-            # megatron-core refuses the fusion without apex's kernel (tensor_parallel/layers.py); run without it.
+        from megatron.core.tensor_parallel import layers as tp_layers
+
+        if kw.get("gradient_accumulation_fusion") and not getattr(tp_layers, "_grad_accum_fusion_available", True):
+            # megatron-core refuses the fusion where apex's kernel does not import (its own test); run without it.
             kw["gradient_accumulation_fusion"] = False
-            print("genconf: note: apex's fused_weight_gradient_mlp_cuda is not installed: weight gradients are added "
-                  "into main_grad in a pass of their own, which the plan did not price (plan with "
-                  "--no-gradient-accumulation-fusion)", file=sys.stderr, flush=True)
+            if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+                print("genconf: note: apex's fused_weight_gradient_mlp_cuda is not available: weight gradients are "
+                      "added into main_grad in a pass of their own, which the plan did not price (plan with "
+                      "--no-gradient-accumulation-fusion)", file=sys.stderr, flush=True)
         # PP=2 with virtual stages and batched p2p trains silently wrong (Megatron-LM issues 750, 1450).
         if cfg.plan.pp == 2 and cfg.plan.vp > 1:
             kw.update(batch_p2p_comm=False, overlap_p2p_comm=True)
