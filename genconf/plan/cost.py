@@ -323,14 +323,13 @@ MOE_PREPROCESS_HOST_SHARE = 0.2
 """Same for the dispatcher's preprocess (routing map to per-expert counts and permutation indices: ~10 of ~50):
 what a moe_preprocess graph replays. The permutation, all-to-alls, experts and unpermute stay eager."""
 
-PARAM_BYTES_PER_MICROBATCH = {"megatron-te": 10.0, "megatron-local": 10.0, "megatron-local-fused": 10.0,
-                              "torch-bf16": 6.0, "torch-autocast": 16.0, "torch-compiled": 6.0}
-"""HBM traffic per parameter and micro-batch outside the GEMMs: megatron without gradient-accumulation fusion
-adds each bf16 weight gradient into the fp32 main_grad (read 2 + 4, write 4; with it, none:
-ParallelPlan.wgrad_fused_into_main_grad); Megatron-DeepSpeed's and DeepSpeed's bf16 .grad accumulates (read 2 + 2,
-write 2; Megatron-DeepSpeed's layers are priced as megatron's local ones); autocast over fp32 weights (OLMo's
-FSDP/DDP) casts every weight to bf16 each forward (read 4, write 2) and adds bf16 weight gradients into fp32
-.grad (read 2 + 4, write 4)."""
+PARAM_BYTES_PER_MICROBATCH = {"megatron-local-fused": 10.0, "torch-bf16": 6.0, "torch-autocast": 16.0,
+                              "torch-compiled": 6.0}
+"""HBM traffic per parameter and micro-batch outside the GEMMs, for plans outside megatron (megatron's own:
+param_bytes_per_microbatch): Megatron-DeepSpeed's layers (megatron-local-fused under DeepSpeed) add each bf16
+weight gradient into an fp32 buffer (read 2 + 4, write 4); DeepSpeed's bf16 .grad accumulates (read 2 + 2,
+write 2); autocast over fp32 weights (OLMo's FSDP/DDP) casts every weight to bf16 each forward (read 4, write 2)
+and adds bf16 weight gradients into fp32 .grad (read 2 + 4, write 4)."""
 
 
 AUTOCAST_CAST_BYTES = 6.0
@@ -338,9 +337,10 @@ AUTOCAST_CAST_BYTES = 6.0
 
 
 def param_bytes_per_microbatch(plan: ParallelPlan) -> float:
-    """PARAM_BYTES_PER_MICROBATCH for the plan: nothing where megatron's weight-gradient GEMMs accumulate into
-    main_grad themselves; megatron's hook otherwise reads the bf16 gradient and reads and writes main_grad (bf16
-    under --grad-reduce-in-bf16)."""
+    """HBM bytes per parameter and micro-batch outside the GEMMs: for megatron, nothing where its weight-gradient
+    GEMMs accumulate into main_grad themselves (ParallelPlan.wgrad_fused_into_main_grad), else its hook reads the
+    16-bit (fp32) gradient and reads and writes main_grad (bf16 under --grad-reduce-in-bf16); for the other
+    frameworks PARAM_BYTES_PER_MICROBATCH."""
     if plan.framework == "megatron":
         grad = 4.0 if plan.precision == "fp32" else 2.0
         return 0.0 if plan.wgrad_fused_into_main_grad else grad + 2.0 * plan.grad_bytes

@@ -747,11 +747,17 @@ class ParallelPlan:
             raise ValueError("ParallelPlan.fused_kernels describes the local spec's kernels; Transformer Engine fuses its own")
 
     @property
+    def megatron_fuses_wgrad(self) -> bool:
+        """Megatron run with this plan's layers would accumulate weight gradients inside their GEMMs:
+        grad_accum_fusion with TE, or with the local spec where apex was built (fused_kernels); the local spec
+        without it cannot (megatron_args turn it off). Also what the Megatron equivalent of a DeepSpeed/FSDP plan
+        renders."""
+        return self.grad_accum_fusion and (self.layer_spec == "te" or self.fused_kernels)
+
+    @property
     def wgrad_fused_into_main_grad(self) -> bool:
-        """megatron's weight-gradient GEMMs write into main_grad: grad_accum_fusion with TE, or with the local spec
-        where apex was built (fused_kernels); the local spec without it cannot (megatron_args turn it off)."""
-        return (self.framework == "megatron" and self.grad_accum_fusion
-                and (self.layer_spec == "te" or self.fused_kernels))
+        """This plan's weight-gradient GEMMs write into main_grad: a megatron plan that fuses (megatron_fuses_wgrad)."""
+        return self.framework == "megatron" and self.megatron_fuses_wgrad
 
     @property
     def torch_layers(self) -> bool:

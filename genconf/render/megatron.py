@@ -277,7 +277,7 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     add("--make-vocab-size-divisible-by", 128)
     add("--transformer-impl", "transformer_engine" if plan.layer_spec == "te" else "local")
     # (The framework aside: for a DeepSpeed/FSDP plan this file is its nearest Megatron equivalent.)
-    if plan.grad_accum_fusion and (plan.layer_spec == "te" or plan.fused_kernels):
+    if plan.megatron_fuses_wgrad:
         add("# weight gradients accumulate inside their GEMMs (Megatron-LM's default), which needs apex's")
         add("# fused_weight_gradient_mlp_cuda as NVIDIA's PyTorch containers have it; without apex, plan with")
         add("# --no-gradient-accumulation-fusion (it adds a pass over the gradients) and pass that flag here")
