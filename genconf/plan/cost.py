@@ -166,13 +166,14 @@ class Calibration:
     (overlap_p2p_comm): the sends and receives run beside the next chunk's compute, but NCCL's kernels take SMs and
     memory bandwidth from it (as tp_overlap_exposed for TP), on the slowest rank as on the others."""
     throughput_band: tuple[float, float] = (0.8, 1.2)
-    """80% interval of measured / predicted tokens/s: the 10th and 90th percentiles of the residuals on
-    published runs the calibration was not fitted to (benchmarks/accuracy.py --loso --write-calibration)."""
+    """80% interval of measured / predicted tokens/s: percentiles of the residuals on published runs the
+    calibration was not fitted to, their tail level (10% or less) the widest whose band, built without a source,
+    holds 80% of that source's rows (benchmarks/accuracy.py --loso --write-calibration)."""
     moe_throughput_band: tuple[float, float] = (0.6, 1.3)
     """Same for mixture-of-experts models (one source, Megatron-Bridge, whose MoE throughput moved by up to 1.6x
     between container releases at the same layout)."""
     memory_band: tuple[float, float] = (0.9, 1.1)
-    """Same for the measured / predicted peak memory per GPU."""
+    """Same for the measured / predicted peak memory per GPU (a model left out instead of a source)."""
 
 
 # --- one transformer layer --------------------------------------------------------------------------------

@@ -1,20 +1,19 @@
 """benchmarks/accuracy.py: the 80% bands. Weighted quantiles agree with the unweighted ones when every weight is
 equal, the dense band weights every source alike and the memory band every model alike, so a large source or a
-model measured many times cannot set them alone (known answers on residuals built here)."""
+model measured many times cannot set them alone, and each band's tail level is the widest whose band, built without
+a group, holds 80% of that group's rows (known answers on residuals built here)."""
 
 from __future__ import annotations
 
 import math
 import sys
 from pathlib import Path
-from types import SimpleNamespace
-
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from accuracy import _model_band, _source_band, _wq  # noqa: E402
+from accuracy import _calibrated_tail, _model_band, _source_band, _unselected_coverage, _wq  # noqa: E402
 
 
 def test_equal_weights_give_the_middle_of_each_value():
@@ -31,7 +30,7 @@ def _rows(source: str, errors: list[float]) -> list[dict]:
 
 
 def _memory_rows(model: str, errors: list[float]) -> list[dict]:
-    return [{"memory_error": e, "_run": SimpleNamespace(model=SimpleNamespace(name=model))} for e in errors]
+    return [{"memory_error": e, "model": model} for e in errors]
 
 
 @pytest.mark.parametrize("band_of,rows_of", [(_source_band, _rows), (_model_band, _memory_rows)],
@@ -52,3 +51,33 @@ def test_unscored_rows_are_left_out():
     rows = _rows("a", [0.1] * 12) + _rows("b", [None] * 5)
     band = _source_band(rows, 0.10, 0.90)
     assert band["rows"] == 12 and math.isclose(band["low"], 1 / 1.1) and math.isclose(band["high"], 1 / 1.1)
+
+
+def _twenty_sources() -> list[dict]:
+    # Twenty sources of one row each, log residuals 0.00, 0.01, ..., 0.19 (x0 < x1 < ... < x19).
+    return [r for i in range(20) for r in _rows(f"s{i:02d}", [math.exp(i / 100) - 1])]
+
+
+def _dense_band(rows, tail):
+    return _source_band(rows, tail, 1 - tail)
+
+
+def test_the_tail_widens_until_a_left_out_source_is_covered():
+    rows = _twenty_sources()
+    tail, coverage, by_source = _calibrated_tail(rows, "throughput_error", lambda r: r["source"], _dense_band)
+    # Built from the 19 others, the 10%-8% tails run from their third smallest to their second largest value, so
+    # x0, x1, x2, x18 and x19 fall outside: 75%. At 7.5% (the cumulative weight to a value's middle, (k + 0.5) / 19,
+    # reaches 0.075 at k = 1 and 0.925 at k = 18) the band runs from the second smallest to the largest of the others:
+    # only x0, x1 and x19 fall outside, 85%.
+    assert tail == 0.075
+    assert math.isclose(coverage, 0.85)
+    assert [s for s, hit in by_source.items() if not hit] == ["s00", "s01", "s19"]
+
+
+def test_the_unselected_coverage_chooses_the_tail_without_the_source_it_checks():
+    rows = _twenty_sources()
+    # Without source g, the tail is chosen on 19 rows (each band from 18): 8% is the widest that holds 80% there
+    # (16 of 19), and the band of the 19 at 8% runs from their third smallest to their second largest value, so
+    # x0, x1, x2, x18 and x19 fall outside it: 75%, below the 85% the tail chosen on every source reports.
+    coverage = _unselected_coverage(rows, "throughput_error", lambda r: r["source"], _dense_band)
+    assert math.isclose(coverage, 0.75)
