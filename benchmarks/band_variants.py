@@ -25,7 +25,7 @@ from accuracy import RESULTS, _band, _inside, write_markdown  # noqa: E402
 WEIGHTINGS = {
     "pooled": lambda n: 1.0,
     "1 / sqrt(source rows)": lambda n: 1.0 / math.sqrt(n),
-    "every source alike (committed)": lambda n: 1.0 / n,
+    "every source alike (committed weighting)": lambda n: 1.0 / n,
 }
 QUANTILES = ((0.10, 0.90), (0.075, 0.925), (0.05, 0.95))
 
@@ -71,7 +71,7 @@ def main() -> int:
     lines += ["", "| memory band (rows grouped by model) | band | in sample | nested, rows |", "|---|---|---:|---:|"]
     model = lambda r: r["model"]  # noqa: E731
     for name, weight in (("pooled", WEIGHTINGS["pooled"]),
-                         ("every model alike (committed)", WEIGHTINGS["every source alike (committed)"])):
+                         ("every model alike (committed weighting)", WEIGHTINGS["every source alike (committed weighting)"])):
         band, ins, rows, _ = _coverage(memory, "memory_error", model, weight, 0.10, 0.90)
         lines.append(f"| {name} | {band['low']:.3f}-{band['high']:.3f} | {ins:.1%} | {rows:.1%} |")
     return write_markdown("band_variants", lines)

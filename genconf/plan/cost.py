@@ -167,11 +167,11 @@ class Calibration:
     memory bandwidth from it (as tp_overlap_exposed for TP), on the slowest rank as on the others."""
     throughput_band: tuple[float, float] = (0.8, 1.2)
     """80% interval of measured / predicted tokens/s: percentiles of the residuals on published runs the
-    calibration was not fitted to, their tail level (10% or less) the widest whose band, built without a source,
-    holds 80% of that source's rows (benchmarks/accuracy.py --loso --write-calibration)."""
+    calibration was not fitted to, their tail level (10% or less) the largest at which 80% of the rows fall inside
+    the band built without their own source (benchmarks/accuracy.py --loso --write-calibration)."""
     moe_throughput_band: tuple[float, float] = (0.6, 1.3)
-    """Same for mixture-of-experts models (one source, Megatron-Bridge, whose MoE throughput moved by up to 1.6x
-    between container releases at the same layout)."""
+    """Same for mixture-of-experts models, a model left out instead of a source (one source, Megatron-Bridge, whose MoE
+    throughput moved by up to 1.6x between container releases at the same layout)."""
     memory_band: tuple[float, float] = (0.9, 1.1)
     """Same for the measured / predicted peak memory per GPU (a model left out instead of a source)."""
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from accuracy import _calibrated_tail, _model_band, _source_band, _unselected_coverage, _wq  # noqa: E402
+from accuracy import TAILS, _calibrated_tail, _model_band, _source_band, _unselected_coverage, _wq, intervals  # noqa: E402
 
 
 def test_equal_weights_give_the_middle_of_each_value():
@@ -81,3 +82,28 @@ def test_the_unselected_coverage_chooses_the_tail_without_the_source_it_checks()
     # x0, x1, x2, x18 and x19 fall outside it: 75%, below the 85% the tail chosen on every source reports.
     coverage = _unselected_coverage(rows, "throughput_error", lambda r: r["source"], _dense_band)
     assert math.isclose(coverage, 0.75)
+
+
+def test_a_group_no_tail_can_cover_falls_back_to_the_widest_and_says_so():
+    # Two sources a world apart: each band built without one is the other's value alone, which never holds it.
+    rows = _rows("a", [0.0] * 10) + _rows("b", [0.5] * 10)
+    tail, coverage, _ = _calibrated_tail(rows, "throughput_error", lambda r: r["source"], _dense_band)
+    assert tail == TAILS[-1] == 0.03 and coverage == 0.0
+
+
+def test_intervals_groups_moe_and_memory_rows_by_model():
+    # Dense: the twenty one-row sources above (tail 7.5%). MoE: twenty one-row models, the same residuals, but its band
+    # takes pooled quantiles interpolated between ranks (_q: position t x 18 among the 19 others), so at 8% x2 sits
+    # above x1 + 0.44 (x3 - x1) and x17 below x16 + 0.56 (x18 - x16): only x0, x1, x18 and x19 fall outside, 80%;
+    # at 8.5% x2 falls outside too. Memory: twenty one-row models, every residual 0.0 (the first tail tried, 10%).
+    dense = [dict(r, kind="dense", generation="hopper", model="d") for r in _twenty_sources()]
+    moe = [{"source": "Megatron-Bridge", "kind": "MoE", "model": f"m{i:02d}", "throughput_error": math.exp(i / 100) - 1}
+           for i in range(20)]
+    memory = [{"source": "BLOOM sweep", "kind": "dense", "generation": "ampere", "model": f"b{i:02d}",
+               "throughput_error": None, "memory_error": 0.0} for i in range(20)]
+    bands = intervals(dense + moe + memory)
+    assert bands["coverage"]["tails"] == {"dense": 0.075, "moe": 0.08, "memory": 0.10}
+    assert math.isclose(bands["coverage"]["dense_nested"], 0.85) and math.isclose(bands["coverage"]["moe_nested"], 0.80)
+    assert math.isclose(bands["coverage"]["dense_unselected"], 0.75)
+    assert bands["memory"]["low"] == bands["memory"]["high"] == 1.0 and bands["memory"]["coverage_held_out_model"] == 1.0
+    assert bands["coverage"]["target_missed"] == {}
