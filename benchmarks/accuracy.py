@@ -604,14 +604,14 @@ TAILS = tuple(round(0.10 - 0.005 * i, 3) for i in range(15))
 source or model less often than 80% (each band is built from a dozen groups; the one left out is not among them)."""
 
 
-def _nested_coverage(rows: list[dict], key: str, group, band_of, tail: float) -> tuple[float | None, dict]:
-    """The share of `rows` inside the band built without their own group (band_of(rows, tail)), overall and by group."""
+def _held_out_coverage(rows: list[dict], key: str, group, band_without) -> tuple[float | None, dict]:
+    """The share of `rows` inside band_without(the other groups' rows) of their own group, overall and by group."""
     hit = total = 0
     by_group = {}
     for g in sorted({group(r) for r in rows}, key=str):
         test = [r for r in rows if group(r) == g and r.get(key) is not None]
-        band = band_of([r for r in rows if group(r) != g], tail)
-        if not test or band is None:
+        band = band_without([r for r in rows if group(r) != g]) if test else None
+        if band is None:
             continue
         inside = sum(_inside(band, r[key]) for r in test)
         by_group[g] = inside / len(test)
@@ -626,7 +626,7 @@ def _calibrated_tail(rows: list[dict], key: str, group, band_of) -> tuple[float,
     calibration. The choice sees the check it reports, so that figure is slightly optimistic (_unselected_coverage
     is not). TAILS[-1] where no level reaches the target (the coverage returned then says by how much)."""
     for tail in TAILS:
-        coverage, by_group = _nested_coverage(rows, key, group, band_of, tail)
+        coverage, by_group = _held_out_coverage(rows, key, group, lambda rest: band_of(rest, tail))
         if coverage is not None and coverage >= COVERAGE_TARGET:
             break
     return tail, coverage, by_group
@@ -635,16 +635,8 @@ def _calibrated_tail(rows: list[dict], key: str, group, band_of) -> tuple[float,
 def _unselected_coverage(rows: list[dict], key: str, group, band_of) -> float | None:
     """The nested coverage with the tail level chosen without the group it is checked on too (a band for group g:
     its tail calibrated on the other groups alone, then built from them): an estimate the choice did not see."""
-    hit = total = 0
-    for g in sorted({group(r) for r in rows}, key=str):
-        rest = [r for r in rows if group(r) != g]
-        test = [r for r in rows if group(r) == g and r.get(key) is not None]
-        band = band_of(rest, _calibrated_tail(rest, key, group, band_of)[0])
-        if not test or band is None:
-            continue
-        hit += sum(_inside(band, r[key]) for r in test)
-        total += len(test)
-    return hit / total if total else None
+    return _held_out_coverage(rows, key, group,
+                              lambda rest: band_of(rest, _calibrated_tail(rest, key, group, band_of)[0]))[0]
 
 
 def intervals(held_rows: list[dict]) -> dict:
@@ -776,7 +768,7 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None, ba
             if b:
                 label = {"all": "dense tokens/s, all", "moe": "MoE tokens/s", "memory": "peak memory"}.get(
                     key, f"dense tokens/s, {key}")
-                tail = tails.get({"moe": "moe", "memory": "memory"}.get(key, "dense"))
+                tail = tails.get(key if key in ("moe", "memory") else "dense")
                 level = f"{tail:.1%} / {1 - tail:.1%}" if tail is not None else "-"
                 lines.append(f"| {label} | {b['low']:.3f} | {b['high']:.3f} | {level} | {b['rows']} |")
         lines += ["", f"- dense tokens/s (one band, every source weighted alike; the per-generation rows above are for "

@@ -1,7 +1,7 @@
 """benchmarks/accuracy.py: the 80% bands. Weighted quantiles agree with the unweighted ones when every weight is
 equal, the dense band weights every source alike and the memory band every model alike, so a large source or a
-model measured many times cannot set them alone, and each band's tail level is the widest whose band, built without
-a group, holds 80% of that group's rows (known answers on residuals built here)."""
+model measured many times cannot set them alone, and each band's tail level is the largest (the narrowest band) at
+which 80% of the rows fall inside the band built without their own group (known answers on residuals built here)."""
 
 from __future__ import annotations
 
@@ -77,8 +77,8 @@ def test_the_tail_widens_until_a_left_out_source_is_covered():
 
 def test_the_unselected_coverage_chooses_the_tail_without_the_source_it_checks():
     rows = _twenty_sources()
-    # Without source g, the tail is chosen on 19 rows (each band from 18): 8% is the widest that holds 80% there
-    # (16 of 19), and the band of the 19 at 8% runs from their third smallest to their second largest value, so
+    # Without source g, the tail is chosen on 19 rows (each band from 18): 8% is the largest tail at which 80% of
+    # them (16 of 19) fall inside, and the band of the 19 at 8% runs from their third smallest to their second largest value, so
     # x0, x1, x2, x18 and x19 fall outside it: 75%, below the 85% the tail chosen on every source reports.
     coverage = _unselected_coverage(rows, "throughput_error", lambda r: r["source"], _dense_band)
     assert math.isclose(coverage, 0.75)
