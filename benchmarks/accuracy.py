@@ -40,9 +40,9 @@ from genconf.plan.search import DEFAULT_LAYOUT, Pins, _split_options, _vp_option
 RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("Narayanan 2021", "Korthikanti 2022", "Megatron-LM H100 2024", "torchtitan", "BLOOM sweep",
            "OPT/BLOOM/FSDP papers", "NeMo 24.07", "NeMo long-seq", "Megatron-Bridge", "genconf H100 (issue 13)",
-           "MosaicML llm-foundry")
+           "MosaicML llm-foundry", "NeMo 25.x")
 """Leave-one-source-out units: one publication each (Megatron-Bridge's releases are one source)."""
-VALIDATION_SOURCES = ("MosaicML llm-foundry",)
+VALIDATION_SOURCES = ("MosaicML llm-foundry", "NeMo 25.x")
 """Scored, never fitted: sources added after the calibration, kept out of every fit (the committed one and each
 leave-one-source-out fit) so that they measure how genconf transfers to a team and stack it was not fitted on.
 Their rows count in every table; their held-out error is their in-sample error."""

@@ -23,12 +23,16 @@ from genconf.plan.specs import LORA_TARGETS, RECOMPUTE_MODULES, ClusterSpec, Mod
 DATA = Path(__file__).resolve().parent / "data"
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
-         "megatron_bridge_perf_summary.csv", "genconf_h100_issue13.csv", "mosaicml_llm_foundry.csv")
+         "megatron_bridge_perf_summary.csv", "genconf_h100_issue13.csv", "mosaicml_llm_foundry.csv",
+         "nemo_perf_summary_25.x_excerpts.csv")
 GENCONF_FILE = "genconf_h100_issue13.csv"
 MOSAIC_FILE = "mosaicml_llm_foundry.csv"
 """MosaicML's MPT benchmarks (llm-foundry): Composer FSDP, not from shared/data (benchmarks/data/README.md)."""
 TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv")
-NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv")
+NEMO25_FILE = "nemo_perf_summary_25.x_excerpts.csv"
+"""NeMo 25.02-25.07 performance summaries (docs.nvidia.com), the rows their pages' first tables show; not from
+shared/data, scored and never fitted (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv", NEMO25_FILE)
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
 """Per MoE row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
 (docs/versions1.json, docs/releases/software-versions.md), the benchmark config that ran it, whether that config's
@@ -122,7 +126,7 @@ CATALOG_KEYS = {
     "deepseekv3": "deepseek-v3", "kimi_k2": "kimi-k2",
     "nemotron_3_nano": "nemotron-3-nano", "nemotronh_8b": "nemotron-h-8b", "nemotronh_47b": "nemotron-h-47b",
     "nemotronh_56b": "nemotron-h-56b", "nemotron_3_super": "nemotron-3-super", "nemotron_3_ultra": "nemotron-3-ultra",
-    "nemotron_3_5_lightning": "nemotron-3.5-lightning",
+    "nemotron_3_5_lightning": "nemotron-3.5-lightning", "mixtral_8x7b": "mixtral-8x7b",
 }
 NOT_MODELLED = {
     # Models genconf cannot price faithfully, with the reason the benchmark prints.
@@ -351,6 +355,8 @@ def _group(row: dict, file: str) -> str:
         return f"Megatron-Bridge {m.group(1) if m else '?'}"
     if file == "nemo_perf_summary_24.07_and_longseq.csv":
         return "NeMo long-seq" if "long_sequence" in row["source"] else "NeMo 24.07"
+    if file == NEMO25_FILE:
+        return "NeMo 25.x"
     return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
             "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
             "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
@@ -560,6 +566,10 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     if file == "megatron_bridge_perf_summary.csv":
         # Megatron-Bridge's performance scripts (scripts/performance/utils/helpers.py, set_basic_perf_overrides)
         # set ddp.grad_reduce_in_fp32 = False: bf16 gradient buffers and reductions.
+        grad_dtype = "bf16"
+    if file == NEMO25_FILE:
+        # NeMo 2.0's performance scripts: set_precision_configs sets trainer.plugins.grad_reduce_in_fp32 = False
+        # (NVIDIA/NeMo@8cfedd72 scripts/performance/helpers.py:234).
         grad_dtype = "bf16"
     modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv", MOSAIC_FILE) + NVIDIA_FILES
     if file == GENCONF_FILE:

@@ -307,3 +307,53 @@ def test_the_78_layer_bloom_rows_put_seven_layers_and_the_embedding_on_the_first
     from genconf.plan.pipeline import stage_layers
     run = runs[("BLOOM sweep", "BLOOM-prototype 182B #71")]
     assert stage_layers(run.model.num_layers, run.plan) == (7,) * 11 + (1,)
+
+
+def _nemo25_rows() -> list[dict]:
+    import csv
+
+    from published import DATA, NEMO25_FILE
+
+    with open(DATA / NEMO25_FILE) as f:
+        return list(csv.DictReader(f))
+
+
+def test_nemo25_rows_are_read_as_their_pages_state_them(runs):
+    """Each of the 18 NeMo 25.x rows loads (none skipped), its layout multiplies out to the GPU count, its gradient
+    accumulation equals the page's GA column (kept in the notes), and it is typed as NeMo 2.0's performance scripts
+    ran (FP8 current scaling as the page's preamble says, bf16 gradient reduction, Megatron-FSDP where FSDP=1)."""
+    rows = _nemo25_rows()
+    nemo25 = {r.label: r for r in runs.values() if r.file == "nemo_perf_summary_25.x_excerpts.csv"}
+    assert len(rows) == len(nemo25) == 18
+    for i, row in enumerate(rows):
+        assert row["source"].startswith("https://docs.nvidia.com/nemo-framework/user-guide/")
+        run = nemo25[f"{row['model']} #{i}"]
+        plan = run.plan
+        assert plan.world_size == int(row["num_gpus"])
+        ga = int(row["notes"].split("GA ")[1].split(" ")[0])
+        assert plan.gbs == plan.mbs * plan.dp * ga
+        assert (plan.fp8_recipe, plan.grad_dtype, run.framework_label) == ("current", "bf16", "NeMo")
+        assert plan.zero_stage == (3 if "FSDP=1" in row["notes"] else 1)
+
+
+def test_nemo25_rows_are_scored_never_fitted(runs):
+    """The NeMo 25.x rows are a validation source: no fit sees them, and none of their configurations is rejected."""
+    from accuracy import VALIDATION_SOURCES, cals_for, predict, source_of
+
+    nemo25 = [r for r in runs.values() if r.file == "nemo_perf_summary_25.x_excerpts.csv"]
+    assert {source_of(r) for r in nemo25} == {"NeMo 25.x"} and "NeMo 25.x" in VALIDATION_SOURCES
+    cals = cals_for(nemo25)
+    assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in nemo25)
+
+
+def test_nemo25_rows_agree_with_their_own_flop_counts():
+    """Transcription check: NVIDIA's model TFLOP/s per token is one number per model and sequence, so each model's
+    TFLOP/s-to-tokens/s ratio agrees across the pages and systems that list it (within the pages' rounding)."""
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for row in _nemo25_rows():
+        if row["tflops_per_gpu"]:
+            key = (row["model"], row["seq_len"])
+            ratios.setdefault(key, []).append(float(row["tflops_per_gpu"]) / float(row["tokens_per_sec_per_gpu"]))
+    assert len(ratios) == 7
+    for key, values in ratios.items():
+        assert max(values) / min(values) < 1.015, key
