@@ -126,7 +126,10 @@ CATALOG_KEYS = {
     "deepseekv3": "deepseek-v3", "kimi_k2": "kimi-k2",
     "nemotron_3_nano": "nemotron-3-nano", "nemotronh_8b": "nemotron-h-8b", "nemotronh_47b": "nemotron-h-47b",
     "nemotronh_56b": "nemotron-h-56b", "nemotron_3_super": "nemotron-3-super", "nemotron_3_ultra": "nemotron-3-ultra",
-    "nemotron_3_5_lightning": "nemotron-3.5-lightning", "mixtral_8x7b": "mixtral-8x7b",
+    "nemotron_3_5_lightning": "nemotron-3.5-lightning", "mixtral_8x7b": "mixtral-8x7b", "mixtral_8x22b": "mixtral-8x22b",
+    # NVIDIA's tables call Nemotron-4 "Nemotron" (NeMo 24.07, 25.x) or "nemotron4" (NeMo's recommended configs).
+    "nemotron_15b": "nemotron4-15b", "nemotron_340b": "nemotron4-340b", "nemotron4_15b": "nemotron4-15b",
+    "nemotron4_340b": "nemotron4-340b",
 }
 NOT_MODELLED = {
     # Models genconf cannot price faithfully, with the reason the benchmark prints.

@@ -24,6 +24,7 @@ PUBLIC_COUNTS = {
     "olmo-1b": 1_176_764_416,
     "olmo-7b": 6_888_095_744,
     "mixtral-8x7b": 46_702_792_704,
+    "mixtral-8x22b": 140_630_071_296,  # mistral-community/Mixtral-8x22B-v0.1: 140,630,071,296 total ("141B")
     "llama-7b": 6_738_415_616,  # same tensors as Llama-2-7B
 }
 
@@ -32,6 +33,18 @@ PUBLIC_COUNTS = {
 def test_exact_count_equals_public_checkpoint(name, count):
     model, _ = resolve_model(name)
     assert exact_param_count(model) == count
+
+
+@pytest.mark.parametrize("name,non_embedding_b", [
+    ("nemotron4-15b", 12.5),    # Nemotron-4 15B Technical Report (arXiv:2402.16819), Table 1
+    ("nemotron4-340b", 331.6),  # Nemotron-4 340B Technical Report (arXiv:2406.11704), Table 1
+])
+def test_nemotron4_counts_as_their_reports_give_them(name, non_embedding_b):
+    """The reports give the non-embedding parameters to one decimal of a billion (squared-ReLU MLPs of two matrices,
+    LayerNorm with its bias, GQA with 8 KV heads); the untied input and output embeddings are counted apart."""
+    model, _ = resolve_model(name)
+    embedding = 2 * model.vocab_size * model.hidden_size
+    assert round((exact_param_count(model) - embedding) / 1e9, 1) == non_embedding_b
 
 
 def test_seed_workshop_formula_for_the_70b_exercise():
