@@ -49,7 +49,10 @@ Their rows count in every table; their held-out error is their in-sample error."
 
 
 def source_of(run: Run) -> str:
-    return "Megatron-Bridge" if run.group.startswith("Megatron-Bridge") else run.group
+    """The leave-one-source-out unit: a publication; Megatron-Bridge's and NeMo 2.0's releases are one source each."""
+    if run.group.startswith("Megatron-Bridge"):
+        return "Megatron-Bridge"
+    return "NeMo 25.x" if run.group.startswith("NeMo 25.") else run.group
 
 
 # --- planning a published row ---------------------------------------------------------------------------
@@ -299,10 +302,11 @@ def ordering(rows: list[dict]) -> dict:
         run, plan = r.get("_run"), r.get("_plan")
         if run is None or plan is None or r["throughput_error"] is None:
             continue
-        key = (r["source"], run.model, r["gpu"], r["precision"], plan.seq_length, plan.gbs)
+        # one measurement campaign: a source's release (its group), not layouts re-measured a release apart
+        key = (r["source"], r["group"], run.model, r["gpu"], r["precision"], plan.seq_length, plan.gbs)
         groups.setdefault(key, {}).setdefault(r["layout"], r)
     out: dict = {}
-    for (source, model, *_), by_layout in groups.items():
+    for (source, _release, model, *_), by_layout in groups.items():
         for a, b in itertools.combinations(by_layout.values(), 2):
             measured = a["measured_tokens_per_s_per_gpu"] / b["measured_tokens_per_s_per_gpu"] - 1
             if abs(measured) <= ORDER_MARGIN:
@@ -403,12 +407,17 @@ def _objective(rows: list[dict]) -> float:
     return sum(errs) / len(errs) if errs else 0.0
 
 
+def fitted_runs(runs: list[Run]) -> list[Run]:
+    """The runs a fit may use: every source but the validation ones (VALIDATION_SOURCES), which are only scored."""
+    return [r for r in runs if source_of(r) not in VALIDATION_SOURCES]
+
+
 def fit(runs: list[Run], base: dict | None = None, *, rounds: int = 2, quiet: bool = False) -> dict:
     """Coordinate search over FIT_GRID on the dense runs, then over MOE_FIT_GRID on the MoE runs. Plans are
     chosen once per round with the current calibration and then re-costed (the plan choice barely moves with
     these terms)."""
     override: dict = {a: dict((base or {}).get(a, {})) for a in ARCHS}
-    runs = [r for r in runs if source_of(r) not in VALIDATION_SOURCES]
+    runs = fitted_runs(runs)
     # The end-to-end terms from dense models only: MoE rows carry what no such term should absorb (the same
     # MoE layout measured 50% apart in consecutive container releases).
     hybrid_runs = [r for r in runs if r.model.is_hybrid]
@@ -591,10 +600,10 @@ def _grouped_band(rows: list[dict], key: str, group, q_lo: float, q_hi: float) -
 def _source_band(rows: list[dict], q_lo: float, q_hi: float) -> dict | None:
     """The band of `rows`' throughput residuals with every source weighted alike (each row 1 / its source's rows).
     A new user's runs are a new source: the interval must hold across sources, and pooled quantiles are those of
-    the two largest (MosaicML 216 rows, Megatron-Bridge 194 of 621). Grouped (per-source) weighting is what makes
-    the nested check below come out near its target: pooled, 72% of rows; source-weighted, 77% (2026-11-25, at the
-    10th-90th percentiles). At the calibrated tail (_calibrated_tail) both reach 80%, and the weighted band is the
-    narrower: 0.899-1.110x against pooled 0.891-1.118x (2026-11-29)."""
+    the largest sources (MosaicML, Megatron-Bridge). Grouped (per-source) weighting is what makes the nested check
+    below come out near its target: pooled, 72% of rows; source-weighted, 77% (2026-11-25, at the 10th-90th
+    percentiles). At the calibrated tail (_calibrated_tail) both reach 80%, and the weighted band was the narrower
+    at 8875075: 0.899-1.110x against pooled 0.891-1.118x (benchmarks/results/history.md)."""
     return _grouped_band(rows, "throughput_error", lambda r: r["source"], q_lo, q_hi)
 
 

@@ -30,8 +30,8 @@ MOSAIC_FILE = "mosaicml_llm_foundry.csv"
 """MosaicML's MPT benchmarks (llm-foundry): Composer FSDP, not from shared/data (benchmarks/data/README.md)."""
 TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv")
 NEMO25_FILE = "nemo_perf_summary_25.x_excerpts.csv"
-"""NeMo 25.02-25.07 performance summaries (docs.nvidia.com), the rows their pages' first tables show; not from
-shared/data, scored and never fitted (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+"""NeMo 25.02-25.07 performance summaries (docs.nvidia.com), the rows the stored pages show; not from shared/data,
+scored and no term fitted on them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv", NEMO25_FILE)
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
 """Per MoE row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
@@ -314,6 +314,9 @@ def _precision(row: dict, file: str, gpu_arch: str) -> tuple[str, str | None]:
         return "fp8", "blockwise"  # torchao rowwise scaling: a scale per row/column, both copies kept
     if file == "nemo_perf_summary_24.07_and_longseq.csv":
         return "fp8", "delayed"  # NeMo 1.x/2.0 default FP8 recipe (hybrid, amax history)
+    if file == NEMO25_FILE:
+        # NeMo 25.02 (v2.2.0) benchmarked delayed scaling; 25.04 and 25.07 current scaling (the row's notes).
+        return "fp8", "delayed" if "FP8 delayed scaling" in row["notes"] else "current"
     return "fp8", "current"      # Megatron-Bridge "FP8" / "FP8-CS": per-tensor current scaling; torchao tensorwise
 
 
@@ -359,7 +362,7 @@ def _group(row: dict, file: str) -> str:
     if file == "nemo_perf_summary_24.07_and_longseq.csv":
         return "NeMo long-seq" if "long_sequence" in row["source"] else "NeMo 24.07"
     if file == NEMO25_FILE:
-        return "NeMo 25.x"
+        return f"NeMo {row['notes'].split(' ')[1]}"  # its container release: "NeMo 25.04 container; ..."
     return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
             "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
             "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
@@ -566,13 +569,11 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # NeMo 1.x's performance configs (NeMo-Framework-Launcher conf/training/*) reduce gradients in bf16:
         # optim.grad_sync_dtype: bf16 with distributed_fused_adam.
         grad_dtype = "bf16"
-    if file == "megatron_bridge_perf_summary.csv":
-        # Megatron-Bridge's performance scripts (scripts/performance/utils/helpers.py, set_basic_perf_overrides)
-        # set ddp.grad_reduce_in_fp32 = False: bf16 gradient buffers and reductions.
-        grad_dtype = "bf16"
-    if file == NEMO25_FILE:
-        # NeMo 2.0's performance scripts: set_precision_configs sets trainer.plugins.grad_reduce_in_fp32 = False
-        # (NVIDIA/NeMo@8cfedd72 scripts/performance/helpers.py:234).
+    if file in ("megatron_bridge_perf_summary.csv", NEMO25_FILE):
+        # Both stacks' performance scripts reduce gradients in bf16: Megatron-Bridge's set_basic_perf_overrides
+        # (scripts/performance/utils/helpers.py) sets ddp.grad_reduce_in_fp32 = False, NeMo 2.0's
+        # trainer.plugins.grad_reduce_in_fp32 = False (v2.2.0 scripts/llm/performance/pretrain_*.py, v2.3.0
+        # scripts/performance/utils.py:351, v2.4.0 scripts/performance/helpers.py:224).
         grad_dtype = "bf16"
     modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv", MOSAIC_FILE) + NVIDIA_FILES
     if file == GENCONF_FILE:
@@ -608,7 +609,10 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         grad_accum_fusion=file != "megatron_narayanan2021.csv",
         tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES or "AsyncTP" in row["notes"]
                          or "async TP" in row["notes"]) and tp > 1,
-        fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
+        # NeMo 2.0's FP8 recipes gather FP8 parameters (recipes/precision/mixed_precision.py: fp8_params /
+        # fp8_param_gather = True in v2.2.0-v2.4.0), as Megatron-Bridge's current-scaling and MXFP8 ones do.
+        fp8_param_gather=(file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"))
+        or (file == NEMO25_FILE and precision == "fp8"),
         torch_compile=fsdp and "compile" in row["notes"],
         expandable_segments=_expandable_segments(row, file, cluster.gpu.name, fp8_recipe, task, zero),
         # The stacks' flash attention as they ran: torchtitan's SDPA lists FlashAttention-2 first on Hopper (cuDNN

@@ -309,6 +309,7 @@ def test_the_78_layer_bloom_rows_put_seven_layers_and_the_embedding_on_the_first
     assert stage_layers(run.model.num_layers, run.plan) == (7,) * 11 + (1,)
 
 
+
 def _nemo25_rows() -> list[dict]:
     import csv
 
@@ -318,42 +319,56 @@ def _nemo25_rows() -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def _nemo25_runs(runs) -> dict:
+    from published import NEMO25_FILE
+
+    return {r.label: r for r in runs.values() if r.file == NEMO25_FILE}
+
+
 def test_nemo25_rows_are_read_as_their_pages_state_them(runs):
-    """Each of the 18 NeMo 25.x rows loads (none skipped), its layout multiplies out to the GPU count, its gradient
-    accumulation equals the page's GA column (kept in the notes), and it is typed as NeMo 2.0's performance scripts
-    ran (FP8 current scaling as the page's preamble says, bf16 gradient reduction, Megatron-FSDP where FSDP=1)."""
+    """Each of the 20 NeMo 25.x rows loads (none skipped), its gradient accumulation equals the page's GA column
+    (kept in the notes), and it is typed as that release's NeMo 2.0 performance scripts ran it: FP8 delayed scaling
+    in 25.02 (v2.2.0's bf16_with_fp8_mixed), per-tensor current scaling in 25.04 and 25.07 (the pages' preamble),
+    FP8 parameters gathered, bf16 gradient reduction, Megatron-FSDP where FSDP=1; grouped by container release."""
     rows = _nemo25_rows()
-    nemo25 = {r.label: r for r in runs.values() if r.file == "nemo_perf_summary_25.x_excerpts.csv"}
-    assert len(rows) == len(nemo25) == 18
+    nemo25 = _nemo25_runs(runs)
+    assert len(rows) == len(nemo25) == 20
     for i, row in enumerate(rows):
         assert row["source"].startswith("https://docs.nvidia.com/nemo-framework/user-guide/")
         run = nemo25[f"{row['model']} #{i}"]
         plan = run.plan
-        assert plan.world_size == int(row["num_gpus"])
+        release = row["notes"].split(" ")[1]
         ga = int(row["notes"].split("GA ")[1].split(" ")[0])
         assert plan.gbs == plan.mbs * plan.dp * ga
-        assert (plan.fp8_recipe, plan.grad_dtype, run.framework_label) == ("current", "bf16", "NeMo")
+        assert plan.fp8_recipe == ("delayed" if release == "25.02" else "current")
+        assert (plan.fp8_param_gather, plan.grad_dtype, run.framework_label) == (True, "bf16", "NeMo")
         assert plan.zero_stage == (3 if "FSDP=1" in row["notes"] else 1)
+        assert run.group == f"NeMo {release}"
 
 
 def test_nemo25_rows_are_scored_never_fitted(runs):
-    """The NeMo 25.x rows are a validation source: no fit sees them, and none of their configurations is rejected."""
-    from accuracy import VALIDATION_SOURCES, cals_for, predict, source_of
+    """The NeMo 25.x rows are a validation source: the fit's training set leaves them out, and none of their
+    configurations is rejected."""
+    from accuracy import cals_for, fitted_runs, predict, source_of
 
-    nemo25 = [r for r in runs.values() if r.file == "nemo_perf_summary_25.x_excerpts.csv"]
-    assert {source_of(r) for r in nemo25} == {"NeMo 25.x"} and "NeMo 25.x" in VALIDATION_SOURCES
+    nemo25 = list(_nemo25_runs(runs).values())
+    assert {source_of(r) for r in nemo25} == {"NeMo 25.x"}
+    fitted = fitted_runs(list(runs.values()))
+    assert not any(r in fitted for r in nemo25) and len(fitted) == len(runs) - len(nemo25) - 216  # and MosaicML's
     cals = cals_for(nemo25)
     assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in nemo25)
 
 
 def test_nemo25_rows_agree_with_their_own_flop_counts():
-    """Transcription check: NVIDIA's model TFLOP/s per token is one number per model and sequence, so each model's
-    TFLOP/s-to-tokens/s ratio agrees across the pages and systems that list it (within the pages' rounding)."""
+    """Transcription check: NVIDIA's model FLOPs per token are one number per model and sequence, so each model's
+    TFLOP/s-to-tokens/s ratio agrees across the pages and systems that list it, to 0.2% (four-digit figures). The
+    one exception is the 25.07 page's Llama 3.1 405B row, 1.0% off the others, as published (the page's own
+    parenthesised figures for that model, 1675 TFLOP/s at 638 tok/s, give its ratio again)."""
     ratios: dict[tuple[str, str], list[float]] = {}
     for row in _nemo25_rows():
-        if row["tflops_per_gpu"]:
+        if row["tflops_per_gpu"] and not (row["model"] == "LLAMA3.1-405B" and " 25.07 " in row["notes"][:20]):
             key = (row["model"], row["seq_len"])
             ratios.setdefault(key, []).append(float(row["tflops_per_gpu"]) / float(row["tokens_per_sec_per_gpu"]))
-    assert len(ratios) == 7
+    assert len(ratios) == 8 and sum(len(v) for v in ratios.values()) == 18
     for key, values in ratios.items():
-        assert max(values) / min(values) < 1.015, key
+        assert max(values) / min(values) < 1.002, key

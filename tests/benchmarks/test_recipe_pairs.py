@@ -53,14 +53,15 @@ def test_ordering_counts_pairs_measured_apart_and_whether_genconf_orders_them_al
 
     model = namedtuple("Model", "is_moe")(False)  # hashable, as ModelSpec is
 
-    def row(layout, measured, predicted, gbs=128):
+    def row(layout, measured, predicted, gbs=128, group="S 1"):
         plan = SimpleNamespace(seq_length=8192, gbs=gbs)
-        return {"source": "S", "gpu": "h100-sxm", "precision": "FP8", "layout": layout, "_run": SimpleNamespace(model=model),
+        return {"source": "S", "group": group, "gpu": "h100-sxm", "precision": "FP8", "layout": layout, "_run": SimpleNamespace(model=model),
                 "_plan": plan, "throughput_error": predicted / measured - 1,
                 "measured_tokens_per_s_per_gpu": measured, "predicted_tokens_per_s_per_gpu": predicted}
 
     rows = [row("a", 100.0, 90.0), row("b", 120.0, 95.0),   # b measured and predicted faster: agrees
             row("c", 101.0, 94.0),                          # within 3% of a: a tie; against b: b faster both ways
             row("d", 150.0, 80.0),                          # measured fastest, predicted slowest: 3 disagreements
-            row("e", 500.0, 1.0, gbs=256)]                  # another global batch: never paired
+            row("e", 500.0, 1.0, gbs=256),                  # another global batch: never paired
+            row("f", 500.0, 1.0, group="S 2")]              # another release of the source: never paired
     assert ordering(rows) == {"S, dense": {"pairs": 5, "agree": 2}}
