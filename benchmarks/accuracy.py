@@ -294,9 +294,10 @@ ORDER_MARGIN = 0.03
 
 
 def ordering(rows: list[dict]) -> dict:
-    """Does genconf rank layouts the way the measurements do? Every pair of rows of one source that ran the same
-    model on the same GPU at the same precision, sequence and global batch with different layouts, measured more
-    than ORDER_MARGIN apart: the pairs whose faster run genconf also predicts faster, per source and model kind."""
+    """Does genconf rank layouts the way the measurements do? Every pair of rows of one release of a source (its
+    group) that ran the same model on the same GPU at the same precision, sequence and global batch with different
+    layouts, measured more than ORDER_MARGIN apart: the pairs whose faster run genconf also predicts faster, per
+    source and model kind."""
     groups: dict = {}
     for r in rows:
         run, plan = r.get("_run"), r.get("_plan")
@@ -800,7 +801,7 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None, ba
         total = sum(c["pairs"] for c in summ["ordering"].values())
         agree = sum(c["agree"] for c in summ["ordering"].values())
         lines += ["### Layout order: measured pairs", "",
-                  f"Rows of one source with the same model, GPU, precision, sequence and global batch and different "
+                  f"Rows of one release of a source with the same model, GPU, precision, sequence and global batch and different "
                   f"layouts, measured more than {ORDER_MARGIN:.0%} apart: does genconf predict the faster one faster? "
                   f"{agree} of {total} pairs.", "",
                   "| source, models | pairs | ordered as measured |", "|---|---:|---:|"]

@@ -609,10 +609,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         grad_accum_fusion=file != "megatron_narayanan2021.csv",
         tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES or "AsyncTP" in row["notes"]
                          or "async TP" in row["notes"]) and tp > 1,
-        # NeMo 2.0's FP8 recipes gather FP8 parameters (recipes/precision/mixed_precision.py: fp8_params /
-        # fp8_param_gather = True in v2.2.0-v2.4.0), as Megatron-Bridge's current-scaling and MXFP8 ones do.
-        fp8_param_gather=(file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"))
-        or (file == NEMO25_FILE and precision == "fp8"),
+        fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
         torch_compile=fsdp and "compile" in row["notes"],
         expandable_segments=_expandable_segments(row, file, cluster.gpu.name, fp8_recipe, task, zero),
         # The stacks' flash attention as they ran: torchtitan's SDPA lists FlashAttention-2 first on Hopper (cuDNN
