@@ -41,7 +41,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("Narayanan 2021", "Korthikanti 2022", "Megatron-LM H100 2024", "torchtitan", "BLOOM sweep",
            "OPT/BLOOM/FSDP papers", "NeMo 24.07", "NeMo long-seq", "Megatron-Bridge", "genconf H100 (issue 13)",
            "MosaicML llm-foundry", "NeMo 25.x")
-"""Leave-one-source-out units: one publication each (Megatron-Bridge's releases are one source)."""
+"""Leave-one-source-out units: one publication each (Megatron-Bridge's releases are one source, NeMo 2.0's 25.x
+releases another; source_of)."""
 VALIDATION_SOURCES = ("MosaicML llm-foundry", "NeMo 25.x")
 """Scored, never fitted: sources added after the calibration, kept out of every fit (the committed one and each
 leave-one-source-out fit) so that they measure how genconf transfers to a team and stack it was not fitted on.

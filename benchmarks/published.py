@@ -21,17 +21,16 @@ from genconf.plan.counting import model_flops_per_token
 from genconf.plan.specs import LORA_TARGETS, RECOMPUTE_MODULES, ClusterSpec, ModelSpec, ParallelPlan
 
 DATA = Path(__file__).resolve().parent / "data"
-FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
-         "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
-         "megatron_bridge_perf_summary.csv", "genconf_h100_issue13.csv", "mosaicml_llm_foundry.csv",
-         "nemo_perf_summary_25.x_excerpts.csv")
 GENCONF_FILE = "genconf_h100_issue13.csv"
 MOSAIC_FILE = "mosaicml_llm_foundry.csv"
 """MosaicML's MPT benchmarks (llm-foundry): Composer FSDP, not from shared/data (benchmarks/data/README.md)."""
-TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv")
 NEMO25_FILE = "nemo_perf_summary_25.x_excerpts.csv"
 """NeMo 25.02-25.07 performance summaries (docs.nvidia.com), the rows the stored pages show; not from shared/data,
 scored and no term fitted on them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
+         "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
+         "megatron_bridge_perf_summary.csv", GENCONF_FILE, MOSAIC_FILE, NEMO25_FILE)
+TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv")
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv", NEMO25_FILE)
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
 """Per MoE row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
