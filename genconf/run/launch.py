@@ -176,17 +176,41 @@ def torchrun_accepts(python: str, flag: str) -> bool:
     return subprocess.run([python, "-c", code, flag], capture_output=True, timeout=300).returncode == 0
 
 
+def rank_pids(parent: int, script: str) -> list[int]:
+    """The processes `parent` (torchrun) started that run `script` (its ranks), read from /proc; [] where there is
+    no /proc or no rank has started yet."""
+    pids = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return pids
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path("/proc", name, "stat").read_text()
+            argv = Path("/proc", name, "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so the fields start after the last ")".
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1 and fields[1] == str(parent) and script.encode() in argv:
+            pids.append(int(name))
+    return sorted(pids)
+
+
 def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executable, extra_env: dict | None = None,
                  stdout=None) -> int:
-    """torchrun --standalone with one process per rank of the plan (gloo on CPUs, NCCL on GPUs). SIGUSR1 to
-    torchrun reaches every rank, which checkpoints and stops (as a Slurm job does before its time limit)."""
+    """torchrun --standalone with one process per rank of the plan (gloo on CPUs, NCCL on GPUs). SIGUSR1 to the
+    launch reaches every rank, which checkpoints and stops (as a Slurm job does before its time limit)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
     grace = ([f"--shutdown-timeout={PREEMPT_SIGNAL_LEAD_S}"] if torchrun_accepts(python, "--shutdown-timeout")
              else [])  # older torchruns (2.11) lack it: they give the ranks their fixed 30 s after a signal
+    script = str(entry_point(cfg.plan.framework))
     cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={cfg.plan.world_size}",
            f"--signals-to-handle={TORCHRUN_SIGNALS}", *grace,
-           str(entry_point(cfg.plan.framework)), "--artifacts", cfg.artifacts, "--run-dir", str(run_dir)]
+           script, "--artifacts", cfg.artifacts, "--run-dir", str(run_dir)]
     if resume:
         cmd.append("--resume")
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
@@ -198,9 +222,24 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     print(f"genconf: launching {' '.join(cmd)}", file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd, env=env, stdout=stdout)
-    # SIGUSR1 to `genconf launch` (a preemption notice, or a user's kill -USR1) reaches torchrun, which forwards
-    # it to the ranks: they checkpoint at the end of the step and stop (genconf.train.preempt).
-    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: proc.send_signal(signum))
+
+    def forward(signum, frame) -> None:
+        # SIGUSR1 to `genconf launch` (a preemption notice, or a user's kill -USR1) goes to the ranks themselves:
+        # they checkpoint at the end of the step and stop (genconf.train.preempt), and torchrun sees them end
+        # normally. Not through torchrun: its handler raises SignalException wherever the agent is, and inside
+        # torch.distributed.elastic.metrics.prof before `start` is bound (torch 2.13) the exception becomes an
+        # UnboundLocalError, on which torchrun SIGTERMs the ranks instead of forwarding the signal (no checkpoint).
+        # Before the ranks exist (or without /proc) the signal goes to torchrun, as before.
+        ranks = rank_pids(proc.pid, script)
+        for pid in ranks:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        if not ranks:
+            proc.send_signal(signum)
+
+    previous = signal.signal(signal.SIGUSR1, forward)
     try:
         return proc.wait()
     finally:

@@ -59,3 +59,39 @@ def test_requeued():
     assert not preempt.requeued({"SLURM_RESTART_COUNT": "0"})
     assert preempt.requeued({"SLURM_RESTART_COUNT": "2"})
     assert not preempt.requeued({"SLURM_RESTART_COUNT": "x"})
+
+
+def test_the_launch_finds_the_ranks_torchrun_started_and_nothing_else(tmp_path):
+    """genconf launch sends SIGUSR1 to the ranks themselves (not through torchrun, whose handler can turn it into
+    a SIGTERM: genconf.run.launch.launch_local): a real parent with two children running the entry point and one
+    running something else, as torchrun's tree is."""
+    import subprocess
+    import sys
+    import time
+
+    from genconf.run.launch import rank_pids
+
+    entry = tmp_path / "train_fsdp.py"
+    entry.write_text("import time\ntime.sleep(60)\n")
+    parent = tmp_path / "agent.py"
+    parent.write_text(
+        "import subprocess, sys, time\n"
+        f"ranks = [subprocess.Popen([sys.executable, '-u', {str(entry)!r}, '--run-dir', 'x']) for _ in range(2)]\n"
+        "other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(' '.join(str(p.pid) for p in ranks), other.pid, flush=True)\n"
+        "time.sleep(60)\n")
+    agent = subprocess.Popen([sys.executable, str(parent)], stdout=subprocess.PIPE, text=True)
+    children = [int(pid) for pid in agent.stdout.readline().split()]
+    try:
+        expected = sorted(children[:2])
+        deadline = time.monotonic() + 30
+        while rank_pids(agent.pid, str(entry)) != expected and time.monotonic() < deadline:
+            time.sleep(0.05)  # the children's command lines appear once they have exec'd
+        assert len(expected) == 2 and rank_pids(agent.pid, str(entry)) == expected
+        assert rank_pids(os.getpid(), str(entry)) == []  # grandchildren are not this process's ranks
+        assert rank_pids(agent.pid, str(tmp_path / "train_megatron.py")) == []
+    finally:
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        agent.kill()
+        agent.wait()
