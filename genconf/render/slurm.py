@@ -16,8 +16,10 @@ PREEMPT_SIGNAL_LEAD_S = 180
 it, and Slurm may send the signal up to a minute early (sbatch(1), --signal). torchrun waits as long for the
 ranks to save and exit before it kills them (--shutdown-timeout). A job shorter than 4x this gets a quarter of
 its time limit instead (preempt_signal_s)."""
-TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
-"""What torchrun forwards to its ranks: its default four and SIGUSR1, the preemption signal."""
+TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+"""What torchrun forwards to its ranks: its default four. Not SIGUSR1, the preemption signal: torchrun runs with it
+ignored and genconf.run.rank_signal, its parent, passes it to the ranks (torchrun's own forwarding can turn it into
+a SIGTERM)."""
 
 def time_limit_s(time: str) -> int:
     """Seconds in a Slurm time limit (sbatch(1), --time: "minutes", "minutes:seconds", "hours:minutes:seconds",

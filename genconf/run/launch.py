@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from genconf.plan import kernels, precision, runconfig
 from genconf.plan.errors import GenconfError
 from genconf.plan.runconfig import RunConfig
 from genconf.render.slurm import ENTRY_POINTS, PREEMPT_SIGNAL_LEAD_S, TORCHRUN_SIGNALS
+from genconf.run import rank_signal
 from genconf.train import checkpoints, cpu_numerics, failure, preempt, watchdog
 
 def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None) -> RunConfig:
@@ -176,29 +176,6 @@ def torchrun_accepts(python: str, flag: str) -> bool:
     return subprocess.run([python, "-c", code, flag], capture_output=True, timeout=300).returncode == 0
 
 
-def rank_pids(parent: int, script: str) -> list[int]:
-    """The processes `parent` (torchrun) started that run `script` (its ranks), read from /proc; [] where there is
-    no /proc or no rank has started yet."""
-    pids = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return pids
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path("/proc", name, "stat").read_text()
-            argv = Path("/proc", name, "cmdline").read_bytes().split(b"\0")
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so the fields start after the last ")".
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 1 and fields[1] == str(parent) and script.encode() in argv:
-            pids.append(int(name))
-    return sorted(pids)
-
-
 def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executable, extra_env: dict | None = None,
                  stdout=None) -> int:
     """torchrun --standalone with one process per rank of the plan (gloo on CPUs, NCCL on GPUs). SIGUSR1 to the
@@ -221,29 +198,10 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
         # As the launch scripts: the caching allocator grows segments in place (the memory estimate assumes it).
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     print(f"genconf: launching {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, env=env, stdout=stdout)
-
-    def forward(signum, frame) -> None:
-        # SIGUSR1 to `genconf launch` (a preemption notice, or a user's kill -USR1) goes to the ranks themselves:
-        # they checkpoint at the end of the step and stop (genconf.train.preempt), and torchrun sees them end
-        # normally. Not through torchrun: its handler raises SignalException wherever the agent is, and inside
-        # torch.distributed.elastic.metrics.prof before `start` is bound (torch 2.13) the exception becomes an
-        # UnboundLocalError, on which torchrun SIGTERMs the ranks instead of forwarding the signal (no checkpoint).
-        # Before the ranks exist (or without /proc) the signal goes to torchrun, as before.
-        ranks = rank_pids(proc.pid, script)
-        for pid in ranks:
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-        if not ranks:
-            proc.send_signal(signum)
-
-    previous = signal.signal(signal.SIGUSR1, forward)
-    try:
-        return proc.wait()
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
+    # SIGUSR1 to `genconf launch` (a preemption notice, or a user's kill -USR1) goes to the ranks themselves, not
+    # through torchrun (genconf.run.rank_signal): they checkpoint at the end of the step and stop
+    # (genconf.train.preempt), and torchrun sees them end normally.
+    return rank_signal.run(cmd, script, env=env, stdout=stdout)
 
 
 def check_data(cfg) -> None:
@@ -288,8 +246,8 @@ def report_end(run_dir: Path, rc: int, *, since: float, resume_hint: str) -> int
         return 0
     finished = preempt.read_finished(run_dir)
     if rc == 0 or (finished and finished.get("time", 0) >= since):
-        # A preemption notice in the last step or the shutdown ends torchrun with 1 after the ranks finished.
-        late = f" (torchrun exited {rc} on a signal after the last step)" if rc else ""
+        # The ranks finished; torchrun failed after them (signalled in the shutdown: genconf.train.preempt.FINISHED).
+        late = f" (torchrun exited {rc} after the last step)" if rc else ""
         print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir}){late}")
         return 0
     hung = watchdog.summarize(run_dir, since=since)

@@ -1,6 +1,6 @@
 """Preemption the Slurm way: the sbatch script asks for SIGUSR1 some time before the time limit
-(`--signal=USR1@<seconds>`) and for `--requeue`; torchrun forwards the signal to the ranks
-(`--signals-to-handle ...,SIGUSR1`); every rank notes it, the ranks agree at the end of a step, save a
+(`--signal=USR1@<seconds>`) and for `--requeue`; genconf.run.rank_signal, torchrun's parent, passes the signal
+to the ranks (torchrun itself ignores it); every rank notes it, the ranks agree at the end of a step, save a
 checkpoint, write RUN/preempted and exit; the script then requeues the job, and the requeued job
 (SLURM_RESTART_COUNT > 0) resumes from that checkpoint by itself.
 
@@ -21,10 +21,10 @@ SIGNAL_NAME = "USR1"
 MARKER = "preempted"
 """RUN/preempted: written by rank 0 after the preemption checkpoint; the sbatch script requeues on it."""
 FINISHED = "finished"
-"""RUN/finished: written by rank 0 once every rank has finished the last step. torchrun exits 1 when the signal
-reaches it after the ranks' last look at it (a preemption notice during the last step or the shutdown: the ranks
-finish the run, torchrun raises on the signal), so the sbatch script and `genconf launch` read this marker, not
-the exit code, to tell a finished run."""
+"""RUN/finished: written by rank 0 once every rank has finished the last step. The sbatch script and `genconf
+launch` read this marker, not the exit code, to tell a finished run: a torchrun that is signalled after the ranks'
+last look at the flag (a notice during the last step or the shutdown; a torchrun handling SIGUSR1 itself, as
+sbatch scripts from before genconf.run.rank_signal ran it) exits 1 after the ranks finished the run."""
 EXIT_PREEMPTED = 0
 """A rank that checkpointed on the signal ends normally; the marker, not the exit code, says it stopped early."""
 

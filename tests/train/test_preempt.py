@@ -61,37 +61,82 @@ def test_requeued():
     assert not preempt.requeued({"SLURM_RESTART_COUNT": "x"})
 
 
-def test_the_launch_finds_the_ranks_torchrun_started_and_nothing_else(tmp_path):
-    """genconf launch sends SIGUSR1 to the ranks themselves (not through torchrun, whose handler can turn it into
-    a SIGTERM: genconf.run.launch.launch_local): a real parent with two children running the entry point and one
-    running something else, as torchrun's tree is."""
+
+AGENT = """import subprocess, sys
+ranks = [subprocess.Popen([sys.executable, '-u', sys.argv[1], str(i)]) for i in range(2)]
+other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])
+print(' '.join(str(p.pid) for p in ranks), other.pid, flush=True)
+codes = [p.wait() for p in ranks]
+other.kill()
+sys.exit(max(codes))
+"""
+"""A stand-in for torchrun: two ranks running the entry point and one other child. It handles no signal: had it not
+inherited SIGUSR1 ignored, the notice would kill it."""
+
+RANK = """import os, signal, sys, time
+time.sleep(1.0 + float(sys.argv[1]))  # still starting (torch importing) when the notice comes: it must be held
+got = []
+signal.signal(signal.SIGUSR1, lambda *a: got.append(time.time()))
+deadline = time.time() + 20
+while not got and time.time() < deadline:
+    time.sleep(0.01)
+open(os.path.join(os.path.dirname(sys.argv[0]), 'got' + sys.argv[1]), 'w').write(str(len(got)))
+"""
+
+
+def test_the_notice_reaches_every_rank_held_until_it_catches_it_and_not_torchrun(tmp_path):
+    """genconf launch and the sbatch script pass SIGUSR1 to the ranks themselves (genconf.run.rank_signal): a
+    real process tree, signalled before its ranks install their handlers."""
+    import subprocess
+    import sys
+    import threading
+
+    from genconf.run import rank_signal
+
+    entry = tmp_path / "train_fsdp.py"
+    entry.write_text(RANK)
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    def notice() -> None:
+        # As Slurm signals a job step: every process, here the launch and the stand-in torchrun (its ranks ignore it
+        # until they install their handler).
+        for pid in [os.getpid(), *rank_signal.rank_pids(os.getpid(), str(entry))]:
+            os.kill(pid, signal.SIGUSR1)
+
+    threading.Timer(0.5, notice).start()
+    before = signal.getsignal(signal.SIGUSR1)
+    rc = rank_signal.run([sys.executable, str(agent), str(entry)], str(entry), stdout=subprocess.DEVNULL)
+    assert rc == 0  # the stand-in torchrun ignored the notice and its ranks ended normally
+    assert [(tmp_path / f"got{i}").read_text() for i in range(2)] == ["1", "1"]  # once each, not lost
+    assert signal.getsignal(signal.SIGUSR1) == before
+
+
+def test_the_ranks_are_the_children_running_the_entry_point(tmp_path):
     import subprocess
     import sys
     import time
 
-    from genconf.run.launch import rank_pids
+    from genconf.run.rank_signal import catches, rank_pids
 
     entry = tmp_path / "train_fsdp.py"
-    entry.write_text("import time\ntime.sleep(60)\n")
-    parent = tmp_path / "agent.py"
-    parent.write_text(
-        "import subprocess, sys, time\n"
-        f"ranks = [subprocess.Popen([sys.executable, '-u', {str(entry)!r}, '--run-dir', 'x']) for _ in range(2)]\n"
-        "other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-        "print(' '.join(str(p.pid) for p in ranks), other.pid, flush=True)\n"
-        "time.sleep(60)\n")
-    agent = subprocess.Popen([sys.executable, str(parent)], stdout=subprocess.PIPE, text=True)
-    children = [int(pid) for pid in agent.stdout.readline().split()]
+    entry.write_text("import time\ntime.sleep(30)\n")
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    proc = subprocess.Popen([sys.executable, str(agent), str(entry)], stdout=subprocess.PIPE, text=True)
+    children = [int(pid) for pid in proc.stdout.readline().split()]
     try:
         expected = sorted(children[:2])
         deadline = time.monotonic() + 30
-        while rank_pids(agent.pid, str(entry)) != expected and time.monotonic() < deadline:
-            time.sleep(0.05)  # the children's command lines appear once they have exec'd
-        assert len(expected) == 2 and rank_pids(agent.pid, str(entry)) == expected
-        assert rank_pids(os.getpid(), str(entry)) == []  # grandchildren are not this process's ranks
-        assert rank_pids(agent.pid, str(tmp_path / "train_megatron.py")) == []
+        while rank_pids(proc.pid, str(entry)) != expected and time.monotonic() < deadline:
+            time.sleep(0.05)  # a child's command line is the entry point's once it has exec'd
+        assert len(expected) == 2 and rank_pids(proc.pid, str(entry)) == expected
+        # One level only: from here, the stand-in torchrun (its command line names the entry point, as torchrun's
+        # does), not its ranks.
+        assert rank_pids(os.getpid(), str(entry)) == [proc.pid]
+        assert rank_pids(proc.pid, str(tmp_path / "train_megatron.py")) == []
+        assert not catches(expected[0], signal.SIGUSR1)
+        assert catches(os.getpid(), signal.SIGINT)  # Python's KeyboardInterrupt handler
     finally:
         for pid in children:
             os.kill(pid, signal.SIGKILL)
-        agent.kill()
-        agent.wait()
+        proc.wait()
