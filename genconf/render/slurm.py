@@ -13,9 +13,9 @@ ENTRY_POINTS = {"megatron": "train_megatron.py", "deepspeed": "train_deepspeed.p
 """The training entry point in launchers/ that torchrun starts, per framework."""
 PREEMPT_SIGNAL_LEAD_S = 180
 """Seconds before the time limit Slurm sends SIGUSR1 (`--signal=USR1@180`): a step and a checkpoint must fit in
-it, and Slurm may send the signal up to a minute early (sbatch(1), --signal). torchrun waits as long for the
-ranks to save and exit before it kills them (--shutdown-timeout). A job shorter than 4x this gets a quarter of
-its time limit instead (preempt_signal_s)."""
+it, and Slurm may send the signal up to a minute early (sbatch(1), --signal). torchrun gives its ranks as long to
+exit after it forwards them a SIGTERM (--shutdown-timeout). A job shorter than 4x this gets a quarter of its time
+limit instead (preempt_signal_s)."""
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 """What torchrun forwards to its ranks: its default four. Not SIGUSR1, the preemption signal: torchrun runs with it
 ignored and genconf.run.rank_signal, its parent, passes it to the ranks (torchrun's own forwarding can turn it into

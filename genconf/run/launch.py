@@ -166,7 +166,7 @@ def entry_point(framework: str) -> Path:
 @functools.cache
 def torchrun_accepts(python: str, flag: str) -> bool:
     """Whether `python -m torch.distributed.run` has the option `flag` (asked of that interpreter's torch: the
-    `--shutdown-timeout` the launch gives ranks to checkpoint after a signal is missing from torch 2.11's)."""
+    `--shutdown-timeout` the launch passes is missing from torch 2.11's)."""
     if python == sys.executable:
         from torch.distributed.run import get_args_parser
 
@@ -183,7 +183,7 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
     grace = ([f"--shutdown-timeout={PREEMPT_SIGNAL_LEAD_S}"] if torchrun_accepts(python, "--shutdown-timeout")
-             else [])  # older torchruns (2.11) lack it: they give the ranks their fixed 30 s after a signal
+             else [])  # older torchruns (2.11) lack it: they give the ranks their fixed 30 s after a SIGTERM
     script = str(entry_point(cfg.plan.framework))
     cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={cfg.plan.world_size}",
            f"--signals-to-handle={TORCHRUN_SIGNALS}", *grace,
@@ -246,7 +246,7 @@ def report_end(run_dir: Path, rc: int, *, since: float, resume_hint: str) -> int
         return 0
     finished = preempt.read_finished(run_dir)
     if rc == 0 or (finished and finished.get("time", 0) >= since):
-        # The ranks finished; torchrun failed after them (signalled in the shutdown: genconf.train.preempt.FINISHED).
+        # The ranks finished; torchrun failed after them (genconf.train.preempt.FINISHED).
         late = f" (torchrun exited {rc} after the last step)" if rc else ""
         print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir}){late}")
         return 0

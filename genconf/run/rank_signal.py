@@ -7,7 +7,8 @@ checkpoint. So torchrun is started with SIGUSR1 ignored (an ignored disposition 
 --signals-to-handle no longer names it), and whoever runs it here, `genconf launch` or the sbatch script's
 `python -m genconf.run.rank_signal SCRIPT -- TORCHRUN...`, sends the signal it receives to each rank once that rank
 catches it (its SigCgt in /proc: the entry points install genconf.train.preempt's handler before importing torch),
-so a notice that comes while the ranks start is held until they can take it.
+so a notice that comes while the ranks start is held until they can take it. (One that comes while torchrun itself
+is being started, the few milliseconds of the fork and exec, is lost.)
 
 Standard library only: the sbatch script runs it on every node before torch is imported.
 """
@@ -18,12 +19,27 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from genconf.train import preempt
 
 POLL_S = 0.2
 """How often a held notice is retried on ranks that do not catch the signal yet."""
+NO_RANK_WARNING_S = 30.0
+"""After a notice, how long without finding any rank before saying so (once)."""
+WAIT_THROUGH = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+"""What the sbatch script's wrapper outlives: Slurm (scancel, the time limit) and the terminal signal torchrun as
+well, which forwards them to its ranks and ends when they have; the wrapper keeps waiting for it, since the step
+ends, and everything left in it is killed, when its task (the wrapper) exits."""
+
+
+def _say(text: str) -> None:
+    """One line on stderr, unbuffered: called from a signal handler, where a buffered write could be re-entered."""
+    try:
+        os.write(2, f"genconf: {text}\n".encode())
+    except OSError:
+        pass
 
 
 def rank_pids(parent: int, script: str) -> list[int]:
@@ -38,13 +54,14 @@ def rank_pids(parent: int, script: str) -> list[int]:
         if not name.isdigit():
             continue
         try:
-            stat = Path("/proc", name, "stat").read_text()
+            stat = Path("/proc", name, "stat").read_bytes()
             argv = Path("/proc", name, "cmdline").read_bytes().split(b"\0")
         except OSError:  # gone meanwhile, or not ours to read
             continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so the fields start after the last ")".
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 1 and fields[1] == str(parent) and script.encode() in argv:
+        # "pid (comm) state ppid ...": comm may hold spaces, parentheses and any byte, so the fields start after the
+        # last ")".
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and fields[1] == str(parent).encode() and os.fsencode(script) in argv:
             pids.append(int(name))
     return sorted(pids)
 
@@ -52,18 +69,19 @@ def rank_pids(parent: int, script: str) -> list[int]:
 def catches(pid: int, signum: int) -> bool:
     """Whether process `pid` has a handler installed for `signum` (the SigCgt mask of /proc/PID/status)."""
     try:
-        status = Path("/proc", str(pid), "status").read_text()
+        status = Path("/proc", str(pid), "status").read_bytes()
     except OSError:
         return False
     for line in status.splitlines():
-        if line.startswith("SigCgt:"):
+        if line.startswith(b"SigCgt:"):
             return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     return False
 
 
-def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None) -> int:
+def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wait_through: tuple = ()) -> int:
     """Run `cmd` (torchrun starting `script` on each rank) to its end and return its exit code; SIGUSR1 received
-    meanwhile goes to every rank, held for those that do not catch it yet."""
+    meanwhile goes to every rank, held for those that do not catch it yet. `wait_through`: signals that do not stop
+    the wait (they are not passed on: torchrun gets them from the same sender)."""
     signum = preempt.SIGNAL
     previous = signal.signal(signum, signal.SIG_IGN)  # inherited by torchrun (and its ranks, until they install theirs)
     try:
@@ -71,23 +89,36 @@ def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None) ->
     except BaseException:
         signal.signal(signum, previous)
         raise
-    notice = False
+    notice_at: float | None = None
+    warned = False
     sent: set[int] = set()
 
     def deliver() -> None:
-        for pid in rank_pids(proc.pid, script):
-            if pid not in sent and catches(pid, signum):
-                try:
-                    os.kill(pid, signum)
-                except ProcessLookupError:
-                    continue
-                sent.add(pid)
+        nonlocal warned
+        try:
+            ranks = rank_pids(proc.pid, script)
+            for pid in ranks:
+                if pid not in sent and catches(pid, signum):
+                    try:
+                        os.kill(pid, signum)
+                    except OSError:  # gone meanwhile
+                        continue
+                    sent.add(pid)
+                    _say(f"passed SIG{preempt.SIGNAL_NAME} to rank process {pid}")
+            if not ranks and not warned and notice_at is not None and time.monotonic() - notice_at > NO_RANK_WARNING_S:
+                warned = True
+                _say(f"SIG{preempt.SIGNAL_NAME} held: no process running {script} under torchrun (pid {proc.pid}) "
+                     f"after {NO_RANK_WARNING_S:.0f} s")
+        except Exception as exc:  # noqa: BLE001 - a signal handler must not end the wait for torchrun
+            _say(f"passing SIG{preempt.SIGNAL_NAME} to the ranks failed: {exc!r}")
 
     def receive(_signum, _frame) -> None:
-        nonlocal notice
-        notice = True
+        nonlocal notice_at
+        if notice_at is None:
+            notice_at = time.monotonic()
         deliver()
 
+    handlers = {signum: previous, **{s: signal.signal(s, lambda *_: None) for s in wait_through}}
     signal.signal(signum, receive)
     try:
         while True:
@@ -95,10 +126,11 @@ def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None) ->
             try:
                 return proc.wait(timeout=POLL_S)
             except subprocess.TimeoutExpired:
-                if notice:
+                if notice_at is not None:
                     deliver()  # ranks that started, or installed their handler, since the notice
     finally:
-        signal.signal(signum, previous)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) < 3 or args[1] != "--":
         print("usage: python -m genconf.run.rank_signal SCRIPT -- TORCHRUN...", file=sys.stderr)
         return 2
-    rc = run(args[2:], args[0])
+    rc = run(args[2:], args[0], wait_through=WAIT_THROUGH)
     return rc if rc >= 0 else 128 - rc  # killed by a signal: the shell's convention
 
 

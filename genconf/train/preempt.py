@@ -22,9 +22,9 @@ MARKER = "preempted"
 """RUN/preempted: written by rank 0 after the preemption checkpoint; the sbatch script requeues on it."""
 FINISHED = "finished"
 """RUN/finished: written by rank 0 once every rank has finished the last step. The sbatch script and `genconf
-launch` read this marker, not the exit code, to tell a finished run: a torchrun that is signalled after the ranks'
-last look at the flag (a notice during the last step or the shutdown; a torchrun handling SIGUSR1 itself, as
-sbatch scripts from before genconf.run.rank_signal ran it) exits 1 after the ranks finished the run."""
+launch` read this marker, not the exit code, to tell a finished run: a torchrun that handles SIGUSR1 itself (as
+sbatch scripts from before genconf.run.rank_signal ran it) and is signalled after the ranks' last look at the flag
+exits 1 after they finished the run."""
 EXIT_PREEMPTED = 0
 """A rank that checkpointed on the signal ends normally; the marker, not the exit code, says it stopped early."""
 

@@ -3,8 +3,10 @@ at a step boundary; the marker says where the run stopped; a requeued job is rec
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 
 from genconf.train import preempt
 
@@ -62,9 +64,10 @@ def test_requeued():
 
 
 
+
 AGENT = """import subprocess, sys
 ranks = [subprocess.Popen([sys.executable, '-u', sys.argv[1], str(i)]) for i in range(2)]
-other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])
+other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'])
 print(' '.join(str(p.pid) for p in ranks), other.pid, flush=True)
 codes = [p.wait() for p in ranks]
 other.kill()
@@ -80,16 +83,41 @@ signal.signal(signal.SIGUSR1, lambda *a: got.append(time.time()))
 deadline = time.time() + 20
 while not got and time.time() < deadline:
     time.sleep(0.01)
+time.sleep(0.3)  # a second delivery would land here
 open(os.path.join(os.path.dirname(sys.argv[0]), 'got' + sys.argv[1]), 'w').write(str(len(got)))
 """
 
 
-def test_the_notice_reaches_every_rank_held_until_it_catches_it_and_not_torchrun(tmp_path):
+class ReachedTheTest(Exception):
+    """A signal meant for the code under test reached the test's own handler instead."""
+
+
+def _reached(signum, _frame):
+    raise ReachedTheTest(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def signalled_at(delay_s: float, send, *signums: int):
+    """`send()` on a timer, with this process's own handlers for `signums` raising ReachedTheTest meanwhile: a
+    signal that the code under test does not handle while it runs fails the test instead of ending pytest."""
+    import threading
+
+    saved = {s: signal.signal(s, _reached) for s in signums}
+    timer = threading.Timer(delay_s, send)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def test_the_notice_reaches_every_rank_once_held_until_it_catches_it_and_not_torchrun(tmp_path):
     """genconf launch and the sbatch script pass SIGUSR1 to the ranks themselves (genconf.run.rank_signal): a
     real process tree, signalled before its ranks install their handlers."""
     import subprocess
     import sys
-    import threading
 
     from genconf.run import rank_signal
 
@@ -97,29 +125,53 @@ def test_the_notice_reaches_every_rank_held_until_it_catches_it_and_not_torchrun
     entry.write_text(RANK)
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
+
     def notice() -> None:
         # As Slurm signals a job step: every process, here the launch and the stand-in torchrun (its ranks ignore it
         # until they install their handler).
         for pid in [os.getpid(), *rank_signal.rank_pids(os.getpid(), str(entry))]:
             os.kill(pid, signal.SIGUSR1)
 
-    threading.Timer(0.5, notice).start()
-    before = signal.getsignal(signal.SIGUSR1)
-    rc = rank_signal.run([sys.executable, str(agent), str(entry)], str(entry), stdout=subprocess.DEVNULL)
+    with signalled_at(0.5, notice, signal.SIGUSR1):
+        rc = rank_signal.run([sys.executable, str(agent), str(entry)], str(entry), stdout=subprocess.DEVNULL)
+        assert signal.getsignal(signal.SIGUSR1) is _reached  # restored
     assert rc == 0  # the stand-in torchrun ignored the notice and its ranks ended normally
     assert [(tmp_path / f"got{i}").read_text() for i in range(2)] == ["1", "1"]  # once each, not lost
-    assert signal.getsignal(signal.SIGUSR1) == before
+
+
+def test_the_sbatch_wrapper_outlives_slurms_sigterm_until_torchrun_has_ended(tmp_path):
+    """Slurm's SIGTERM (scancel, the time limit) reaches the wrapper and torchrun alike; the wrapper waits for
+    torchrun to end its ranks, since the step is killed once its task exits."""
+    import subprocess
+    import sys
+
+    from genconf.run import rank_signal
+
+    torchrun = tmp_path / "torchrun.py"
+    torchrun.write_text("import signal, sys, time\n"
+                        "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), sys.exit(3)))\n"
+                        "print('ready', flush=True)\n"
+                        "time.sleep(20)\n")
+
+    def term() -> None:
+        for pid in [os.getpid(), *rank_signal.rank_pids(os.getpid(), str(torchrun))]:
+            os.kill(pid, signal.SIGTERM)
+
+    start = time.monotonic()
+    with signalled_at(1.5, term, signal.SIGTERM):
+        rc = rank_signal.main([str(torchrun), "--", sys.executable, str(torchrun)])
+    assert rc == 3 and time.monotonic() - start < 15  # torchrun's own exit code, after its shutdown
+    assert rank_signal.main(["x.py", "python"]) == 2  # usage
 
 
 def test_the_ranks_are_the_children_running_the_entry_point(tmp_path):
     import subprocess
     import sys
-    import time
 
     from genconf.run.rank_signal import catches, rank_pids
 
     entry = tmp_path / "train_fsdp.py"
-    entry.write_text("import time\ntime.sleep(30)\n")
+    entry.write_text("import time\ntime.sleep(20)\n")
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     proc = subprocess.Popen([sys.executable, str(agent), str(entry)], stdout=subprocess.PIPE, text=True)
@@ -137,6 +189,7 @@ def test_the_ranks_are_the_children_running_the_entry_point(tmp_path):
         assert not catches(expected[0], signal.SIGUSR1)
         assert catches(os.getpid(), signal.SIGINT)  # Python's KeyboardInterrupt handler
     finally:
-        for pid in children:
-            os.kill(pid, signal.SIGKILL)
+        for pid in children[::-1]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         proc.wait()
