@@ -31,7 +31,8 @@ NO_RANK_WARNING_S = 30.0
 WAIT_THROUGH = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 """What the sbatch script's wrapper outlives: Slurm (scancel, the time limit) and the terminal signal torchrun as
 well, which forwards them to its ranks and ends when they have; the wrapper keeps waiting for it, since the step
-ends, and everything left in it is killed, when its task (the wrapper) exits."""
+ends, and everything left in it is killed, when its task (the wrapper) exits. One of these sent to the wrapper alone
+(a kill of its pid) is swallowed too: end the run through torchrun or Slurm (scancel)."""
 
 
 def _say(text: str) -> None:
@@ -83,7 +84,8 @@ def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wa
     meanwhile goes to every rank, held for those that do not catch it yet. `wait_through`: signals that do not stop
     the wait (they are not passed on: torchrun gets them from the same sender)."""
     signum = preempt.SIGNAL
-    previous = signal.signal(signum, signal.SIG_IGN)  # inherited by torchrun (and its ranks, until they install theirs)
+    # Ignored here, so torchrun inherits it ignored (and its ranks, until they install their handler).
+    previous = signal.signal(signum, signal.SIG_IGN)
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     except BaseException:

@@ -63,8 +63,6 @@ def test_requeued():
     assert not preempt.requeued({"SLURM_RESTART_COUNT": "x"})
 
 
-
-
 AGENT = """import subprocess, sys
 ranks = [subprocess.Popen([sys.executable, '-u', sys.argv[1], str(i)]) for i in range(2)]
 other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'])
@@ -142,7 +140,6 @@ def test_the_notice_reaches_every_rank_once_held_until_it_catches_it_and_not_tor
 def test_the_sbatch_wrapper_outlives_slurms_sigterm_until_torchrun_has_ended(tmp_path):
     """Slurm's SIGTERM (scancel, the time limit) reaches the wrapper and torchrun alike; the wrapper waits for
     torchrun to end its ranks, since the step is killed once its task exits."""
-    import subprocess
     import sys
 
     from genconf.run import rank_signal
@@ -150,7 +147,6 @@ def test_the_sbatch_wrapper_outlives_slurms_sigterm_until_torchrun_has_ended(tmp
     torchrun = tmp_path / "torchrun.py"
     torchrun.write_text("import signal, sys, time\n"
                         "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), sys.exit(3)))\n"
-                        "print('ready', flush=True)\n"
                         "time.sleep(20)\n")
 
     def term() -> None:
