@@ -99,6 +99,50 @@ def _torchrun_flags(text: str) -> dict[str, tuple[int, str]]:
     return out
 
 
+def _launch_words(text: str) -> tuple[int, list[str]] | None:
+    """(first line, words as the shell splits them) of the command that runs torchrun, its continuation lines
+    joined; None where there is none or it does not parse."""
+    lines = text.splitlines()
+    for start, line in enumerate(lines):
+        if line.lstrip().startswith("#") or not ("torch.distributed.run" in line or "genconf.run.rank_signal" in line):
+            continue
+        end = start
+        while lines[end].rstrip().endswith("\\") and end + 1 < len(lines):
+            end += 1
+        joined = " ".join(l.rstrip().removesuffix("\\") for l in lines[start:end + 1])
+        try:
+            return start + 1, shlex.split(joined)
+        except ValueError:
+            return None
+    return None
+
+
+def check_preemption(name: str, text: str, signal_option: tuple[int, str] | None) -> list[Problem]:
+    """Slurm's preemption notice reaches the ranks: genconf.run.rank_signal around torchrun names the script torchrun
+    starts (it passes SIGUSR1 to the processes running it), and without the wrapper an `#SBATCH --signal=USR1` needs
+    SIGUSR1 in torchrun's --signals-to-handle (else the notice kills torchrun: its default disposition)."""
+    found = _launch_words(text)
+    if found is None or "torch.distributed.run" not in found[1]:
+        return []
+    line, words = found
+    run = words.index("torch.distributed.run")
+    script = next((w for w in words[run + 1:] if not w.startswith("-")), None)
+    if "genconf.run.rank_signal" in words[:run]:
+        wrapped = words[words.index("genconf.run.rank_signal") + 1]
+        if script is not None and wrapped != script:
+            return [Problem(name, line, f"genconf.run.rank_signal passes SIGUSR1 to ranks running {wrapped}, but "
+                                        f"torchrun starts {script}: a preemption notice would not reach the ranks")]
+        return []
+    handled = any(w.startswith("--signals-to-handle") and "SIGUSR1" in w for w in words[run:])
+    # Slurm signals the job steps (torchrun) unless B: sends it to the batch shell alone (sbatch(1), --signal).
+    usr1 = signal_option and re.match(r"^(?:R:)?(?:SIG)?(?:USR1|10)(?:@|$)", signal_option[1].upper())
+    if usr1 and not handled:
+        return [Problem(name, signal_option[0], "#SBATCH --signal=USR1 without genconf.run.rank_signal around "
+                                                "torchrun (or SIGUSR1 in its --signals-to-handle): the notice would "
+                                                "kill torchrun")]
+    return []
+
+
 _GPU_COUNT = re.compile(r"^(?:[A-Za-z0-9_-]+:)*(\d+)$")
 _JOB_TOKEN = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -145,7 +189,7 @@ def check_sbatch(name: str, text: str, p: PlanFile) -> list[Problem]:
         if value != str(want):
             problems.append(Problem(name, line, f"torchrun {flag}={value} contradicts the plan: {layout} needs "
                                                 f"{flag}={want}"))
-    return problems
+    return problems + check_preemption(name, text, options.get("--signal"))
 
 
 def check_launch_env(text: str, p: PlanFile) -> list[Problem]:

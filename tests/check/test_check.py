@@ -81,12 +81,37 @@ def _edit(src: Path, dst: Path, name: str, old: str, new: str) -> int:
      "torchrun --nproc-per-node=8 contradicts the plan: 384 GPUs on 4-GPU nodes needs --nproc-per-node=4"),
     ("launch_deepspeed.sbatch", "#SBATCH --time=24:00:00", "#SBATCH --time=tomorrow",
      "#SBATCH --time='tomorrow' is not a Slurm time"),
+    ("launch_megatron.sbatch", 'genconf.run.rank_signal "$LAUNCHERS"/train_megatron.py --',
+     'genconf.run.rank_signal "$LAUNCHERS"/train_deepspeed.py --',
+     "genconf.run.rank_signal passes SIGUSR1 to ranks running $LAUNCHERS/train_deepspeed.py, but torchrun starts "
+     "$LAUNCHERS/train_megatron.py: a preemption notice would not reach the ranks"),
 ])
 def test_check_names_the_offending_line(rendered, tmp_path, name, old, new, message):
     line = _edit(rendered["olmo70b"], tmp_path / "edited", name, old, new)
     out = run_genconf("check", str(tmp_path / "edited"))
     assert out.returncode == 2 and out.stderr == ""
     assert any(l.startswith(f"{name}:{line}: ") and message in l for l in out.stdout.splitlines()), out.stdout
+
+def test_check_names_an_sbatch_whose_preemption_notice_would_kill_torchrun(rendered, tmp_path):
+    """Without genconf.run.rank_signal around torchrun (a hand edit), Slurm's SIGUSR1 reaches a torchrun that does
+    not handle it: its default disposition ends it, and the job with it."""
+    name = "launch_deepspeed.sbatch"
+    _edit(rendered["olmo70b"], tmp_path / "edited", name,
+          '"$PYTHON" -m genconf.run.rank_signal "$LAUNCHERS"/train_deepspeed.py -- \\\n'
+          '    "$PYTHON" -m torch.distributed.run',
+          '"$PYTHON" -m torch.distributed.run')
+    text = (tmp_path / "edited" / name).read_text()
+    line = text.splitlines().index("#SBATCH --signal=USR1@180") + 1
+    out = run_genconf("check", str(tmp_path / "edited"))
+    assert out.returncode == 2
+    assert (f"{name}:{line}: #SBATCH --signal=USR1 without genconf.run.rank_signal around torchrun (or SIGUSR1 in its "
+            f"--signals-to-handle): the notice would kill torchrun") in out.stdout, out.stdout
+    # SIGUSR1 handed to torchrun itself (the scripts before the wrapper) is a working, if racy, setup: no problem.
+    (tmp_path / "edited" / name).write_text(text.replace("--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+                                                         "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"))
+    out = run_genconf("check", str(tmp_path / "edited"))
+    assert out.returncode == 0, out.stdout
+
 
 def test_check_reports_a_broken_plan_json_and_missing_files(rendered, tmp_path):
     shutil.copytree(rendered["olmo70b"], tmp_path / "a")
