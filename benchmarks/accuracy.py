@@ -802,8 +802,8 @@ def markdown(rows: list[dict], summ: dict, skipped, held: dict | None = None, ba
         total = sum(c["pairs"] for c in summ["ordering"].values())
         agree = sum(c["agree"] for c in summ["ordering"].values())
         lines += ["### Layout order: measured pairs", "",
-                  f"Rows of one release of a source with the same model, GPU, precision, sequence and global batch and different "
-                  f"layouts, measured more than {ORDER_MARGIN:.0%} apart: does genconf predict the faster one faster? "
+                  f"Rows of one release of a source with the same model, GPU, precision, sequence and global batch "
+                  f"and different layouts, measured more than {ORDER_MARGIN:.0%} apart: does genconf predict the faster one faster? "
                   f"{agree} of {total} pairs.", "",
                   "| source, models | pairs | ordered as measured |", "|---|---:|---:|"]
         lines += [f"| {k} | {c['pairs']} | {c['agree']} |" for k, c in summ["ordering"].items()]

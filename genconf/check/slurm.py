@@ -104,7 +104,7 @@ def _launch_words(text: str) -> tuple[int, list[str]] | None:
     joined; None where there is none or it does not parse."""
     lines = text.splitlines()
     for start, line in enumerate(lines):
-        if line.lstrip().startswith("#") or not ("torch.distributed.run" in line or "genconf.run.rank_signal" in line):
+        if line.lstrip().startswith("#") or not ("torch.distributed.run" in line or slurm.RANK_SIGNAL_MODULE in line):
             continue
         end = start
         while lines[end].rstrip().endswith("\\") and end + 1 < len(lines):
@@ -127,17 +127,17 @@ def check_preemption(name: str, text: str, signal_option: tuple[int, str] | None
     line, words = found
     run = words.index("torch.distributed.run")
     script = next((w for w in words[run + 1:] if not w.startswith("-")), None)
-    if "genconf.run.rank_signal" in words[:run]:
-        wrapped = words[words.index("genconf.run.rank_signal") + 1]
+    if slurm.RANK_SIGNAL_MODULE in words[:run]:
+        wrapped = words[words.index(slurm.RANK_SIGNAL_MODULE) + 1]
         if script is not None and wrapped != script:
-            return [Problem(name, line, f"genconf.run.rank_signal passes SIGUSR1 to ranks running {wrapped}, but "
+            return [Problem(name, line, f"{slurm.RANK_SIGNAL_MODULE} passes SIGUSR1 to ranks running {wrapped}, but "
                                         f"torchrun starts {script}: a preemption notice would not reach the ranks")]
         return []
     handled = any(w.startswith("--signals-to-handle") and "SIGUSR1" in w for w in words[run:])
     # Slurm signals the job steps (torchrun) unless B: sends it to the batch shell alone (sbatch(1), --signal).
     usr1 = signal_option and re.match(r"^(?:R:)?(?:SIG)?(?:USR1|10)(?:@|$)", signal_option[1].upper())
     if usr1 and not handled:
-        return [Problem(name, signal_option[0], "#SBATCH --signal=USR1 without genconf.run.rank_signal around "
+        return [Problem(name, signal_option[0], f"#SBATCH --signal=USR1 without {slurm.RANK_SIGNAL_MODULE} around "
                                                 "torchrun (or SIGUSR1 in its --signals-to-handle): the notice would "
                                                 "kill torchrun")]
     return []

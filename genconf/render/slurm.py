@@ -16,6 +16,9 @@ PREEMPT_SIGNAL_LEAD_S = 180
 it, and Slurm may send the signal up to a minute early (sbatch(1), --signal). torchrun gives its ranks as long to
 exit after it forwards them a SIGTERM (--shutdown-timeout). A job shorter than 4x this gets a quarter of its time
 limit instead (preempt_signal_s)."""
+RANK_SIGNAL_MODULE = "genconf.run.rank_signal"
+"""The module the sbatch script runs torchrun under (`python -m RANK_SIGNAL_MODULE SCRIPT -- TORCHRUN...`), which
+passes Slurm's preemption notice to the ranks; genconf check looks for it."""
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 """What torchrun forwards to its ranks: its default four. Not SIGUSR1, the preemption signal: torchrun runs with it
 ignored and genconf.run.rank_signal, its parent, passes it to the ranks (torchrun's own forwarding can turn it into
@@ -122,6 +125,7 @@ def slurm_settings(cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, opti
         "artifacts": options.artifacts_dir, "launchers": options.launchers_dir, "python": options.python,
         "master_port": options.master_port, "nccl_env": list(cluster.nccl_env), "cluster_name": cluster.name,
         "preempt_signal_s": preempt_signal_s(options.time), "torchrun_signals": TORCHRUN_SIGNALS,
+        "rank_signal_module": RANK_SIGNAL_MODULE,
         # Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before Blackwell (arguments.py), and
         # != 1 with Megatron-FSDP.
         "megatron_max_connections": (megatron.tp > 1 or megatron.cp > 1) and not megatron.megatron_fsdp,
