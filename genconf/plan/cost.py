@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from genconf.plan import kernels
 from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, layer_tensors, lora_flops_per_token,
-                                    lora_target_shapes, model_flops_per_token, recompute_flops_per_token,
-                                    transformer_view)
+                                    checkpoint_early_stop, lora_target_shapes, model_flops_per_token,
+                                    recompute_flops_per_token, transformer_view)
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import (bf16_layers_on_rank, bubble_fraction, dp_overlap_passes, format_layout,
                                    recomputed_layers, stage_layers)
@@ -198,6 +198,9 @@ class LayerTime:
     module_fwd_s: tuple[tuple[str, float], ...] = ()
     """Forward time of each module selective recompute can repeat (specs.RECOMPUTE_MODULES; core_attn is
     attn_fwd_s)."""
+    early_stop_skip_s: float = 0.0
+    """The part of fwd_s + tp_fwd_comm_s full recompute does not repeat under PyTorch's early-stopping checkpoint
+    (counting.checkpoint_early_stop): the MLP's output projection, its TP reduction and the residual add."""
 
     def recompute_s(self, modules: tuple[str, ...]) -> float:
         """Forward time selective recompute of `modules` repeats."""
@@ -448,7 +451,8 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
     return _layer_time(model, plan.tp, plan.cp, plan.ep, plan.mbs, plan.seq_length, plan.sequence_parallel,
                        precision, recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
                        windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel,
-                       plan.lora_rank, plan.lora_targets, plan.moe_dispatcher, kind, plan.packed_doc_tokens)
+                       plan.lora_rank, plan.lora_targets, plan.moe_dispatcher, kind, plan.packed_doc_tokens,
+                       checkpoint_early_stop(model, plan))
 
 
 def attention_factor(kernel: str, cal: Calibration) -> float:
@@ -488,10 +492,11 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
                 windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
                 graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0,
                 lora_targets: tuple[str, ...] = LORA_TARGETS, dispatcher: str = "alltoall", kind: str = "",
-                doc_tokens: int | None = None) -> LayerTime:
+                doc_tokens: int | None = None, early_stop: bool = False) -> LayerTime:
     """One layer, one micro-batch, one rank. kind: one of a hybrid model's layers (specs.HYBRID_LAYER_KINDS): '*'
     the attention half of a transformer layer, '-' / 'E' its MLP half (dense / MoE), 'M' a Mamba-2 layer.
-    doc_tokens: the mean length of the documents packed into each sequence (ParallelPlan.packed_doc_tokens)."""
+    doc_tokens: the mean length of the documents packed into each sequence (ParallelPlan.packed_doc_tokens).
+    early_stop: full recompute stops before the MLP's output projection (counting.checkpoint_early_stop)."""
     if kind == "M":
         return _mamba_time(model, t, cp, mbs, seq, sp, precision, recipe, impl, tp_overlap, cluster, cal, graphs)
     if kind == "-" and model.is_moe:
@@ -768,6 +773,12 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         tp_f += exposed / 2
         tp_b += exposed / 2
 
+    # Full recompute under PyTorch's early-stopping checkpoint ends where the layer saved its last tensor, the MLP
+    # output projection's input: that GEMM, its TP reduction (its exposed share of tp_f) and the residual add
+    # (read 2, write 1) are not repeated (counting.checkpoint_early_stop).
+    skip_f = wm * (fc2_f + _mem_s(gpu, cal, 3.0 * act * n * h / r) + (tp_f / halves if t > 1 else 0.0)) \
+        if early_stop else 0.0
+
     cp_comm = 0.0
     if cp > 1 and wa:
         # Ring attention: cp - 1 steps, each sending this rank's K and V chunk while attending to the previous
@@ -793,7 +804,8 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         host += (eager + cal.moe_host_ops_per_expert * local_experts) * cal.kernel_launch_s
     if "full_iteration" in graphs:
         host = 0.0  # one graph replays the whole forward-backward (megatron-core full_iteration scope)
-    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host * host_factor(cluster, cal), modules)
+    return LayerTime(fwd, bwd, tp_f + tp_b, cp_comm, attn_f, tp_f, host * host_factor(cluster, cal), modules,
+                     early_stop_skip_s=skip_f)
 
 
 def _eager_elementwise_s(model: ModelSpec, t: int, r: int, n: float, wa: float, wm: float, impl: str, gpu: GPUSpec,
@@ -1081,7 +1093,7 @@ def _mixed_layer(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
                  ) -> tuple[LayerTime, dict[str, float]]:
     """The layer with full attention, and the per-layer average over full and sliding-window layers and over an
     MoE model's MoE and dense layers (its first_k_dense_replace). bf16: of the plan's BF16 end layers."""
-    keys = ("fwd_s", "bwd_s", "tp_comm_s", "cp_comm_s", "attn_fwd_s", "tp_fwd_comm_s")
+    keys = ("fwd_s", "bwd_s", "tp_comm_s", "cp_comm_s", "attn_fwd_s", "tp_fwd_comm_s", "early_stop_skip_s")
     modules = plan.recomputed_modules
     if model.is_hybrid:
         # A hybrid model's mean layer: a rank's layers are priced as that many of it (exact without pipelining).
@@ -1166,7 +1178,7 @@ class _LayerPace:
         if plan.recompute == "selective":
             recompute = layer_gpu["selective_s"]
         elif plan.recompute == "full":
-            recompute = layer_gpu["fwd_s"] + layer_gpu["tp_fwd_comm_s"]
+            recompute = layer_gpu["fwd_s"] + layer_gpu["tp_fwd_comm_s"] - layer_gpu["early_stop_skip_s"]
         else:
             recompute = 0.0
         return cls(layer_gpu["fwd_s"], base, busy, host_wait, recompute)
@@ -1343,7 +1355,8 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     flops_token = (lora_flops_per_token(model, plan.seq_length, plan.lora_rank, targets=plan.lora_targets)
                    if plan.lora_rank
                    else model_flops_per_token(model, plan.seq_length))
-    hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute, plan.recomputed_modules)
+    hw_token = flops_token + recompute_flops_per_token(model, plan.seq_length, plan.recompute, plan.recomputed_modules,
+                                                       early_stop=checkpoint_early_stop(model, plan))
     peak = gpu.peak_tflops({"fp8": "fp8", "fp4": "fp4", "fp16": "fp16", "fp32": "tf32"}.get(plan.precision, "bf16"))
     return StepCost(step_time_s=step, compute_s=compute, bubble_s=bubble, pp_comm_s=m * pp_comm, dp_comm_s=dp_comm,
                     optimizer_s=optimizer, overhead_s=overhead, tp_comm_s=tp_comm, recompute_s=m * recompute_s[slowest_i],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ModelSpec
+from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ModelSpec, ParallelPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,17 +449,19 @@ def lora_flops_per_token(model: ModelSpec, seq_length: int, rank: int, vocab_row
 
 
 def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str,
-                              modules: tuple[str, ...] = ("core_attn",)) -> float:
+                              modules: tuple[str, ...] = ("core_attn",), *, early_stop: bool = False) -> float:
     """Extra forward FLOPs per token spent recomputing activations (hardware FLOPs - model FLOPs).
 
-    full: every layer's forward again (Narayanan 2021 eq. 3: 96 vs 72 B*s*l*h^2);
+    full: every layer's forward again (Narayanan 2021 eq. 3: 96 vs 72 B*s*l*h^2), less each layer's MLP output
+    projection under PyTorch's early-stopping checkpoint (`early_stop`: checkpoint_early_stop);
     selective: the recomputed modules' forward, by default QK^T, softmax and AV (Korthikanti 2022 eq. 8: s/(3h)
     instead of s/(6h)); mla_up_proj the MLA up projections, mlp the dense layers' MLPs (element-wise modules:
     no matmul FLOPs).
     """
     if recompute == "full":
+        skipped = 2 * model.hidden_size * model.ffn_hidden_size * model.num_layers if early_stop else 0
         return float(2 * _layers_macs_per_token(model) + _attention_flops_per_token(model, seq_length) / 3
-                     + ssm_flops_per_token(model) / 3)
+                     + ssm_flops_per_token(model) / 3 - skipped)
     if recompute != "selective":
         return 0.0
     flops = _attention_flops_per_token(model, seq_length) / 3 if "core_attn" in modules else 0.0
@@ -471,6 +473,22 @@ def recompute_flops_per_token(model: ModelSpec, seq_length: int, recompute: str,
         dense = dense_layer_model(model)
         flops += 2 * (3 if model.gated else 2) * model.hidden_size * dense.ffn_hidden_size * model.dense_layers
     return float(flops)
+
+
+def checkpoint_early_stop(model: ModelSpec, plan: ParallelPlan) -> bool:
+    """Whether full recompute leaves each layer's MLP output projection out. PyTorch's non-reentrant checkpoint stops
+    recomputing once the last tensor the layer saved for backward has been rebuilt (torch >= 2.1, pytorch#96866:
+    early stop by default), and autograd saves an op's inputs before it runs, so the output projection (its input is
+    the last saved tensor), its TP reduction and the residual add are not run again; under torch.compile AOTAutograd's
+    partitioner recomputes only what the backward reads, which leaves out the same (both measured on CPU:
+    tests/train/test_early_stop.py). genconf's own PyTorch model, torchtitan and Composer checkpoint this way;
+    megatron-core's and DeepSpeed's checkpoints are reentrant and rerun the whole layer. Not when something after
+    that GEMM saves a tensor (a hidden-dropout mask, a post-MLP sandwich norm), when an eager GEMM is a custom autograd
+    Function, which saves its inputs after running (torchao's and Transformer Engine's FP8 linears), under LoRA
+    adapters, nor for MoE or hybrid layers."""
+    return (plan.recompute == "full" and plan.torch_layers and (plan.quant_recipe is None or plan.torch_compile)
+            and not plan.lora_rank and model.hidden_dropout == 0 and not model.sandwich_norm and not model.is_moe
+            and not model.is_hybrid)
 
 
 def chinchilla_tokens(model: ModelSpec) -> int:

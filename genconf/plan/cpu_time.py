@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genconf.plan.counting import exact_param_count, model_flops_per_token, recompute_flops_per_token
+from genconf.plan.counting import (checkpoint_early_stop, exact_param_count, model_flops_per_token,
+                                   recompute_flops_per_token)
 from genconf.plan.specs import ModelSpec, ParallelPlan
 
 CPU_FLOP_PER_S_PER_CORE = 12e9
@@ -87,7 +88,8 @@ def cpu_step_time(model: ModelSpec, plan: ParallelPlan, *, cores: int,
     share = max(1.0, ranks / cores)  # ranks beyond the cores wait for one
     tokens = plan.gbs * plan.seq_length
     flops = tokens * (model_flops_per_token(model, plan.seq_length)
-                      + recompute_flops_per_token(model, plan.seq_length, plan.recompute, plan.recomputed_modules))
+                      + recompute_flops_per_token(model, plan.seq_length, plan.recompute, plan.recomputed_modules,
+                                                  early_stop=checkpoint_early_stop(model, plan)))
     rate = flop_per_s_per_core / (1.0 if plan.precision == "fp32" else bf16_slowdown)
     compute_s = flops / (busy * rate)
     micro = max(1, plan.gbs // (plan.mbs * plan.dp))

@@ -664,3 +664,27 @@ def test_recomputed_forwards_widen_the_window_that_hides_sharded_communication()
     assert with_recompute.recompute_s > 0 and without.dp_comm_s > cal.dp_overlap_efficiency * with_recompute.recompute_s
     assert without.dp_comm_s - with_recompute.dp_comm_s == pytest.approx(
         cal.dp_overlap_efficiency * with_recompute.recompute_s, rel=1e-9)
+
+
+def test_pytorch_s_checkpoint_recomputes_each_layer_up_to_its_mlp_output_projection():
+    # PyTorch's non-reentrant checkpoint (genconf's own model, torchtitan, Composer) stops once the layer's last saved
+    # tensor, fc2's input, is rebuilt: fc2 and the residual add (read 2, write 1 of n x h bf16) are not run again
+    # (tests/train/test_early_stop.py measures it). megatron-core's checkpoint reruns the whole layer, and an FP8
+    # linear (a custom autograd Function) saves its input only after its GEMM has run.
+    from genconf.plan.cost import _mem_s
+    model, _ = resolve_model("llama3-8b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=8192, zero_stage=3, recompute="full")
+    layer = layer_time(model, plan, cluster, cal)
+    n, h = 8192, model.hidden_size
+    fc2_f, _ = linear_s(cluster.gpu, cal, n, h, model.ffn_hidden_size, "bf16")
+    assert layer.early_stop_skip_s == pytest.approx(fc2_f + _mem_s(cluster.gpu, cal, 3 * 2 * n * h), rel=1e-12)
+    cost = step_cost(model, plan, cluster, cal)  # one micro-batch, every layer recomputed
+    assert cost.recompute_s == pytest.approx(model.num_layers * (layer.fwd_s - layer.early_stop_skip_s), rel=1e-9)
+    whole = dataclasses.replace(plan, framework="megatron", zero_stage=1)
+    assert layer_time(model, whole, cluster, cal).early_stop_skip_s == 0.0
+    assert step_cost(model, whole, cluster, cal).recompute_s == pytest.approx(
+        model.num_layers * layer_time(model, whole, cluster, cal).fwd_s, rel=1e-9)
+    assert layer_time(model, dataclasses.replace(plan, precision="fp8"), cluster, cal).early_stop_skip_s == 0.0
+    assert layer_time(model, dataclasses.replace(plan, recompute="none"), cluster, cal).early_stop_skip_s == 0.0
