@@ -82,7 +82,7 @@ def pins_for(run: Run) -> Pins | None:
                 recompute_modules=p.recompute_modules,
                 fp8_recipe=p.fp8_recipe, layer_spec=p.layer_spec,
                 tp_comm_overlap=p.tp_comm_overlap if p.tp > 1 else None, fused_kernels=p.fused_kernels,
-                grad_accum_fusion=p.grad_accum_fusion,
+                grad_accum_fusion=p.grad_accum_fusion, checkpoint_early_stop=p.checkpoint_early_stop,
                 expandable_segments=p.expandable_segments, moe_ep_overlap=p.moe_ep_overlap,
                 moe_dispatcher=p.moe_dispatcher,
                 # The stack's loss and flash-attention kernel, as it ran (published.py).

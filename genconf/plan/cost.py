@@ -774,10 +774,15 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         tp_b += exposed / 2
 
     # Full recompute under PyTorch's early-stopping checkpoint ends where the layer saved its last tensor, the MLP
-    # output projection's input: that GEMM, its TP reduction (its exposed share of tp_f) and the residual add
-    # (read 2, write 1) are not repeated (counting.checkpoint_early_stop).
-    skip_f = wm * (fc2_f + _mem_s(gpu, cal, 3.0 * act * n * h / r) + (tp_f / halves if t > 1 else 0.0)) \
-        if early_stop else 0.0
+    # output projection's input: that GEMM, its TP reduction (its exposed share of tp_f: one of the pass's
+    # reduce-scatters with SP, one of its two all-reduces without) and the eager residual add as the layer priced
+    # it are not repeated (counting.checkpoint_early_stop; inductor fuses the add into its neighbours).
+    skip_f = 0.0
+    if early_stop and wm:
+        skip_f = fc2_f + (tp_f / halves * (1 if sp else 2) if t > 1 else 0.0)
+        if impl in ("torch-bf16", "torch-autocast"):
+            stream = EAGER_FP32_STREAM if impl == "torch-autocast" else 1.0
+            skip_f += _mem_s(gpu, cal, n * act / 2 * stream * EAGER_BYTES["add"][0] * h / r)
 
     cp_comm = 0.0
     if cp > 1 and wa:

@@ -479,16 +479,17 @@ def checkpoint_early_stop(model: ModelSpec, plan: ParallelPlan) -> bool:
     """Whether full recompute leaves each layer's MLP output projection out. PyTorch's non-reentrant checkpoint stops
     recomputing once the last tensor the layer saved for backward has been rebuilt (torch >= 2.1, pytorch#96866:
     early stop by default), and autograd saves an op's inputs before it runs, so the output projection (its input is
-    the last saved tensor), its TP reduction and the residual add are not run again; under torch.compile AOTAutograd's
-    partitioner recomputes only what the backward reads, which leaves out the same (both measured on CPU:
-    tests/train/test_early_stop.py). genconf's own PyTorch model, torchtitan and Composer checkpoint this way;
-    megatron-core's and DeepSpeed's checkpoints are reentrant and rerun the whole layer. Not when something after
-    that GEMM saves a tensor (a hidden-dropout mask, a post-MLP sandwich norm), when an eager GEMM is a custom autograd
-    Function, which saves its inputs after running (torchao's and Transformer Engine's FP8 linears), under LoRA
-    adapters, nor for MoE or hybrid layers."""
-    return (plan.recompute == "full" and plan.torch_layers and (plan.quant_recipe is None or plan.torch_compile)
-            and not plan.lora_rank and model.hidden_dropout == 0 and not model.sandwich_norm and not model.is_moe
-            and not model.is_hybrid)
+    the last saved tensor), its TP reduction and the residual add are not run again; a compiled layer whose graph
+    holds the checkpoint (torchtitan's order, and genconf's runners') is cut by AOTAutograd's partitioner, which
+    recomputes only what the backward reads: the same (both measured on CPU: tests/train/test_early_stop.py).
+    genconf's own PyTorch model (under FSDP and DeepSpeed), torchtitan, Composer and OLMo checkpoint this way;
+    megatron-core's and Megatron-DeepSpeed's checkpoints rerun the whole layer, as does torch before 2.1
+    (plan.checkpoint_early_stop False). Not when something after that GEMM saves a tensor (a hidden-dropout mask, a
+    post-MLP sandwich norm), when an eager GEMM is a custom autograd Function, which saves its inputs after running
+    (torchao's and Transformer Engine's FP8 linears), under LoRA adapters, nor for MoE or hybrid layers."""
+    return (plan.recompute == "full" and plan.torch_layers and plan.checkpoint_early_stop
+            and (plan.quant_recipe is None or plan.torch_compile) and not plan.lora_rank and model.hidden_dropout == 0
+            and not model.sandwich_norm and not model.is_moe and not model.is_hybrid)
 
 
 def chinchilla_tokens(model: ModelSpec) -> int:

@@ -312,7 +312,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
                        f"shards model states over {p.shard_size} GPUs")
     reasons.append({"none": "no activation recomputation needed: activations fit",
                     "selective": "selective recompute drops the attention-score activations for ~2% more FLOPs",
-                    "full": "full recompute: only layer inputs are kept, +33% forward FLOPs"}[p.recompute]
+                    "full": f"full recompute: only layer inputs are kept, "
+                            f"+{(cost.hardware_flops_per_step / cost.model_flops_per_step - 1) * 100:.0f}% FLOPs"}[p.recompute]
                    if not (p.recompute == "full" and p.recompute_layers) and not p.recompute_modules else
                    f"selective recompute of {', '.join(p.recompute_modules)} (megatron --recompute-modules): their "
                    f"outputs are rebuilt in the backward instead of kept" if p.recompute_modules else

@@ -99,6 +99,8 @@ class Pins:
     """local spec: megatron's fused softmax and element-wise kernels were built (ParallelPlan.fused_kernels)."""
     grad_accum_fusion: bool = True
     """megatron: weight gradients accumulate into main_grad inside their GEMMs (ParallelPlan.grad_accum_fusion)."""
+    checkpoint_early_stop: bool = True
+    """DeepSpeed / FSDP: full recompute stops at each layer's last saved tensor (ParallelPlan.checkpoint_early_stop)."""
     expandable_segments: bool = True
     """False: price PyTorch's classic caching allocator (the run does not set expandable segments)."""
     attention_kernel: str = "auto"
@@ -390,7 +392,7 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         offload_params=offload and framework == "deepspeed" and layout.zero == 3,
         offload_activation_layers=pins.offload_activation_layers or 0,
         fused_kernels=pins.fused_kernels and pins.layer_spec == "local", expandable_segments=pins.expandable_segments,
-        grad_accum_fusion=pins.grad_accum_fusion,
+        grad_accum_fusion=pins.grad_accum_fusion, checkpoint_early_stop=pins.checkpoint_early_stop,
         fused_loss=bool(pins.fused_loss) and not megatron,
         attention_kernel="auto" if megatron else pins.attention_kernel, lora_rank=pins.lora_rank,
         lora_targets=pins.lora_targets, bf16_layers_start=bf16_start, bf16_layers_end=bf16_end,
@@ -454,11 +456,13 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
                              quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels, layout.zero),
                              False, cluster, cal, False, layout.etp, attention="auto" if megatron else pins.attention_kernel,
                              lora=pins.lora_rank if megatron else 0, lora_targets=pins.lora_targets, kind=kind,
-                             doc_tokens=pins.packed_doc_tokens)
+                             doc_tokens=pins.packed_doc_tokens, early_stop=not megatron and not pins.fused_kernels)
         except (ValueError, ZeroDivisionError):
             return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
         selective = lt.recompute_s(pins.recompute_modules or ("core_attn",))
-        per_layer += share * (lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": selective}.get(recompute, lt.fwd_s))
+        # Full recompute at its cheapest: PyTorch's early stop where a torch stack may run it (a bound).
+        full = lt.fwd_s - lt.early_stop_skip_s
+        per_layer += share * (lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": selective}.get(recompute, full))
     layers = -(-model.num_layers // layout.pp)
     dict_split = dict(layout.split)
     if dict_split.get("pp_first_stage_layers") or dict_split.get("pp_last_stage_layers"):

@@ -644,6 +644,10 @@ class ParallelPlan:
     (Megatron-LM with apex or Transformer Engine installed, as the published A100 runs were): the softmax keeps
     its output in bf16 and each element-wise op is one pass. genconf's launcher pip-installs megatron-core
     without them: the softmax runs in fp32 through PyTorch."""
+    checkpoint_early_stop: bool = True
+    """DeepSpeed / FSDP full recompute under PyTorch's non-reentrant checkpoint (torch >= 2.1, genconf's runners) stops
+    at each layer's last saved tensor and skips the MLP's output projection (counting.checkpoint_early_stop); False
+    prices a stack whose checkpoint reruns the whole layer (torch 1.13, as MosaicML's 2023 benchmarks ran)."""
     grad_accum_fusion: bool = True
     """megatron: each micro-batch's weight gradient accumulates into main_grad inside its weight-gradient GEMM
     (Megatron-LM's --gradient-accumulation-fusion, on by default since 83b1e42, February 2022: TE's

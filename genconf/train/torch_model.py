@@ -134,8 +134,18 @@ class Block(nn.Module):
         self.mlp = MLP(spec)
         self.post_mlp_layernorm = Norm(spec, spec.hidden_size) if spec.sandwich_norm else nn.Identity()
         self.dropout = nn.Dropout(spec.hidden_dropout)
+        # Full recompute: the block checkpoints itself inside its own forward, so a compiled block's graph holds the
+        # checkpoint (torchtitan's order: AOTAutograd's partitioner recomputes only what the backward reads) and an
+        # eager one stops at its last saved tensor (PyTorch's early stop): neither reruns fc2
+        # (genconf.plan.counting.checkpoint_early_stop). Set by Decoder.
+        self.recompute = False
 
     def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
+        if self.recompute and self.training:
+            return checkpoint(self.layer, x, rope, use_reentrant=False)
+        return self.layer(x, rope)
+
+    def layer(self, x: torch.Tensor, rope) -> torch.Tensor:
         x = x + self.dropout(self.post_attention_layernorm(self.self_attention(self.input_layernorm(x), rope)))
         return x + self.dropout(self.post_mlp_layernorm(self.mlp(self.pre_mlp_layernorm(x))))
 
@@ -146,13 +156,12 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))
         self.final_layernorm = Norm(spec, spec.hidden_size)
         self.recompute = recompute
+        for layer in self.layers:
+            layer.recompute = recompute
 
     def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
         for layer in self.layers:
-            if self.recompute and self.training:
-                x = checkpoint(layer, x, rope, use_reentrant=False)
-            else:
-                x = layer(x, rope)
+            x = layer(x, rope)
         return self.final_layernorm(x)
 
 

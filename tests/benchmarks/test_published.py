@@ -265,6 +265,16 @@ def test_torchtitan_pipeline_rows_take_torchtitans_default_micro_batches(runs):
         assert plan.gbs // plan.dp // plan.mbs == plan.pp * plan.vp
 
 
+def test_torchtitan_rows_run_async_tp_where_their_notes_say_so(runs):
+    """torchtitan's notes spell it "AsyncTP", "async TP" and "Async TP" (Llama 3.1 405B Float8 + Async TP on 128 H100s,
+    benchmarks/llama3_h100_202412_torchtitan.md): every spelling turns on TP communication overlap, and vanilla TP
+    rows keep it off."""
+    titan = {r.label: r.plan for r in runs.values() if r.file == "torchtitan.csv" and r.plan.tp > 1}
+    assert titan["Llama 3.1 405B #34"].tp_comm_overlap and not titan["Llama 3.1 405B #33"].tp_comm_overlap
+    assert titan["Llama 3.1 70B #19"].tp_comm_overlap and not titan["Llama 3.1 70B #18"].tp_comm_overlap
+    assert titan["Llama 3.1 70B #11"].tp_comm_overlap and not titan["Llama 3.1 70B #10"].tp_comm_overlap
+
+
 @pytest.mark.parametrize("layers, pp, embedding, split", [
     # BigScience's chronicles-prequel.md ('Re-do', 02-27): "78/12=6.5 - so the last stage has 1 block, while the rest
     # have 7" under Megatron-DeepSpeed's default partition_method 'type:transformer'.

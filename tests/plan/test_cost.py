@@ -668,10 +668,11 @@ def test_recomputed_forwards_widen_the_window_that_hides_sharded_communication()
 
 def test_pytorch_s_checkpoint_recomputes_each_layer_up_to_its_mlp_output_projection():
     # PyTorch's non-reentrant checkpoint (genconf's own model, torchtitan, Composer) stops once the layer's last saved
-    # tensor, fc2's input, is rebuilt: fc2 and the residual add (read 2, write 1 of n x h bf16) are not run again
-    # (tests/train/test_early_stop.py measures it). megatron-core's checkpoint reruns the whole layer, and an FP8
-    # linear (a custom autograd Function) saves its input only after its GEMM has run.
-    from genconf.plan.cost import _mem_s
+    # tensor, fc2's input, is rebuilt: fc2 and the eager residual add (EAGER_BYTES per element of n x h) are not run
+    # again (tests/train/test_early_stop.py measures it). megatron-core's checkpoint reruns the whole layer, an FP8
+    # linear (a custom autograd Function) saves its input only after its GEMM has run, and torch before 2.1 had no
+    # early stop.
+    from genconf.plan.cost import EAGER_BYTES, _mem_s
     model, _ = resolve_model("llama3-8b")
     cluster = resolve_cluster("dgx-h100")
     cal = calibration_for(cluster.gpu.name)
@@ -679,7 +680,8 @@ def test_pytorch_s_checkpoint_recomputes_each_layer_up_to_its_mlp_output_project
     layer = layer_time(model, plan, cluster, cal)
     n, h = 8192, model.hidden_size
     fc2_f, _ = linear_s(cluster.gpu, cal, n, h, model.ffn_hidden_size, "bf16")
-    assert layer.early_stop_skip_s == pytest.approx(fc2_f + _mem_s(cluster.gpu, cal, 3 * 2 * n * h), rel=1e-12)
+    assert layer.early_stop_skip_s == pytest.approx(fc2_f + _mem_s(cluster.gpu, cal, n * EAGER_BYTES["add"][0] * h),
+                                                    rel=1e-12)
     cost = step_cost(model, plan, cluster, cal)  # one micro-batch, every layer recomputed
     assert cost.recompute_s == pytest.approx(model.num_layers * (layer.fwd_s - layer.early_stop_skip_s), rel=1e-9)
     whole = dataclasses.replace(plan, framework="megatron", zero_stage=1)
@@ -688,3 +690,6 @@ def test_pytorch_s_checkpoint_recomputes_each_layer_up_to_its_mlp_output_project
         model.num_layers * layer_time(model, whole, cluster, cal).fwd_s, rel=1e-9)
     assert layer_time(model, dataclasses.replace(plan, precision="fp8"), cluster, cal).early_stop_skip_s == 0.0
     assert layer_time(model, dataclasses.replace(plan, recompute="none"), cluster, cal).early_stop_skip_s == 0.0
+    old_torch = dataclasses.replace(plan, checkpoint_early_stop=False)
+    assert step_cost(model, old_torch, cluster, cal).recompute_s == pytest.approx(model.num_layers * layer.fwd_s,
+                                                                                 rel=1e-9)

@@ -349,3 +349,23 @@ def test_a_memory_saver_the_later_ones_make_unneeded_is_dropped():
     lean = dataclasses.replace(best, recompute_modules=tuple(m for m in best.recompute_modules if m != "mlp"),
                                precision_aware_optimizer=True)
     assert not memory.estimate(model, lean, cluster).fits
+
+
+@pytest.mark.parametrize("framework, zero", [("fsdp", 0), ("fsdp", 3), ("deepspeed", 2)])
+@pytest.mark.parametrize("mbs", [1, 2, 4])
+@pytest.mark.parametrize("cluster_name", ["dgx-h100", "dgx-a100"])
+def test_the_pruning_bound_stays_above_a_torch_stack_s_full_recompute(framework, zero, mbs, cluster_name):
+    # The search skips a candidate whose optimistic tokens/s (layer time alone) cannot reach the ranking, so the bound
+    # must price full recompute at its cheapest: PyTorch's early-stopping checkpoint, which skips each layer's MLP
+    # output projection (counting.checkpoint_early_stop).
+    from genconf.plan.cost import step_cost
+    from genconf.plan.search import Pins, _Layout, _optimistic_tokens_per_s
+
+    model, _ = resolve_model("llama3-70b")  # priced whether or not it fits: large GEMMs, where the skip is largest
+    cluster = resolve_cluster(cluster_name)
+    cal = calibration_for(cluster.gpu.name)
+    layout = _Layout(framework, 1, 1, 1, 8, 1, 1, (), zero, None)
+    plan = ParallelPlan(framework=framework, dp=8, mbs=mbs, gbs=8 * mbs, seq_length=model.seq_length, zero_stage=zero,
+                        recompute="full")
+    bound = _optimistic_tokens_per_s(model, cluster, cal, Pins(), model.seq_length, layout, mbs, 8 * mbs, "full")
+    assert bound >= step_cost(model, plan, cluster, cal).tokens_per_s_per_gpu

@@ -93,9 +93,6 @@ def test_torchao_s_eager_fp8_linears_recompute_whole_layers():
 def test_under_torch_compile_the_partitioner_leaves_out_the_output_projection_even_of_a_custom_function():
     # torch.compile traces a checkpointed region into one graph; AOTAutograd's min-cut partitioner (inductor's) then
     # recomputes only what the backward reads: fc2's output is not among it, a custom autograd Function's or not.
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.aot_autograd import make_boxed_func
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import checkpoint
 
     class SavingLinear(torch.autograd.Function):  # as torchao's matmul_with_hp_or_float8_args saves
@@ -125,18 +122,49 @@ def test_under_torch_compile_the_partitioner_leaves_out_the_output_projection_ev
             return checkpoint(self.body, x, use_reentrant=False)
 
     for custom in (False, True):
-        counts = {}
-
-        def compiler(name):
-            def count(gm, _inputs):
-                counts[name] = sum(n.op == "call_function" and "mm" in str(n.target) for n in gm.graph.nodes)
-                return make_boxed_func(gm)
-            return count
-
-        backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                               partition_fn=min_cut_rematerialization_partition)
-        torch._dynamo.reset()
-        layer = torch.compile(Layer(custom), backend=backend)
-        layer(torch.randn(2, 8, 16, requires_grad=True)).sum().backward()
+        counts: dict[str, list[int]] = {}
+        try:
+            layer = torch.compile(Layer(custom), backend=_counting_backend(counts))
+            layer(torch.randn(2, 8, 16, requires_grad=True)).sum().backward()
+        finally:
+            torch._dynamo.reset()
         # 3 GEMMs forward; backward: 2 per GEMM plus proj and fc1 recomputed, not fc2.
-        assert counts == {"forward": 3, "backward": 8}, (custom, counts)
+        assert counts == {"forward": [3], "backward": [8]}, (custom, counts)
+
+
+def test_genconf_s_compiled_blocks_hold_their_checkpoint_and_skip_the_output_projection():
+    # genconf's runners compile each block (speed.compile_blocks) and the block checkpoints itself inside its forward:
+    # the compiled graph holds the checkpoint. Compiled the other way round (a checkpoint around a compiled block), the
+    # block is one autograd Function that saves after running, and its whole forward (4 GEMMs) would run again.
+    from genconf.train.speed import SpeedOptions, compile_blocks
+    from genconf.train.torch_model import GPT
+
+    spec = _spec()
+    counts: dict[str, list[int]] = {}
+    torch.manual_seed(0)
+    model = GPT(spec, recompute=True).train()
+    try:
+        assert compile_blocks(model, SpeedOptions(compile=True, compile_backend=_counting_backend(counts))) == 2
+        model(torch.randint(0, spec.vocab_size, (BATCH, SEQ)), torch.randint(0, spec.vocab_size, (BATCH, SEQ))).backward()
+    finally:
+        torch._dynamo.reset()
+    # Each block's graph (the blocks share one: their parameters are its inputs): QKV, proj, fc1, fc2 forward;
+    # backward 2 per GEMM plus QKV, proj and fc1 recomputed.
+    assert set(counts["forward"]) == {4} and set(counts["backward"]) == {11}, counts
+
+
+def _counting_backend(counts: dict[str, list[int]]):
+    """A torch.compile backend: AOTAutograd with inductor's min-cut partitioner, no code generation, counting each
+    forward and backward graph's matrix multiplies."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    def compiler(name):
+        def count(gm, _inputs):
+            counts.setdefault(name, []).append(
+                sum(n.op == "call_function" and "mm" in str(n.target) for n in gm.graph.nodes))
+            return make_boxed_func(gm)
+        return count
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                        partition_fn=min_cut_rematerialization_partition)
