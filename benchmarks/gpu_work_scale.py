@@ -39,7 +39,7 @@ def scaled_errors(runs: list[Run], factor: float, *, backward_only: bool = False
         if backward_only:
             return dataclasses.replace(lt, bwd_s=lt.bwd_s * factor)
         return dataclasses.replace(lt, fwd_s=lt.fwd_s * factor, bwd_s=lt.bwd_s * factor,
-                                   attn_fwd_s=lt.attn_fwd_s * factor,
+                                   attn_fwd_s=lt.attn_fwd_s * factor, early_stop_skip_s=lt.early_stop_skip_s * factor,
                                    module_fwd_s=tuple((m, s * factor) for m, s in lt.module_fwd_s))
 
     cals = cals_for(runs)

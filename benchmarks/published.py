@@ -587,6 +587,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         grad_dtype = "bf16" if "mixed_precision PURE" in row["notes"] else "fp32"
         if precision == "fp8":
             fp8_recipe = "delayed"  # Transformer Engine v0.10's default recipe (DelayedScaling)
+    async_tp = re.search(r"async ?TP", row["notes"], re.IGNORECASE) is not None  # torchtitan's notes: three spellings
     lora = "lora" in row["model"].lower() or "LoRA Perf" in row["notes"]
     task = "lora" if lora else "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
     recipe = (bridge_moe_recipe(int(label.rsplit("#", 1)[1]))
@@ -611,10 +612,15 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # 1.13.1, b2a43a1 allowed 1.13.1-2.1.0 and benchmarked in the default mosaicml/pytorch:1.13.1 image, under a
         # "TODO: Update tables with torch 2.0" note).
         checkpoint_early_stop=file != MOSAIC_FILE or "Large Scale" in row["source"],
-        tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES
-                         or re.search(r"async ?TP", row["notes"], re.IGNORECASE) is not None) and tp > 1,
+        tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES or async_tp) and tp > 1,
         fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
-        torch_compile=fsdp and "compile" in row["notes"],
+        # Compiled where the notes say so, and where the run's config was: torchtitan's Async TP requires compile
+        # (parallelize_llama.py: "Async TP requires --training.compile"), and its docs/performance.md 405B rows ran
+        # train_configs/llama3_405b.toml, compile = true at 9515a140b, the commit that published them (the 8B and
+        # 70B configs there: compile = false).
+        torch_compile=fsdp and ("compile" in row["notes"] or async_tp
+                                or (file == "torchtitan.csv" and "performance.md" in row["source"]
+                                    and "405B" in row["model"])),
         expandable_segments=_expandable_segments(row, file, cluster.gpu.name, fp8_recipe, task, zero),
         # The stacks' flash attention as they ran: torchtitan's SDPA lists FlashAttention-2 first on Hopper (cuDNN
         # only from Blackwell); llm-foundry's benchmarks ran attn_impl triton (the row's notes).

@@ -155,9 +155,8 @@ class Decoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))
         self.final_layernorm = Norm(spec, spec.hidden_size)
-        self.recompute = recompute
         for layer in self.layers:
-            layer.recompute = recompute
+            layer.recompute = recompute  # each block checkpoints itself (Block.forward)
 
     def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
         for layer in self.layers:

@@ -267,12 +267,24 @@ def test_torchtitan_pipeline_rows_take_torchtitans_default_micro_batches(runs):
 
 def test_torchtitan_rows_run_async_tp_where_their_notes_say_so(runs):
     """torchtitan's notes spell it "AsyncTP", "async TP" and "Async TP" (Llama 3.1 405B Float8 + Async TP on 128 H100s,
-    benchmarks/llama3_h100_202412_torchtitan.md): every spelling turns on TP communication overlap, and vanilla TP
-    rows keep it off."""
-    titan = {r.label: r.plan for r in runs.values() if r.file == "torchtitan.csv" and r.plan.tp > 1}
+    docs/performance.md at 9dec370a): every spelling turns on TP communication overlap, and vanilla TP rows keep it
+    off."""
+    titan = {r.label: r.plan for r in runs.values() if r.file == "torchtitan.csv"}
     assert titan["Llama 3.1 405B #34"].tp_comm_overlap and not titan["Llama 3.1 405B #33"].tp_comm_overlap
     assert titan["Llama 3.1 70B #19"].tp_comm_overlap and not titan["Llama 3.1 70B #18"].tp_comm_overlap
     assert titan["Llama 3.1 70B #11"].tp_comm_overlap and not titan["Llama 3.1 70B #10"].tp_comm_overlap
+    # Async TP requires compile, and docs/performance.md's 405B rows ran llama3_405b.toml (compile = true at
+    # 9515a140b); its 8B and 70B A100 rows ran configs with compile = false.
+    assert all(titan[f"Llama 3.1 405B #{i}"].torch_compile for i in (32, 33, 34))
+    assert not any(titan[label].torch_compile for label in ("Llama 3 8B #35", "Llama 3 8B #36", "Llama 3 70B #37"))
+
+
+def test_mosaicml_rows_before_torch_2_1_recompute_whole_layers(runs):
+    """llm-foundry's large-scale H100 table came with 5e85bd62 (setup.py: torch>=2.1,<2.1.1); its other tables are
+    from 2023 (300cc5c: torch==1.13.1; b2a43a1: torch 1.13.1-2.1.0 allowed, default image mosaicml/pytorch:1.13.1)."""
+    mosaic = [r for r in runs.values() if r.file == "mosaicml_llm_foundry.csv"]
+    early = {r.label for r in mosaic if r.plan.checkpoint_early_stop}
+    assert len(early) == 18 and all(r.plan.dp >= 128 for r in mosaic if r.label in early)
 
 
 @pytest.mark.parametrize("layers, pp, embedding, split", [
