@@ -608,9 +608,9 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # 2021's runs predate it.
         grad_accum_fusion=file != "megatron_narayanan2021.csv",
         # PyTorch's checkpoint stops at a layer's last saved tensor from torch 2.1: llm-foundry's large-scale H100 table
-        # came with 5e85bd62, whose setup.py pins torch 2.1; its other tables date from 2023 (300cc5c pinned torch
-        # 1.13.1, b2a43a1 allowed 1.13.1-2.1.0 and benchmarked in the default mosaicml/pytorch:1.13.1 image, under a
-        # "TODO: Update tables with torch 2.0" note).
+        # came with 5e85bd62, whose setup.py pins torch 2.1; its other tables date from 2023: 300cc5c pinned torch
+        # 1.13.1 (the A100 40GB table, two A100 80GB rows), and b2a43a1 allowed 1.13.1-2.1.0 with the default image
+        # mosaicml/pytorch:1.13.1 in submit_benchmarks.py (most likely 1.13.1; the script does not record it).
         checkpoint_early_stop=file != MOSAIC_FILE or "Large Scale" in row["source"],
         tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES or async_tp) and tp > 1,
         fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
