@@ -781,8 +781,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if early_stop and wm:
         skip_f = fc2_f + (tp_f / halves * (1 if sp else 2) if t > 1 else 0.0)
         if impl in ("torch-bf16", "torch-autocast"):
-            stream = EAGER_FP32_STREAM if impl == "torch-autocast" else 1.0
-            skip_f += _mem_s(gpu, cal, n * act / 2 * stream * EAGER_BYTES["add"][0] * h / r)
+            skip_f += _mem_s(gpu, cal, n * act / 2 * _eager_stream(impl) * EAGER_BYTES["add"][0] * h / r)
 
     cp_comm = 0.0
     if cp > 1 and wa:
@@ -813,6 +812,11 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
                      early_stop_skip_s=skip_f)
 
 
+def _eager_stream(impl: str) -> float:
+    """Bytes of the eager residual stream and norms relative to bf16's (EAGER_FP32_STREAM under DDP autocast)."""
+    return EAGER_FP32_STREAM if impl == "torch-autocast" else 1.0
+
+
 def _eager_elementwise_s(model: ModelSpec, t: int, r: int, n: float, wa: float, wm: float, impl: str, gpu: GPUSpec,
                          cal: Calibration) -> tuple[float, float]:
     """Forward and backward time of a dense layer's element-wise pieces in eager PyTorch (EAGER_BYTES, measured in
@@ -822,7 +826,7 @@ def _eager_elementwise_s(model: ModelSpec, t: int, r: int, n: float, wa: float, 
     norm = EAGER_BYTES["layernorm" if model.normalization != "rmsnorm" else "rmsnorm"]
     act = (EAGER_BYTES["swiglu"] if model.gated else EAGER_BYTES["gelu"] if model.activation == "gelu"
            else tuple(2 * x for x in EAGER_BYTES["gelu"]))  # squared ReLU: two element-wise ops, each as GELU's
-    stream = EAGER_FP32_STREAM if impl == "torch-autocast" else 1.0
+    stream = _eager_stream(impl)
     dropout = EAGER_BYTES["dropout"] if model.hidden_dropout > 0 else (0.0, 0.0)
 
     def half_bytes(i: int) -> tuple[float, float]:
