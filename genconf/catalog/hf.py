@@ -409,7 +409,8 @@ def catalog_yaml(model: HFModel, params: int) -> str:
         derived = {"num_query_groups": spec.num_attention_heads,
                    "kv_channels": spec.hidden_size // spec.num_attention_heads,
                    "moe_ffn_hidden_size": spec.ffn_hidden_size,
-                   "norm_bias": spec.normalization == "layernorm"}
+                   "norm_bias": spec.normalization == "layernorm",
+                   "mamba_num_heads": 2 * spec.hidden_size // spec.mamba_head_dim}  # ModelSpec.__post_init__
         if f.name not in _ALWAYS and value == derived.get(f.name, defaults[f.name]):
             continue
         lines.append(f"{f.name}: {json.dumps(value)}")

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO, genconf_cmd, needs_megatron, needs_torch
 from genconf.catalog import hf
-from genconf.catalog.models import MODEL_KEYS, model_from_file, resolve_model
+from genconf.catalog.models import MODEL_KEYS, architecture, model_from_file, resolve_model
 from genconf.cli.main import main
 from genconf.plan.counting import active_param_count, exact_param_count, layer_tensors
 
@@ -21,6 +21,9 @@ HF = REPO / "tests" / "data" / "hf"
 PUBLIC_COUNTS = {
     "llama3-8b": 8_030_261_248,         # HF total, meta-llama/Meta-Llama-3-8B
     "llama3.2-1b": 1_235_814_400,       # HF total, meta-llama/Llama-3.2-1B (lm_head tied: stored once)
+    "llama3.2-3b": 3_212_749_824,       # HF total, meta-llama/Llama-3.2-3B (lm_head tied: stored once)
+    "llama3.1-8b": 8_030_261_248,       # HF total, meta-llama/Llama-3.1-8B
+    "llama3.1-70b": 70_553_706_496,     # HF total, meta-llama/Llama-3.1-70B
     "mistral-7b-v0.1": 7_241_732_096,   # HF total, mistralai/Mistral-7B-v0.1
     "mixtral-8x7b-v0.1": 46_702_792_704,  # HF total, mistralai/Mixtral-8x7B-v0.1
     "qwen2-7b": 7_615_616_512,          # HF total, Qwen/Qwen2-7B ("7.62B")
@@ -39,6 +42,7 @@ PUBLIC_COUNTS = {
     "gemma-7b": 8_537_680_896,          # HF total, google/gemma-7b; KerasHub preset gemma_7b_en "params"
     "gemma-2-2b": 2_614_341_888,        # HF total, google/gemma-2-2b
     "gemma-2-9b": 9_241_705_984,        # HF total, google/gemma-2-9b; KerasHub preset gemma2_9b_en "params"
+    "gemma-2-27b": 27_227_128_320,      # HF total, google/gemma-2-27b ("27.2B")
 }
 
 
@@ -144,12 +148,27 @@ def test_from_hf_writes_a_catalog_yaml(name, tmp_path, capsys):
     assert main(["models", "--from-hf", str(HF / name), "-o", str(out), "--force"]) == 0
 
 
+# Catalog entries (models/) and the Hugging Face copy of the same checkpoint, or of one with the same tensors.
+CATALOG_TWINS = {"llama3-8b": "llama3-8b", "llama3.1-8b": "llama3.1-8b", "llama3.1-70b": "llama3.1-70b",
+                 "llama3-70b": "llama3.1-70b", "llama3.2-1b": "llama3.2-1b", "llama3.2-3b": "llama3.2-3b",
+                 "qwen2.5-7b": "qwen2-7b", "qwen3-8b": "qwen3-8b", "qwen3-30b-a3b": "qwen3-30b-a3b",
+                 "mixtral-8x7b": "mixtral-8x7b-v0.1", "olmo-1b": "olmo-1b-hf", "olmo2-7b": "olmo-2-1124-7b"}
+
+
+@pytest.mark.parametrize("catalog,copy", sorted(CATALOG_TWINS.items()))
+def test_hand_written_catalog_entries_are_the_imported_checkpoints(catalog, copy):
+    """A models/*.yaml entry written by hand has the architecture genconf imports from the published config.json
+    (every field but the name, the source, the planned sequence length and dropout)."""
+    assert architecture(resolve_model(catalog)[0]) == architecture(load(copy).spec)
+
+
 def test_from_hf_prints_yaml_with_the_notes():
     out = subprocess.run(genconf_cmd() + ["models", "--from-hf", str(HF / "gemma-2-9b" / "config.json")],
                          capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "# 9,241,705,984 parameters" in out.stdout and "sandwich_norm: true" in out.stdout
     assert "# not modelled: the MLP gate is GELU" in out.stdout and "kv_channels: 256" in out.stdout
+    assert "mamba_num_heads" not in out.stdout  # a derived default is not written out
 
 
 def _write(tmp_path, name, **changes):

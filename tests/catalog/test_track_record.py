@@ -40,12 +40,12 @@ def test_every_model_is_a_catalog_model_and_its_scopes_add_up():
 
 def test_a_run_counts_for_every_catalog_model_of_its_architecture():
     by_name = {m.name: m for m in list_models()}
-    # torchtitan's Llama 3.1 8B (another name, another sequence length) is llama3-8b's run; LLaMA-1 13B and Llama 2
-    # 13B share every architectural field, so a Llama 2 13B run counts for both.
+    # torchtitan's Llama 3.1 8B (another name, another sequence length) is llama3-8b's and llama3.1-8b's run (the
+    # same tensors); LLaMA-1 13B and Llama 2 13B share every architectural field, so a Llama 2 13B run counts for both.
     from dataclasses import replace
 
     titan = replace(by_name["llama3-8b"], name="llama-3.1-8b", seq_length=8192)
-    assert catalog_names(titan) == ["llama3-8b"]
+    assert catalog_names(titan) == ["llama3-8b", "llama3.1-8b"]
     assert set(catalog_names(by_name["llama2-13b"])) == {"llama-13b", "llama2-13b"}
     assert catalog_names(replace(by_name["llama3-8b"], num_layers=33)) == []
 

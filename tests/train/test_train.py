@@ -272,7 +272,8 @@ def test_parameter_counts_equal_megatron_core_models_built_on_meta():
     """The planner's per-rank count equals sum(p.numel()) of megatron-core's GPTModel built from the same spec
     (meta device, so 405B costs nothing); the checkpoint count differs only by Megatron's vocabulary padding
     and its LayerNorm/q-k-norm conventions."""
-    names = ["gpt3-175b", "llama2-7b", "llama3-8b", "llama3.1-405b", "olmo-1b", "olmo2-7b", "mixtral-8x7b", "70b"]
+    names = ["gpt3-175b", "llama2-7b", "llama3-8b", "llama3.1-405b", "olmo-1b", "olmo2-7b", "mixtral-8x7b", "70b",
+             "llama3.2-1b", "qwen2.5-72b", "qwen3-32b", "qwen3-235b-a22b"]
     out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", *names, "--json"], capture_output=True,
                          text=True, cwd=REPO, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -282,6 +283,10 @@ def test_parameter_counts_equal_megatron_core_models_built_on_meta():
         assert r["built"] == r["planned"], (name, r)
     assert result["llama3-8b"]["built"] == result["llama3-8b"]["checkpoint"] == 8_030_261_248
     assert result["mixtral-8x7b"]["built"] == 46_702_792_704
+    # Tied embeddings, the QKV-only bias and per-head q/k norms, built by megatron-core as the checkpoints hold them.
+    for name, published in (("llama3.2-1b", 1_235_814_400), ("qwen2.5-72b", 72_706_203_648),
+                            ("qwen3-32b", 32_762_123_264), ("qwen3-235b-a22b", 235_093_634_560)):
+        assert result[name]["built"] == result[name]["checkpoint"] == published, (name, result[name])
     assert result["gpt3-175b"]["built"] - result["gpt3-175b"]["checkpoint"] == (50304 - 50257) * 12288
 
 
