@@ -104,6 +104,11 @@ def model_aliases() -> dict[str, str]:
     return dict(_model_catalog().aliases)
 
 
+VARIANT_SUFFIXES = ("-instruct", "-chat", "-base")
+"""Suffixes of a Hugging Face id whose model has the architecture of the id without it (Llama-3.1-8B-Instruct is
+Llama-3.1-8B's tensors fine-tuned; Qwen3-8B-Base is Qwen3-8B's before post-training)."""
+
+
 def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     """Catalog name, size alias, YAML path or Hugging Face config.json (or its directory) -> (model, the alias
     used or None)."""
@@ -114,6 +119,10 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     aliases = _alias_index()
     if key in aliases:
         return _catalog_model(aliases[key]), key
+    # A Hugging Face id of a post-trained (or base) release of a catalog checkpoint: the same tensors.
+    base = next((key[:-len(s)] for s in VARIANT_SUFFIXES if key.endswith(s) and key[:-len(s)] in aliases), None)
+    if "/" in key and base is not None and not Path(ref).exists():
+        return _catalog_model(aliases[base]), key
     from genconf.catalog import hf
 
     if hf.looks_like_hf(ref):
@@ -121,6 +130,10 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     if ref.endswith((".yaml", ".yml")) or os.sep in ref:
         path = Path(ref)
         if not path.is_file():
+            if not ref.endswith((".yaml", ".yml")) and not path.exists() and ref.count("/") == 1:
+                raise GenconfError(f"unknown model '{ref}': not a file, and not a Hugging Face id of a catalog model "
+                                   f"(their ids are among the aliases in 'genconf models'; for another model pass its "
+                                   f"config.json)")
             raise GenconfError(f"model file {ref} does not exist")
         return model_from_file(path), None
     catalog = _model_catalog()

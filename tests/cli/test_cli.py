@@ -118,7 +118,7 @@ def test_catalog_commands():
     header, *rows = models.stdout.splitlines()
     assert header.split() == ["name", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "arch", "aliases"]
     by_name = {r.split()[0]: r.split(None, 10) for r in rows}
-    assert by_name["qwen3-30b-a3b"][9:] == ["swiglu/rmsnorm/rope/moe128x8", "qwen3-30b"]
+    assert by_name["qwen3-30b-a3b"][9:] == ["swiglu/rmsnorm/rope/moe128x8", "qwen3-30b, qwen/qwen3-30b-a3b"]
     assert by_name["nemotron-3.5-lightning"][1] == "32.9B"
     assert all(len(r.split()) >= 10 for r in rows)
     listed = json.loads(run("models", "--json").stdout)

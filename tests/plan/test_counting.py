@@ -153,3 +153,25 @@ def test_gpt3_flops_equal_korthikanti_eq7_and_narayanan_eq3():
     # Full recompute: Narayanan 2021 eq. 3, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
     eq3 = 96 * L * h * h * (1 + s / (6 * h) + v / (16 * h * L))
     assert model_flops_per_token(model, s) + recompute_flops_per_token(model, s, "full") == pytest.approx(eq3, rel=1e-12)
+
+
+@pytest.mark.parametrize("ref,name", [
+    ("meta-llama/Llama-3.1-70B", "llama3.1-70b"), ("meta-llama/Meta-Llama-3.1-8B", "llama3.1-8b"),
+    ("Qwen/Qwen2.5-72B", "qwen2.5-72b"), ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+    ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"), ("deepseek-ai/DeepSeek-V3-Base", "deepseek-v3"),
+    # A post-trained or base release has its checkpoint's tensors.
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama3.1-8b"), ("Qwen/Qwen3-8B-Base", "qwen3-8b"),
+    ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+])
+def test_hugging_face_ids_of_catalog_checkpoints_resolve(ref, name):
+    model, alias = resolve_model(ref)
+    assert model.name == name and alias == ref.lower()
+
+
+def test_an_unknown_hugging_face_id_is_one_line_naming_the_way_out():
+    from genconf.plan.errors import GenconfError
+
+    with pytest.raises(GenconfError, match="not a Hugging Face id of a catalog model.*config.json"):
+        resolve_model("some-org/some-model-7b")
+    with pytest.raises(GenconfError, match="model file some/dir/m.yaml does not exist"):
+        resolve_model("some/dir/m.yaml")
