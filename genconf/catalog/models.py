@@ -117,11 +117,12 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     if key and "/" not in key and own.is_file():
         return _catalog_model(own), None
     aliases = _alias_index()
-    if key in aliases:
+    local = "/" in key and Path(ref).exists()  # a folder named like its Hugging Face id is read, not the catalog
+    if key in aliases and not local:
         return _catalog_model(aliases[key]), key
     # A Hugging Face id of a post-trained (or base) release of a catalog checkpoint: the same tensors.
     base = next((key[:-len(s)] for s in VARIANT_SUFFIXES if key.endswith(s) and key[:-len(s)] in aliases), None)
-    if "/" in key and base is not None and not Path(ref).exists():
+    if "/" in key and base is not None and not local:
         return _catalog_model(aliases[base]), key
     from genconf.catalog import hf
 

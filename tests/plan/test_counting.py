@@ -175,3 +175,21 @@ def test_an_unknown_hugging_face_id_is_one_line_naming_the_way_out():
         resolve_model("some-org/some-model-7b")
     with pytest.raises(GenconfError, match="model file some/dir/m.yaml does not exist"):
         resolve_model("some/dir/m.yaml")
+
+
+def test_a_local_folder_named_like_a_hugging_face_id_is_read_not_the_catalog(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from conftest import REPO
+
+    folder = tmp_path / "Qwen" / "Qwen3-8B"
+    folder.mkdir(parents=True)
+    config = json.loads((REPO / "tests" / "data" / "hf" / "qwen3-8b" / "config.json").read_text())
+    config["num_hidden_layers"] = 2  # the user's own copy, changed
+    (folder / "config.json").write_text(json.dumps(config))
+    monkeypatch.chdir(tmp_path)
+    model, alias = resolve_model("Qwen/Qwen3-8B")
+    assert model.num_layers == 2 and alias is None
+    shutil.rmtree(folder)
+    assert resolve_model("Qwen/Qwen3-8B")[0].name == "qwen3-8b"
