@@ -104,15 +104,29 @@ def model_aliases() -> dict[str, str]:
     return dict(_model_catalog().aliases)
 
 
-VARIANT_SUFFIXES = ("-instruct", "-chat", "-base")
-"""Suffixes of a Hugging Face id whose model has the architecture of the id without it (Llama-3.1-8B-Instruct is
-Llama-3.1-8B's tensors fine-tuned; Qwen3-8B-Base is Qwen3-8B's before post-training)."""
+VARIANT_TAGS = ("-instruct", "-chat", "-base")
+"""Tags in a Hugging Face id whose model has the architecture of the id without them: a post-trained or base
+release of the same checkpoint (Llama-3.1-8B-Instruct, Llama-2-7b-chat-hf, Mixtral-8x7B-Instruct-v0.1,
+Qwen3-30B-A3B-Instruct-2507, Qwen3-8B-Base)."""
+
+
+def _variant_of(key: str, aliases: dict[str, Path]) -> str | None:
+    """The Hugging Face id among the aliases that `key` is a release of: the tag dropped (…-chat-hf -> …-hf) or
+    the id cut before it (…-instruct-2507 -> …); None if neither is a catalog id."""
+    for tag in VARIANT_TAGS:
+        at = key.find(tag)
+        if at < 0:
+            continue
+        for base in (key[:at] + key[at + len(tag):], key[:at]):
+            if "/" in base and base in aliases:
+                return base
+    return None
 
 
 def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     """Catalog name, size alias, YAML path or Hugging Face config.json (or its directory) -> (model, the alias
     used or None)."""
-    key = ref.strip().lower()
+    key = ref.strip().lower().rstrip("/")
     own = resource_dir("models") / f"{key}.yaml"
     if key and "/" not in key and own.is_file():
         return _catalog_model(own), None
@@ -121,24 +135,26 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     if key in aliases and not local:
         return _catalog_model(aliases[key]), key
     # A Hugging Face id of a post-trained (or base) release of a catalog checkpoint: the same tensors.
-    base = next((key[:-len(s)] for s in VARIANT_SUFFIXES if key.endswith(s) and key[:-len(s)] in aliases), None)
-    if "/" in key and base is not None and not local:
+    base = _variant_of(key, aliases) if "/" in key and not local else None
+    if base is not None:
         return _catalog_model(aliases[base]), key
     from genconf.catalog import hf
 
     if hf.looks_like_hf(ref):
         return hf.model_from_hf(ref).spec, None
-    if ref.endswith((".yaml", ".yml")) or os.sep in ref:
+    if ref.endswith((".yaml", ".yml")) or os.sep in ref or "/" in ref:
         path = Path(ref)
         if not path.is_file():
-            if not ref.endswith((".yaml", ".yml")) and not path.exists() and ref.count("/") == 1:
+            if not ref.endswith((".yaml", ".yml")) and not path.exists() and ref.strip("/").count("/") == 1:
                 raise GenconfError(f"unknown model '{ref}': not a file, and not a Hugging Face id of a catalog model "
                                    f"(their ids are among the aliases in 'genconf models'; for another model pass its "
                                    f"config.json)")
             raise GenconfError(f"model file {ref} does not exist")
         return model_from_file(path), None
     catalog = _model_catalog()
-    near = sorted(n for n in list(catalog.models) + list(catalog.aliases) if key[:3] in n)[:6]
+    names = list(catalog.models) + [a for a in catalog.aliases if "/" not in a]
+    shared = {n: len(os.path.commonprefix([key, n])) for n in names}
+    near = sorted((n for n in names if shared[n] >= 3 or key[:3] in n), key=lambda n: (-shared[n], n))[:6]
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise GenconfError(f"unknown model '{ref}': not a catalog name, size alias, YAML file or Hugging Face "
                       f"config.json (see 'genconf models'){hint}")

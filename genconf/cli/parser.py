@@ -65,7 +65,8 @@ def token_count(text: str) -> float:
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that describe a run; shared by `plan` and the commands that plan first."""
     g = p.add_argument_group("model and cluster")
-    g.add_argument("--model", "-m", default="70b", help="catalog name, size alias (1b, 7b, 70b) or YAML file (default: 70b)")
+    g.add_argument("--model", "-m", default="70b", help="catalog name, size alias (1b, 7b, 70b), the Hugging Face id of a catalog model "
+                   "(meta-llama/Llama-3.1-70B), a YAML file or a Hugging Face config.json (default: 70b)")
     g.add_argument("--gpus", "-n", type=positive_int, help="number of GPUs (default: the cluster's total)")
     g.add_argument("--cluster", help="cluster preset or YAML file (default: kempner-h100, the seed's cluster)")
     g.add_argument("--gpu", help="override the cluster's GPU (see 'genconf hardware')")

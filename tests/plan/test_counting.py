@@ -193,3 +193,18 @@ def test_a_local_folder_named_like_a_hugging_face_id_is_read_not_the_catalog(tmp
     assert model.num_layers == 2 and alias is None
     shutil.rmtree(folder)
     assert resolve_model("Qwen/Qwen3-8B")[0].name == "qwen3-8b"
+
+
+@pytest.mark.parametrize("ref,name", [
+    ("meta-llama/Llama-2-7b-chat-hf", "llama2-7b"), ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"),
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"), ("Qwen/Qwen3-8B/", "qwen3-8b"),
+])
+def test_release_tags_inside_the_id_and_a_trailing_slash(ref, name):
+    assert resolve_model(ref)[0].name == name
+
+
+def test_the_did_you_mean_hint_ranks_by_shared_prefix():
+    from genconf.plan.errors import GenconfError
+
+    with pytest.raises(GenconfError, match=r"did you mean qwen3-8b, "):
+        resolve_model("qwen3-8b-instruct")
