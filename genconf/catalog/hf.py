@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from genconf.plan.errors import GenconfError
@@ -394,6 +394,15 @@ _ALWAYS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups
            "hidden_dropout", "attention_dropout")
 
 
+def _derived(spec: ModelSpec, name: str):
+    """What ModelSpec.__post_init__ fills in for an optional field left out (None): num_query_groups, kv_channels,
+    norm_bias, moe_ffn_hidden_size, mamba_num_heads; None where it derives nothing or the spec needs the field."""
+    try:
+        return getattr(replace(spec, **{name: None}), name)
+    except (ValueError, TypeError):
+        return None
+
+
 def catalog_yaml(model: HFModel, params: int) -> str:
     """The model as a models/*.yaml file: the same keys, non-default optional ones only, notes as comments."""
     spec = model.spec
@@ -406,12 +415,8 @@ def catalog_yaml(model: HFModel, params: int) -> str:
         if f.name in ("name", "source"):
             continue
         value = getattr(spec, f.name)
-        derived = {"num_query_groups": spec.num_attention_heads,
-                   "kv_channels": spec.hidden_size // spec.num_attention_heads,
-                   "moe_ffn_hidden_size": spec.ffn_hidden_size,
-                   "norm_bias": spec.normalization == "layernorm",
-                   "mamba_num_heads": 2 * spec.hidden_size // spec.mamba_head_dim}  # ModelSpec.__post_init__
-        if f.name not in _ALWAYS and value == derived.get(f.name, defaults[f.name]):
+        default = _derived(spec, f.name) if defaults[f.name] is None else defaults[f.name]
+        if f.name not in _ALWAYS and value == default:
             continue
         lines.append(f"{f.name}: {json.dumps(value)}")
     return "\n".join(lines) + "\n"
