@@ -293,6 +293,13 @@ def torch_vocab_rows(vocab_size: int) -> int:
     return padded_vocab_size(vocab_size, 1, TORCH_VOCAB_MULTIPLE)
 
 
+def window_chunk_rows(window: int, seq: int) -> int:
+    """Query rows per chunk of genconf's own sliding-window attention (genconf.train.torch_model): the multiple of
+    128 at or above a quarter of the window, at least 128 and at most the sequence. Each chunk attends to its own
+    rows and the `window` keys before them, so a query costs window + chunk keys, not window alone."""
+    return max(1, min(seq, max(128, -(-window // 4 // 128) * 128)))
+
+
 def vocab_padding_params(model: ModelSpec, vocab_rows: int) -> int:
     """Parameters the padding rows add: the embedding's, and the output layer's when untied."""
     def total(rows: int) -> int:
@@ -414,8 +421,13 @@ def _layers_macs_per_token(model: ModelSpec) -> int:
 
 def _attention_flops_per_token(model: ModelSpec, seq_length: int) -> int:
     """Forward + backward FLOPs of QK^T and AV in every layer: 6 x s x (query/key + value widths), causal mask
-    not halved (12 s a d per layer for a = d heads)."""
-    return (model.attention_layers + model.mtp_num_layers) * 6 * seq_length * (model.query_width + model.value_width)
+    not halved (12 s a d per layer for a = d heads). A sliding-window layer sees at most window + 1 keys per query
+    in place of s (Megatron-Bridge's flop_utils.py: min(window + 1, s) as the windowed layers' context)."""
+    widths = 6 * (model.query_width + model.value_width)
+    layers = model.attention_layers + model.mtp_num_layers
+    windowed = model.windowed_layers
+    context = min(seq_length, (model.sliding_window or seq_length) + 1)
+    return (layers - windowed) * widths * seq_length + windowed * widths * context
 
 
 def ssm_flops_per_token(model: ModelSpec) -> int:

@@ -84,6 +84,8 @@ def plan_dict(plan: ParallelPlan, model: ModelSpec) -> dict:
 def model_dict(model: ModelSpec, alias: str | None) -> dict:
     d = dataclasses.asdict(model)
     d.update(params=exact_param_count(model), params_workshop=workshop_param_count(model), alias=alias)
+    if model.sliding_window:
+        d["windowed_layers"] = model.windowed_layers
     return d
 
 

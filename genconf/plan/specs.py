@@ -122,7 +122,8 @@ class ModelSpec:
     moe_ffn_hidden_size: int | None = None
     """Expert MLP width (one SwiGLU branch). None = ffn_hidden_size."""
     sliding_window: int | None = None
-    """Tokens each query attends to in the windowed layers (sliding-window attention). None = full attention."""
+    """Sliding-window attention: in the windowed layers each query attends to itself and the `sliding_window` keys
+    before it (megatron-core's window_size (w, 0); Mistral's reference mask). None = full attention."""
     window_attn_skip_freq: int = 0
     """Every Nth layer uses full attention, the others the window (megatron-core window_attn_skip_freq;
     GPT-OSS alternates: 2). 0 = every layer windowed."""
@@ -383,12 +384,22 @@ class ModelSpec:
         """The QKV projection has a bias (every linear layer has one, or only QKV does)."""
         return self.add_bias_linear or self.add_qkv_bias
 
+    def windowed_layer(self, layer_number: int) -> bool:
+        """Layer `layer_number` (1-indexed) uses the window: megatron-core's transformer/utils.py
+        is_layer_window_attention, every layer when window_attn_skip_freq is 0."""
+        if not self.sliding_window:
+            return False
+        return not self.window_attn_skip_freq or layer_number % self.window_attn_skip_freq != 0
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers that use the sliding window (0 without one)."""
+        return sum(self.windowed_layer(n) for n in range(1, self.num_layers + 1)) if self.sliding_window else 0
+
     @property
     def windowed_layer_fraction(self) -> float:
         """Share of the layers that use the sliding window (0 without one)."""
-        if not self.sliding_window:
-            return 0.0
-        return 1.0 - 1.0 / self.window_attn_skip_freq if self.window_attn_skip_freq else 1.0
+        return self.windowed_layers / self.num_layers
 
     @property
     def gated(self) -> bool:

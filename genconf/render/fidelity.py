@@ -1,7 +1,7 @@
 """What each artifact cannot carry of the plan, one row per difference: the layout a framework rewrites (model
 parallelism into sharding, selective into full recompute, FP8 into BF16, the batch rounded to the world size) and the
 model features a format cannot express (Qwen2's QKV-only bias, Gemma-2's sandwich norms, per-head q/k norms, a head
-dimension other than hidden / heads, experts). The artifacts README prints them in one table, so nothing is dropped
+dimension other than hidden / heads, sliding windows, experts). The artifacts README prints them in one table, so nothing is dropped
 silently.
 
 Pure: standard library and genconf's specs and configs only.
@@ -175,6 +175,10 @@ def feature_differences(model: ModelSpec, framework: str) -> list[Difference]:
         if model.sandwich_norm:
             add("sandwich norms", "four norms per layer (Gemma-2)", "two (pre-attention, pre-MLP)",
                 "OLMo's block has norms before (or, with norm_after, after) each sublayer, not both")
+        if model.sliding_window:
+            add("sliding window", f"{model.sliding_window:,} keys back in {model.windowed_layers} of "
+                f"{model.num_layers} layers", "full causal attention",
+                "OLMo's TrainConfig has no attention window (genconf's own FSDP model and megatron_args.txt have it)")
         if model.kv_channels * model.num_attention_heads != model.hidden_size:
             add("head dimension", f"{model.kv_channels}", f"{model.hidden_size // model.num_attention_heads} "
                 "(d_model / n_heads)", "OLMo derives the head dimension from d_model and n_heads")

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from genconf.plan.counting import torch_vocab_rows
+from genconf.plan.counting import torch_vocab_rows, window_chunk_rows
 from genconf.plan.memory import FUSED_LOSS_CHUNK_ELEMENTS
 from genconf.plan.specs import ModelSpec
 
@@ -49,10 +49,44 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
+def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *,
+                       dropout_p: float = 0.0) -> torch.Tensor:
+    """Causal attention where query i sees keys i - window .. i (megatron-core's window_size (window, 0)); q [b, heads,
+    s, d], k and v [b, groups, s, d]. Queries go in chunks of `window_chunk_rows` rows, each against its own keys and
+    the `window` before them under an additive band mask, so nothing is s x s: scores are chunk x (chunk + window).
+    The query heads of a key/value group are stacked along the rows (one mask, tiled), so grouped-query attention
+    needs no copy of k and v and SDPA may pick a fused kernel that takes a mask (memory-efficient attention; flash
+    attention takes none)."""
+    b, heads, s, d = q.shape
+    groups = k.shape[1]
+    r = heads // groups
+    if window + 1 >= s:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=r > 1)
+    rows = window_chunk_rows(window, s)
+    # An interior chunk's band: its query row i sees columns i .. i + window of its rows + window keys.
+    i = torch.arange(rows, device=q.device)[:, None]
+    j = torch.arange(rows + window, device=q.device)[None, :]
+    band = torch.zeros(rows, rows + window, dtype=q.dtype, device=q.device)
+    band = band.masked_fill((j < i) | (j > i + window), float("-inf")).repeat(r, 1).view(r, rows, rows + window)
+    outs = []
+    for start in range(0, s, rows):
+        end = min(s, start + rows)
+        n, first = end - start, max(0, start - window)
+        col = first - (start - window)  # the band's column of key `first`
+        mask = band[:, :n, col:col + end - first].reshape(r * n, end - first)
+        query = q[:, :, start:end].reshape(b, groups, r * n, d)
+        out = F.scaled_dot_product_attention(query, k[:, :, first:end], v[:, :, first:end], attn_mask=mask,
+                                             dropout_p=dropout_p)
+        outs.append(out.view(b, heads, n, d))
+    return torch.cat(outs, dim=-2)
+
+
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, layer_number: int = 1) -> None:
         super().__init__()
         self.spec = spec
+        # Sliding-window layers as megatron-core picks them (1-indexed layer numbers, ModelSpec.windowed_layer).
+        self.window = spec.sliding_window if spec.windowed_layer(layer_number) else None
         h, q, kv = spec.hidden_size, spec.query_width, spec.kv_width
         self.linear_qkv = nn.Linear(h, q + 2 * kv, bias=spec.qkv_bias)
         # Per-head q/k norms (Qwen3) are one head wide and shared by the heads; OLMo-2's span the projection.
@@ -79,8 +113,11 @@ class Attention(nn.Module):
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         dropout = spec.attention_dropout if self.training else 0.0
         with _cpu_attention_backend(q):
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
-                                                 enable_gqa=spec.grouped_query)
+            if self.window is not None:
+                out = windowed_attention(q, k, v, self.window, dropout_p=dropout)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
+                                                     enable_gqa=spec.grouped_query)
         return self.linear_proj(out.transpose(1, 2).reshape(b, s, spec.query_width))
 
 
@@ -124,10 +161,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, layer_number: int = 1) -> None:
         super().__init__()
         self.input_layernorm = Norm(spec, spec.hidden_size)
-        self.self_attention = Attention(spec)
+        self.self_attention = Attention(spec, layer_number)
         # Gemma-2's sandwich norms: each sublayer's output is normalised again before the residual add.
         self.post_attention_layernorm = Norm(spec, spec.hidden_size) if spec.sandwich_norm else nn.Identity()
         self.pre_mlp_layernorm = Norm(spec, spec.hidden_size)
@@ -153,7 +190,7 @@ class Block(nn.Module):
 class Decoder(nn.Module):
     def __init__(self, spec: ModelSpec, *, recompute: bool = False) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))
+        self.layers = nn.ModuleList(Block(spec, number) for number in range(1, spec.num_layers + 1))
         self.final_layernorm = Norm(spec, spec.hidden_size)
         for layer in self.layers:
             layer.recompute = recompute  # each block checkpoints itself (Block.forward)

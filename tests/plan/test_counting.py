@@ -155,6 +155,19 @@ def test_gpt3_flops_equal_korthikanti_eq7_and_narayanan_eq3():
     assert model_flops_per_token(model, s) + recompute_flops_per_token(model, s, "full") == pytest.approx(eq3, rel=1e-12)
 
 
+def test_windowed_layers_count_the_keys_they_see():
+    """A sliding-window layer's QK^T and AV count min(window + 1, s) keys per query in place of s (Megatron-Bridge's
+    flop_utils.py, window_size (w, 0)); GPT-OSS windows 18 of its 36 layers at 128 keys."""
+    from dataclasses import replace
+
+    model, _ = resolve_model("gpt-oss-120b")
+    full = replace(model, sliding_window=None)
+    s, widths = 4096, 6 * (model.query_width + model.value_width)
+    assert model.windowed_layers == 18
+    assert model_flops_per_token(full, s) - model_flops_per_token(model, s) == pytest.approx(18 * widths * (s - 129))
+    assert model_flops_per_token(replace(model, sliding_window=s), s) == model_flops_per_token(full, s)
+
+
 @pytest.mark.parametrize("ref,name", [
     ("meta-llama/Llama-3.1-70B", "llama3.1-70b"), ("meta-llama/Meta-Llama-3.1-8B", "llama3.1-8b"),
     ("Qwen/Qwen2.5-72B", "qwen2.5-72b"), ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),

@@ -63,6 +63,10 @@ def test_gemma2_sandwich_norms_and_head_dim_are_rows():
     olmo = rows(feature_differences(model, "fsdp"), "olmo_fsdp.yaml")
     assert "four norms" in olmo["sandwich norms"].plan and olmo["head dimension"].plan == str(model.kv_channels)
     assert "four norms" in rows(feature_differences(model, "megatron"), "megatron_args.txt")["sandwich norms"].plan
+    # Its sliding window (every other layer): megatron_args.txt carries it (--window-size), OLMo's config cannot.
+    assert (olmo["sliding window"].plan, olmo["sliding window"].in_file) == ("4,096 keys back in 21 of 42 layers",
+                                                                            "full causal attention")
+    assert "sliding window" not in rows(feature_differences(model, "megatron"), "megatron_args.txt")
 
 
 def test_qwen3_per_head_qk_norm_differs_in_olmo_not_in_megatron():

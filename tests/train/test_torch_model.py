@@ -56,3 +56,51 @@ def test_the_mlp_calls_no_op_that_cuda_autocast_runs_in_fp32(activation):
     assert {"addmm", "relu" if activation == "squared_relu" else "mul" if activation == "swiglu" else "gelu"} <= ops.names
     assert not ops.names & _CUDA_AUTOCAST_FP32, sorted(ops.names & _CUDA_AUTOCAST_FP32)
     assert y.shape == x.shape
+
+
+@pytest.mark.parametrize("seq, window, heads, groups", [
+    (300, 64, 4, 4),      # chunks of 128 rows: the last one short
+    (1000, 200, 6, 2),    # grouped-query attention: three query heads per key/value head
+    (700, 513, 4, 1),     # one key/value head; a window that is no multiple of the chunk
+    (64, 100, 2, 2),      # a window longer than the sequence: plain causal attention
+])
+def test_windowed_attention_is_megatron_cores_band(seq, window, heads, groups):
+    """genconf's chunked windowed attention equals attention under megatron-core's own sliding-window mask
+    (transformer/utils.py get_sliding_window_causal_mask with window_size (w, 0)), values and gradients."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.transformer.utils import get_sliding_window_causal_mask
+
+    from genconf.train import mcore_compat
+    from genconf.train.torch_model import windowed_attention
+
+    torch.manual_seed(0)
+    q = torch.randn(2, heads, seq, 16, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(2, groups, seq, 16, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    with mcore_compat.cpu_megatron():  # the mask is built on device "cuda"
+        masked = get_sliding_window_causal_mask(seq, seq, (window, 0))  # True: the key is masked out
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=~masked.cpu(),
+                                                                enable_gqa=heads != groups)
+    got = windowed_attention(q, k, v, window)
+    torch.testing.assert_close(got, expected)
+    for a, b in zip(torch.autograd.grad(got.square().sum(), (q, k, v)),
+                    torch.autograd.grad(expected.square().sum(), (q, k, v))):
+        torch.testing.assert_close(a, b)
+
+
+def test_the_windowed_layers_are_megatron_cores():
+    """GPT's layers use the window exactly where megatron-core's is_layer_window_attention says (1-indexed layer
+    numbers, every window_attn_skip_freq-th layer full)."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.transformer.utils import is_layer_window_attention
+
+    from genconf.train.torch_model import GPT
+
+    base = dataclasses.replace(resolve_model("gpt3-125m")[0], num_layers=7)
+    for freq in (0, 2, 3):
+        spec = dataclasses.replace(base, sliding_window=64, window_attn_skip_freq=freq)
+        with torch.device("meta"):
+            model = GPT(spec)
+        windows = [layer.self_attention.window for layer in model.decoder.layers]
+        expected = [64 if is_layer_window_attention((64, 0), freq or None, n) else None for n in range(1, 8)]
+        assert windows == expected
+        assert spec.windowed_layers == sum(w is not None for w in windows)
