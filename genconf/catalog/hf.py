@@ -2,8 +2,8 @@
 
 Standard library only (json): transformers is never imported. Each family maps the fields that change the
 parameter count, the memory or the FLOPs onto ModelSpec's megatron-core names; what genconf does not model
-but which changes none of those (rope scaling, sliding windows, logit soft-capping, embedding scaling,
-parallel residuals) is stated in the spec's `source` and printed by `genconf models --from-hf`. A field genconf
+but which changes none of those (rope scaling, logit soft-capping, embedding scaling, parallel residuals) is
+stated in the spec's `source` and printed by `genconf models --from-hf`. A field genconf
 does not know is refused with one line, since it might change the model.
 """
 
@@ -54,7 +54,7 @@ class HFModel:
     architecture: str
     notes: tuple[str, ...]
     """Features of the checkpoint that change no parameter, memory or FLOP count genconf makes, or do but are
-    not modelled (sliding windows), one sentence each."""
+    not modelled (a sliding-window layer pattern megatron-core cannot express), one sentence each."""
     path: Path
 
 
@@ -116,15 +116,45 @@ def _seq_length(f: _Fields, notes: list[str]) -> int:
     return longest
 
 
-def _sliding_window(f: _Fields, notes: list[str], seq: int, *, every_other: bool = False) -> None:
-    use = f.get("use_sliding_window", True)
+def _window_pattern(windowed: list[bool]) -> int | None:
+    """megatron-core's window_attn_skip_freq for a per-layer list (True: windowed): 0 when every layer is windowed,
+    n when layer i (1-indexed) is windowed exactly when i % n != 0 (transformer/utils.is_layer_window_attention),
+    None when no such n describes the list."""
+    if all(windowed):
+        return 0
+    for n in range(2, len(windowed) + 1):
+        if all(w == ((i + 1) % n != 0) for i, w in enumerate(windowed)):
+            return n
+    return None
+
+
+def _sliding_window(f: _Fields, notes: list[str], layers: int, *, use_default: bool = True,
+                    every_other: bool = False) -> dict:
+    """Sliding-window attention as ModelSpec's sliding_window and window_attn_skip_freq (megatron-core's
+    window_size (w, 0) and window_attn_skip_freq). Which layers are windowed: transformers' `layer_types` where the
+    config lists them; else Qwen2's rule (layer i >= max_window_layers, when use_sliding_window); else every layer
+    (Mistral) or every other one starting with the first (Gemma-2)."""
+    use = f.get("use_sliding_window", use_default)
     window = f.get("sliding_window")
-    f.get("max_window_layers")
-    f.get("layer_types")
-    if use and isinstance(window, int) and not isinstance(window, bool) and window < seq:
-        which = "every other layer" if every_other else "every layer"
-        notes.append(f"sliding-window attention ({window:,} tokens, {which}) is not modelled: attention FLOPs and "
-                     f"activations are counted for full causal attention over seq_length (an upper bound)")
+    first_full = f.get("max_window_layers")
+    types = f.get("layer_types")
+    if not use or not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        return {}
+    if isinstance(types, list) and len(types) == layers:
+        windowed = [t == "sliding_attention" for t in types]
+    elif "max_window_layers" in f.data and isinstance(first_full, int):
+        windowed = [i >= first_full for i in range(layers)]  # modeling_qwen2: full below max_window_layers
+    else:
+        windowed = [i % 2 == 0 for i in range(layers)] if every_other else [True] * layers
+    if not any(windowed):
+        return {}
+    freq = _window_pattern(windowed)
+    if freq is None:
+        notes.append(f"sliding-window attention ({window:,} tokens) on {sum(windowed)} of {layers} layers in no "
+                     f"repeating pattern megatron-core expresses (window_attn_skip_freq) is not modelled: attention "
+                     f"is counted as full causal attention (an upper bound)")
+        return {}
+    return {"sliding_window": window, "window_attn_skip_freq": freq}
 
 
 def _gated(f: _Fields, notes: list[str], key: str = "hidden_act") -> str:
@@ -178,14 +208,14 @@ def _llama_like(f: _Fields, notes: list[str], *, tie_default: bool, act_key: str
 @_family("llama", "LlamaForCausalLM", "MistralForCausalLM")
 def _llama(f: _Fields, notes: list[str]) -> dict:
     values = _llama_like(f, notes, tie_default=False)
-    _sliding_window(f, notes, values["seq_length"])
+    values.update(_sliding_window(f, notes, values["num_layers"]))
     return values
 
 
 @_family("mixtral", "MixtralForCausalLM")
 def _mixtral(f: _Fields, notes: list[str]) -> dict:
     values = _llama_like(f, notes, tie_default=False)
-    _sliding_window(f, notes, values["seq_length"])
+    values.update(_sliding_window(f, notes, values["num_layers"]))
     # Every layer is sparse: block_sparse_moe.gate (e x h, no bias) and e SwiGLU experts of intermediate_size.
     values.update(num_experts=f.integer("num_local_experts"), moe_top_k=f.integer("num_experts_per_tok"),
                   moe_ffn_hidden_size=values["ffn_hidden_size"])
@@ -197,7 +227,7 @@ def _qwen2(f: _Fields, notes: list[str]) -> dict:
     # modeling_qwen2: q_proj, k_proj and v_proj have biases, o_proj and the MLP none (not a config field).
     values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
     values["add_qkv_bias"] = True
-    _sliding_window(f, notes, values["seq_length"])
+    values.update(_sliding_window(f, notes, values["num_layers"], use_default=False))
     return values
 
 
@@ -206,7 +236,7 @@ def _qwen3(f: _Fields, notes: list[str]) -> dict:
     # modeling_qwen3: q_norm and k_norm are RMSNorm(head_dim), applied per head.
     values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
     values.update(qk_layernorm=True, qk_layernorm_per_head=True)
-    _sliding_window(f, notes, values["seq_length"])
+    values.update(_sliding_window(f, notes, values["num_layers"], use_default=False))
     return values
 
 
@@ -260,7 +290,7 @@ def _gemma2(f: _Fields, notes: list[str]) -> dict:
     values = _gemma(f, notes)
     # modeling_gemma2: input, post_attention, pre_feedforward and post_feedforward RMSNorms in every layer.
     values["sandwich_norm"] = True
-    _sliding_window(f, notes, values["seq_length"], every_other=True)
+    values.update(_sliding_window(f, notes, values["num_layers"], every_other=True))
     caps = [f"{k} {f.get(k)}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if f.get(k) is not None]
     if caps:
         notes.append(f"logit soft-capping ({', '.join(caps)}) is element-wise: no parameters, FLOPs not counted")

@@ -102,7 +102,8 @@ def test_fields_are_mapped():
     assert load("olmo-1b-hf").spec.normalization == "nonparametric"
     gemma2 = load("gemma-2-2b")
     assert gemma2.spec.sandwich_norm and _tensor(gemma2.spec, "post_mlp_layernorm.weight") == 2304
-    assert any("soft-capping" in n for n in gemma2.notes) and any("every other layer" in n for n in gemma2.notes)
+    assert any("soft-capping" in n for n in gemma2.notes)
+    assert (gemma2.spec.sliding_window, gemma2.spec.window_attn_skip_freq) == (4096, 2)  # layers 1, 3, 5, ...
     gpt2 = load("gpt2").spec
     assert (gpt2.position_embedding, gpt2.normalization, gpt2.norm_bias, gpt2.add_bias_linear, gpt2.tie_embeddings,
             gpt2.hidden_dropout, gpt2.ffn_hidden_size) == ("learned", "layernorm", True, True, True, 0.1, 3072)
@@ -113,7 +114,29 @@ def test_fields_are_mapped():
     assert (moe.num_experts, moe.moe_top_k, moe.moe_ffn_hidden_size, moe.qk_layernorm_per_head) == (128, 8, 768, True)
     mixtral = load("mixtral-8x7b-v0.1").spec
     assert (mixtral.num_experts, mixtral.moe_top_k, mixtral.moe_ffn_hidden_size) == (8, 2, 14336)
-    assert any("sliding-window" in n for n in load("mistral-7b-v0.1").notes)
+    mistral = load("mistral-7b-v0.1")
+    assert (mistral.spec.sliding_window, mistral.spec.window_attn_skip_freq, mistral.notes) == (4096, 0, ())
+    assert load("qwen2-7b").spec.sliding_window is None  # use_sliding_window: false
+
+
+def _windowed(**fields) -> tuple:
+    config = json.loads((HF / "qwen2-0.5b" / "config.json").read_text()) | fields
+    spec, _, notes = hf.model_from_config(config, name="windowed", where="config.json")
+    return spec.sliding_window, spec.window_attn_skip_freq, notes
+
+
+def test_sliding_windows_are_read_as_megatron_core_lays_them():
+    """Which layers use the window: transformers' layer_types, Qwen2's max_window_layers (layers from it on) or
+    every layer, as megatron-core's window_size and window_attn_skip_freq (layer n windowed unless n % freq == 0);
+    a pattern those cannot express is said and priced as full attention."""
+    sliding, full = "sliding_attention", "full_attention"
+    assert _windowed(use_sliding_window=True, sliding_window=4096, max_window_layers=0) == (4096, 0, ())
+    assert _windowed(use_sliding_window=True, sliding_window=4096, max_window_layers=24)[:2] == (None, 0)
+    assert _windowed(use_sliding_window=True, sliding_window=512, layer_types=[sliding, sliding, full] * 8) == (512, 3, ())
+    assert _windowed(use_sliding_window=True, sliding_window=512, layer_types=[full] * 24)[:2] == (None, 0)
+    window, freq, notes = _windowed(use_sliding_window=True, sliding_window=4096, max_window_layers=20)
+    assert (window, freq) == (None, 0) and any("4 of 24 layers" in n and "not modelled" in n for n in notes)
+    assert _windowed(use_sliding_window=False, sliding_window=4096, max_window_layers=0)[:2] == (None, 0)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLIC_COUNTS))
@@ -237,10 +260,11 @@ def test_megatron_core_builds_the_imported_models_with_the_published_counts():
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["qwen2-0.5b", "qwen3-8b", "gemma-2-2b", "olmo-2-1124-7b"])
+@pytest.mark.parametrize("name", ["qwen2-0.5b", "qwen3-8b", "gemma-2-2b", "olmo-2-1124-7b", "mistral-7b-v0.1"])
 def test_the_cpu_training_model_builds_the_new_fields_exactly(name):
     """genconf's plain-PyTorch model (DeepSpeed/FSDP launchers) has exactly the planned tensors for QKV-only bias,
-    per-head and full-width q/k norms and sandwich norms, and runs forward and backward (a shrunk copy)."""
+    per-head and full-width q/k norms and sandwich norms, and runs forward and backward (a shrunk copy; a window
+    shrunk below its sequence)."""
     import dataclasses
 
     import torch
@@ -249,6 +273,8 @@ def test_the_cpu_training_model_builds_the_new_fields_exactly(name):
 
     spec = dataclasses.replace(load(name).spec, num_layers=2, hidden_size=64, num_attention_heads=4,
                                num_query_groups=2, kv_channels=32, ffn_hidden_size=96, vocab_size=128, seq_length=16)
+    if spec.sliding_window:
+        spec = dataclasses.replace(spec, sliding_window=5)
     model = GPT(spec)
     assert sum(p.numel() for p in model.parameters()) == exact_param_count(spec)
     tokens = torch.randint(0, 128, (2, 16))
