@@ -175,7 +175,8 @@ def test_from_hf_writes_a_catalog_yaml(name, tmp_path, capsys):
 CATALOG_TWINS = {"llama3-8b": "llama3-8b", "llama3.1-8b": "llama3.1-8b", "llama3.1-70b": "llama3.1-70b",
                  "llama3-70b": "llama3.1-70b", "llama3.2-1b": "llama3.2-1b", "llama3.2-3b": "llama3.2-3b",
                  "qwen2.5-7b": "qwen2-7b", "qwen3-8b": "qwen3-8b", "qwen3-30b-a3b": "qwen3-30b-a3b",
-                 "mixtral-8x7b": "mixtral-8x7b-v0.1", "olmo-1b": "olmo-1b-hf", "olmo2-7b": "olmo-2-1124-7b"}
+                 "mixtral-8x7b": "mixtral-8x7b-v0.1", "olmo-1b": "olmo-1b-hf", "olmo2-7b": "olmo-2-1124-7b",
+                 "mistral-7b-v0.1": "mistral-7b-v0.1"}
 
 
 @pytest.mark.parametrize("catalog,copy", sorted(CATALOG_TWINS.items()))

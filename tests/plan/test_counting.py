@@ -30,6 +30,7 @@ PUBLIC_COUNTS = {
     "llama3.1-70b": 70_553_706_496,   # meta-llama/Llama-3.1-70B: the tensors of Llama 3 70B
     "llama3.2-1b": 1_235_814_400,     # meta-llama/Llama-3.2-1B (lm_head tied: stored once)
     "llama3.2-3b": 3_212_749_824,     # meta-llama/Llama-3.2-3B (lm_head tied: stored once)
+    "mistral-7b-v0.1": 7_241_732_096,  # mistralai/Mistral-7B-v0.1
     "qwen2.5-7b": 7_615_616_512,      # Qwen/Qwen2.5-7B ("7.61B"; the tensors of Qwen2-7B)
     "qwen2.5-14b": 14_770_033_664,    # Qwen/Qwen2.5-14B ("14.7B")
     "qwen2.5-32b": 32_763_876_352,    # Qwen/Qwen2.5-32B ("32.8B")
@@ -210,6 +211,7 @@ def test_a_local_folder_named_like_a_hugging_face_id_is_read_not_the_catalog(tmp
 
 @pytest.mark.parametrize("ref,name", [
     ("meta-llama/Llama-2-7b-chat-hf", "llama2-7b"), ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"),
+    ("mistralai/Mistral-7B-Instruct-v0.1", "mistral-7b-v0.1"),
     ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"), ("Qwen/Qwen3-8B/", "qwen3-8b"),
 ])
 def test_release_tags_inside_the_id_and_a_trailing_slash(ref, name):
