@@ -165,6 +165,8 @@ PLANS = {
                  "--ep", "16", "--moe-dispatcher", "hybridep"],
     # A hybrid Mamba-2 / attention / MoE model (Nemotron 3 Nano) with graphed Mamba layers, as Megatron-Bridge's H100
     # recipe runs it, in BF16 (megatron-core asks Transformer Engine's version for MoE under FP8: not on a CPU)
+    # Sliding-window attention on every layer (Mistral 7B v0.1: 4,096 keys back)
+    "window": ["--model", "mistral-7b-v0.1", "--gpus", "16", "--framework", "megatron", "--tp", "2", "--pp", "2"],
     "hybrid": ["--model", "nemotron-3-nano", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron",
                "--ep", "8", "--tp", "1", "--cuda-graph-impl", "transformer_engine",
                "--cuda-graph-scope", "mamba"],
@@ -178,7 +180,7 @@ DS_PLANS = ["ds_z0", "ds_z1", "ds_z2_fp16", "ds_z3", "ds_z2_offload", "ds_z3_off
 
 MEGATRON_PLANS = ["olmo70b", "gqa_fp8_pp2vp2", "moe_ep_cp", "uneven_pp", "selective", "full_fp16_local", "ds_z3",
                   "fsdp1b", "fp8_block_knobs", "megatron_fsdp", "pp_layout", "moe_ep_overlap", "moe_cuda_graphs",
-                  "moe_flex", "hybrid"]
+                  "moe_flex", "hybrid", "window"]
 
 
 def genconf_quiet(*args: str) -> int:

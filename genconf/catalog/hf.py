@@ -54,7 +54,7 @@ class HFModel:
     architecture: str
     notes: tuple[str, ...]
     """Features of the checkpoint that change no parameter, memory or FLOP count genconf makes, or do but are
-    not modelled (a sliding-window layer pattern megatron-core cannot express), one sentence each."""
+    not modelled (a sliding-window layer pattern no window_attn_skip_freq describes), one sentence each."""
     path: Path
 
 
@@ -117,9 +117,10 @@ def _seq_length(f: _Fields, notes: list[str]) -> int:
 
 
 def _window_pattern(windowed: list[bool]) -> int | None:
-    """megatron-core's window_attn_skip_freq for a per-layer list (True: windowed): 0 when every layer is windowed,
-    n when layer i (1-indexed) is windowed exactly when i % n != 0 (transformer/utils.is_layer_window_attention),
-    None when no such n describes the list."""
+    """ModelSpec.window_attn_skip_freq for a per-layer list (True: windowed): 0 when every layer is windowed, n when
+    layer i (1-indexed) is windowed exactly when i % n != 0 (megatron-core's transformer/utils.py
+    is_layer_window_attention), None when no such n describes the list (megatron-core also takes a per-layer list;
+    genconf's ModelSpec does not)."""
     if all(windowed):
         return 0
     for n in range(2, len(windowed) + 1):
@@ -128,21 +129,30 @@ def _window_pattern(windowed: list[bool]) -> int | None:
     return None
 
 
+_LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
+
+
 def _sliding_window(f: _Fields, notes: list[str], layers: int, *, use_default: bool = True,
-                    every_other: bool = False) -> dict:
-    """Sliding-window attention as ModelSpec's sliding_window and window_attn_skip_freq (megatron-core's
-    window_size (w, 0) and window_attn_skip_freq). Which layers are windowed: transformers' `layer_types` where the
-    config lists them; else Qwen2's rule (layer i >= max_window_layers, when use_sliding_window); else every layer
-    (Mistral) or every other one starting with the first (Gemma-2)."""
+                    every_other: bool = False, window_default: int | None = None,
+                    first_full_default: int | None = None) -> dict:
+    """Sliding-window attention as ModelSpec's sliding_window and window_attn_skip_freq (megatron-core's window_size
+    (w, 0) and window_attn_skip_freq: a query sees itself and the w keys before it, as Megatron-Bridge imports
+    GPT-OSS; transformers' own mask keeps one key fewer). Which layers are windowed: transformers' `layer_types` where
+    the config lists them; else Qwen2's rule (layers from max_window_layers on, when use_sliding_window); else every
+    layer (Mistral) or every other one from the first (Gemma-2). Defaults where a key is absent are the transformers
+    config class's (`window_default`, `first_full_default`)."""
     use = f.get("use_sliding_window", use_default)
-    window = f.get("sliding_window")
-    first_full = f.get("max_window_layers")
+    window = f.get("sliding_window") if "sliding_window" in f.data else window_default
+    first_full = f.get("max_window_layers", first_full_default)
     types = f.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or any(t not in _LAYER_TYPES for t in types):
+            raise f.refuse("layer_types", types, f"one of {', '.join(_LAYER_TYPES)} per layer ({layers}) is expected")
     if not use or not isinstance(window, int) or isinstance(window, bool) or window < 1:
         return {}
-    if isinstance(types, list) and len(types) == layers:
-        windowed = [t == "sliding_attention" for t in types]
-    elif "max_window_layers" in f.data and isinstance(first_full, int):
+    if types is not None:
+        windowed = [_LAYER_TYPES[t] for t in types]
+    elif isinstance(first_full, int):
         windowed = [i >= first_full for i in range(layers)]  # modeling_qwen2: full below max_window_layers
     else:
         windowed = [i % 2 == 0 for i in range(layers)] if every_other else [True] * layers
@@ -150,9 +160,9 @@ def _sliding_window(f: _Fields, notes: list[str], layers: int, *, use_default: b
         return {}
     freq = _window_pattern(windowed)
     if freq is None:
-        notes.append(f"sliding-window attention ({window:,} tokens) on {sum(windowed)} of {layers} layers in no "
-                     f"repeating pattern megatron-core expresses (window_attn_skip_freq) is not modelled: attention "
-                     f"is counted as full causal attention (an upper bound)")
+        notes.append(f"sliding-window attention ({window:,} tokens) on {sum(windowed)} of {layers} layers, in no "
+                     f"pattern one window_attn_skip_freq describes, is not modelled: attention is counted as full "
+                     f"causal attention (an upper bound)")
         return {}
     return {"sliding_window": window, "window_attn_skip_freq": freq}
 
@@ -205,10 +215,18 @@ def _llama_like(f: _Fields, notes: list[str], *, tie_default: bool, act_key: str
 # --- families -------------------------------------------------------------------------------------
 # Defaults are the transformers config classes' own (tie_word_embeddings differs by family).
 
-@_family("llama", "LlamaForCausalLM", "MistralForCausalLM")
+@_family("llama", "LlamaForCausalLM")
 def _llama(f: _Fields, notes: list[str]) -> dict:
     values = _llama_like(f, notes, tie_default=False)
     values.update(_sliding_window(f, notes, values["num_layers"]))
+    return values
+
+
+@_family("mistral", "MistralForCausalLM")
+def _mistral(f: _Fields, notes: list[str]) -> dict:
+    # MistralConfig: sliding_window 4096 when the key is absent (null: none, as from v0.2 on).
+    values = _llama_like(f, notes, tie_default=False)
+    values.update(_sliding_window(f, notes, values["num_layers"], window_default=4096))
     return values
 
 
@@ -227,7 +245,7 @@ def _qwen2(f: _Fields, notes: list[str]) -> dict:
     # modeling_qwen2: q_proj, k_proj and v_proj have biases, o_proj and the MLP none (not a config field).
     values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
     values["add_qkv_bias"] = True
-    values.update(_sliding_window(f, notes, values["num_layers"], use_default=False))
+    values.update(_sliding_window(f, notes, values["num_layers"], use_default=False, first_full_default=28))
     return values
 
 
@@ -236,7 +254,7 @@ def _qwen3(f: _Fields, notes: list[str]) -> dict:
     # modeling_qwen3: q_norm and k_norm are RMSNorm(head_dim), applied per head.
     values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
     values.update(qk_layernorm=True, qk_layernorm_per_head=True)
-    values.update(_sliding_window(f, notes, values["num_layers"], use_default=False))
+    values.update(_sliding_window(f, notes, values["num_layers"], use_default=False, first_full_default=28))
     return values
 
 

@@ -81,11 +81,14 @@ def _track_record_lines(d: dict) -> list[str]:
             _row("  measured / predicted tokens/s", f"median {rec['median']:.2f}, {spread}")]
 
 
-def _window(m: dict) -> str:
+def _window(m: dict, seq: int) -> str:
     """', window 4,096 (21 of 42 layers)' for sliding-window attention, else nothing."""
-    if not m.get("sliding_window"):
+    window = m.get("sliding_window")
+    if not window:
         return ""
-    return f", window {m['sliding_window']:,} ({m['windowed_layers']} of {m['num_layers']} layers)"
+    if window + 1 >= seq:
+        return f", window {window:,} (covers the sequence: full attention)"
+    return f", window {window:,} ({m.get('windowed_layers', '?')} of {m['num_layers']} layers)"
 
 
 def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:
@@ -99,7 +102,7 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
         f"model    {alias}{m['name']}: {m['params']:,} parameters (workshop formula: {m['params_workshop']:,})",
         f"         {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_attention_heads']} heads"
         f" ({m['num_query_groups']} KV), ffn {m['ffn_hidden_size']} {m['activation']}, vocab {m['vocab_size']}, "
-        f"seq {p['seq_length']}" + _window(m),
+        f"seq {p['seq_length']}" + _window(m, p["seq_length"]),
         f"cluster  {c['name']}: {c['num_gpus']} x {c['gpu_display_name']} ({c['num_nodes']} nodes of "
         f"{c['gpus_per_node']}, NVLink {nvlink}, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
         *([f"         {c['note']}"] if c.get("note") else []),

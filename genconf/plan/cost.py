@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from genconf.plan import kernels
 from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, layer_tensors, lora_flops_per_token,
                                     checkpoint_early_stop, lora_target_shapes, model_flops_per_token,
-                                    recompute_flops_per_token, transformer_view, window_chunk_rows)
+                                    recompute_flops_per_token, transformer_view, window_keys_per_query)
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import (bf16_layers_on_rank, bubble_fraction, dp_overlap_passes, format_layout,
                                    recomputed_layers, stage_layers)
@@ -600,15 +600,20 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     keys = seq
     causal = True
     sdpa = impl.startswith("torch")  # genconf's own model, eager or compiled: PyTorch SDPA
-    if windowed and model.sliding_window and model.sliding_window < seq:
+    banded = windowed and bool(model.sliding_window) and model.sliding_window + 1 < seq
+    if banded:
         keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving
-        if sdpa and model.sliding_window + 1 < seq:
+        if sdpa:
             # genconf's own windowed attention (torch_model.windowed_attention): each chunk of queries against its
-            # rows and the window before them under a mask, every block computed.
-            keys += window_chunk_rows(model.sliding_window, seq)
+            # rows and the window before them under a mask, every block computed. With a mask SDPA runs its
+            # memory-efficient kernel, priced here at the flash rate: its own rate is not measured on a GPU.
+            keys = window_keys_per_query(model.sliding_window, seq)
     peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)  # attention: the power cap only
     te_unfused = impl == "megatron-te" and not kernels.fused_attention_supported(d)
-    sdpa_math = sdpa and (attention == "math" or not kernels.sdpa_fused_supported(d, gqa=model.grouped_query))
+    # (Windowed layers fold the query heads into rows and pass a mask: memory-efficient attention or math.)
+    fused = (kernels.sdpa_backend_takes("efficient", d) if banded
+             else kernels.sdpa_fused_supported(d, gqa=model.grouped_query))
+    sdpa_math = sdpa and (attention == "math" or not fused)
     if impl in ("megatron-local", "megatron-local-fused") or te_unfused or sdpa_math:
         # (TE's own unfused attention runs its fused scale-mask-softmax kernel: megatron's fused scores' traffic;
         # PyTorch's math backend an unfused mask and softmax, as megatron's local spec.)

@@ -294,10 +294,20 @@ def torch_vocab_rows(vocab_size: int) -> int:
 
 
 def window_chunk_rows(window: int, seq: int) -> int:
-    """Query rows per chunk of genconf's own sliding-window attention (genconf.train.torch_model): the multiple of
-    128 at or above a quarter of the window, at least 128 and at most the sequence. Each chunk attends to its own
-    rows and the `window` keys before them, so a query costs window + chunk keys, not window alone."""
+    """Query rows per chunk of genconf's own sliding-window attention (genconf.train.torch_model.windowed_attention):
+    the multiple of 128 at or above a quarter of the window, at least 128 and at most the sequence."""
     return max(1, min(seq, max(128, -(-window // 4 // 128) * 128)))
+
+
+def window_keys_per_query(window: int, seq: int) -> float:
+    """Keys per query that genconf's own windowed attention computes, masked or not, averaged over the sequence:
+    each chunk of n query rows runs against its own rows and the `window` keys before them (fewer at the start),
+    window + chunk rows for an interior chunk. A window covering the sequence runs plain causal attention (None
+    there: price it as causal)."""
+    rows = window_chunk_rows(window, seq)
+    keys = sum((min(seq, start + rows) - start) * (min(seq, start + rows) - max(0, start - window))
+               for start in range(0, seq, rows))
+    return keys / seq
 
 
 def vocab_padding_params(model: ModelSpec, vocab_rows: int) -> int:
@@ -440,7 +450,8 @@ def model_flops_per_token(model: ModelSpec, seq_length: int, vocab_rows: int | N
     """Training FLOPs per token, forward + backward, no recomputation, causal mask not halved.
 
     Megatron-LM num_floating_point_operations (the DGX Cloud benchmark convention,
-    shared/data/dgxc_model_flops_convention.csv): 6 x (matmul MACs) + 12*L*s*(a*d) for QK^T and AV,
+    shared/data/dgxc_model_flops_convention.csv): 6 x (matmul MACs) + 12*L*s*(a*d) for QK^T and AV (min(w + 1, s)
+    in place of s in sliding-window layers),
     + 6*V*h for the logits (once more per multi-token-prediction layer). Equals Korthikanti 2022 eq. 7 for
     GPT-3-style models.
     """

@@ -396,9 +396,20 @@ def attention_kernel_head_dim_conflict(kernel: str, head_dim: int) -> str | None
             f"(PyTorch picks a backend that takes it)")
 
 
+def attention_kernel_window_conflict(kernel: str, model: ModelSpec, seq_length: int) -> str | None:
+    """Why a pinned kernel cannot run this model's sliding-window layers (None: it can): genconf's own model passes
+    them a band mask (torch_model.windowed_attention), and PyTorch's flash attention takes no mask ("No available
+    kernel" at the first step)."""
+    if PLAN_SDPA_BACKEND.get(kernel) != "flash" or not model.sliding_window or model.sliding_window + 1 >= seq_length:
+        return None
+    return (f"--attention-kernel {kernel}: PyTorch's flash attention takes no mask, and this model's sliding-window "
+            f"layers ({model.sliding_window:,} keys back) run with one: plan with --attention-kernel auto")
+
+
 def _attention_kernel(c: Context) -> str | None:
     return (attention_kernel_conflict(c.plan.attention_kernel, c.plan.framework)
-            or attention_kernel_head_dim_conflict(c.plan.attention_kernel, c.model.attention_head_dim))
+            or attention_kernel_head_dim_conflict(c.plan.attention_kernel, c.model.attention_head_dim)
+            or attention_kernel_window_conflict(c.plan.attention_kernel, c.model, c.plan.seq_length))
 
 
 def _fused_loss(c: Context) -> str | None:

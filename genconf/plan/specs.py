@@ -123,7 +123,9 @@ class ModelSpec:
     """Expert MLP width (one SwiGLU branch). None = ffn_hidden_size."""
     sliding_window: int | None = None
     """Sliding-window attention: in the windowed layers each query attends to itself and the `sliding_window` keys
-    before it (megatron-core's window_size (w, 0); Mistral's reference mask). None = full attention."""
+    before it (megatron-core's window_size (w, 0); Mistral's reference mask; a Hugging Face config's sliding_window
+    read as is, as Megatron-Bridge imports GPT-OSS, though transformers' own mask keeps one key fewer). None = full
+    attention."""
     window_attn_skip_freq: int = 0
     """Every Nth layer uses full attention, the others the window (megatron-core window_attn_skip_freq;
     GPT-OSS alternates: 2). 0 = every layer windowed."""

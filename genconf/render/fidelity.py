@@ -1,8 +1,8 @@
 """What each artifact cannot carry of the plan, one row per difference: the layout a framework rewrites (model
 parallelism into sharding, selective into full recompute, FP8 into BF16, the batch rounded to the world size) and the
 model features a format cannot express (Qwen2's QKV-only bias, Gemma-2's sandwich norms, per-head q/k norms, a head
-dimension other than hidden / heads, sliding windows, experts). The artifacts README prints them in one table, so nothing is dropped
-silently.
+dimension other than hidden / heads, sliding windows, experts). The artifacts README prints them in one table, so
+nothing is dropped silently.
 
 Pure: standard library and genconf's specs and configs only.
 """

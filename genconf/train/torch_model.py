@@ -49,25 +49,43 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
+_BANDS: dict[tuple, torch.Tensor] = {}
+"""Band masks by (window, rows, query heads per group, dtype, device): one tensor every layer shares, and the
+backward keeps it once."""
+
+
+def _band(window: int, rows: int, r: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An interior chunk's additive mask, [r, rows, rows + window]: query row i sees columns i .. i + window of the
+    chunk's rows + window keys (0), the rest -inf; the same for each of the r query heads stacked along the rows."""
+    key = (window, rows, r, dtype, device)
+    if key not in _BANDS:
+        i = torch.arange(rows, device=device)[:, None]
+        j = torch.arange(rows + window, device=device)[None, :]
+        band = torch.zeros(rows, rows + window, dtype=dtype, device=device)
+        band = band.masked_fill((j < i) | (j > i + window), float("-inf"))
+        _BANDS[key] = band.repeat(r, 1).view(r, rows, rows + window)
+    return _BANDS[key]
+
+
 def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *,
                        dropout_p: float = 0.0) -> torch.Tensor:
     """Causal attention where query i sees keys i - window .. i (megatron-core's window_size (window, 0)); q [b, heads,
     s, d], k and v [b, groups, s, d]. Queries go in chunks of `window_chunk_rows` rows, each against its own keys and
     the `window` before them under an additive band mask, so nothing is s x s: scores are chunk x (chunk + window).
     The query heads of a key/value group are stacked along the rows (one mask, tiled), so grouped-query attention
-    needs no copy of k and v and SDPA may pick a fused kernel that takes a mask (memory-efficient attention; flash
-    attention takes none)."""
+    needs no copy of k and v and SDPA can pick a fused kernel that takes a mask (memory-efficient attention; flash
+    attention takes none: rules.attention_kernel_window_conflict). Under autocast q, k and v are cast once and the
+    mask is built in autocast's dtype, so no chunk casts its own copies."""
     b, heads, s, d = q.shape
     groups = k.shape[1]
     r = heads // groups
     if window + 1 >= s:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=r > 1)
+    device = q.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else q.dtype
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     rows = window_chunk_rows(window, s)
-    # An interior chunk's band: its query row i sees columns i .. i + window of its rows + window keys.
-    i = torch.arange(rows, device=q.device)[:, None]
-    j = torch.arange(rows + window, device=q.device)[None, :]
-    band = torch.zeros(rows, rows + window, dtype=q.dtype, device=q.device)
-    band = band.masked_fill((j < i) | (j > i + window), float("-inf")).repeat(r, 1).view(r, rows, rows + window)
+    band = _band(window, rows, r, dtype, q.device)
     outs = []
     for start in range(0, s, rows):
         end = min(s, start + rows)
@@ -77,8 +95,9 @@ def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
         query = q[:, :, start:end].reshape(b, groups, r * n, d)
         out = F.scaled_dot_product_attention(query, k[:, :, first:end], v[:, :, first:end], attn_mask=mask,
                                              dropout_p=dropout_p)
-        outs.append(out.view(b, heads, n, d))
-    return torch.cat(outs, dim=-2)
+        # CUDA's fused kernels return [b, groups, r n, d] strided as [b, r n, groups, d]: split, never view.
+        outs.append(out.unflatten(2, (r, n)))
+    return torch.cat(outs, dim=3).flatten(1, 2)
 
 
 class Attention(nn.Module):

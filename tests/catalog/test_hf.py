@@ -11,6 +11,7 @@ from conftest import REPO, genconf_cmd, needs_megatron, needs_torch
 from genconf.catalog import hf
 from genconf.catalog.models import MODEL_KEYS, architecture, model_from_file, resolve_model
 from genconf.cli.main import main
+from genconf.plan.errors import GenconfError
 from genconf.plan.counting import active_param_count, exact_param_count, layer_tensors
 
 HF = REPO / "tests" / "data" / "hf"
@@ -137,6 +138,22 @@ def test_sliding_windows_are_read_as_megatron_core_lays_them():
     window, freq, notes = _windowed(use_sliding_window=True, sliding_window=4096, max_window_layers=20)
     assert (window, freq) == (None, 0) and any("4 of 24 layers" in n and "not modelled" in n for n in notes)
     assert _windowed(use_sliding_window=False, sliding_window=4096, max_window_layers=0)[:2] == (None, 0)
+    # Absent keys take the transformers config class's defaults: Qwen2's max_window_layers 28 (of 24 here: none).
+    config = json.loads((HF / "qwen2-0.5b" / "config.json").read_text()) | {"use_sliding_window": True}
+    config.pop("max_window_layers")
+    assert hf.model_from_config(config, name="q", where="config.json")[0].sliding_window is None
+    with pytest.raises(GenconfError, match="layer_types"):
+        _windowed(use_sliding_window=True, sliding_window=512, layer_types=[sliding] * 23)
+    with pytest.raises(GenconfError, match="layer_types"):
+        _windowed(use_sliding_window=True, sliding_window=512, layer_types=["chunked_attention"] * 24)
+
+
+def test_mistral_windows_every_layer_unless_the_config_says_none():
+    """MistralConfig's sliding_window is 4,096 when the key is absent; null (v0.2 on) is no window."""
+    config = json.loads((HF / "mistral-7b-v0.1" / "config.json").read_text())
+    assert hf.model_from_config(config | {"sliding_window": None}, name="m", where="c")[0].sliding_window is None
+    config.pop("sliding_window")
+    assert hf.model_from_config(config, name="m", where="c")[0].sliding_window == 4096
 
 
 @pytest.mark.parametrize("name", sorted(PUBLIC_COUNTS))

@@ -227,6 +227,20 @@ def test_the_main_jobs_plan_breaks_no_rule(plan):
     assert violations("70b", plan) == {}
 
 
+def test_flash_attention_is_not_pinned_for_sliding_window_layers():
+    """genconf's own model runs windowed layers with a band mask, which PyTorch's flash attention does not take;
+    where the window covers the sequence the layers run plain causal attention and any kernel may be pinned."""
+    from genconf.plan.rules import attention_kernel_window_conflict
+
+    model = resolve_model("mistral-7b-v0.1")[0]
+    assert "takes no mask" in attention_kernel_window_conflict("flash2", model, 8192)
+    assert attention_kernel_window_conflict("flash2", model, 4097) is None  # 4,096 keys back: every key
+    assert attention_kernel_window_conflict("auto", model, 8192) is None
+    assert attention_kernel_window_conflict("flash2", resolve_model("llama3-8b")[0], 8192) is None
+    plan = ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=8192, zero_stage=3, attention_kernel="flash2")
+    assert "attention_kernel" in violations("mistral-7b-v0.1", plan)
+
+
 def test_a_pinned_attention_kernel_must_take_the_head_dim():
     """The SDPA backend a pinned kernel runs must take the model's head dim, or the launch stops at its first step
     ("No available kernel"): on an H200 cuDNN's attention took neither 150 nor 448, flash took 150 and not 450

@@ -35,6 +35,8 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         assert cfg.num_moe_experts == 8 and cfg.moe_router_topk == 2
     if name == "uneven_pp":
         assert (cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage) == (10, 10)
+    if name == "window":
+        assert (cfg.window_size, cfg.window_attn_skip_freq) == ((4096, 0), None)  # every layer windowed
     if name == "pp_layout":
         # megatron-core reads the layout itself and derives vp from it: rank 3 holds 11 layers, the last 9
         assert str(cfg.pipeline_model_parallel_layout) == "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"

@@ -104,3 +104,57 @@ def test_the_windowed_layers_are_megatron_cores():
         expected = [64 if is_layer_window_attention((64, 0), freq or None, n) else None for n in range(1, 8)]
         assert windows == expected
         assert spec.windowed_layers == sum(w is not None for w in windows)
+
+
+def test_windowed_attention_takes_the_fused_kernels_strided_output(monkeypatch):
+    """CUDA's memory-efficient and flash kernels return [b, heads, s, d] strided as [b, s, heads, d]: the chunks'
+    outputs are split and concatenated, never viewed, so grouped-query attention works with that layout too."""
+    from genconf.train.torch_model import windowed_attention
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def strided(*args, **kwargs):
+        return sdpa(*args, **kwargs).transpose(1, 2).contiguous().transpose(1, 2)
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 8, 300, 16), torch.randn(2, 2, 300, 16), torch.randn(2, 2, 300, 16)
+    expected = windowed_attention(q, k, v, 64)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", strided)
+    torch.testing.assert_close(windowed_attention(q, k, v, 64), expected)
+
+
+def test_windowed_attention_under_autocast_builds_one_mask_in_its_dtype():
+    """fp32 q and k under autocast (q/k norms run in fp32): q, k, v cast once and the band built in bf16, one tensor
+    shared by every layer of the same shape."""
+    from genconf.train import torch_model
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 400, 16), torch.randn(1, 2, 400, 16), torch.randn(1, 2, 400, 16)
+    torch_model._BANDS.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = torch_model.windowed_attention(q, k, v, 100)
+        torch_model.windowed_attention(q, k, v, 100)
+    assert out.dtype == torch.bfloat16
+    assert [(key[0], key[2], key[3]) for key in torch_model._BANDS] == [(100, 2, torch.bfloat16)]
+    ref = torch_model.windowed_attention(*(t.to(torch.bfloat16) for t in (q, k, v)), 100)
+    torch.testing.assert_close(out, ref)
+
+
+@pytest.mark.parametrize("seq, window", [(4200, 4096), (8192, 4096), (1000, 200), (300, 64)])
+def test_the_cost_model_prices_the_keys_the_chunks_compute(monkeypatch, seq, window):
+    """counting.window_keys_per_query (what genconf.plan.cost prices for genconf's own windowed layers) is the mean
+    over queries of the keys the chunks hand SDPA, masked or not."""
+    from genconf.plan.counting import window_keys_per_query
+    from genconf.train.torch_model import windowed_attention
+
+    sdpa, computed = torch.nn.functional.scaled_dot_product_attention, []
+
+    def counting(query, key, value, **kwargs):
+        computed.append(query.shape[-2] * key.shape[-2])
+        return sdpa(query, key, value, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    q, k = torch.zeros(1, 2, seq, 8), torch.zeros(1, 1, seq, 8)
+    windowed_attention(q, k, k, window)
+    assert sum(computed) / (2 * seq) == pytest.approx(window_keys_per_query(window, seq))
+    assert window_keys_per_query(window, seq) < window + 1024  # first chunks see fewer keys

@@ -23,6 +23,7 @@ TINY_GPT = str(REPO / "tests" / "data" / "tiny-gpt.yaml")
 TINY_LLAMA = str(REPO / "tests" / "data" / "tiny-llama.yaml")
 TINY_MOE = str(REPO / "tests" / "data" / "tiny-moe.yaml")  # 4 experts, top-2: megatron-core's MoE layer on a CPU
 TINY_ODD = str(REPO / "tests" / "data" / "tiny-odd.yaml")  # hidden 63: every framework pads its shards
+TINY_WINDOW = str(REPO / "tests" / "data" / "tiny-window.yaml")  # sliding window 16 on every other layer
 SMOKE = ["--steps", "12", "--lr", "3e-3", "--vocab", "128"]
 # Runs that verify must pass train 24 steps: verify's loss rule wants the loss below the labels' unigram entropy
 # (4.70 nats at vocab 128), which a model that ignores its inputs cannot beat; from megatron's initial 5.36 a
@@ -75,6 +76,10 @@ LAYOUTS = {
     "deepspeed-zero2": (TINY_GPT, 2, ["--framework", "deepspeed", "--zero", "2"]),
     "deepspeed-zero3": (TINY_LLAMA, 2, ["--framework", "deepspeed", "--zero", "3"]),
     "fsdp-full-shard": (TINY_LLAMA, 2, ["--framework", "fsdp", "--zero", "3"]),
+    # Sliding-window attention (64 tokens, a 16-key window on every other layer): megatron-core's local spec masks
+    # the band (--window-size), genconf's own model attends in chunks (torch_model.windowed_attention).
+    "megatron-window-tp2": (TINY_WINDOW, 2, ["--framework", "megatron", "--tp", "2", "--pp", "1", "--zero", "0"]),
+    "fsdp-window": (TINY_WINDOW, 2, ["--framework", "fsdp", "--zero", "3"]),
     # The fused cross entropy (genconf's chunked version on a CPU): trains, verifies, holds the planned bytes.
     "fsdp-fused-loss": (TINY_GPT, 2, ["--framework", "fsdp", "--zero", "3", "--fused-loss"]),
     # Odd sizes: the exact byte counts include each framework's padding of its shards.
