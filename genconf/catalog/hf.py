@@ -134,13 +134,14 @@ _LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
 
 def _sliding_window(f: _Fields, notes: list[str], layers: int, *, use_default: bool = True,
                     every_other: bool = False, window_default: int | None = None,
-                    first_full_default: int | None = None) -> dict:
+                    first_full_default: int | None = None, pattern: int | None = None) -> dict:
     """Sliding-window attention as ModelSpec's sliding_window and window_attn_skip_freq (megatron-core's window_size
     (w, 0) and window_attn_skip_freq: a query sees itself and the w keys before it, as Megatron-Bridge imports
     GPT-OSS; transformers' own mask keeps one key fewer). Which layers are windowed: transformers' `layer_types` where
-    the config lists them; else Qwen2's rule (layers from max_window_layers on, when use_sliding_window); else every
-    layer (Mistral) or every other one from the first (Gemma-2). Defaults where a key is absent are the transformers
-    config class's (`window_default`, `first_full_default`)."""
+    the config lists them; else Qwen2's rule (layers from max_window_layers on, when use_sliding_window); else Gemma-3's
+    (`pattern`: every layer but each pattern-th); else every layer (Mistral) or every other one from the first
+    (Gemma-2). Defaults where a key is absent are the transformers config class's (`window_default`,
+    `first_full_default`)."""
     use = f.get("use_sliding_window", use_default)
     window = f.get("sliding_window") if "sliding_window" in f.data else window_default
     first_full = f.get("max_window_layers", first_full_default)
@@ -154,6 +155,8 @@ def _sliding_window(f: _Fields, notes: list[str], layers: int, *, use_default: b
         windowed = [_LAYER_TYPES[t] for t in types]
     elif isinstance(first_full, int):
         windowed = [i >= first_full for i in range(layers)]  # modeling_qwen2: full below max_window_layers
+    elif pattern:
+        windowed = [(i + 1) % pattern != 0 for i in range(layers)]  # modeling_gemma3: is_sliding
     else:
         windowed = [i % 2 == 0 for i in range(layers)] if every_other else [True] * layers
     if not any(windowed):
@@ -314,6 +317,25 @@ def _gemma2(f: _Fields, notes: list[str]) -> dict:
         notes.append(f"logit soft-capping ({', '.join(caps)}) is element-wise: no parameters, FLOPs not counted")
     f.get("query_pre_attn_scalar")
     f.get("sliding_window_size")  # the early gemma-2-9b/27b configs repeat sliding_window under this name
+    return values
+
+
+@_family("gemma3", "Gemma3ForCausalLM")
+def _gemma3(f: _Fields, notes: list[str]) -> dict:
+    values = _gemma(f, notes)
+    # modeling_gemma3: Gemma-2's four norms per layer, and q_norm / k_norm RMSNorm(head_dim) on each head.
+    values.update(sandwich_norm=True, qk_layernorm=True, qk_layernorm_per_head=True)
+    # Gemma3TextConfig: sliding_window 4096 and sliding_window_pattern 6 when absent (every 6th layer full).
+    pattern = f.get("sliding_window_pattern", 6)
+    if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
+        raise f.refuse("sliding_window_pattern", pattern, "a positive number of layers is expected")
+    values.update(_sliding_window(f, notes, values["num_layers"], window_default=4096, pattern=pattern))
+    caps = [f"{k} {f.get(k)}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if f.get(k) is not None]
+    if caps:
+        notes.append(f"logit soft-capping ({', '.join(caps)}) is element-wise: no parameters, FLOPs not counted")
+    if f.get("rope_local_base_freq") is not None:
+        notes.append(f"the windowed layers' rotary base is {f.get('rope_local_base_freq'):g} (no parameters)")
+    f.get("query_pre_attn_scalar")
     return values
 
 

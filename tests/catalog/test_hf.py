@@ -44,6 +44,7 @@ PUBLIC_COUNTS = {
     "gemma-2-2b": 2_614_341_888,        # HF total, google/gemma-2-2b
     "gemma-2-9b": 9_241_705_984,        # HF total, google/gemma-2-9b; KerasHub preset gemma2_9b_en "params"
     "gemma-2-27b": 27_227_128_320,      # HF total, google/gemma-2-27b ("27.2B")
+    "gemma-3-1b": 999_885_952,          # HF total, google/gemma-3-1b-it; KerasHub preset gemma3_1b "params"
 }
 
 
@@ -115,6 +116,9 @@ def test_fields_are_mapped():
     assert (moe.num_experts, moe.moe_top_k, moe.moe_ffn_hidden_size, moe.qk_layernorm_per_head) == (128, 8, 768, True)
     mixtral = load("mixtral-8x7b-v0.1").spec
     assert (mixtral.num_experts, mixtral.moe_top_k, mixtral.moe_ffn_hidden_size) == (8, 2, 14336)
+    gemma3 = load("gemma-3-1b")  # per-head q/k norms, sandwich norms, every 6th layer full attention
+    assert (gemma3.spec.qk_layernorm_per_head, gemma3.spec.sandwich_norm) == (True, True)
+    assert (gemma3.spec.sliding_window, gemma3.spec.window_attn_skip_freq, gemma3.spec.windowed_layers) == (512, 6, 22)
     mistral = load("mistral-7b-v0.1")
     assert (mistral.spec.sliding_window, mistral.spec.window_attn_skip_freq, mistral.notes) == (4096, 0, ())
     assert load("qwen2-7b").spec.sliding_window is None  # use_sliding_window: false
@@ -278,7 +282,8 @@ def test_megatron_core_builds_the_imported_models_with_the_published_counts():
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["qwen2-0.5b", "qwen3-8b", "gemma-2-2b", "olmo-2-1124-7b", "mistral-7b-v0.1"])
+@pytest.mark.parametrize("name", ["qwen2-0.5b", "qwen3-8b", "gemma-2-2b", "olmo-2-1124-7b", "mistral-7b-v0.1",
+                                  "gemma-3-1b"])
 def test_the_cpu_training_model_builds_the_new_fields_exactly(name):
     """genconf's plain-PyTorch model (DeepSpeed/FSDP launchers) has exactly the planned tensors for QKV-only bias,
     per-head and full-width q/k norms and sandwich norms, and runs forward and backward (a shrunk copy; a window
