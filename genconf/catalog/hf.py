@@ -3,8 +3,8 @@
 Standard library only (json): transformers is never imported. Each family maps the fields that change the
 parameter count, the memory or the FLOPs onto ModelSpec's megatron-core names; what genconf does not model
 but which changes none of those (rope scaling, logit soft-capping, embedding scaling, parallel residuals) is
-stated in the spec's `source` and printed by `genconf models --from-hf`. A field genconf
-does not know is refused with one line, since it might change the model.
+stated in the spec's `source` and printed by `genconf models --from-hf`. A field genconf does not know is refused
+with one line, since it might change the model.
 """
 
 from __future__ import annotations

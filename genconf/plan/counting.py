@@ -302,8 +302,8 @@ def window_chunk_rows(window: int, seq: int) -> int:
 def window_keys_per_query(window: int, seq: int) -> float:
     """Keys per query that genconf's own windowed attention computes, masked or not, averaged over the sequence:
     each chunk of n query rows runs against its own rows and the `window` keys before them (fewer at the start),
-    window + chunk rows for an interior chunk. A window covering the sequence runs plain causal attention (None
-    there: price it as causal)."""
+    window + chunk rows for an interior chunk. For windows at least 2 keys shorter than the sequence: a longer one
+    runs plain causal attention, which genconf.plan.cost prices as such."""
     rows = window_chunk_rows(window, seq)
     keys = sum((min(seq, start + rows) - start) * (min(seq, start + rows) - max(0, start - window))
                for start in range(0, seq, rows))
