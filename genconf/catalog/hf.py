@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from genconf.plan import limits
 from genconf.plan.errors import GenconfError
 from genconf.plan.specs import ModelSpec
 
@@ -149,8 +150,10 @@ def _sliding_window(f: _Fields, notes: list[str], layers: int, *, use_default: b
     if types is not None:
         if not isinstance(types, list) or len(types) != layers or any(t not in _LAYER_TYPES for t in types):
             raise f.refuse("layer_types", types, f"one of {', '.join(_LAYER_TYPES)} per layer ({layers}) is expected")
-    if not use or not isinstance(window, int) or isinstance(window, bool) or window < 1:
+    if not use or window is None:
         return {}
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise f.refuse("sliding_window", window, "a positive number of tokens (or null: no window) is expected")
     if types is not None:
         windowed = [_LAYER_TYPES[t] for t in types]
     elif isinstance(first_full, int):
@@ -164,8 +167,7 @@ def _sliding_window(f: _Fields, notes: list[str], layers: int, *, use_default: b
     freq = _window_pattern(windowed)
     if freq is None:
         notes.append(f"sliding-window attention ({window:,} tokens) on {sum(windowed)} of {layers} layers, in no "
-                     f"pattern one window_attn_skip_freq describes, is not modelled: attention is counted as full "
-                     f"causal attention (an upper bound)")
+                     f"pattern one window_attn_skip_freq describes: priced as full causal attention (an upper bound)")
         return {}
     return {"sliding_window": window, "window_attn_skip_freq": freq}
 
@@ -438,6 +440,9 @@ def model_from_config(data: dict, *, name: str, where: str) -> tuple[ModelSpec, 
     source = f"Hugging Face config.json ({arch}, {family} family) read by genconf.hf"
     if notes:
         source += "; not modelled: " + "; ".join(notes)
+    bad = limits.check_all(values, where=where)  # as a models/*.yaml file's (catalog.files.build)
+    if bad:
+        raise GenconfError(bad[0])
     try:
         spec = ModelSpec(name=name, source=source, **values)
     except ValueError as exc:

@@ -127,6 +127,9 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     """Catalog name, size alias, YAML path or Hugging Face config.json (or its directory) -> (model, the alias
     used or None)."""
     key = ref.strip().lower().rstrip("/")
+    if not key:
+        raise GenconfError("--model is empty: name a catalog model (genconf models), a models/*.yaml file, a Hugging "
+                           "Face id or a config.json")
     own = resource_dir("models") / f"{key}.yaml"
     if key and "/" not in key and own.is_file():
         return _catalog_model(own), None

@@ -157,7 +157,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         raise GenconfError(f"--tp {args.tp} is larger than a node: tensor parallelism must stay inside the "
                            f"{cluster.nvlink_domain}-GPU NVLink domain of {cluster.name}")
     seq = args.seq_len or model.seq_length
-    if args.cp and seq % (2 * args.cp):
+    if args.cp and args.cp > 1 and seq % (2 * args.cp):
         raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
     if getattr(args, "packed_doc_len", None) and args.packed_doc_len > seq:
         raise GenconfError(f"--packed-doc-len {args.packed_doc_len} is longer than the sequence ({seq}): documents "

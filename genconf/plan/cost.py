@@ -602,7 +602,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     sdpa = impl.startswith("torch")  # genconf's own model, eager or compiled: PyTorch SDPA
     banded = windowed and bool(model.sliding_window) and model.sliding_window + 1 < seq
     if banded:
-        keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving
+        keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving (unfused)
         if sdpa:
             # genconf's own windowed attention (torch_model.windowed_attention): each chunk of queries against its
             # rows and the window before them under a mask, every block computed. With a mask SDPA runs its
@@ -639,13 +639,15 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         bh = mbs * heads
         backend = attention_factor(attention, cal)
 
-        def flash(seq_q: float, seq_k: float, is_causal: bool, batch: float = bh) -> tuple[float, float]:
+        def flash(seq_q: float, seq_k: float, is_causal: bool, batch: float = bh,
+                  band: int | None = None) -> tuple[float, float]:
             f = kernels.flash_attention_s(batch, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
                                           efficiency=cal.attention_fwd_efficiency * backend,
-                                          tile_overhead_s=cal.attention_fwd_tile_s, sms=gpu.num_sms)
+                                          tile_overhead_s=cal.attention_fwd_tile_s, sms=gpu.num_sms, window=band)
             b = kernels.flash_attention_s(batch, seq_q, seq_k, d, causal=is_causal, peak_tflops=peak16,
                                           efficiency=cal.attention_bwd_efficiency * backend,
-                                          tile_overhead_s=cal.attention_bwd_tile_s, sms=gpu.num_sms, backward=True)
+                                          tile_overhead_s=cal.attention_bwd_tile_s, sms=gpu.num_sms, backward=True,
+                                          window=band)
             return f, b
 
         packed = doc_tokens is not None and doc_tokens < seq
@@ -681,6 +683,9 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             merge = _mem_s(gpu, cal, 10.0 * bh * local * d)
             attn_f = diag_f + (cp - 1) * (off_f + merge)
             attn_b = diag_b + (cp - 1) * (off_b + 2 * merge)
+        elif banded and not sdpa:
+            # Transformer Engine's sliding window (flash / cuDNN): the causal band, masked tiles skipped.
+            attn_f, attn_b = flash(seq / cp, seq / cp, True, band=model.sliding_window)
         else:
             attn_f, attn_b = flash(seq / cp, keys, causal)
         if sdpa and not kernels.aligned(d):

@@ -101,7 +101,7 @@ def sdpa_fused_supported(head_dim: int, gqa: bool = False) -> bool:
 
 def flash_attention_s(batch_heads: float, seq_q: float, seq_k: float, head_dim: int, *, causal: bool,
                       peak_tflops: float, efficiency: float, tile_overhead_s: float, sms: int,
-                      backward: bool = False) -> float:
+                      backward: bool = False, window: int | None = None) -> float:
     """Fused (flash) attention over `batch_heads` (batch x heads) independent problems, forward or backward.
 
     Work is counted in 128 x 128 (query x key) blocks, each 4 x 128 x 128 x d FLOPs forward (QK^T and AV),
@@ -116,10 +116,18 @@ def flash_attention_s(batch_heads: float, seq_q: float, seq_k: float, head_dim: 
     tiles_q = max(1.0, seq_q / ATTENTION_TILE)
     tiles_k = max(1.0, seq_k / ATTENTION_TILE)
     per_tile = (tiles_k + 1) / 2 if causal else tiles_k
+    longest = tiles_k
+    if causal and window is not None:
+        # A causal sliding window (self-attention, keys i - window .. i): query tile i visits min(i + 1, band) key
+        # tiles, band = ceil(window / 128) + 1 (its diagonal tile and those the window reaches back into).
+        band = math.ceil(window / ATTENTION_TILE) + 1
+        if tiles_k > band:
+            per_tile = (band * (band + 1) / 2 + (tiles_k - band) * band) / tiles_k
+            longest = band
     total_blocks = batch_heads * tiles_q * per_tile
     block_s = 4.0 * ATTENTION_TILE * ATTENTION_TILE * head_dim * (2.5 if backward else 1.0) \
         / (peak_tflops * 1e12 * efficiency / sms)
-    span = max(total_blocks / sms, tiles_k) * block_s
+    span = max(total_blocks / sms, longest) * block_s
     waves = math.ceil(batch_heads * tiles_q / sms)
     return span + waves * tile_overhead_s
 

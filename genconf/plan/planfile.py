@@ -348,7 +348,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
                           f"{p.seq_length:,}-token sequence's causal attention work (whole 128-row tiles aside)"))
     if p.attention_kernel != "auto":
         name = {"cudnn": "cuDNN's fused attention", "flash2": "FlashAttention-2",
-                "triton": "flash attention in Triton"}[p.attention_kernel]
+                "triton": "flash attention in Triton",
+                "math": "PyTorch's math backend (scores through HBM)"}[p.attention_kernel]
         reasons.append(f"attention priced as {name} (--attention-kernel {p.attention_kernel})")
     if p.precision_aware_optimizer:
         reasons.append("precision-aware optimizer (16-bit master remainders, 10 instead of 12 bytes per parameter): "

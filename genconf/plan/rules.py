@@ -151,6 +151,16 @@ def _cp_needs_te(c: Context) -> str | None:
     return None
 
 
+def _cp_window(c: Context) -> str | None:
+    # Transformer Engine's context_parallel.py: a sliding window runs only with cp_comm_type a2a or all_gather,
+    # and megatron's default (what genconf renders) is p2p.
+    w = c.model.sliding_window
+    if c.plan.cp > 1 and w and w + 1 < c.plan.seq_length:
+        return (f"context parallelism with sliding-window attention ({w:,} keys back): Transformer Engine runs a window "
+                f"only with --cp-comm-type a2a or all_gather, not megatron's default p2p: plan with --cp 1")
+    return None
+
+
 def _ep(c: Context) -> str | None:
     p, m = c.plan, c.model
     if p.etp is not None and (p.etp > p.tp or p.tp % p.etp):
@@ -578,6 +588,7 @@ RULES: tuple[Rule, ...] = (
     Rule("batch_divisible", ERROR, "global batch divides by micro-batch x DP", _batch),
     Rule("cp_divides_sequence", ERROR, "CP divides the sequence (into 2 x cp chunks)", _cp_sequence),
     Rule("cp_needs_te", ERROR, "CP needs TE attention", _cp_needs_te),
+    Rule("cp_window", ERROR, "CP (p2p) with no sliding window shorter than the sequence", _cp_window),
     Rule("ep_divides_experts", ERROR, "EP divides the experts and dp x cp", _ep),
     Rule("moe_ep_overlap", ERROR, "EP overlap needs EP, TE layers, no full recompute, and VP with PP", _moe_ep_overlap),
     Rule("moe_dispatcher", ERROR, "the flex dispatcher needs megatron MoE with EP (hybridep over multi-node NVLink)",

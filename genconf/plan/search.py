@@ -1036,7 +1036,9 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
         closest = memory_misses[0]
         peak = closest.memory.peak
         why = (f"{model.name} does not fit on {num_gpus} x {gpu.name} ({gpu.hbm_gib:g} GiB each): the closest plan "
-               f"({describe(closest.plan)}) needs {peak.total_bytes / GIB:.1f} GiB per GPU on stage {peak.stage}")
+               f"({describe(closest.plan)}) needs {peak.total_bytes / GIB:.1f} GiB per GPU on stage {peak.stage}, "
+               f"over the {closest.memory.usable_bytes / GIB:.1f} GiB a plan may use "
+               f"({mem.HEADROOM_FRACTION:.0%} kept free)")
         tips = what_would_fit(model, cluster, num_gpus, cal, pins)
         raise NoFeasiblePlan(why + (f". It would fit with: {'; or '.join(tips)}" if tips else ". Nothing tried makes it fit"))
     pinned = " ".join(f"{flag} {getattr(pins, field)}" for field, flag in PIN_FLAGS if getattr(pins, field) is not None)

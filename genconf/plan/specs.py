@@ -229,6 +229,9 @@ class ModelSpec:
                                  f"{self.activation} is not gated")
         if not isinstance(self.window_attn_skip_freq, int) or self.window_attn_skip_freq < 0:
             raise ValueError(f"ModelSpec {self.name}: window_attn_skip_freq must be >= 0, got {self.window_attn_skip_freq!r}")
+        if self.window_attn_skip_freq == 1 and self.sliding_window:
+            raise ValueError(f"ModelSpec {self.name}: window_attn_skip_freq 1 makes every layer full attention: use 0 "
+                             f"(every layer windowed), 2 or more, or no sliding_window")
         mla = ("q_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
         if self.kv_lora_rank is None:
             if any(getattr(self, k) is not None for k in mla):

@@ -135,8 +135,9 @@ def _layout_differences(plan: ParallelPlan, framework: str, file: str) -> list[D
     return rows
 
 
-def feature_differences(model: ModelSpec, framework: str) -> list[Difference]:
-    """Model features `framework`'s artifact cannot express (the model is built differently from the spec)."""
+def feature_differences(model: ModelSpec, framework: str, seq_length: int | None = None) -> list[Difference]:
+    """Model features `framework`'s artifact cannot express (the model is built differently from the spec), at the
+    plan's `seq_length` where given (a window covering it is plain causal attention)."""
     file = FRAMEWORK_FILES[framework]
     rows: list[Difference] = []
 
@@ -175,7 +176,7 @@ def feature_differences(model: ModelSpec, framework: str) -> list[Difference]:
         if model.sandwich_norm:
             add("sandwich norms", "four norms per layer (Gemma-2)", "two (pre-attention, pre-MLP)",
                 "OLMo's block has norms before (or, with norm_after, after) each sublayer, not both")
-        if model.sliding_window:
+        if model.sliding_window and (seq_length is None or model.sliding_window + 1 < seq_length):
             add("sliding window", f"{model.sliding_window:,} keys back in {model.windowed_layers} of "
                 f"{model.num_layers} layers", "full causal attention",
                 "OLMo's TrainConfig has no attention window (genconf's own FSDP model and megatron_args.txt have it)")
@@ -192,7 +193,7 @@ def differences(model: ModelSpec, plan: ParallelPlan, frameworks: tuple[str, ...
     rows: list[Difference] = []
     for framework in order:
         if framework == "fsdp" and model.is_moe:
-            rows += feature_differences(model, framework)
+            rows += feature_differences(model, framework, plan.seq_length)
             continue
-        rows += layout_differences(plan, framework) + feature_differences(model, framework)
+        rows += layout_differences(plan, framework) + feature_differences(model, framework, plan.seq_length)
     return tuple(rows)

@@ -77,6 +77,8 @@ def write_artifacts(out_dir: Path, files: dict[str, str], force: bool, *, run_di
             if not ancestor.exists():
                 ancestor.mkdir()
                 created.append(ancestor)
+            elif not ancestor.is_dir():
+                raise GenconfError(f"cannot write {out_dir}: {ancestor} is not a directory")
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{leftovers.writer_tag()}-", dir=parent))
         umask = os.umask(0)
         os.umask(umask)

@@ -140,7 +140,7 @@ def test_sliding_windows_are_read_as_megatron_core_lays_them():
     assert _windowed(use_sliding_window=True, sliding_window=512, layer_types=[sliding, sliding, full] * 8) == (512, 3, ())
     assert _windowed(use_sliding_window=True, sliding_window=512, layer_types=[full] * 24)[:2] == (None, 0)
     window, freq, notes = _windowed(use_sliding_window=True, sliding_window=4096, max_window_layers=20)
-    assert (window, freq) == (None, 0) and any("4 of 24 layers" in n and "not modelled" in n for n in notes)
+    assert (window, freq) == (None, 0) and any("4 of 24 layers" in n and "upper bound" in n for n in notes)
     assert _windowed(use_sliding_window=False, sliding_window=4096, max_window_layers=0)[:2] == (None, 0)
     # Absent keys take the transformers config class's defaults: Qwen2's max_window_layers 28 (of 24 here: none).
     config = json.loads((HF / "qwen2-0.5b" / "config.json").read_text()) | {"use_sliding_window": True}
@@ -150,6 +150,11 @@ def test_sliding_windows_are_read_as_megatron_core_lays_them():
         _windowed(use_sliding_window=True, sliding_window=512, layer_types=[sliding] * 23)
     with pytest.raises(GenconfError, match="layer_types"):
         _windowed(use_sliding_window=True, sliding_window=512, layer_types=["chunked_attention"] * 24)
+    for bad in ("abc", 0, -1, 4096.5, True):  # one line each, as a models/*.yaml file's
+        with pytest.raises(GenconfError, match="sliding_window"):
+            _windowed(use_sliding_window=True, sliding_window=bad, max_window_layers=0)
+    with pytest.raises(GenconfError, match="sliding_window 1,000,000,000 is out of range"):
+        _windowed(use_sliding_window=True, sliding_window=1_000_000_000, max_window_layers=0)
 
 
 def test_mistral_windows_every_layer_unless_the_config_says_none():

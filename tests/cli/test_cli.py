@@ -77,6 +77,8 @@ def test_pinned_plan_and_explain():
     (["--gpu", "z80"], "unknown GPU 'z80'"),
     (["--model", "llama3-8b", "--precision", "fp8", "--gpu", "a100-80gb", "--gpus", "8"], "FP8 needs Hopper"),
     (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+    (["--model", ""], "--model is empty"),
+    (["--model", "mistral-7b-v0.1", "--gpus", "8", "--cp", "2"], "--cp-comm-type a2a"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     out = run(*args)
@@ -210,3 +212,12 @@ def test_a_repeated_cuda_graph_scope_is_one_line(capsys):
                  "--cuda-graph-scope", "attn", "attn"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "genconf: error: --cuda-graph-scope names attn more than once"
+
+
+def test_the_math_attention_kernel_plans_and_cp_1_takes_any_sequence():
+    """--attention-kernel math is one of its choices (its 'why' line named no such kernel); --cp 1 splits nothing, so
+    an odd sequence length is no error."""
+    out = run("--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp", "--attention-kernel", "math")
+    assert out.returncode == 0 and "PyTorch's math backend" in out.stdout, out.stderr
+    out = run("--model", "llama3-8b", "--gpus", "8", "--seq-len", "4097", "--cp", "1", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["plan"]["cp"] == 1, out.stderr

@@ -693,3 +693,24 @@ def test_pytorch_s_checkpoint_recomputes_each_layer_up_to_its_mlp_output_project
     old_torch = dataclasses.replace(plan, checkpoint_early_stop=False)
     assert step_cost(model, old_torch, cluster, cal).recompute_s == pytest.approx(model.num_layers * layer.fwd_s,
                                                                                  rel=1e-9)
+
+
+def test_a_sliding_window_never_costs_more_than_causal_attention():
+    """Mistral 7B's 4,096-key window at sequences just past it, on Transformer Engine (the causal band) and on
+    genconf's own model (chunks under a mask): no windowed layer is priced above the same layer attending causally
+    to the whole sequence, and a window covering the sequence is priced as causal attention."""
+    windowed = resolve_model("mistral-7b-v0.1")[0]
+    full = dataclasses.replace(windowed, sliding_window=None)
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for("h100-sxm")
+    for framework, zero in (("megatron", 1), ("fsdp", 3)):
+        for seq in (4097, 4098, 5000, 8192, 32768):
+            p = ParallelPlan(framework=framework, dp=8, mbs=1, gbs=8, seq_length=seq, zero_stage=zero)
+            band = layer_time(windowed, p, cluster, cal, windowed=True)
+            causal = layer_time(full, p, cluster, cal)
+            if seq == 4097:
+                assert band.attn_fwd_s == pytest.approx(causal.attn_fwd_s)
+            if framework == "megatron":
+                assert band.attn_fwd_s <= causal.attn_fwd_s * 1.0001, (framework, seq)
+            elif seq >= 8192:  # the chunks compute window + chunk keys per query, masked or not
+                assert band.attn_fwd_s < causal.attn_fwd_s, (framework, seq)

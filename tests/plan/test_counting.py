@@ -167,6 +167,8 @@ def test_windowed_layers_count_the_keys_they_see():
     assert model.windowed_layers == 18
     assert model_flops_per_token(full, s) - model_flops_per_token(model, s) == pytest.approx(18 * widths * (s - 129))
     assert model_flops_per_token(replace(model, sliding_window=s), s) == model_flops_per_token(full, s)
+    with pytest.raises(ValueError, match="window_attn_skip_freq 1 makes every layer full attention"):
+        replace(model, window_attn_skip_freq=1)
 
 
 @pytest.mark.parametrize("ref,name", [

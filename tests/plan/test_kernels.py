@@ -96,6 +96,20 @@ def test_causal_attention_with_few_tiles_is_bound_by_the_longest_tile():
     assert many == pytest.approx(64 * 128 * 129 / 2 / 132 * block)  # balanced: the average load over 132 SMs
 
 
+def test_a_sliding_window_visits_the_key_tiles_of_its_band():
+    """A causal window of w keys: query tile i visits min(i + 1, ceil(w / 128) + 1) key tiles (GPT-OSS's 128 keys:
+    its own diagonal tile and the one before); never more than causal attention, the same once the band covers
+    the sequence."""
+    kw = dict(peak_tflops=989.4, efficiency=0.65, tile_overhead_s=0.0, sms=132)
+    causal = kernels.flash_attention_s(64, 4096, 4096, 64, causal=True, **kw)
+    full = kernels.flash_attention_s(64, 4096, 4096, 64, causal=False, **kw)  # 32 blocks per query tile
+    band = kernels.flash_attention_s(64, 4096, 4096, 64, causal=True, window=128, **kw)
+    assert band == pytest.approx(full * (1 + 2 * 31) / 32 / 32)
+    for window in (100, 1000, 4000, 4095, 10_000):
+        assert kernels.flash_attention_s(64, 4096, 4096, 64, causal=True, window=window, **kw) <= causal
+    assert kernels.flash_attention_s(64, 4096, 4096, 64, causal=True, window=4095, **kw) == pytest.approx(causal)
+
+
 def test_hbm_bandwidth_matches_the_large_copy():
     gpu, cal = resolve_gpu("h100-sxm"), _kernel_cal()
     big = next(r for r in _rows("bandwidth.csv") if r["mib_per_operand"] == "4096")

@@ -80,6 +80,10 @@ def test_batch_context_and_expert_parallelism():
     assert found["cp_divides_sequence"] == ("sequence length (4096) must be divisible by 2 x cp (6): causal load "
                                             "balancing splits it into 2 x cp chunks")
     assert found["cp_needs_te"] == "context parallelism needs Transformer Engine attention (--layer-spec te)"
+    # Transformer Engine's context parallelism over p2p (megatron's default cp_comm_type) refuses a window shorter
+    # than the sequence (context_parallel.py); one covering the sequence is plain causal attention.
+    assert "--cp-comm-type a2a" in violations("mistral-7b-v0.1", megatron(cp=2, seq_length=8192))["cp_window"]
+    assert "cp_window" not in violations("mistral-7b-v0.1", megatron(cp=2, seq_length=4096))
     # mixtral-8x7b: 8 experts.
     assert violations("mixtral-8x7b", megatron(dp=3, ep=3, gbs=6), gpus=3)["ep_divides_experts"] == (
         "ep (3) must divide num_experts (8); nearest: ep=4")

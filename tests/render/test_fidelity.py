@@ -67,6 +67,9 @@ def test_gemma2_sandwich_norms_and_head_dim_are_rows():
     assert (olmo["sliding window"].plan, olmo["sliding window"].in_file) == ("4,096 keys back in 21 of 42 layers",
                                                                             "full causal attention")
     assert "sliding window" not in rows(feature_differences(model, "megatron"), "megatron_args.txt")
+    # At 4,097 tokens the window covers the sequence: every layer is plain causal attention, as OLMo's.
+    assert "sliding window" not in rows(feature_differences(model, "fsdp", 4097), "olmo_fsdp.yaml")
+    assert "sliding window" in rows(feature_differences(model, "fsdp", 4098), "olmo_fsdp.yaml")
 
 
 def test_qwen3_per_head_qk_norm_differs_in_olmo_not_in_megatron():

@@ -60,7 +60,7 @@ def test_unwritable_target_leaves_nothing_behind(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     out = run_genconf(*PLANS["ds_z1"], "-o", str(blocker / "out"))
-    one_line_error(out, "cannot write")
+    one_line_error(out, f"cannot write {blocker / 'out'}: {blocker} is not a directory")  # no temporary name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
     out = run_genconf(*PLANS["ds_z1"], "-o", str(blocker))
     one_line_error(out, "exists and is not a directory")
