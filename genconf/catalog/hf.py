@@ -172,6 +172,13 @@ def _sliding_window(f: _Fields, notes: list[str], layers: int, *, use_default: b
     return {"sliding_window": window, "window_attn_skip_freq": freq}
 
 
+def _softcapping(f: _Fields, notes: list[str]) -> None:
+    """Gemma-2/3's attention and final logit soft-capping (tanh): noted, as no parameter or counted FLOP changes."""
+    caps = [f"{k} {f.get(k)}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if f.get(k) is not None]
+    if caps:
+        notes.append(f"logit soft-capping ({', '.join(caps)}) is element-wise: no parameters, FLOPs not counted")
+
+
 def _gated(f: _Fields, notes: list[str], key: str = "hidden_act") -> str:
     """SiLU-gated MLPs are SwiGLU; a GELU gate (Gemma's GeGLU) has the same tensors and FLOPs."""
     act = f.get(key, "silu")
@@ -314,9 +321,7 @@ def _gemma2(f: _Fields, notes: list[str]) -> dict:
     # modeling_gemma2: input, post_attention, pre_feedforward and post_feedforward RMSNorms in every layer.
     values["sandwich_norm"] = True
     values.update(_sliding_window(f, notes, values["num_layers"], every_other=True))
-    caps = [f"{k} {f.get(k)}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if f.get(k) is not None]
-    if caps:
-        notes.append(f"logit soft-capping ({', '.join(caps)}) is element-wise: no parameters, FLOPs not counted")
+    _softcapping(f, notes)
     f.get("query_pre_attn_scalar")
     f.get("sliding_window_size")  # the early gemma-2-9b/27b configs repeat sliding_window under this name
     return values
@@ -332,9 +337,7 @@ def _gemma3(f: _Fields, notes: list[str]) -> dict:
     if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
         raise f.refuse("sliding_window_pattern", pattern, "a positive number of layers is expected")
     values.update(_sliding_window(f, notes, values["num_layers"], window_default=4096, pattern=pattern))
-    caps = [f"{k} {f.get(k)}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if f.get(k) is not None]
-    if caps:
-        notes.append(f"logit soft-capping ({', '.join(caps)}) is element-wise: no parameters, FLOPs not counted")
+    _softcapping(f, notes)
     if f.get("rope_local_base_freq") is not None:
         notes.append(f"the windowed layers' rotary base is {f.get('rope_local_base_freq'):g} (no parameters)")
     f.get("query_pre_attn_scalar")

@@ -127,7 +127,7 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     """Catalog name, size alias, YAML path or Hugging Face config.json (or its directory) -> (model, the alias
     used or None)."""
     key = ref.strip().lower().rstrip("/")
-    if not key:
+    if not ref.strip():
         raise GenconfError("--model is empty: name a catalog model (genconf models), a models/*.yaml file, a Hugging "
                            "Face id or a config.json")
     own = resource_dir("models") / f"{key}.yaml"

@@ -88,6 +88,7 @@ _RULE_FLAGS = {
     "batch_divisible": ("--global-batch-size", "--micro-batch-size"),
     "cp_divides_sequence": ("--context-parallel-size", "--seq-length"),
     "cp_needs_te": ("--context-parallel-size", "--transformer-impl"),
+    "cp_window": ("--context-parallel-size", "--window-size"),
     "ep_divides_experts": ("--expert-model-parallel-size", "--num-experts"),
     "moe_needs_sequence_parallel": ("--tensor-model-parallel-size",),
     "moe_ep_overlap": ("--overlap-moe-expert-parallel-comm",),

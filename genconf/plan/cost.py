@@ -600,14 +600,14 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     keys = seq
     causal = True
     sdpa = impl.startswith("torch")  # genconf's own model, eager or compiled: PyTorch SDPA
-    banded = windowed and bool(model.sliding_window) and model.sliding_window + 1 < seq
-    if banded:
-        keys, causal = model.sliding_window, False  # a band of w keys per query: no causal halving (unfused)
-        if sdpa:
-            # genconf's own windowed attention (torch_model.windowed_attention): each chunk of queries against its
-            # rows and the window before them under a mask, every block computed. With a mask SDPA runs its
-            # memory-efficient kernel, priced here at the flash rate: its own rate is not measured on a GPU.
-            keys = window_keys_per_query(model.sliding_window, seq)
+    banded = windowed and model.window_binds(seq)
+    if banded and sdpa:
+        # genconf's own windowed attention (torch_model.windowed_attention): each chunk of queries against its
+        # rows and the window before them under a mask, every block computed. With a mask SDPA runs its
+        # memory-efficient kernel, priced here at the flash rate: its own rate is not measured on a GPU.
+        # (Transformer Engine's fused kernels run the causal band, below; unfused attention, megatron's local spec
+        # and TE's own, computes every score and masks the band: keys = seq.)
+        keys, causal = window_keys_per_query(model.sliding_window, seq), False
     peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)  # attention: the power cap only
     te_unfused = impl == "megatron-te" and not kernels.fused_attention_supported(d)
     # (Windowed layers fold the query heads into rows and pass a mask: memory-efficient attention or math.)
@@ -652,7 +652,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
 
         packed = doc_tokens is not None and doc_tokens < seq
         window = model.sliding_window if windowed and model.sliding_window else None
-        if packed and not (window and window < doc_tokens):
+        if packed and not (window and window + 1 < doc_tokens):
             # Packed documents (THD, cu_seqlens), each attending causally within itself. A varlen kernel starts every
             # document on a fresh 128-row tile (FlashAttention-2's varlen tiling, Dao 2023), so a document costs
             # its length rounded up to whole tiles; the mean length stands for all (a spread of lengths costs more:
@@ -684,7 +684,8 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             attn_f = diag_f + (cp - 1) * (off_f + merge)
             attn_b = diag_b + (cp - 1) * (off_b + 2 * merge)
         elif banded and not sdpa:
-            # Transformer Engine's sliding window (flash / cuDNN): the causal band, masked tiles skipped.
+            # Transformer Engine's sliding window (flash / cuDNN): the causal band, masked tiles skipped (packed
+            # documents longer than the window too: one band over the sequence, each document's first tiles aside).
             attn_f, attn_b = flash(seq / cp, seq / cp, True, band=model.sliding_window)
         else:
             attn_f, attn_b = flash(seq / cp, keys, causal)

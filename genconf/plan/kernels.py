@@ -112,6 +112,9 @@ def flash_attention_s(batch_heads: float, seq_q: float, seq_k: float, head_dim: 
     softmax rescaling, epilogue; backward also the dQ accumulation). Fitted to causal attention on an H100
     (head dim 128): forward 0.65 of the per-SM BF16 peak with 2 us per wave, backward 0.60 with 30 us
     (benchmarks/data/h100_kernels/attention.csv; tests/plan/test_kernels.py: median |error| 4% / 2%).
+    `window` (self-attention, seq_q = seq_k): a causal sliding window of that many keys, its query tile i
+    visiting min(i + 1, ceil(window / 128) + 1) key tiles and the longest tile that band (FlashAttention-2's local
+    attention, flash_fwd_kernel.h n_block_min; priced at the causal fit's rates, not measured).
     """
     tiles_q = max(1.0, seq_q / ATTENTION_TILE)
     tiles_k = max(1.0, seq_k / ATTENTION_TILE)

@@ -155,7 +155,7 @@ def _cp_window(c: Context) -> str | None:
     # Transformer Engine's context_parallel.py: a sliding window runs only with cp_comm_type a2a or all_gather,
     # and megatron's default (what genconf renders) is p2p.
     w = c.model.sliding_window
-    if c.plan.cp > 1 and w and w + 1 < c.plan.seq_length:
+    if c.plan.cp > 1 and c.model.window_binds(c.plan.seq_length):
         return (f"context parallelism with sliding-window attention ({w:,} keys back): Transformer Engine runs a window "
                 f"only with --cp-comm-type a2a or all_gather, not megatron's default p2p: plan with --cp 1")
     return None
@@ -410,7 +410,7 @@ def attention_kernel_window_conflict(kernel: str, model: ModelSpec, seq_length: 
     """Why a pinned kernel cannot run this model's sliding-window layers (None: it can): genconf's own model passes
     them a band mask (torch_model.windowed_attention), and PyTorch's flash attention takes no mask ("No available
     kernel" at the first step)."""
-    if PLAN_SDPA_BACKEND.get(kernel) != "flash" or not model.sliding_window or model.sliding_window + 1 >= seq_length:
+    if PLAN_SDPA_BACKEND.get(kernel) != "flash" or not model.window_binds(seq_length):
         return None
     return (f"--attention-kernel {kernel}: PyTorch's flash attention takes no mask, and this model's sliding-window "
             f"layers ({model.sliding_window:,} keys back) run with one: plan with --attention-kernel auto")

@@ -398,8 +398,16 @@ class ModelSpec:
 
     @property
     def windowed_layers(self) -> int:
-        """Layers that use the sliding window (0 without one)."""
-        return sum(self.windowed_layer(n) for n in range(1, self.num_layers + 1)) if self.sliding_window else 0
+        """Layers that use the sliding window (0 without one): all but every window_attn_skip_freq-th."""
+        if not self.sliding_window:
+            return 0
+        freq = self.window_attn_skip_freq
+        return self.num_layers - self.num_layers // freq if freq else self.num_layers
+
+    def window_binds(self, seq_length: int) -> bool:
+        """The window leaves some keys out at this sequence length: shorter than the sequence by 2 or more (a
+        query sees itself and `sliding_window` keys before it; at seq_length <= window + 1 that is every key)."""
+        return bool(self.sliding_window) and self.sliding_window + 1 < seq_length
 
     @property
     def windowed_layer_fraction(self) -> float:

@@ -50,20 +50,23 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 _BANDS: dict[tuple, torch.Tensor] = {}
-"""Band masks by (window, rows, query heads per group, dtype, device): one tensor every layer shares, and the
-backward keeps it once."""
+"""Band masks by (window, rows, query heads per group, dtype, device, chunk rows, first column, keys): one tensor each
+that every layer shares, so the backward keeps it once."""
 
 
-def _band(window: int, rows: int, r: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An interior chunk's additive mask, [r, rows, rows + window]: query row i sees columns i .. i + window of the
-    chunk's rows + window keys (0), the rest -inf; the same for each of the r query heads stacked along the rows."""
-    key = (window, rows, r, dtype, device)
+def _chunk_mask(window: int, rows: int, r: int, dtype: torch.dtype, device: torch.device, n: int, col: int,
+                keys: int) -> torch.Tensor:
+    """A chunk's additive mask, [r n, keys]: of an interior chunk's band (query row i sees columns i .. i + window of
+    its rows + window keys: 0, the rest -inf), the first n rows and `keys` columns from `col`, for each of the r
+    query heads stacked along the rows. Interior chunks take the band itself; the first chunks (fewer keys) and a
+    short last one a slice, cached too, so no layer copies its own."""
+    key = (window, rows, r, dtype, device, n, col, keys)
     if key not in _BANDS:
         i = torch.arange(rows, device=device)[:, None]
         j = torch.arange(rows + window, device=device)[None, :]
         band = torch.zeros(rows, rows + window, dtype=dtype, device=device)
-        band = band.masked_fill((j < i) | (j > i + window), float("-inf"))
-        _BANDS[key] = band.repeat(r, 1).view(r, rows, rows + window)
+        band = band.masked_fill((j < i) | (j > i + window), float("-inf")).repeat(r, 1).view(r, rows, rows + window)
+        _BANDS[key] = band[:, :n, col:col + keys].reshape(r * n, keys)
     return _BANDS[key]
 
 
@@ -85,17 +88,17 @@ def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else q.dtype
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     rows = window_chunk_rows(window, s)
-    band = _band(window, rows, r, dtype, q.device)
     outs = []
     for start in range(0, s, rows):
         end = min(s, start + rows)
         n, first = end - start, max(0, start - window)
         col = first - (start - window)  # the band's column of key `first`
-        mask = band[:, :n, col:col + end - first].reshape(r * n, end - first)
+        mask = _chunk_mask(window, rows, r, dtype, q.device, n, col, end - first)
         query = q[:, :, start:end].reshape(b, groups, r * n, d)
         out = F.scaled_dot_product_attention(query, k[:, :, first:end], v[:, :, first:end], attn_mask=mask,
                                              dropout_p=dropout_p)
-        # CUDA's fused kernels return [b, groups, r n, d] strided as [b, r n, groups, d]: split, never view.
+        # CUDA's memory-efficient and flash kernels allocate their output [b, r n, groups, d] and return it
+        # transposed (aten/src/ATen/native/transformers/cuda/attention.cu): split it, never view it.
         outs.append(out.unflatten(2, (r, n)))
     return torch.cat(outs, dim=3).flatten(1, 2)
 

@@ -714,3 +714,15 @@ def test_a_sliding_window_never_costs_more_than_causal_attention():
                 assert band.attn_fwd_s <= causal.attn_fwd_s * 1.0001, (framework, seq)
             elif seq >= 8192:  # the chunks compute window + chunk keys per query, masked or not
                 assert band.attn_fwd_s < causal.attn_fwd_s, (framework, seq)
+
+
+def test_unfused_attention_computes_every_score_under_a_window():
+    """megatron-core's local spec builds the full scores and masks the band (dot_product_attention.py baddbmm over
+    every key, FusedScaleMaskSoftmax with get_sliding_window_causal_mask): a windowed layer costs what a full one
+    does there."""
+    windowed = resolve_model("mistral-7b-v0.1")[0]
+    full = dataclasses.replace(windowed, sliding_window=None)
+    p = ParallelPlan(framework="megatron", dp=8, mbs=1, gbs=8, seq_length=8192, zero_stage=1, layer_spec="local")
+    cluster, cal = resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
+    band = layer_time(windowed, p, cluster, cal, windowed=True)
+    assert band.attn_fwd_s == pytest.approx(layer_time(full, p, cluster, cal).attn_fwd_s)

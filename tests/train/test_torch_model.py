@@ -123,9 +123,10 @@ def test_windowed_attention_takes_the_fused_kernels_strided_output(monkeypatch):
     torch.testing.assert_close(windowed_attention(q, k, v, 64), expected)
 
 
-def test_windowed_attention_under_autocast_builds_one_mask_in_its_dtype():
-    """fp32 q and k under autocast (q/k norms run in fp32): q, k, v cast once and the band built in bf16, one tensor
-    shared by every layer of the same shape."""
+def test_windowed_attention_under_autocast_builds_its_masks_once_in_its_dtype():
+    """fp32 q and k under autocast (q/k norms run in fp32): q, k, v cast once and the masks built in bf16, each
+    shared by every layer of the same shape: 400 tokens in chunks of 128 under a 100-key window are a first chunk
+    (fewer keys), two interior ones (one mask) and a short last one."""
     from genconf.train import torch_model
 
     torch.manual_seed(0)
@@ -133,9 +134,12 @@ def test_windowed_attention_under_autocast_builds_one_mask_in_its_dtype():
     torch_model._BANDS.clear()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = torch_model.windowed_attention(q, k, v, 100)
-        torch_model.windowed_attention(q, k, v, 100)
-    assert out.dtype == torch.bfloat16
-    assert [(key[0], key[2], key[3]) for key in torch_model._BANDS] == [(100, 2, torch.bfloat16)]
+        masks = dict(torch_model._BANDS)
+        torch_model.windowed_attention(q, k, v, 100)  # a second layer: no new mask
+    assert out.dtype == torch.bfloat16 and list(torch_model._BANDS) == list(masks)
+    assert all(torch_model._BANDS[key] is mask for key, mask in masks.items())
+    assert sorted((key[5], key[6], key[7]) for key in masks) == [(16, 0, 116), (128, 0, 228), (128, 100, 128)]
+    assert all(key[:4] == (100, 128, 2, torch.bfloat16) for key in masks)
     ref = torch_model.windowed_attention(*(t.to(torch.bfloat16) for t in (q, k, v)), 100)
     torch.testing.assert_close(out, ref)
 
