@@ -178,7 +178,11 @@ def models_table(models: list[ModelSpec], aliases_of: dict[str, list[str]]) -> s
     """`genconf models`: one line per model, smallest first; the name and arch columns as wide as their longest
     entry, so that no two columns run together."""
     def arch(m: ModelSpec) -> str:
-        return f"{m.activation}/{m.normalization}/{m.position_embedding}" + (f"/moe{m.num_experts}x{m.moe_top_k}" if m.is_moe else "")
+        # window<keys>[:<windowed>/<layers>]: sliding-window attention, and on how many layers where not on all
+        window = (f"/window{m.sliding_window}" + (f":{m.windowed_layers}/{m.num_layers}" if m.window_attn_skip_freq
+                                                  else "") if m.sliding_window else "")
+        return (f"{m.activation}/{m.normalization}/{m.position_embedding}"
+                + (f"/moe{m.num_experts}x{m.moe_top_k}" if m.is_moe else "") + window)
 
     name_w = max([len("name"), *(len(m.name) for m in models)]) + 2
     arch_w = max([len("arch"), *(len(arch(m)) for m in models)]) + 2

@@ -1021,6 +1021,9 @@ def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, c
             tip = f"{flag} {getattr(plan, field)}" + (f" --vp {plan.vp}" if field == "pp" and pins.vp else "")
             if tip not in tips:
                 tips.append(tip)
+    if pins.attention_kernel != "auto" and search(model, cluster, num_gpus, cal,
+                                                  replace(pins, attention_kernel="auto"), keep=1).ranked:
+        tips.append("--attention-kernel auto")  # a kernel that cannot run this model (head dim, window)
     return tips
 
 

@@ -79,6 +79,9 @@ def test_pinned_plan_and_explain():
     (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
     (["--model", ""], "--model is empty"),
     (["--model", "mistral-7b-v0.1", "--gpus", "8", "--cp", "2"], "--cp-comm-type a2a"),
+    (["--model", "mistral-7b-v0.1", "--gpus", "8", "--framework", "fsdp", "--attention-kernel", "flash2"],
+     "takes no mask, and this model's sliding-window layers (4,096 keys back) run with one: plan with --attention-kernel "
+     "auto. It would be valid with: --attention-kernel auto"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     out = run(*args)
@@ -121,6 +124,9 @@ def test_catalog_commands():
     assert header.split() == ["name", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "arch", "aliases"]
     by_name = {r.split()[0]: r.split(None, 10) for r in rows}
     assert by_name["qwen3-30b-a3b"][9:] == ["swiglu/rmsnorm/rope/moe128x8", "qwen3-30b, qwen/qwen3-30b-a3b"]
+    # Sliding windows: on every layer (Mistral), or on 18 of GPT-OSS's 36.
+    assert by_name["mistral-7b-v0.1"][9] == "swiglu/rmsnorm/rope/window4096"
+    assert by_name["gpt-oss-120b"][9] == "swiglu/rmsnorm/rope/moe128x4/window128:18/36"
     assert by_name["nemotron-3.5-lightning"][1] == "32.9B"
     assert all(len(r.split()) >= 10 for r in rows)
     listed = json.loads(run("models", "--json").stdout)
