@@ -82,13 +82,13 @@ def _track_record_lines(d: dict) -> list[str]:
 
 
 def _window(m: dict, seq: int) -> str:
-    """', window 4,096 (21 of 42 layers)' for sliding-window attention, else nothing."""
+    """', window: 4,096 keys back in 21 of 42 layers' for sliding-window attention, else nothing."""
     window = m.get("sliding_window")
     if not window:
         return ""
     if window + 1 >= seq:
         return f", window {window:,} (covers the sequence: full attention)"
-    return f", window {window:,} ({m.get('windowed_layers', '?')} of {m['num_layers']} layers)"
+    return f", window: {m.get('window_text', f'{window:,} keys back')}"
 
 
 def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = None, top: int = 3) -> str:

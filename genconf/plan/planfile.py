@@ -85,7 +85,7 @@ def model_dict(model: ModelSpec, alias: str | None) -> dict:
     d = dataclasses.asdict(model)
     d.update(params=exact_param_count(model), params_workshop=workshop_param_count(model), alias=alias)
     if model.sliding_window:
-        d["windowed_layers"] = model.windowed_layers
+        d.update(windowed_layers=model.windowed_layers, window_text=model.window_text)
     return d
 
 

@@ -404,6 +404,14 @@ class ModelSpec:
         freq = self.window_attn_skip_freq
         return self.num_layers - self.num_layers // freq if freq else self.num_layers
 
+    @property
+    def window_text(self) -> str:
+        """'4,096 keys back in 21 of 42 layers' (empty without a window): how the CLI, the artifacts README and
+        megatron_args.txt name the window."""
+        if not self.sliding_window:
+            return ""
+        return f"{self.sliding_window:,} keys back in {self.windowed_layers} of {self.num_layers} layers"
+
     def window_binds(self, seq_length: int) -> bool:
         """The window leaves some keys out at this sequence length: shorter than the sequence by 2 or more (a
         query sees itself and `sliding_window` keys before it; at seq_length <= window + 1 that is every key)."""

@@ -177,8 +177,7 @@ def feature_differences(model: ModelSpec, framework: str, seq_length: int | None
             add("sandwich norms", "four norms per layer (Gemma-2)", "two (pre-attention, pre-MLP)",
                 "OLMo's block has norms before (or, with norm_after, after) each sublayer, not both")
         if model.sliding_window and (seq_length is None or model.window_binds(seq_length)):
-            add("sliding window", f"{model.sliding_window:,} keys back in {model.windowed_layers} of "
-                f"{model.num_layers} layers", "full causal attention",
+            add("sliding window", model.window_text, "full causal attention",
                 "OLMo's TrainConfig has no attention window (genconf's own FSDP model and megatron_args.txt have it)")
         if model.kv_channels * model.num_attention_heads != model.hidden_size:
             add("head dimension", f"{model.kv_channels}", f"{model.hidden_size // model.num_attention_heads} "

@@ -231,9 +231,9 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     add("--hidden-dropout", model.hidden_dropout)
     add("--attention-dropout", model.attention_dropout)
     if model.sliding_window:
-        add(f"# sliding-window attention: {model.sliding_window} keys back in {model.windowed_layers} of "
-            f"{model.num_layers} layers" + (f" (layers {model.window_attn_skip_freq}, {2 * model.window_attn_skip_freq},"
-                                            f" ... full)" if model.window_attn_skip_freq else ""))
+        add(f"# sliding-window attention: {model.window_text}" + (
+            f" (layers {model.window_attn_skip_freq}, {2 * model.window_attn_skip_freq}, ... full)"
+            if model.window_attn_skip_freq else ""))
         add("--window-size", f"{model.sliding_window},0")
         if model.window_attn_skip_freq:
             add("--window-attn-skip-freq", model.window_attn_skip_freq)
