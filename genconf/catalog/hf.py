@@ -186,7 +186,7 @@ def _gated(f: _Fields, notes: list[str], key: str = "hidden_act") -> str:
         return "swiglu"
     if act in _GELU:
         notes.append(f"the MLP gate is GELU ({act}, GeGLU), counted as SwiGLU: the same tensors, memory and FLOPs; "
-                     "rendered Megatron/OLMo configs say SwiGLU")
+                     "genconf's own model and the rendered Megatron/OLMo configs build SwiGLU")
         return "swiglu"
     raise f.refuse(key, act, f"a gated MLP with SiLU or GELU is expected ({', '.join(_SILU + _GELU)})")
 
@@ -441,13 +441,11 @@ def model_from_config(data: dict, *, name: str, where: str) -> tuple[ModelSpec, 
                            f"model; remove it from a copy if it does not, or write the model as YAML"
                            + (f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
     source = f"Hugging Face config.json ({arch}, {family} family) read by genconf.hf"
-    if notes:
-        source += "; not modelled: " + "; ".join(notes)
     bad = limits.check_all(values, where=where)  # as a models/*.yaml file's (catalog.files.build)
     if bad:
         raise GenconfError(bad[0])
     try:
-        spec = ModelSpec(name=name, source=source, **values)
+        spec = ModelSpec(name=name, source=source, unmodelled=tuple(notes), **values)
     except ValueError as exc:
         raise GenconfError(f"{where}: {exc}") from None
     return spec, arch, tuple(notes)
@@ -487,10 +485,11 @@ def catalog_yaml(model: HFModel, params: int) -> str:
     defaults = {f.name: f.default for f in fields(ModelSpec)}
     lines = [f"# Imported from {model.path} ({model.architecture}) by `genconf models --from-hf`:",
              f"# {params:,} parameters (genconf.counting.exact_param_count)."]
-    lines += [f"# not modelled: {note}" for note in model.notes]
     lines += [f"name: {spec.name}", f"source: {json.dumps(spec.source)}"]
+    if spec.unmodelled:  # one sentence a line: every plan of the model warns of each
+        lines += ["unmodelled:"] + [f"  - {json.dumps(note)}" for note in spec.unmodelled]
     for f in fields(ModelSpec):
-        if f.name in ("name", "source"):
+        if f.name in ("name", "source", "unmodelled"):
             continue
         value = getattr(spec, f.name)
         default = _derived(spec, f.name) if defaults[f.name] is None else defaults[f.name]

@@ -82,9 +82,9 @@ def list_models() -> list[ModelSpec]:
     return list(_model_catalog().models.values())
 
 
-ARCHITECTURE_IGNORED = ("name", "source", "seq_length", "hidden_dropout", "attention_dropout")
+ARCHITECTURE_IGNORED = ("name", "source", "unmodelled", "seq_length", "hidden_dropout", "attention_dropout")
 """What two specs may differ in and still be the same model: a published run at another sequence length, or a
-catalog twin under another name (LLaMA 13B and Llama 2 13B)."""
+catalog twin under another name (LLaMA 13B and Llama 2 13B), or with notes on what it does not model."""
 
 
 def architecture(model: ModelSpec) -> tuple:

@@ -172,6 +172,10 @@ class ModelSpec:
     """Depthwise causal convolution width (MambaMixer d_conv)."""
     source: str = ""
     """Where the numbers come from (checkpoint config or paper table)."""
+    unmodelled: tuple[str, ...] = ()
+    """What the source config has that this spec does not model, one sentence each (a Hugging Face import's notes:
+    a GELU-gated MLP counted as SwiGLU, a window pattern priced as full attention): every plan of the model repeats
+    them as warnings, so no estimate hides an approximation."""
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or " " in self.name:
@@ -203,6 +207,10 @@ class ModelSpec:
             object.__setattr__(self, "norm_bias", self.normalization == "layernorm")
         elif self.norm_bias and self.normalization != "layernorm":
             raise ValueError(f"ModelSpec {self.name}: norm_bias is only meaningful for layernorm, not {self.normalization}")
+        if isinstance(self.unmodelled, list):
+            object.__setattr__(self, "unmodelled", tuple(self.unmodelled))  # from YAML or plan.json
+        if not isinstance(self.unmodelled, tuple) or not all(isinstance(n, str) and n for n in self.unmodelled):
+            raise ValueError(f"ModelSpec {self.name}: unmodelled must be a list of sentences, got {self.unmodelled!r}")
         for name in ("tie_embeddings", "add_bias_linear", "add_qkv_bias", "qk_layernorm", "qk_layernorm_per_head",
                      "sandwich_norm", "norm_bias"):
             if not isinstance(getattr(self, name), bool):

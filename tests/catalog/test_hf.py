@@ -173,6 +173,11 @@ def test_plan_from_a_config_json(name, capsys):
     assert d["model"]["name"] == name and d["model"]["params"] == PUBLIC_COUNTS[name]
     assert d["memory"]["total_gib"] <= d["memory"]["usable_gib"]
     assert d["model"]["source"].startswith("Hugging Face config.json")
+    # Every import note is a warning of the plan: an approximation of the model is never silent.
+    notes = load(name).notes
+    assert d["model"]["unmodelled"] == list(notes)
+    warned = [w for w in d["warnings"] if w.startswith("model_unmodelled: ")]
+    assert len(warned) == (1 if notes else 0) and all(n in warned[0] for n in notes)
 
 
 def test_plan_from_a_directory_in_text():
@@ -217,8 +222,31 @@ def test_from_hf_prints_yaml_with_the_notes():
                          capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "# 9,241,705,984 parameters" in out.stdout and "sandwich_norm: true" in out.stdout
-    assert "# not modelled: the MLP gate is GELU" in out.stdout and "kv_channels: 256" in out.stdout
+    assert '  - "the MLP gate is GELU (gelu_pytorch_tanh, GeGLU)' in out.stdout and "kv_channels: 256" in out.stdout
     assert "mamba_num_heads" not in out.stdout  # a derived default is not written out
+
+
+def test_the_written_yaml_keeps_what_is_not_modelled(tmp_path, capsys):
+    """The catalog YAML carries the import notes as data (`unmodelled:`): a plan of the written file warns of them
+    as one of the config.json does."""
+    imported = load("gemma-2-9b")
+    path = tmp_path / "gemma-2-9b.yaml"
+    path.write_text(hf.catalog_yaml(imported, exact_param_count(imported.spec)))
+    spec = model_from_file(path)
+    assert spec.unmodelled == imported.notes and len(spec.unmodelled) == 3 and spec == imported.spec
+    assert main(["--model", str(path), "--gpus", "8", "--json"]) == 0
+    warned = [w for w in json.loads(capsys.readouterr().out)["warnings"] if w.startswith("model_unmodelled: ")]
+    assert len(warned) == 1 and "GeGLU" in warned[0] and "soft-capping" in warned[0]
+
+
+def test_a_window_priced_as_full_attention_is_a_plan_warning(tmp_path, capsys):
+    """A window pattern no window_attn_skip_freq describes is priced as full causal attention: the plan says so."""
+    path = _write(tmp_path, "qwen2-0.5b", use_sliding_window=True, sliding_window=1024,
+                  layer_types=["sliding_attention" if i % 3 else "full_attention" for i in range(23)] + ["full_attention"])
+    assert main(["--model", str(path), "--gpus", "4", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["model"]["sliding_window"] is None
+    assert any(w.startswith("model_unmodelled: ") and "priced as full causal attention" in w for w in d["warnings"])
 
 
 def _write(tmp_path, name, **changes):

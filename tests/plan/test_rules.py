@@ -70,7 +70,7 @@ def test_pipeline_split_and_virtual_stages():
                                                 "(4) (megatron-core schedules.py); use --global-batch 8")
     # Fewer micro-batches than stages is allowed, with the bubble it costs: (4-1)/(1 x 2) = 150%.
     assert violations("llama3-8b", megatron(pp=4, gbs=2))["pipeline_bubble"] == (
-        "only 2 micro-batches for 4 stages: the bubble is 150% of the step")
+        "only 2 micro-batches for 4 stages: the pipeline bubble is 150% of the compute time")
 
 
 def test_batch_context_and_expert_parallelism():
