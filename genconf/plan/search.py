@@ -976,8 +976,15 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     tips = []
     per_node = cluster.gpus_per_node
     budget = _Budget(SUGGESTION_ESTIMATES)
+    tried = set()
     for factor in (2, 4, 8, 16, 32, 64):
-        more = max(per_node, num_gpus * factor // per_node * per_node)
+        # Part of a node is a job too (rules.whole_nodes_error): 2 GPUs before a whole node of 4; past one node,
+        # whole nodes.
+        more = num_gpus * factor
+        more = more if more <= per_node else more // per_node * per_node
+        if more in tried:
+            continue
+        tried.add(more)
         if _fits_anywhere(model, cluster, more, cal, replace(pins, gbs=None), budget):
             tips.append(f"--gpus {more}")
             break

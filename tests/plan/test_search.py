@@ -14,7 +14,7 @@ from genconf.plan import memory, rules
 from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.pipeline import stage_layers
-from genconf.plan.search import TIE_FRACTION, Pins, evaluate, plan_or_explain, search
+from genconf.plan.search import TIE_FRACTION, Pins, evaluate, plan_or_explain, search, what_would_fit
 from genconf.plan.specs import ParallelPlan
 
 MODELS = [m for m in list_models()]
@@ -100,6 +100,17 @@ def test_no_fit_says_what_would_fit():
         plan_or_explain(model, cluster, 8, calibration_for(cluster.gpu.name), Pins())
     text = str(info.value)
     assert "does not fit on 8 x h100-sxm" in text and "--gpus" in text and "GiB per GPU" in text
+
+
+def test_no_fit_on_part_of_a_node_suggests_part_of_a_node():
+    """A job may take part of a node (rules.whole_nodes_error): Mistral 7B needs 116 GiB on one H100 and fits on two,
+    so the tip is --gpus 2, not the whole node of 4 (before: '--gpus 4')."""
+    model, _ = resolve_model("mistral-7b-v0.1")
+    cluster = resolve_cluster()
+    assert cluster.gpus_per_node == 4
+    tips = what_would_fit(model, cluster, 1, calibration_for(cluster.gpu.name), Pins())
+    assert tips[0] == "--gpus 2"
+    assert plan_or_explain(model, cluster, 2, calibration_for(cluster.gpu.name), Pins()).ranked
 
 
 def test_no_fit_names_the_leanest_plan():
