@@ -154,6 +154,10 @@ def describe_batch(summary: dict) -> tuple[str, str]:
     head = f"{summary['global_batch']:,} x {summary['seq_length']:,} = {summary['tokens_per_step']:,} tokens per step"
     source = summary["source"]
     if source == "default":
+        target = summary.get("default_global_batch", summary["global_batch"])
+        if target != summary["global_batch"]:
+            # global_batch_for: a whole number of micro-batches on every data-parallel rank (and the smoke cap)
+            return head, f"the default, rounded from {target:,} sequences for the layout: {summary['rule']}"
         return head, f"the default: {summary['rule']}"
     where = {"--global-batch": "given with --global-batch", "recipe": "the recipe's batch",
              "smoke": "the recipe's smoke variant", "shrunk": "scaled down with the shrunk model"}[source]

@@ -1393,3 +1393,19 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
 def training_time_s(cost: StepCost, tokens: float) -> float:
     """Wall time to train `tokens` tokens at this step rate."""
     return tokens / cost.tokens_per_s
+
+
+LOW_MFU = 0.10
+"""Below this MFU, with most of the step spent waiting, a plan warns that the GPUs outnumber the work."""
+
+
+def utilization_warning(cost: StepCost) -> str | None:
+    """Where the GPUs would mostly wait: MFU under LOW_MFU and more than half of the step in the pipeline bubble,
+    communication and per-step overhead (not computing), which more GPUs only lengthen; None otherwise."""
+    waiting_s = cost.step_time_s - cost.compute_s - cost.optimizer_s
+    if cost.mfu >= LOW_MFU or waiting_s <= 0.5 * cost.step_time_s:
+        return None
+    return (f"the GPUs would run at {cost.mfu:.1%} MFU, {waiting_s / cost.step_time_s:.0%} of the step in the "
+            f"pipeline bubble, communication and per-step overhead: {cost.num_gpus:,} GPUs share "
+            f"{cost.tokens_per_step:,} tokens per step ({cost.tokens_per_step / cost.num_gpus:,.0f} each); fewer GPUs "
+            f"or a larger --global-batch keep them busier")

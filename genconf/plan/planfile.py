@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genconf import __version__
-from genconf.plan.batch import batch_summary
+from genconf.plan.batch import batch_summary, default_batch
 from genconf.plan.checkpoint_size import checkpoint_size
-from genconf.plan.cost import Calibration, StepCost, training_time_s
+from genconf.plan.cost import Calibration, StepCost, training_time_s, utilization_warning
 from genconf.plan.counting import exact_param_count, workshop_param_count
 from genconf.plan.errors import GenconfError
 from genconf.plan.memory import GIB, MemoryEstimate
@@ -147,6 +147,9 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
                                  "perf": {k: v for k, v in perf_dict(ev.cost).items() if k != "breakdown_s"}})
     train_s = training_time_s(cost, tokens)
     train = train or default_train(best.plan, tokens)
+    # A smoke test's batch is there to exercise the layout, not to keep the GPUs busy: no low_utilization warning.
+    smoke = batch_source in ("smoke", "shrunk") or (batch_source == "default"
+                                                    and default_batch(exact_param_count(model), best.plan.seq_length).smoke)
     return {
         "genconf_version": __version__, "schema_version": SCHEMA_VERSION,
         "model": model_dict(model, alias), "cluster": cluster_dict(cluster, num_gpus),
@@ -159,7 +162,8 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
                      "gpu_hours": round(train_s * num_gpus / 3600, 1)},
         "intervals_80": intervals_dict(best, cal, moe=model.is_moe) if cal is not None else None,
         "why": why(best, result, cluster),
-        "warnings": [str(v) for v in best.violations if v.severity == "warning"],
+        "warnings": [str(v) for v in best.violations if v.severity == "warning"]
+                    + [f"low_utilization: {w}" for w in (utilization_warning(cost),) if w and not smoke],
         "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
         "alternatives": alternatives,
     }

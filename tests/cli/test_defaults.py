@@ -29,7 +29,21 @@ def test_the_default_batch_follows_the_published_runs_and_says_so(model, gpus, t
     assert batch["global_batch"] == d["plan"]["gbs"] and tokens / 1.5 <= batch["tokens_per_step"] <= 1.5 * tokens
     text = run_genconf("--model", model, "--gpus", str(gpus), "--cluster", "dgx-h100").stdout
     assert f"batch    {batch['global_batch']:,} x {batch['seq_length']:,} = {batch['tokens_per_step']:,} tokens per step" \
-        in text and f"the default: {batch['rule']}" in text
+        in text
+    rounded = batch["global_batch"] != batch["default_global_batch"]
+    said = (f"the default, rounded from {batch['default_global_batch']:,} sequences for the layout: {batch['rule']}"
+            if rounded else f"the default: {batch['rule']}")
+    assert said in text
+
+
+def test_a_default_batch_rounded_for_the_layout_says_from_what():
+    """70B on 384 GPUs: the 4M-token default is 1,024 sequences of 4,096; the layout takes 1,056 (before: the line
+    said 'the default: 4M tokens' beside 4,325,376 tokens)."""
+    d = plan_json("--model", "70b", "--gpus", "384")
+    assert (d["batch"]["default_global_batch"], d["batch"]["global_batch"]) == (1024, d["plan"]["gbs"])
+    assert d["plan"]["gbs"] % (d["plan"]["mbs"] * d["plan"]["dp"]) == 0 and d["plan"]["gbs"] != 1024
+    text = run_genconf("--model", "70b", "--gpus", "384").stdout
+    assert "the default, rounded from 1,024 sequences for the layout: 4M tokens, published for" in text
 
 
 def test_a_pinned_batch_says_it_was_pinned():

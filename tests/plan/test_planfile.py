@@ -62,3 +62,21 @@ def test_missing_or_invalid_parts_are_one_line(run):
     d["plan"]["tp"] = 0
     with pytest.raises(GenconfError, match=r"^plan.json is invalid: "):
         planfile.decode(d)
+
+
+@pytest.mark.parametrize("gpus,warned", [(384, False), (100_000, True)])
+def test_gpus_that_outnumber_the_work_are_a_warning(gpus, warned):
+    """70B at its 4M-token default batch: 384 GPUs compute most of the step (no warning); 100,000 share 51 tokens
+    each and spend most of the step in the bubble and communication (MFU 2.5%): the plan says so and what helps."""
+    model, alias = resolve_model("70b")
+    cluster = resolve_cluster()
+    best = plan_or_explain(model, cluster, gpus, calibration_for(cluster.gpu.name), Pins()).best
+    cost = best.cost
+    waiting = (cost.step_time_s - cost.compute_s - cost.optimizer_s) / cost.step_time_s
+    assert (cost.mfu < 0.10 and waiting > 0.5) == warned
+    low = [w for w in planfile.encode(model, alias, cluster, gpus, best, None, 1e12)["warnings"]
+           if w.startswith("low_utilization: ")]
+    assert len(low) == int(warned)
+    if warned:
+        assert f"{gpus:,} GPUs share {cost.tokens_per_step:,} tokens per step" in low[0]
+        assert f"{cost.mfu:.1%} MFU" in low[0] and "fewer GPUs or a larger --global-batch" in low[0]
