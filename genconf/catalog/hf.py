@@ -64,6 +64,8 @@ class _Fields:
 
     def __init__(self, data: dict, where: str) -> None:
         self.data, self.where, self.read = data, where, set()
+        self.info: list[str] = []
+        """Notes on how a field was read that change no estimate (the import prints them; plans do not warn)."""
 
     def get(self, key: str, default=None):
         self.read.add(key)
@@ -102,8 +104,9 @@ _SILU = ("silu", "swish")
 _GELU = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "quick_gelu")
 
 
-def _seq_length(f: _Fields, notes: list[str]) -> int:
-    """The pre-training context: rope scaling's original length where the checkpoint was extended by it."""
+def _seq_length(f: _Fields) -> int:
+    """The pre-training context: rope scaling's original length where the checkpoint was extended by it (said in
+    f.info: planning at the pre-training context is a choice, not an approximation)."""
     longest = f.integer("max_position_embeddings")
     for key in ("rope_scaling", "rope_parameters"):
         scaling = f.get(key)
@@ -111,7 +114,7 @@ def _seq_length(f: _Fields, notes: list[str]) -> int:
             original = int(scaling["original_max_position_embeddings"])
             kind = scaling.get("rope_type") or scaling.get("type") or "scaled"
             if original < longest:
-                notes.append(f"{kind} rope scaling stretches the context to {longest:,} tokens; seq_length is the "
+                f.info.append(f"{kind} rope scaling stretches the context to {longest:,} tokens; seq_length is the "
                              f"pre-training context {original:,} (plan longer runs with --seq-len)")
                 return original
     return longest
@@ -212,7 +215,7 @@ def _linear_biases(f: _Fields, *, mlp_key: str | None = "mlp_bias") -> bool:
 def _llama_like(f: _Fields, notes: list[str], *, tie_default: bool, act_key: str = "hidden_act",
                 mlp_bias_key: str | None = "mlp_bias") -> dict:
     heads = f.integer("num_attention_heads")
-    seq = _seq_length(f, notes)
+    seq = _seq_length(f)
     return dict(
         num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"), num_attention_heads=heads,
         num_query_groups=f.integer("num_key_value_heads", heads), kv_channels=f.integer("head_dim", required=False),
@@ -379,7 +382,7 @@ def _gpt_neox(f: _Fields, notes: list[str]) -> dict:
     f.get("classifier_dropout")
     return dict(num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"),
                 num_attention_heads=f.integer("num_attention_heads"), ffn_hidden_size=f.integer("intermediate_size"),
-                vocab_size=f.integer("vocab_size"), seq_length=_seq_length(f, notes),
+                vocab_size=f.integer("vocab_size"), seq_length=_seq_length(f),
                 activation=_plain_gelu(f, "hidden_act"), normalization="layernorm", position_embedding="rope",
                 tie_embeddings=f.flag("tie_word_embeddings", False), add_bias_linear=True,
                 hidden_dropout=f.fraction("hidden_dropout", 0.0), attention_dropout=f.fraction("attention_dropout", 0.0))
@@ -448,7 +451,7 @@ def model_from_config(data: dict, *, name: str, where: str) -> tuple[ModelSpec, 
         spec = ModelSpec(name=name, source=source, unmodelled=tuple(notes), **values)
     except ValueError as exc:
         raise GenconfError(f"{where}: {exc}") from None
-    return spec, arch, tuple(notes)
+    return spec, arch, tuple(f.info + notes)
 
 
 def model_from_hf(ref: Path | str, *, name: str | None = None) -> HFModel:
@@ -485,6 +488,7 @@ def catalog_yaml(model: HFModel, params: int) -> str:
     defaults = {f.name: f.default for f in fields(ModelSpec)}
     lines = [f"# Imported from {model.path} ({model.architecture}) by `genconf models --from-hf`:",
              f"# {params:,} parameters (genconf.counting.exact_param_count)."]
+    lines += [f"# {note}" for note in model.notes if note not in spec.unmodelled]  # f.info: no plan warns of it
     lines += [f"name: {spec.name}", f"source: {json.dumps(spec.source)}"]
     if spec.unmodelled:  # one sentence a line: every plan of the model warns of each
         lines += ["unmodelled:"] + [f"  - {json.dumps(note)}" for note in spec.unmodelled]

@@ -146,7 +146,7 @@ def batch_summary(params: float, global_batch: int, seq_length: int, source: str
     target = default_batch(params, seq_length)
     return {"global_batch": global_batch, "seq_length": seq_length, "tokens_per_step": global_batch * seq_length,
             "source": source, "default_tokens_per_step": target.tokens_per_step,
-            "default_global_batch": target.sequences, "rule": target.reason}
+            "default_global_batch": target.sequences, "rule": target.reason, "smoke": target.smoke}
 
 
 def describe_batch(summary: dict) -> tuple[str, str]:
@@ -154,11 +154,13 @@ def describe_batch(summary: dict) -> tuple[str, str]:
     head = f"{summary['global_batch']:,} x {summary['seq_length']:,} = {summary['tokens_per_step']:,} tokens per step"
     source = summary["source"]
     if source == "default":
-        target = summary.get("default_global_batch", summary["global_batch"])
-        if target != summary["global_batch"]:
-            # global_batch_for: a whole number of micro-batches on every data-parallel rank (and the smoke cap)
-            return head, f"the default, rounded from {target:,} sequences for the layout: {summary['rule']}"
-        return head, f"the default: {summary['rule']}"
+        target_sequences = summary.get("default_global_batch", summary["global_batch"])
+        gbs = summary["global_batch"]
+        if target_sequences == gbs:
+            return head, f"the default: {summary['rule']}"
+        # global_batch_for: a whole number of micro-batches on every data-parallel rank, at most the smoke cap
+        how = "capped at" if summary.get("smoke") and gbs < target_sequences else "rounded to"
+        return head, f"the default: {summary['rule']}; {target_sequences:,} sequences, {how} {gbs:,} for the layout"
     where = {"--global-batch": "given with --global-batch", "recipe": "the recipe's batch",
              "smoke": "the recipe's smoke variant", "shrunk": "scaled down with the shrunk model"}[source]
     return head, f"{where}; the default would be {summary['default_tokens_per_step']:,} tokens: {summary['rule']}"

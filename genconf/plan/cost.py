@@ -1395,17 +1395,28 @@ def training_time_s(cost: StepCost, tokens: float) -> float:
     return tokens / cost.tokens_per_s
 
 
-LOW_MFU = 0.10
-"""Below this MFU, with most of the step spent waiting, a plan warns that the GPUs outnumber the work."""
+
+LOW_BF16_MFU_FRACTION = 0.10
+"""Model FLOP/s under this fraction of the GPU's dense BF16 peak (whatever the plan's precision, so FP8 and BF16 plans
+of one layout warn alike)..."""
+WAITING_FRACTION = 0.5
+"""...with more of the step waiting (pipeline bubble, communication, per-step overhead) than computing: the GPUs
+outnumber the work. Both thresholds are a judgement of when to say so, not fitted."""
 
 
-def utilization_warning(cost: StepCost) -> str | None:
-    """Where the GPUs would mostly wait: MFU under LOW_MFU and more than half of the step in the pipeline bubble,
-    communication and per-step overhead (not computing), which more GPUs only lengthen; None otherwise."""
+def utilization_warning(cost: StepCost, bf16_peak_tflops: float) -> str | None:
+    """Where the GPUs would mostly wait (LOW_BF16_MFU_FRACTION, WAITING_FRACTION): what they wait for, in seconds, and
+    what helps; None otherwise."""
     waiting_s = cost.step_time_s - cost.compute_s - cost.optimizer_s
-    if cost.mfu >= LOW_MFU or waiting_s <= 0.5 * cost.step_time_s:
+    if cost.tflops_per_gpu >= LOW_BF16_MFU_FRACTION * bf16_peak_tflops or waiting_s <= WAITING_FRACTION * cost.step_time_s:
         return None
-    return (f"the GPUs would run at {cost.mfu:.1%} MFU, {waiting_s / cost.step_time_s:.0%} of the step in the "
-            f"pipeline bubble, communication and per-step overhead: {cost.num_gpus:,} GPUs share "
-            f"{cost.tokens_per_step:,} tokens per step ({cost.tokens_per_step / cost.num_gpus:,.0f} each); fewer GPUs "
-            f"or a larger --global-batch keep them busier")
+    parts = ", ".join(f"{name} {s:.3f} s" for name, s in (("bubble", cost.bubble_s), ("pp_comm", cost.pp_comm_s),
+                                                           ("dp_comm", cost.dp_comm_s), ("overhead", cost.overhead_s))
+                      if s > 0)
+    head = (f"the GPUs would run at {cost.mfu:.1%} MFU, waiting {waiting_s / cost.step_time_s:.0%} of the "
+            f"{cost.step_time_s:.3f} s step ({parts})")
+    if cost.num_gpus == 1:
+        return f"{head}: the GPU takes {cost.tokens_per_step:,} tokens per step; a larger --global-batch keeps it busier"
+    return (f"{head}: {cost.num_gpus:,} GPUs share {cost.tokens_per_step:,} tokens per step, "
+            f"{cost.tokens_per_step / cost.num_gpus:,.0f} tokens each; fewer GPUs or a larger --global-batch keep them "
+            f"busier")

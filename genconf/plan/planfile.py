@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genconf import __version__
-from genconf.plan.batch import batch_summary, default_batch
+from genconf.plan.batch import batch_summary
 from genconf.plan.checkpoint_size import checkpoint_size
 from genconf.plan.cost import Calibration, StepCost, training_time_s, utilization_warning
 from genconf.plan.counting import exact_param_count, workshop_param_count
@@ -131,6 +131,15 @@ def intervals_dict(best: Evaluation, cal: Calibration, *, moe: bool = False) -> 
     }
 
 
+def warnings(model: ModelSpec, best: Evaluation, cluster: ClusterSpec, *, smoke: bool) -> list[str]:
+    """The plan's warnings: the rules' (pipeline_bubble, a tight fit), one per approximation of an imported model
+    (model_unmodelled), and GPUs that would mostly wait (low_utilization; not for a smoke-sized batch)."""
+    out = [str(v) for v in best.violations if v.severity == "warning"]
+    out += [f"model_unmodelled: {note}" for note in model.unmodelled]
+    idle = None if smoke else utilization_warning(best.cost, cluster.gpu.peak_tflops("bf16"))
+    return out + ([f"low_utilization: {idle}"] if idle else [])
+
+
 def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: int, best: Evaluation,
            result: SearchResult | None, tokens: float, train: TrainSpec | None = None, *,
            cal: Calibration | None = None, batch_source: str = "default") -> dict:
@@ -148,13 +157,13 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
     train_s = training_time_s(cost, tokens)
     train = train or default_train(best.plan, tokens)
     # A smoke test's batch is there to exercise the layout, not to keep the GPUs busy: no low_utilization warning.
-    smoke = batch_source in ("smoke", "shrunk") or (batch_source == "default"
-                                                    and default_batch(exact_param_count(model), best.plan.seq_length).smoke)
+    batch = batch_summary(exact_param_count(model), best.plan.gbs, best.plan.seq_length, batch_source)
+    smoke = batch_source in ("smoke", "shrunk") or batch["smoke"]
     return {
         "genconf_version": __version__, "schema_version": SCHEMA_VERSION,
         "model": model_dict(model, alias), "cluster": cluster_dict(cluster, num_gpus),
         "plan": plan_dict(best.plan, model), "layout": describe(best.plan),
-        "batch": batch_summary(exact_param_count(model), best.plan.gbs, best.plan.seq_length, batch_source),
+        "batch": batch,
         "train": dataclasses.asdict(train),
         "memory": memory_dict(best.memory), "perf": perf_dict(cost),
         "checkpoint": checkpoint_dict(model, best.plan, train.keep_checkpoints),
@@ -162,8 +171,7 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
                      "gpu_hours": round(train_s * num_gpus / 3600, 1)},
         "intervals_80": intervals_dict(best, cal, moe=model.is_moe) if cal is not None else None,
         "why": why(best, result, cluster),
-        "warnings": [str(v) for v in best.violations if v.severity == "warning"]
-                    + [f"low_utilization: {w}" for w in (utilization_warning(cost),) if w and not smoke],
+        "warnings": warnings(model, best, cluster, smoke=smoke),
         "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
         "alternatives": alternatives,
     }

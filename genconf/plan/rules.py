@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from genconf.plan import kernels, limits, precision
 from genconf.plan.counting import exact_param_count
 from genconf.plan.memory import GIB, MemoryEstimate, offload_bytes_per_layer
-from genconf.plan.pipeline import layout_mtp_layers, stage_layers
+from genconf.plan.pipeline import bubble_fraction, layout_mtp_layers, stage_layers
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 ERROR, WARNING = "error", "warning"
@@ -568,16 +568,9 @@ def _architecture(c: Context) -> str | None:
 def _pipeline_microbatches(c: Context) -> str | None:
     p = c.plan
     if p.pp > 1 and p.num_microbatches < p.pp:
-        # Narayanan 2021, Sec. 2.2: the bubble over the ideal (compute) time is (p - 1) / (v m).
         return (f"only {p.num_microbatches} micro-batches for {p.pp} stages: the pipeline bubble is "
-                f"{(p.pp - 1) / (p.vp * max(1, p.num_microbatches)):.0%} of the compute time")
+                f"{bubble_fraction(p):.0%} of the compute time")  # (p - 1) / (v m): bubble over ideal time
     return None
-
-
-def _unmodelled(c: Context) -> str | None:
-    if not c.model.unmodelled:
-        return None
-    return f"{c.model.name} as imported is not exactly the model: " + "; ".join(c.model.unmodelled)
 
 
 RULES: tuple[Rule, ...] = (
@@ -618,8 +611,6 @@ RULES: tuple[Rule, ...] = (
     Rule("architecture", ERROR, "MLA, shared experts, dense first layers, MTP and Mamba: megatron with TE layers",
          _architecture),
     Rule("pipeline_bubble", WARNING, "at least as many micro-batches as stages", _pipeline_microbatches),
-    Rule("model_unmodelled", WARNING, "what the model's source config has that genconf does not model "
-         "(ModelSpec.unmodelled)", _unmodelled),
 )
 RULE_NAMES = tuple(r.name for r in RULES) + ("memory_fits", "batch_above_target", "cannot_reach_top")
 """Every name a search's rejection counts use: the rules, memory, the batch cap, and candidates whose upper

@@ -976,17 +976,15 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     tips = []
     per_node = cluster.gpus_per_node
     budget = _Budget(SUGGESTION_ESTIMATES)
-    tried = set()
-    for factor in (2, 4, 8, 16, 32, 64):
-        # Part of a node is a job too (rules.whole_nodes_error): 2 GPUs before a whole node of 4; past one node,
-        # whole nodes.
-        more = num_gpus * factor
-        more = more if more <= per_node else more // per_node * per_node
-        if more in tried:
-            continue
-        tried.add(more)
-        if _fits_anywhere(model, cluster, more, cal, replace(pins, gbs=None), budget):
-            tips.append(f"--gpus {more}")
+    # Part of a node is a job too (rules.whole_nodes_error): 2 GPUs before a whole node of 4. Past one node, whole
+    # nodes: the GPUs doubled (rounded down to nodes) and the nodes doubled, the fewest first (3 GPUs of a 4-GPU
+    # node: 6 -> 4, 8, 12, 16, 24, ...).
+    nodes = -(-num_gpus // per_node)
+    candidates = {g if g <= per_node else g // per_node * per_node for g in (num_gpus << k for k in range(1, 7))}
+    candidates |= {per_node * (nodes << k) for k in range(7)}
+    for more_gpus in sorted(g for g in candidates if g > num_gpus):
+        if _fits_anywhere(model, cluster, more_gpus, cal, replace(pins, gbs=None), budget):
+            tips.append(f"--gpus {more_gpus}")
             break
         if budget.left < 0:
             break

@@ -209,8 +209,9 @@ class ModelSpec:
             raise ValueError(f"ModelSpec {self.name}: norm_bias is only meaningful for layernorm, not {self.normalization}")
         if isinstance(self.unmodelled, list):
             object.__setattr__(self, "unmodelled", tuple(self.unmodelled))  # from YAML or plan.json
-        if not isinstance(self.unmodelled, tuple) or not all(isinstance(n, str) and n for n in self.unmodelled):
-            raise ValueError(f"ModelSpec {self.name}: unmodelled must be a list of sentences, got {self.unmodelled!r}")
+        if not isinstance(self.unmodelled, tuple) or not all(isinstance(n, str) and n.strip() for n in self.unmodelled):
+            shown = list(self.unmodelled) if isinstance(self.unmodelled, tuple) else self.unmodelled
+            raise ValueError(f"ModelSpec {self.name}: unmodelled must be a list of sentences, got {shown!r}")
         for name in ("tie_embeddings", "add_bias_linear", "add_qkv_bias", "qk_layernorm", "qk_layernorm_per_head",
                      "sandwich_norm", "norm_bias"):
             if not isinstance(getattr(self, name), bool):

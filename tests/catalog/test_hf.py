@@ -173,11 +173,14 @@ def test_plan_from_a_config_json(name, capsys):
     assert d["model"]["name"] == name and d["model"]["params"] == PUBLIC_COUNTS[name]
     assert d["memory"]["total_gib"] <= d["memory"]["usable_gib"]
     assert d["model"]["source"].startswith("Hugging Face config.json")
-    # Every import note is a warning of the plan: an approximation of the model is never silent.
-    notes = load(name).notes
-    assert d["model"]["unmodelled"] == list(notes)
-    warned = [w for w in d["warnings"] if w.startswith("model_unmodelled: ")]
-    assert len(warned) == (1 if notes else 0) and all(n in warned[0] for n in notes)
+    # Every approximation the import notes is a warning of the plan, one line each: none is silent. How a field was
+    # read (rope scaling's pre-training context) is a note of the import, not a warning.
+    imported = load(name)
+    assert d["model"]["unmodelled"] == list(imported.spec.unmodelled)
+    assert set(imported.spec.unmodelled) <= set(imported.notes)
+    assert [w for w in d["warnings"] if w.startswith("model_unmodelled: ")] == [
+        f"model_unmodelled: {note}" for note in imported.spec.unmodelled]
+    assert not any("rope scaling" in note for note in imported.spec.unmodelled)
 
 
 def test_plan_from_a_directory_in_text():
@@ -236,7 +239,27 @@ def test_the_written_yaml_keeps_what_is_not_modelled(tmp_path, capsys):
     assert spec.unmodelled == imported.notes and len(spec.unmodelled) == 3 and spec == imported.spec
     assert main(["--model", str(path), "--gpus", "8", "--json"]) == 0
     warned = [w for w in json.loads(capsys.readouterr().out)["warnings"] if w.startswith("model_unmodelled: ")]
-    assert len(warned) == 1 and "GeGLU" in warned[0] and "soft-capping" in warned[0]
+    assert len(warned) == 3 and "GeGLU" in warned[0] and "soft-capping" in warned[2]
+
+
+def test_rope_scaling_is_a_note_of_the_import_not_a_warning(tmp_path):
+    """Llama 3.2's rope scaling: planned at the pre-training context, which is a choice, not an approximation; the
+    written YAML keeps it as a comment."""
+    imported = load("llama3.2-1b")
+    assert any("rope scaling" in note for note in imported.notes) and imported.spec.unmodelled == ()
+    text = hf.catalog_yaml(imported, exact_param_count(imported.spec))
+    assert "# llama3 rope scaling stretches the context to 131,072 tokens" in text and "unmodelled" not in text
+
+
+@pytest.mark.parametrize("value", ['"one sentence"', "[1, 2]", '[""]', '["  "]', "{a: b}", "[[a, b]]", "42"])
+def test_a_malformed_unmodelled_list_is_one_line(tmp_path, value):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nffn_hidden_size: 128\n"
+                    f"vocab_size: 100\nseq_length: 64\nunmodelled: {value}\n")
+    out = subprocess.run(genconf_cmd() + ["--model", str(path), "--gpus", "1"], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and "unmodelled must be a list of sentences" in out.stderr
 
 
 def test_a_window_priced_as_full_attention_is_a_plan_warning(tmp_path, capsys):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import needs_torch, one_line_error, run_genconf
+from conftest import REPO, needs_torch, one_line_error, run_genconf
 from genconf.plan.batch import MI, SMOKE_MAX_MICROBATCHES
 
 
@@ -31,8 +31,8 @@ def test_the_default_batch_follows_the_published_runs_and_says_so(model, gpus, t
     assert f"batch    {batch['global_batch']:,} x {batch['seq_length']:,} = {batch['tokens_per_step']:,} tokens per step" \
         in text
     rounded = batch["global_batch"] != batch["default_global_batch"]
-    said = (f"the default, rounded from {batch['default_global_batch']:,} sequences for the layout: {batch['rule']}"
-            if rounded else f"the default: {batch['rule']}")
+    said = f"the default: {batch['rule']}" + (f"; {batch['default_global_batch']:,} sequences, rounded to "
+                                              f"{batch['global_batch']:,} for the layout" if rounded else "")
     assert said in text
 
 
@@ -43,7 +43,16 @@ def test_a_default_batch_rounded_for_the_layout_says_from_what():
     assert (d["batch"]["default_global_batch"], d["batch"]["global_batch"]) == (1024, d["plan"]["gbs"])
     assert d["plan"]["gbs"] % (d["plan"]["mbs"] * d["plan"]["dp"]) == 0 and d["plan"]["gbs"] != 1024
     text = run_genconf("--model", "70b", "--gpus", "384").stdout
-    assert "the default, rounded from 1,024 sequences for the layout: 4M tokens, published for" in text
+    assert ("the default: 4M tokens, published for Llama-2 7B (6.74B params) to Llama-2 70B (69B); 1,024 sequences, "
+            f"rounded to {d['plan']['gbs']:,} for the layout") in text
+
+
+def test_a_smoke_batch_capped_below_the_default_says_capped():
+    """A smoke-sized model's default (455 sequences of 16 tokens) is capped at 64 micro-batches: 'capped', not
+    'rounded'."""
+    text = run_genconf("--model", str(REPO / "tests" / "data" / "tiny-llama.yaml"), "--gpus", "1", "--mbs", "1",
+                       "--seq-len", "16").stdout
+    assert "at most 64 micro-batches: a smoke-sized model; 455 sequences, capped at 64 for the layout" in text
 
 
 def test_a_pinned_batch_says_it_was_pinned():

@@ -113,6 +113,18 @@ def test_no_fit_on_part_of_a_node_suggests_part_of_a_node():
     assert plan_or_explain(model, cluster, 2, calibration_for(cluster.gpu.name), Pins()).ranked
 
 
+def test_no_fit_past_one_node_tries_the_nodes_doubled():
+    """Llama 3 70B on 3 GPUs of a 4-GPU node fits on 16 (4 nodes) and not on 12: the tip is --gpus 16 (before: 24,
+    the GPUs doubled three times and rounded to nodes, which skipped 16)."""
+    model, _ = resolve_model("llama3-70b")
+    cluster = resolve_cluster()
+    cal = calibration_for(cluster.gpu.name)
+    assert what_would_fit(model, cluster, 3, cal, Pins())[0] == "--gpus 16"
+    assert plan_or_explain(model, cluster, 16, cal, Pins()).ranked
+    with pytest.raises(NoFeasiblePlan):
+        plan_or_explain(model, cluster, 12, cal, Pins())
+
+
 def test_no_fit_names_the_leanest_plan():
     """The closest plan in the message is the leanest one (micro-batch 1, full recompute), and what it needs is
     bounded by the parameter states alone: 405B parameters with 16-bit weights and gradients and ~10 bytes of
