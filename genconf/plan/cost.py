@@ -1395,13 +1395,12 @@ def training_time_s(cost: StepCost, tokens: float) -> float:
     return tokens / cost.tokens_per_s
 
 
-
 LOW_BF16_MFU_FRACTION = 0.10
-"""Model FLOP/s under this fraction of the GPU's dense BF16 peak (whatever the plan's precision, so FP8 and BF16 plans
-of one layout warn alike)..."""
+"""utilization_warning's first condition: model FLOP/s under this fraction of the GPU's dense BF16 peak (whatever the
+plan's precision, so FP8 and BF16 plans of one layout warn alike). A judgement of when to say so, not fitted."""
 WAITING_FRACTION = 0.5
-"""...with more of the step waiting (pipeline bubble, communication, per-step overhead) than computing: the GPUs
-outnumber the work. Both thresholds are a judgement of when to say so, not fitted."""
+"""Its second: more of the step waiting (pipeline bubble, communication, per-step overhead) than computing, so the
+GPUs outnumber the work. A judgement too, not fitted."""
 
 
 def utilization_warning(cost: StepCost, bf16_peak_tflops: float) -> str | None:
