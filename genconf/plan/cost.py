@@ -437,6 +437,57 @@ def _tp_collective_s(cluster: ClusterSpec, cal: Calibration, t: int, sp: bool, v
     return 0.5 * kernels.ring_all_reduce_s(volume, t, bus_gbyte_per_s=bw, latency_s=cal.collective_latency_s)
 
 
+AMAX_BYTES = 4.0
+"""One FP32 amax: what per-tensor current scaling and NVFP4 all-reduce over the TP group before quantizing a shard."""
+
+
+def gathered_bytes_per_element(dtype: str, recipe: str | None, impl: str, act_bytes: float, *,
+                               both_usages: bool = False) -> float:
+    """Bytes per element of one sequence-parallel all-gather. Transformer Engine quantizes a column-parallel
+    layer's input on its shard and gathers the quantized data with its scales (layernorm_linear.py: gather_along_
+    first_dim(ln_out, ..., quantizer=quantizer)): FP8 one byte (blockwise: an FP32 scale per 128), MXFP8 one plus an
+    E8M0 scale per 32, NVFP4 half a byte plus an E4M3 scale per 16. `both_usages`: a row-parallel layer's output
+    gradient, which block-scaled recipes gather row- and column-wise (distributed.py _all_gather_mxfp8: one gather
+    per usage; per-tensor FP8 gathers rows and transposes locally). Other stacks, and unquantized plans, gather
+    `act_bytes`; reduce-scatters are never quantized."""
+    if impl != "megatron-te":
+        return act_bytes
+    per_element = {"fp8": 1.0 + (4 / 128 if recipe == "blockwise" else 0.0), "mxfp8": 1.0 + 1 / 32,
+                   "fp4": 0.5 + 1 / 16}.get(dtype)
+    if per_element is None:
+        return act_bytes
+    if both_usages and (dtype != "fp8" or recipe == "blockwise"):
+        per_element *= 2
+    return per_element
+
+
+def amax_reductions(recipe: str | None, impl: str, sp: bool) -> int:
+    """All-reduces of one amax over the TP group that a quantized sequence-parallel gather waits for (the input
+    of a column-parallel layer, the output gradient of a row-parallel one; not the backward's re-gather of the
+    already quantized input): per-tensor current scaling and NVFP4's tensor scale need the whole tensor's amax
+    (transformer_engine module/linear.py set_quantizer_amax_reduction_group; csrc quantizer.cpp allreduce).
+    Delayed scaling reduces every layer's amaxes together when the autocast region exits
+    (quantization.py reduce_and_update_fp8_tensors); block scales are local."""
+    return int(sp and impl == "megatron-te" and recipe in ("current", "nvfp4"))
+
+
+def _tp_gathers_s(cluster: ClusterSpec, cal: Calibration, t: int, sp: bool, elements: float, act_bytes: float,
+                  dtype: str, recipe: str | None, impl: str, quantized: bool) -> tuple[float, float, float]:
+    """(input gather, output-gradient gather, amax all-reduce before each) of one layer half's `elements`: the
+    column-parallel layer's input and the row-parallel layer's output gradient. Without SP each is half an
+    all-reduce (Korthikanti 2022, Sec. 4.2.2). `quantized`: TE's own gather (not megatron's BF16 one)."""
+    if not sp:
+        one_s = _tp_collective_s(cluster, cal, t, sp, act_bytes * elements)
+        return one_s, one_s, 0.0
+    impl = impl if quantized else ""
+    in_s = _tp_collective_s(cluster, cal, t, sp, gathered_bytes_per_element(dtype, recipe, impl, act_bytes) * elements)
+    grad_s = _tp_collective_s(cluster, cal, t, sp, elements * gathered_bytes_per_element(
+        dtype, recipe, impl, act_bytes, both_usages=True))
+    amax_s = amax_reductions(recipe, impl, sp) * kernels.ring_all_reduce_s(
+        AMAX_BYTES, t, bus_gbyte_per_s=_bandwidth(cluster, cal, t), latency_s=cal.collective_latency_s)
+    return in_s, grad_s, amax_s
+
+
 def gemm_dtype(precision: str, recipe: str | None) -> str:
     """The dtype a plan's linear layers run their GEMMs in (MXFP8's block-scaled GEMMs are calibrated apart)."""
     dtype = {"fp8": "fp8", "fp4": "fp4", "fp32": "fp32"}.get(precision, "bf16")
@@ -742,29 +793,41 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
 
     # Tensor parallelism: with SP, all-gather before QKV and fc1 and reduce-scatter after proj and fc2
     # (Korthikanti 2022, Sec. 4.2.2); without, two all-reduces. Same volume again in the backward.
-    tp_f = tp_b = 0.0
+    tp_f = tp_b = rs_fwd_s = 0.0
     if t > 1:
-        one = _tp_collective_s(cluster, cal, t, sp, act * n * h)
-        halves = 2 * (wa + wm)  # collectives per pass: two for each of attention and the MLP
+        # Per layer half: an all-gather of the input and a reduce-scatter of the output (BF16), each way. TE gathers
+        # quantized data; megatron's MoE dispatcher and MLA's latents gather BF16 themselves (token_dispatcher.py
+        # gather_from_sequence_parallel_region, multi_latent_attention.py).
+        rs_s = _tp_collective_s(cluster, cal, t, sp, act * n * h)
+        a_in_s, a_grad_s, a_amax_s = _tp_gathers_s(cluster, cal, t, sp, n * h, act, dtype, recipe, impl,
+                                                   quantized=not model.mla)
+        m_in_s, m_grad_s, m_amax_s = _tp_gathers_s(cluster, cal, t, sp, n * h, act, dtype, recipe, impl,
+                                                   quantized=not model.is_moe)
+        amax_s = wa * a_amax_s + wm * m_amax_s  # blocking, before the gather: never overlapped
+        fwd_comm_s = wa * (a_in_s + rs_s) + wm * (m_in_s + rs_s)
         if tp_overlap:
-            tp_f = tp_b = halves * one * cal.tp_overlap_exposed
+            tp_f = fwd_comm_s * cal.tp_overlap_exposed + amax_s
+            tp_b = (wa * (a_grad_s + rs_s) + wm * (m_grad_s + rs_s)) * cal.tp_overlap_exposed + amax_s
+            rs_fwd_s = rs_s * cal.tp_overlap_exposed
         elif not impl.startswith("megatron") or (not sp and impl == "megatron-local-fused"):
             # PyTorch's DTensor TP (torchtitan without async TP) and Megatron-LM / Megatron-DeepSpeed of 2021-22
             # without SP run the backward's collectives in line.
-            tp_f = tp_b = halves * one
+            tp_f = tp_b = fwd_comm_s
+            rs_fwd_s = rs_s
         else:
-            tp_f = halves * one
+            tp_f, rs_fwd_s = fwd_comm_s + amax_s, rs_s
             # Backward without userbuffers: a column-parallel layer (QKV, fc1) launches its collective beside an
             # independent GEMM (megatron-core / TE Linear backward: with SP the input's all-gather runs under the
             # data-gradient GEMM and the data gradient's reduce-scatter under the weight-gradient GEMM; without SP
             # the gradient's all-reduce under the weight-gradient GEMM), while a row-parallel layer (proj, fc2)
             # must all-gather its output gradient before either GEMM (SP; without SP it has none).
             if sp:
-                hidden = [(one, qkv_b / 2)] * int(2 * wa) + [(one, fc1_b / 2)] * int(2 * wm)
+                hidden = [(a_in_s, qkv_b / 2), (rs_s, qkv_b / 2)] * int(wa) + \
+                         [(m_in_s, fc1_b / 2), (rs_s, fc1_b / 2)] * int(wm)
+                tp_b = wa * a_grad_s + wm * m_grad_s + amax_s
             else:
-                hidden = [(2 * one, qkv_b / 2)] * int(wa) + [(2 * one, fc1_b / 2)] * int(wm)
-            tp_b = ((wa + wm) * one if sp else 0.0) + sum(
-                max(0.0, c - g) + cal.tp_overlap_exposed * min(c, g) for c, g in hidden)
+                hidden = [(2 * rs_s, qkv_b / 2)] * int(wa) + [(2 * rs_s, fc1_b / 2)] * int(wm)
+            tp_b += sum(max(0.0, c - g) + cal.tp_overlap_exposed * min(c, g) for c, g in hidden)
     if model.is_moe and ep > 1 and wm:
         # Token dispatch and combine (all-to-all) forward and backward over the expert-parallel group.
         # EP ranks sit etp apart inside the stage's tp x cp x dp ranks (megatron's MoE parallel folding).
@@ -794,7 +857,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     # it are not repeated (counting.checkpoint_early_stop; inductor fuses the add into its neighbours).
     skip_f = 0.0
     if early_stop and wm:
-        skip_f = fc2_f + (tp_f / halves * (1 if sp else 2) if t > 1 else 0.0)
+        skip_f = fc2_f + rs_fwd_s * (1 if sp else 2)
         if impl in ("torch-bf16", "torch-autocast"):
             skip_f += _mem_s(gpu, cal, n * act / 2 * _eager_stream(impl) * EAGER_BYTES["add"][0] * h / r)
 
@@ -914,14 +977,18 @@ def _mamba_time(model: ModelSpec, t: int, cp: int, mbs: int, seq: int, sp: bool,
     bwd = in_b + out_b + scan_b + 2 * elem_f + quant_b
     tp_f = tp_b = 0.0
     if t > 1:
-        one = _tp_collective_s(cluster, cal, t, sp, act * n * h)
+        # in_proj gathers its (TE-quantized) input, out_proj reduce-scatters its output (BF16), each way.
+        rs_s = _tp_collective_s(cluster, cal, t, sp, act * n * h)
+        in_s, grad_s, amax_s = _tp_gathers_s(cluster, cal, t, sp, n * h, act, dtype, recipe, impl, quantized=True)
         if tp_overlap:
-            tp_f = tp_b = 2 * one * cal.tp_overlap_exposed
+            tp_f = (in_s + rs_s) * cal.tp_overlap_exposed + amax_s
+            tp_b = (grad_s + rs_s) * cal.tp_overlap_exposed + amax_s
         else:
-            tp_f = 2 * one
+            tp_f = in_s + rs_s + amax_s
             # in_proj's backward hides its collectives behind its own GEMMs as a column-parallel layer does.
-            hidden = [(one, in_b / 2)] * 2 if sp else [(2 * one, in_b / 2)]
-            tp_b = (one if sp else 0.0) + sum(max(0.0, c - g) + cal.tp_overlap_exposed * min(c, g) for c, g in hidden)
+            hidden = [(in_s, in_b / 2), (rs_s, in_b / 2)] if sp else [(2 * rs_s, in_b / 2)]
+            tp_b = (grad_s + amax_s if sp else 0.0) + sum(
+                max(0.0, c - g) + cal.tp_overlap_exposed * min(c, g) for c, g in hidden)
     cp_comm = 0.0
     if cp > 1:
         # Two all-to-alls forward (the projections to a head split, the scan output back), two backward.

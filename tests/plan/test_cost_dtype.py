@@ -117,3 +117,79 @@ def test_an_mxfp8_plan_is_slower_than_the_same_plan_in_fp8_current_scaling():
     mx = plan_json(*layout, "--precision", "mxfp8")
     ratio = mx["perf"]["tokens_per_s_per_gpu"] / cs["perf"]["tokens_per_s_per_gpu"]
     assert 0.88 < ratio < 0.99
+
+
+
+def test_te_gathers_quantized_bytes_and_block_scaled_gradients_twice():
+    """Bytes per element of a sequence-parallel all-gather (transformer_engine/pytorch/distributed.py): TE gathers
+    the quantized shard with its scales; a row-parallel layer's output gradient is gathered row- and column-wise
+    by the block-scaled recipes (one gather per usage) and row-wise only by per-tensor FP8 (transposed locally)."""
+    from genconf.plan.cost import gathered_bytes_per_element as width
+
+    te = "megatron-te"
+    assert width("fp8", "delayed", te, 2) == width("fp8", "current", te, 2) == 1.0
+    assert width("fp8", "blockwise", te, 2) == 1.0 + 4 / 128  # an FP32 scale per 128 values
+    assert width("mxfp8", "mxfp8", te, 2) == 1.0 + 1 / 32  # an E8M0 scale per 32
+    assert width("fp4", "nvfp4", te, 2) == 0.5 + 1 / 16  # an E4M3 scale per 16
+    assert width("fp8", "current", te, 2, both_usages=True) == 1.0
+    assert width("fp8", "blockwise", te, 2, both_usages=True) == 2 * (1.0 + 4 / 128)
+    assert width("mxfp8", "mxfp8", te, 2, both_usages=True) == 2 * (1.0 + 1 / 32)  # more than BF16's 2
+    assert width("fp4", "nvfp4", te, 2, both_usages=True) == 2 * (0.5 + 1 / 16)
+    # Unquantized plans and the other stacks gather the activations as they are: BF16 2 bytes, FP32 4.
+    assert width("bf16", None, te, 2) == 2.0
+    assert width("fp32", None, te, 4) == 4.0
+    assert width("fp8", "current", "torch-bf16", 2) == 2.0
+
+
+def _tp_layer(model_name: str, **fields):
+    """Forward and whole-layer TP communication of one layer at TP 4 with SP, no userbuffers overlap, on H100,
+    and L, one collective's latency over 4 ranks (collective_latency_s x (1 + log2 4))."""
+    import dataclasses
+
+    from genconf.catalog.clusters import resolve_cluster
+    from genconf.catalog.models import resolve_model
+    from genconf.plan.cost import layer_time
+    from genconf.plan.specs import ParallelPlan
+
+    model, cluster = resolve_model(model_name)[0], resolve_cluster("kempner-h100")
+    cal = calibration_for(cluster.gpu.name)
+    plan = ParallelPlan(framework="megatron", tp=4, dp=2, mbs=1, gbs=64, seq_length=8192, sequence_parallel=True,
+                        tp_comm_overlap=False)
+    layer = layer_time(model, dataclasses.replace(plan, **fields), cluster, cal)
+    return layer.tp_fwd_comm_s, layer.tp_comm_s, cal.collective_latency_s * (1 + 2)
+
+
+def test_an_fp8_layers_forward_tp_traffic_is_three_quarters_of_bf16s_plus_amax_latencies():
+    """Llama 3 70B. Per layer forward: two all-gathers (QKV's and fc1's inputs) and two reduce-scatters, each
+    y (bandwidth) + L (latency) in BF16: 4 y + 4 L. Under FP8 the gathers move one byte of two: 3 y + 4 L. Current
+    scaling first all-reduces each gathered tensor's amax (one FP32) over the TP group, a latency L, forward and
+    for the two output-gradient gathers backward, not for the backward's re-gather of the already quantized
+    input: 4 L more a layer; delayed scaling none. FP32 activations move twice BF16's bytes: 8 y + 4 L."""
+    bf16_fwd_s, _, latency_s = _tp_layer("llama3-70b")
+    y = bf16_fwd_s / 4 - latency_s
+    assert y > 5 * latency_s  # mostly bandwidth: 8,192 x 8,192 BF16 values (128 MiB) per collective
+    delayed_fwd_s, delayed_s, _ = _tp_layer("llama3-70b", precision="fp8", fp8_recipe="delayed")
+    current_fwd_s, current_s, _ = _tp_layer("llama3-70b", precision="fp8", fp8_recipe="current")
+    assert delayed_fwd_s == pytest.approx(3 * y + 4 * latency_s, rel=1e-6)
+    assert current_fwd_s - delayed_fwd_s == pytest.approx(2 * latency_s, rel=1e-3)
+    assert current_s - delayed_s == pytest.approx(4 * latency_s, rel=1e-3)
+    fp32_fwd_s, _, _ = _tp_layer("llama3-70b", precision="fp32")
+    assert fp32_fwd_s == pytest.approx(8 * y + 4 * latency_s, rel=1e-6)
+
+
+def test_mxfp8_output_gradients_gather_more_than_bf16_and_moe_layers_gather_bf16():
+    """MXFP8 gathers its inputs at 1 + 1/32 bytes but a row-parallel output gradient twice (row- and column-wise
+    data): 2 (1 + 1/32) bytes, more than BF16's 2. Under userbuffers overlap each pass exposes the same share of
+    its collectives: forward MXFP8 saves 2 x (1 - (1 + 1/32) / 2) y of BF16's, backward it adds 2 x (1/32) y. A MoE
+    layer's MLP half is gathered by megatron's token dispatcher in BF16 (token_dispatcher.py
+    gather_from_sequence_parallel_region), its attention half by TE in FP8: 3.5 y + 4 L forward."""
+    bf16_fwd_s, bf16_s, _ = _tp_layer("llama3-70b", tp_comm_overlap=True)
+    mx_fwd_s, mx_s, _ = _tp_layer("llama3-70b", tp_comm_overlap=True, precision="fp8", fp8_recipe="mxfp8")
+    saved_fwd_s = bf16_fwd_s - mx_fwd_s
+    added_bwd_s = (mx_s - mx_fwd_s) - (bf16_s - bf16_fwd_s)
+    assert saved_fwd_s > 0 and added_bwd_s > 0
+    assert added_bwd_s / saved_fwd_s == pytest.approx((1 / 32) / (1 - (1 + 1 / 32) / 2), rel=1e-6)
+    moe_bf16_fwd_s, _, latency_s = _tp_layer("mixtral-8x7b", ep=1)
+    moe_fp8_fwd_s, _, _ = _tp_layer("mixtral-8x7b", ep=1, precision="fp8", fp8_recipe="delayed")
+    y = moe_bf16_fwd_s / 4 - latency_s
+    assert moe_fp8_fwd_s == pytest.approx(3.5 * y + 4 * latency_s, rel=1e-6)
