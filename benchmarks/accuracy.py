@@ -93,6 +93,9 @@ def pins_for(run: Run) -> Pins | None:
                 bf16_layers=(p.bf16_layers_start, p.bf16_layers_end),
                 cuda_graph_impl=p.cuda_graph_impl, cuda_graph_scope=p.cuda_graph_scope,
                 grad_dtype=None if "grad_dtype" in run.unknown else p.grad_dtype,
+                # The optimizer's state as the recipe kept it (published.py: DeepSeek-V3's BF16 moments).
+                precision_aware_optimizer=True if p.precision_aware_optimizer else None,
+                adam_moments_dtype=p.adam_moments_dtype,
                 # Megatron-FSDP is opt-in (genconf.plan.search.search): where the recipe turned it on (FSDP > 0 in
                 # the notes), the user asks for it (--megatron-fsdp) and the search still chooses the stage.
                 megatron_fsdp=p.framework == "megatron" and p.zero_stage >= 2,

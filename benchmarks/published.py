@@ -654,6 +654,12 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
             plan = replace(plan, **split)
             notes.append(f"DeepSpeed's pipeline partition ({'type:transformer|embedding' if embedding else 'type:transformer'}): "
                          f"{', '.join(f'{k}={v}' for k, v in split.items())}")
+    if file == "megatron_bridge_perf_summary.csv" and row["model"].startswith("DeepSeekV3"):
+        # Megatron-Bridge's DeepSeek-V3 recipes keep Adam's moments in BF16 under the precision-aware optimizer
+        # (recipes/deepseek/deepseek_v3.py:161-164 at v0.4.1 and v0.4.2, :205-208 at v0.5.0; perf_recipes/deepseek/
+        # common.py:42-45 at v0.6.0).
+        plan = replace(plan, precision_aware_optimizer=True, adam_moments_dtype="bf16")
+        notes.append("precision-aware optimizer with BF16 Adam moments (Megatron-Bridge's DeepSeek-V3 recipe)")
     if model.mla and pp > 1:
         plan = replace(plan, pp_layout=bridge_mla_layout(model, pp, plan.vp))
         notes.append(f"pipeline layout {plan.pp_layout} (Megatron-Bridge's DeepSeek-V3 / Kimi K2 layout map)")

@@ -144,7 +144,7 @@ PLANS = {
     "fp8_block_knobs": ["--model", "llama3-8b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron",
                         "--tp", "2", "--pp", "2", "--vp", "2", "--zero", "1", "--precision", "fp8-blockwise",
                         "--fp8-param-gather", "--grad-dtype", "bf16", "--precision-aware-optimizer",
-                        "--recompute-layers", "2", "--global-batch", "256"],
+                        "--adam-moments-dtype", "bf16", "--recompute-layers", "2", "--global-batch", "256"],
     # Megatron-FSDP (zero 3 = optim_grads_params)
     "megatron_fsdp": ["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--framework", "megatron",
                       "--tp", "1", "--pp", "1", "--zero", "3", "--mbs", "1"],

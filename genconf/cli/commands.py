@@ -112,6 +112,7 @@ def pins_from_args(args: argparse.Namespace):
                 offload_activation_layers=args.offload_activations,
                 precision=precision, fp8_recipe=fp8_recipe, grad_dtype=args.grad_dtype,
                 fp8_param_gather=args.fp8_param_gather, precision_aware_optimizer=args.precision_aware_optimizer,
+                adam_moments_dtype=args.adam_moments_dtype,
                 layer_spec=args.layer_spec, offload=args.offload or None, fused_kernels=args.fused_kernels,
                 grad_accum_fusion=getattr(args, "grad_accum_fusion", True),
                 expandable_segments=args.expandable_segments, fused_loss=getattr(args, "fused_loss", None),

@@ -115,6 +115,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep weights in FP8/FP4 and all-gather them so (default: on for megatron FP8 with zero >= 1)")
     g.add_argument("--precision-aware-optimizer", action=argparse.BooleanOptionalAction, default=None,
                    help="megatron TE FusedAdam with 16-bit master remainders (default: only where it makes a plan fit)")
+    g.add_argument("--adam-moments-dtype", choices=("fp32", "bf16"), default="fp32",
+                   help="Adam's two moments in bf16 (megatron's precision-aware optimizer, as Megatron-Bridge's "
+                        "DeepSeek-V3 recipes): 4 bytes per parameter less at rest (the step upcasts them); changes "
+                        "the numerics (default fp32)")
     g.add_argument("--layer-spec", choices=("te", "local"), default="te",
                    help="te: Transformer Engine + flash attention (GPU clusters); local: megatron-core unfused (CPU)")
     g.add_argument("--offload", action="store_true", help="DeepSpeed ZeRO CPU offload of optimizer (and params at stage 3)")

@@ -53,6 +53,10 @@ def equivalent_plan(plan: ParallelPlan, framework: str) -> tuple[ParallelPlan, t
     if plan.fused_loss and framework == "megatron":
         notes.append("the fused cross entropy is the DeepSpeed/FSDP model's; megatron's vocab-parallel cross entropy "
                      "works in place on its own")
+    if plan.precision_aware_optimizer and framework != "megatron":
+        notes.append("the precision-aware optimizer" + (" and its BF16 Adam moments" if plan.adam_moments_dtype == "bf16"
+                                                       else "") + " are megatron's (TE FusedAdam); fp32 master weights "
+                     "and Adam moments here")
     if plan.cuda_graph_impl != "none" and framework != "megatron":
         notes.append("CUDA graphs are megatron's (--cuda-graph-impl); this framework launches its kernels eagerly")
     shard_group = plan.shard_group_size if zero == 3 and framework != "megatron" else None

@@ -454,7 +454,7 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
     key = (model, rp, layers, pp_stage, plan.framework, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, plan.dp, plan.cp,
            plan.zero_stage, plan.shard_group_size, plan.precision, plan.quant_recipe, plan.fp8_param_gather,
            plan.bf16_edge_layers,
-           plan.precision_aware_optimizer, plan.lora_rank,
+           plan.precision_aware_optimizer, plan.adam_moments_dtype, plan.lora_rank,
            plan.grad_bytes, plan.layer_spec, plan.offload_optimizer, plan.offload_params,
            stage_layers(model.num_layers, plan),
            plan.seq_length if model.position_embedding == "learned" else 0, fp8_any_layout)
@@ -492,7 +492,11 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
         # fp16 params + fp16 grads = 20 bytes (fp32 main params, fp32 grad copy, Adam), or 4 + 16/d.
         # The gradient buffer holds plan.grad_bytes per element (fp32 unless --grad-reduce-in-bf16).
         grad_bytes = plan.grad_bytes
-        opt_bytes = 16 if plan.precision == "fp16" else (10 if plan.precision_aware_optimizer else 12)
+        # The precision-aware optimizer: 16-bit master remainders (plan.optimizer_keeps_remainders) and BF16 moments
+        # (megatron-core OptimizerConfig exp_avg_dtype / exp_avg_sq_dtype) where the plan has them.
+        master_bytes = 2 if plan.optimizer_keeps_remainders else 4
+        moment_bytes = 2 if plan.adam_moments_dtype == "bf16" else 4
+        opt_bytes = 16 if plan.precision == "fp16" else master_bytes + 2 * moment_bytes
         param_bytes = 2.0
         if plan.precision == "fp32":
             # fp32 params + fp32 grads: 16 bytes, or 8 + 8/d (same table): no separate master copy.
@@ -543,9 +547,13 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
                                 for t in layer_tensors(as_built_by_megatron(model), True) if t.gemm_weight)
                 layer_bytes = 2.0 * (unit - unit_gemm) + gathered_row * unit_gemm
                 other.append(("Megatron-FSDP gathered parameters (root + 2 layers)", int(2 * root + 2 * layer_bytes)))
-        elif plan.grad_bytes == 2 and plan.distributed_optimizer and not plan.precision_aware_optimizer:
+        elif plan.grad_bytes == 2 and plan.distributed_optimizer and not plan.optimizer_keeps_remainders:
             # The optimizer step upcasts this rank's shard of the bf16 gradients to fp32.
             step_transient = sharded(4, True)
+        if plan.adam_moments_dtype == "bf16":
+            # TE FusedAdam copies a param group's BF16 moments to fp32 for its kernel (fused_adam.py step:
+            # get_unscaled_state(...).float()), freed after the group: 8 bytes per parameter of the shard.
+            step_transient += sharded(8, plan.distributed_optimizer)
         if plan.lora_rank:
             # LoRA (Megatron-Bridge PEFT): the base weights are frozen, kept as above (bf16 and TE's quantized
             # copies) but with no gradient buffer and no optimizer state; the adapters are trained like any
@@ -555,7 +563,10 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
             params += 2 * adapters
             grads = grad_bytes * adapters
             optimizer = -(-opt_bytes * adapters // shards)
-            step_transient = -(-4 * adapters // shards) if grad_bytes == 2 and plan.distributed_optimizer else 0
+            step_transient = -(-4 * adapters // shards) if grad_bytes == 2 and plan.distributed_optimizer \
+                and not plan.optimizer_keeps_remainders else 0
+            if plan.adam_moments_dtype == "bf16":
+                step_transient += -(-8 * adapters // shards)  # the BF16 moments' fp32 copies, as above
     elif plan.framework == "deepspeed":
         # DeepSpeed estimate_zero2/3_model_states_mem_needs: 2 bytes 16-bit params + 18 bytes per parameter
         # (2 grads16, 4 grads32, 4 params32, 8 Adam) of which ZeRO shards the stage's part over dp.

@@ -364,8 +364,12 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
                 "math": "PyTorch's math backend (scores through HBM)"}[p.attention_kernel]
         reasons.append(f"attention priced as {name} (--attention-kernel {p.attention_kernel})")
     if p.precision_aware_optimizer:
-        reasons.append("precision-aware optimizer (16-bit master remainders, 10 instead of 12 bytes per parameter): "
-                       "genconf adds it only where the plan does not fit without it")
+        master = ("16-bit master remainders" if p.optimizer_keeps_remainders else
+                  f"fp32 master weights, which megatron-core keeps itself under FP8 {p.quant_recipe} scaling")
+        moments = ", BF16 Adam moments (--adam-moments-dtype bf16, as asked)" if p.adam_moments_dtype == "bf16" else ""
+        optimizer_bytes = (2 if p.optimizer_keeps_remainders else 4) + 2 * (2 if p.adam_moments_dtype == "bf16" else 4)
+        reasons.append(f"precision-aware optimizer ({master}{moments}): {optimizer_bytes} optimizer bytes per "
+                       f"parameter instead of 12; genconf adds it only where a plan does not fit without it, or as asked")
     if p.offload_activation_layers:
         reasons.append(f"{p.offload_activation_layers} layers' activations offloaded to host memory (Transformer Engine "
                        f"CPU offload), hidden behind compute where the host link allows")

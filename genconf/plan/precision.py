@@ -136,12 +136,14 @@ def plan_in_precision(plan: ParallelPlan, plan_precision: str) -> ParallelPlan:
     parameters, BF16 end layers and the precision-aware optimizer (16-bit master remainders) stay only where that
     dtype has them."""
     quantized = plan_precision in TE_LAYERS_ONLY
+    aware = plan.precision_aware_optimizer and plan_precision in ("bf16", *TE_LAYERS_ONLY)
     return dataclasses.replace(
         plan, precision=plan_precision, fp8_recipe=plan.fp8_recipe if plan_precision == "fp8" else None,
         bf16_layers_start=plan.bf16_layers_start if quantized else 0,
         bf16_layers_end=plan.bf16_layers_end if quantized else 0,
         fp8_param_gather=plan.fp8_param_gather and plan_precision in TE_LAYERS_ONLY,
-        precision_aware_optimizer=plan.precision_aware_optimizer and plan_precision in ("bf16", *TE_LAYERS_ONLY))
+        precision_aware_optimizer=aware,
+        adam_moments_dtype=plan.adam_moments_dtype if aware else "fp32")
 
 TORCHAO_RECIPES = {"fp8-current": "tensorwise"}
 """FP8 without Transformer Engine (genconf's FSDP launcher): genconf recipe -> torchao Float8LinearConfig recipe

@@ -341,6 +341,10 @@ def _recompute(c: Context) -> str | None:
         return "--recompute-modules mla_up_proj recomputes multi-head latent attention's up projections: the model has none"
     if "moe_act" in modules and not c.model.is_moe:
         return "--recompute-modules moe_act recomputes the experts' activation: the model is dense"
+    if "moe_act" in modules and p.layer_spec != "te":
+        # megatron-core (transformer_config.py) recomputes moe_act only in the grouped experts, which genconf renders
+        # with Transformer Engine's layers (--moe-grouped-gemm)
+        return "--recompute-modules moe_act needs the grouped experts of Transformer Engine's layers (--layer-spec te)"
     return None
 
 
@@ -435,6 +439,11 @@ def _precision(c: Context) -> str | None:
     refusal = precision.plan_refusal(p.precision, p.framework, p.layer_spec)  # what each framework cannot train
     if refusal:
         return refusal
+    if p.framework == "fsdp" and p.precision in precision.TORCHAO_DTYPES:
+        name = precision.recipe_for(p.precision, p.fp8_recipe).name
+        if name not in precision.TORCHAO_RECIPES:  # the same refusal genconf launch gives (unsupported_reason)
+            return (f"{name} needs Transformer Engine (--framework megatron); FSDP trains FP8 through torchao, "
+                    f"recipe {', '.join(precision.TORCHAO_RECIPES)} only")
     if p.quant_recipe == "mxfp8" and not gpu.supports_mxfp8:
         return (f"MXFP8 needs Blackwell tensor cores; {gpu.display_name} is {gpu.arch.capitalize()} "
                 f"(use --precision fp8-current or fp8-blockwise)")
@@ -443,6 +452,11 @@ def _precision(c: Context) -> str | None:
             return "FP8 parameters (--fp8-param-gather) need an FP8 or FP4 precision"
         if p.framework != "megatron" or p.zero_stage < 1:
             return "FP8 parameters (--fp8-param-gather) need megatron's distributed optimizer or Megatron-FSDP (--zero >= 1)"
+    if p.adam_moments_dtype not in ("fp32", "bf16"):
+        return f"Adam moments in {p.adam_moments_dtype!r}: fp32 or bf16"
+    if p.adam_moments_dtype == "bf16" and not p.precision_aware_optimizer:
+        return ("BF16 Adam moments (--adam-moments-dtype bf16) need megatron's precision-aware optimizer "
+                "(--precision-aware-optimizer)")
     if p.precision_aware_optimizer and (p.framework != "megatron" or p.zero_stage < 1 or p.precision not in ("bf16", "fp8", "fp4")):
         return ("the precision-aware optimizer (16-bit master-weight remainders) needs megatron's distributed "
                 "optimizer (--zero >= 1) and bf16 weights")

@@ -95,6 +95,8 @@ class Pins:
     """Expert tensor parallelism; None: tried as megatron's default (tp) and as 1 (whole experts)."""
     precision_aware_optimizer: bool | None = None
     """None: off, or on where it is what makes a plan fit."""
+    adam_moments_dtype: str = "fp32"
+    """ParallelPlan.adam_moments_dtype: bf16 turns the precision-aware optimizer on with it."""
     fused_kernels: bool = False
     """local spec: megatron's fused softmax and element-wise kernels were built (ParallelPlan.fused_kernels)."""
     grad_accum_fusion: bool = True
@@ -387,7 +389,9 @@ def _plan(layout: _Layout, pins: Pins, seq: int, *, mbs: int, gbs: int, recomput
         moe_ep_overlap=pins.moe_ep_overlap,  # the rules keep it to megatron MoE plans with EP
         moe_dispatcher=pins.moe_dispatcher,  # likewise
         cuda_graph_impl=pins.cuda_graph_impl, cuda_graph_scope=pins.cuda_graph_scope,
-        precision_aware_optimizer=bool(pins.precision_aware_optimizer) and megatron and layout.zero >= 1,
+        precision_aware_optimizer=megatron and layout.zero >= 1 and (
+            pins.adam_moments_dtype == "bf16" if pins.precision_aware_optimizer is None else pins.precision_aware_optimizer),
+        adam_moments_dtype=pins.adam_moments_dtype,
         offload_optimizer=offload and framework == "deepspeed",
         offload_params=offload and framework == "deepspeed" and layout.zero == 3,
         offload_activation_layers=pins.offload_activation_layers or 0,
@@ -485,11 +489,12 @@ def num_gpus_of(layout: _Layout) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offload: bool, lora: bool = False) -> float:
+def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offload: bool, lora: bool = False,
+                        bf16_moments: bool = False) -> float:
     """A lower bound on one GPU's parameters + gradients + optimizer states for the layout, whatever the
     micro-batch, recompute or memory savers: the average stage's share, 16-bit (or FP8) weights and gradients,
-    10 bytes of optimizer state per parameter, each sharded as far as the layout shards it. LoRA: the frozen
-    weights alone (the adapters' states are a fraction of a percent)."""
+    10 bytes of optimizer state per parameter (6 with BF16 Adam moments: remainders + 2 + 2), each sharded as far
+    as the layout shards it. LoRA: the frozen weights alone (the adapters' states are a fraction of a percent)."""
     per_rank = exact_param_count(model) / (layout.tp * layout.pp * (layout.ep if model.is_moe else 1))
     shard = max(1, layout.dp * layout.cp)
     weights = 1.0 if precision in ("fp8", "fp4") else 2.0
@@ -501,7 +506,7 @@ def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offlo
         return weights * per_rank
     params = weights * per_rank / (shard if layout.zero >= 3 else 1)
     grads = 2.0 * per_rank / (shard if layout.zero >= 2 else 1)
-    optimizer = 10.0 * per_rank / (shard if layout.zero >= 1 else 1)
+    optimizer = (6.0 if bf16_moments else 10.0) * per_rank / (shard if layout.zero >= 1 else 1)
     return params + grads + optimizer
 
 
@@ -522,7 +527,8 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
     if plan.framework != "megatron":
         # DeepSpeed/FSDP: the fused cross entropy drops the logits' fp32 copies (no time lost); nothing else here.
         return [replace(plan, fused_loss=True)] if pins.fused_loss is None and not plan.fused_loss else []
-    if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and current.precision in ("bf16", "fp8", "fp4"):
+    if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and \
+            replace(current, precision_aware_optimizer=True).optimizer_keeps_remainders:
         ladder.append(lambda m, p, est: replace(p, precision_aware_optimizer=True))
     if current.recompute == "selective" and not pins.recompute_modules and current.layer_spec == "te":
         # megatron-core's module recompute, cheapest first (the modules NVIDIA's MoE recipes list, Megatron-Bridge:
@@ -628,7 +634,8 @@ def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, 
         memo[core] = False  # an invalid split: let the rules say why
         return False
     floor = peak.total_bytes
-    if plan.framework == "megatron" and pins.precision_aware_optimizer is None and plan.zero_stage >= 1:
+    if plan.framework == "megatron" and pins.precision_aware_optimizer is None and plan.zero_stage >= 1 and \
+            replace(plan, precision_aware_optimizer=True).optimizer_keeps_remainders:
         floor -= peak.optimizer_bytes / 6 + step_transient_bytes_or_zero(model, plan, peak.stage)
     if plan.framework == "megatron" and plan.pp == 1 and plan.layer_spec == "te" and pins.offload_activation_layers is None:
         floor -= peak.activations_bytes
@@ -795,7 +802,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
             if len(rule_misses) < 50:
                 rule_misses.append(Evaluation(plan, tuple(broken)))
             continue
-        floor = _states_floor_bytes(model, layout, pins.precision, bool(pins.offload), bool(pins.lora_rank))
+        floor = _states_floor_bytes(model, layout, pins.precision, bool(pins.offload), bool(pins.lora_rank),
+                                    pins.adam_moments_dtype == "bf16")
         if floor > usable or _core_too_big(model, cluster, pins, seq, layout, usable, core_memo):
             rejected["memory_fits"] += 1  # even its leanest variant does not fit: no need to look closer
             floored.append((floor, layout))
@@ -887,7 +895,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 break
             plan = _lean_plan(model, layout, pins, seq)
             if plan.framework == "megatron" and plan.zero_stage >= 1 and pins.precision_aware_optimizer is None \
-                    and plan.precision in ("bf16", "fp8", "fp4"):
+                    and replace(plan, precision_aware_optimizer=True).optimizer_keeps_remainders:
                 plan = replace(plan, precision_aware_optimizer=True)
             if plan in lean_seen:
                 continue
@@ -945,7 +953,8 @@ def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
         level = _RECOMPUTE_MEMORY[recompute]
         if any(mbs >= f_mbs and level >= f_level for f_mbs, f_level in failed.get(layout, ())):
             continue
-        if _states_floor_bytes(model, layout, pins.precision, bool(pins.offload), bool(pins.lora_rank)) > usable:
+        if _states_floor_bytes(model, layout, pins.precision, bool(pins.offload), bool(pins.lora_rank),
+                                    pins.adam_moments_dtype == "bf16") > usable:
             continue
         known = len(core_memo)
         too_big = _core_too_big(model, cluster, pins, seq, layout, usable, core_memo)
@@ -998,8 +1007,11 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     if pins.recompute not in (None, "full") and _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, recompute="full")):
         tips.append("--recompute full")
     if pins.framework in (None, "deepspeed") and _fits_anywhere(
-            model, cluster, num_gpus, cal, replace(pins, framework="deepspeed", zero_stage=3, offload=True, tp=None, pp=None)):
-        tips.append("--framework deepspeed --zero 3 --offload")
+            model, cluster, num_gpus, cal, replace(pins, framework="deepspeed", zero_stage=3, offload=True, tp=None, pp=None,
+                                                   adam_moments_dtype="fp32", precision_aware_optimizer=None)):
+        dropped = " ".join(flag for field, flag in (("tp", "--tp"), ("pp", "--pp")) if getattr(pins, field) is not None)
+        tips.append("--framework deepspeed --zero 3 --offload" + (f" (without {dropped}: DeepSpeed has no tensor or "
+                                                                  f"pipeline parallelism here)" if dropped else ""))
     return tips
 
 
@@ -1094,6 +1106,8 @@ def describe(plan: ParallelPlan) -> str:
         parts.append("grads=bf16")
     if plan.precision_aware_optimizer:
         parts.append("precision-aware-optimizer")
+    if plan.adam_moments_dtype == "bf16":
+        parts.append("adam-moments=bf16")
     if plan.fused_loss:
         parts.append("fused-loss")
     if plan.attention_kernel != "auto":

@@ -648,6 +648,11 @@ class ParallelPlan:
     remainders beside the bf16 weights (store_param_remainders) and the update reads bf16 gradients directly:
     10 optimizer bytes per parameter instead of 12, no fp32 gradient copy at the step (NeMo 1.x's
     distributed_fused_adam did the same)."""
+    adam_moments_dtype: str = "fp32"
+    """dtype of Adam's two moments: fp32 | bf16 (megatron --exp-avg-dtype and --exp-avg-sq-dtype under the
+    precision-aware optimizer, as Megatron-Bridge's DeepSeek-V3 recipes set them): 2 + 2 bytes per parameter instead
+    of 4 + 4. It changes the numerics, so it is the user's choice (--adam-moments-dtype), never a saver the search
+    adds."""
     grad_dtype: str | None = None
     """dtype gradients are accumulated and reduced in: fp32 | bf16. None = the framework's default:
     megatron fp32 for bf16/fp8 (Megatron-LM accumulates in fp32 unless --grad-reduce-in-bf16), DeepSpeed the
@@ -865,6 +870,15 @@ class ParallelPlan:
     def megatron_fsdp(self) -> bool:
         """Megatron-FSDP: megatron with gradients (2) or gradients and parameters (3) sharded too."""
         return self.framework == "megatron" and self.zero_stage >= 2
+
+    @property
+    def optimizer_keeps_remainders(self) -> bool:
+        """Whether the precision-aware optimizer keeps the fp32 master weights as 16-bit remainders beside the bf16
+        weights (TE FusedAdam, store_param_remainders). megatron-core hands its master weights to TE only without
+        FP8 or under delayed scaling (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8; Megatron-LM's
+        --fp8-recipe defaults to delayed, so an FP4 plan qualifies): under current, blockwise or MXFP8 scaling it
+        keeps fp32 master shards and upcasts the gradients as without the flag."""
+        return self.precision_aware_optimizer and (self.precision in ("bf16", "fp4") or self.quant_recipe == "delayed")
 
     @property
     def quant_recipe(self) -> str | None:

@@ -40,6 +40,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--use-megatron-fsdp": (SWITCH, ()),
     "--data-parallel-sharding-strategy": (STR, ("no_shard", "optim", "optim_grads", "optim_grads_params")),
     "--grad-reduce-in-bf16": (SWITCH, ()), "--use-precision-aware-optimizer": (SWITCH, ()),
+    "--exp-avg-dtype": (STR, ("fp32", "fp16", "bf16", "fp8")), "--exp-avg-sq-dtype": (STR, ("fp32", "fp16", "bf16", "fp8")),
     "--cpu-offloading-num-layers": (INT, ()),
     # batch and sequence
     "--micro-batch-size": (INT, ()), "--global-batch-size": (INT, ()), "--seq-length": (INT, ()),
@@ -67,6 +68,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--mamba-num-heads": (INT, ()),
     # mixture of experts
     "--num-experts": (INT, ()), "--moe-router-topk": (INT, ()), "--moe-ffn-hidden-size": (INT, ()),
+    "--moe-grouped-gemm": (SWITCH, ()),
     "--moe-shared-expert-intermediate-size": (INT, ()), "--moe-layer-freq": (STR, ()), "--mtp-num-layers": (INT, ()),
     # multi-head latent attention
     "--multi-latent-attention": (SWITCH, ()), "--q-lora-rank": (INT, ()), "--kv-lora-rank": (INT, ()),
@@ -169,8 +171,14 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--data-parallel-sharding-strategy", "optim_grads_params" if plan.zero_stage == 3 else "optim_grads")
         add("--ckpt-format", "fsdp_dtensor")
     if plan.precision_aware_optimizer:
-        add("# precision-aware optimizer (TE FusedAdam): fp32 master weights kept as 16-bit remainders")
+        add("# precision-aware optimizer (TE FusedAdam): fp32 master weights kept as 16-bit remainders"
+            if plan.optimizer_keeps_remainders else
+            f"# precision-aware optimizer (TE FusedAdam); under FP8 {plan.quant_recipe} scaling megatron-core keeps "
+            f"the fp32 master weights itself")
         add("--use-precision-aware-optimizer")
+        if plan.adam_moments_dtype == "bf16":
+            add("--exp-avg-dtype", "bf16")
+            add("--exp-avg-sq-dtype", "bf16")
     if plan.dp * plan.cp > 1:
         add("--overlap-grad-reduce")
         if plan.distributed_optimizer:
@@ -250,6 +258,10 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
             add(f"# the first {model.first_k_dense_replace} layer(s) dense (MLP of --ffn-hidden-size), the rest MoE")
             add("--moe-layer-freq", f"([0]*{model.first_k_dense_replace}+[1]*{model.moe_layers})")
         add("--moe-aux-loss-coeff", 0.01)  # arguments.py: "a starting value of 1e-2 is recommended"
+        if plan.layer_spec == "te":
+            # What the plan priced: TE's grouped GEMM over the rank's experts (megatron-core's default builds one
+            # GEMM per expert, SequentialMLP; Megatron-Bridge's MoE recipes set moe_grouped_gemm).
+            add("--moe-grouped-gemm")
         if plan.ep > 1 and plan.moe_dispatcher != "alltoall":
             add(f"# megatron's flex token dispatcher with the {plan.moe_dispatcher} backend "
                 f"(needs {'DeepEP' if plan.moe_dispatcher == 'deepep' else 'HybridEP'} installed)")
@@ -455,6 +467,7 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
         kw.update(is_hybrid_model=True, **_mamba_values(values))
     if "--num-experts" in values:
         kw.update(num_moe_experts=values.get("--num-experts"), moe_router_topk=values.get("--moe-router-topk", 2),
+                  moe_grouped_gemm="--moe-grouped-gemm" in values,
                   moe_ffn_hidden_size=values.get("--moe-ffn-hidden-size") or ffn,
                   moe_aux_loss_coeff=values.get("--moe-aux-loss-coeff", 0.0),
                   moe_token_dispatcher_type=values.get("--moe-token-dispatcher-type", "allgather"))
@@ -561,6 +574,7 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         bf16_layers_start=int(g("--num-layers-at-start-in-bf16", 1)) if "--first-last-layers-bf16" in values else 0,
         bf16_layers_end=int(g("--num-layers-at-end-in-bf16", 1)) if "--first-last-layers-bf16" in values else 0,
         precision_aware_optimizer="--use-precision-aware-optimizer" in values,
+        adam_moments_dtype="bf16" if g("--exp-avg-dtype") == g("--exp-avg-sq-dtype") == "bf16" else "fp32",
         grad_dtype="bf16" if "--grad-reduce-in-bf16" in values else None,
         layer_spec="local" if g("--transformer-impl") == "local" else "te",
         # The local spec's flag says the kernel may be missing (fused_kernels is not an argument): its default.

@@ -149,6 +149,7 @@ PLAN_FLAGS = sorted([
     "--etp", "--recompute-layers", "--offload-activations", "--grad-dtype", "--fp8-param-gather",
     "--bf16-first-layers", "--bf16-last-layers",
     "--no-fp8-param-gather", "--precision-aware-optimizer", "--no-precision-aware-optimizer", "--no-tp-comm-overlap",
+    "--adam-moments-dtype",
     "--fused-kernels", "--no-gradient-accumulation-fusion", "--expandable-segments", "--no-expandable-segments", "--megatron-fsdp", "--moe-ep-overlap", "--moe-dispatcher",
     "--cuda-graph-impl", "--cuda-graph-scope", "--attention-kernel", "--fused-loss", "--no-fused-loss",
     "--account", "--partition", "--time", "--job-name", "--run-dir", "--python",
@@ -227,3 +228,28 @@ def test_the_math_attention_kernel_plans_and_cp_1_takes_any_sequence():
     assert out.returncode == 0 and "PyTorch's math backend" in out.stdout, out.stderr
     out = run("--model", "llama3-8b", "--gpus", "8", "--seq-len", "4097", "--cp", "1", "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["plan"]["cp"] == 1, out.stderr
+
+
+def test_optimizer_state_flags_are_planned_or_refused_in_one_line():
+    """BF16 Adam moments need megatron's precision-aware optimizer; with it the plan keeps 8 optimizer bytes per
+    parameter under FP8 current scaling (fp32 master weights + two BF16 moments), 12 without."""
+    base = ["--model", "llama3.1-8b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron", "--tp", "2",
+            "--pp", "1", "--zero", "1", "--precision", "fp8-current", "--json"]
+    refused = run(*base, "--adam-moments-dtype", "bf16", "--no-precision-aware-optimizer")
+    assert refused.returncode == 2 and "precision-aware optimizer" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    plain = json.loads(run(*base, "--no-precision-aware-optimizer").stdout)
+    moments = json.loads(run(*base, "--adam-moments-dtype", "bf16").stdout)
+    assert moments["plan"]["adam_moments_dtype"] == "bf16" and moments["plan"]["precision_aware_optimizer"]
+    assert moments["memory"]["optimizer_bytes"] == pytest.approx(plain["memory"]["optimizer_bytes"] * 8 / 12, rel=0.01)
+
+
+def test_fsdp_fp8_other_than_current_scaling_is_refused_at_plan_time():
+    """genconf's FSDP launcher trains FP8 through torchao's tensorwise recipe only: a delayed or blockwise plan is
+    refused when planned, not at launch."""
+    out = run("--model", "llama3.1-8b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "fsdp",
+              "--precision", "fp8-delayed")
+    assert out.returncode == 2 and "fp8-delayed needs Transformer Engine" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert run("--model", "llama3.1-8b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "fsdp",
+               "--precision", "fp8-current").returncode == 0

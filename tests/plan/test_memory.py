@@ -274,7 +274,8 @@ def test_per_tensor_fp8_keeps_no_transposed_weight_copy_where_fp8_gemms_take_eit
 def test_optimizer_shard_counts_each_virtual_chunks_own_layers():
     # Llama 3.1 405B, pp 16 x vp 4 with the embedding and loss counted as layers (Megatron-Bridge's recipe): rank 0
     # holds chunks of 1, 2, 2, 2 layers plus the embedding, a middle rank 2, 2, 2, 2. The distributed optimizer's
-    # shard is about (layers x a layer's parameters + the embedding) / dp x 10 bytes (bf16 moments) on both.
+    # shard is about (layers x a layer's parameters + the embedding) / dp x 12 bytes on both (under current scaling
+    # megatron-core keeps fp32 master weights itself, precision-aware optimizer or not).
     from genconf.plan.pipeline import chunk_layers
 
     plan = _fp8_plan(precision_aware_optimizer=True)
@@ -284,7 +285,7 @@ def test_optimizer_shard_counts_each_virtual_chunks_own_layers():
     for stage in (0, 1, 15):
         held = rank_params(LLAMA405, plan, stage).total
         got = stage_memory(LLAMA405, plan, stage).optimizer_bytes
-        assert got == pytest.approx(10 * held / plan.dp, rel=0.01), stage
+        assert got == pytest.approx(12 * held / plan.dp, rel=0.01), stage
 
 
 def test_activation_offload_keeps_the_layers_not_offloaded():
@@ -398,3 +399,35 @@ def test_reserved_memory_never_passes_the_gpu():
     assert est.fits and raw.device_bytes > est.capacity_bytes  # uncapped, the fraction alone would pass the GPU
     assert est.peak.device_bytes == est.capacity_bytes
     assert est.peak.total_bytes == raw.total_bytes  # what the plan needs is unchanged
+
+
+@pytest.mark.parametrize("fields, bytes_per_param", [
+    ({}, 12),  # fp32 master weight + two fp32 moments (Megatron-LM docs, distributed optimizer table)
+    ({"precision": "bf16", "fp8_recipe": None, "fp8_param_gather": False, "precision_aware_optimizer": True}, 10),
+    ({"fp8_recipe": "delayed", "precision_aware_optimizer": True}, 10),  # TE FusedAdam: 16-bit remainders
+    ({"precision_aware_optimizer": True}, 12),  # current scaling: megatron-core keeps the fp32 master itself
+    ({"fp8_recipe": "mxfp8", "precision_aware_optimizer": True}, 12),
+    ({"precision_aware_optimizer": True, "adam_moments_dtype": "bf16"}, 8),  # DeepSeek-V3's recipe
+    ({"precision": "bf16", "fp8_recipe": None, "fp8_param_gather": False, "precision_aware_optimizer": True,
+      "adam_moments_dtype": "bf16"}, 6),
+])
+def test_optimizer_bytes_follow_who_keeps_the_master_weights(fields, bytes_per_param):
+    """megatron-core hands the fp32 master weights to TE's FusedAdam (kept as 16-bit remainders beside the bf16
+    weights) only without FP8 or under delayed scaling (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8);
+    BF16 moments (exp_avg_dtype, exp_avg_sq_dtype) take 2 + 2 bytes instead of 4 + 4."""
+    plan = _fp8_plan(**fields)
+    held = rank_params(LLAMA405, plan, 1).total
+    assert stage_memory(LLAMA405, plan, 1).optimizer_bytes == pytest.approx(bytes_per_param * held / plan.dp, rel=0.01)
+
+
+def test_bf16_adam_moments_add_their_fp32_copies_during_the_step():
+    # TE FusedAdam upcasts a param group's BF16 moments for its kernel (fused_adam.py get_unscaled_state .float()):
+    # 8 bytes per parameter of the shard during the step, beside the 4-byte fp32 gradient copy megatron-core makes
+    # where it keeps fp32 master weights itself (FP8 current scaling here).
+    from genconf.plan.memory import step_transient_bytes
+
+    plan = _fp8_plan(precision_aware_optimizer=True)
+    held = rank_params(LLAMA405, plan, 1).total
+    assert step_transient_bytes(LLAMA405, plan, 1) == pytest.approx(4 * held / plan.dp, rel=0.01)
+    bf16 = dataclasses.replace(plan, adam_moments_dtype="bf16")
+    assert step_transient_bytes(LLAMA405, bf16, 1) == pytest.approx(12 * held / plan.dp, rel=0.01)

@@ -374,6 +374,22 @@ def test_a_memory_saver_the_later_ones_make_unneeded_is_dropped():
     assert not memory.estimate(model, lean, cluster).fits
 
 
+@pytest.mark.parametrize("fp8_recipe, added", [("current", False), ("delayed", True)])
+def test_the_precision_aware_optimizer_is_added_only_where_it_frees_memory(fp8_recipe, added):
+    # Llama 3.1 70B on 16 H100s in FP8, tp8 pp1: 2 x 70B / 16 x 12 bytes of optimizer state. Under delayed scaling
+    # the precision-aware optimizer keeps the master weights as 16-bit remainders (10 bytes) and the search adds it
+    # where a plan is tight; under current scaling megatron-core keeps fp32 masters whatever the flag, so it frees
+    # nothing and the search never adds it (it once did, pricing 10 bytes: a plan that would run out of memory).
+    model, _ = resolve_model("llama3.1-70b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    pins = Pins(framework="megatron", tp=8, pp=1, cp=2, precision="fp8", fp8_recipe=fp8_recipe, zero_stage=1,
+                recompute="full", seq_length=8192)
+    result = search(model, cluster, 16, cal, pins, keep=20)
+    plans = [ev.plan for ev in result.ranked] + [m.plan for m in result.nearest_misses]
+    assert plans and any(p.precision_aware_optimizer for p in plans) is added
+
+
 @pytest.mark.parametrize("framework, zero", [("fsdp", 0), ("fsdp", 3), ("deepspeed", 2)])
 @pytest.mark.parametrize("mbs", [1, 2, 4])
 @pytest.mark.parametrize("cluster_name", ["dgx-h100", "dgx-a100"])
@@ -392,3 +408,12 @@ def test_the_pruning_bound_stays_above_a_torch_stack_s_full_recompute(framework,
                         recompute="full")
     bound = _optimistic_tokens_per_s(model, cluster, cal, Pins(), model.seq_length, layout, mbs, 8 * mbs, "full")
     assert bound >= step_cost(model, plan, cluster, cal).tokens_per_s_per_gpu
+
+
+def test_a_tip_that_drops_a_pinned_degree_says_so():
+    # OLMo 70B on 8 H100s with --tp 3: no layout splits 64 heads three ways, and nothing of megatron's fits 8 GPUs;
+    # DeepSpeed ZeRO-3 with offload does, without the user's --tp, and the tip must say it drops it.
+    model, _ = resolve_model("70b")
+    cluster = resolve_cluster("kempner-h100")
+    with pytest.raises(NoFeasiblePlan, match=r"--framework deepspeed --zero 3 --offload \(without --tp"):
+        plan_or_explain(model, cluster, 8, calibration_for(cluster.gpu.name), Pins(tp=3))

@@ -33,6 +33,8 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         assert cfg.overlap_p2p_comm and not cfg.batch_p2p_comm
     if name == "moe_ep_cp":
         assert cfg.num_moe_experts == 8 and cfg.moe_router_topk == 2
+        # the grouped GEMM the cost model prices (megatron-core's default is one GEMM per expert)
+        assert cfg.moe_grouped_gemm and "--moe-grouped-gemm\n" in (d / "megatron_args.txt").read_text()
     if name == "uneven_pp":
         assert (cfg.num_layers_in_first_pipeline_stage, cfg.num_layers_in_last_pipeline_stage) == (10, 10)
     if name == "window":
@@ -51,6 +53,8 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         assert cfg.recompute_method == "block" and cfg.recompute_num_layers == 2
         text = (d / "megatron_args.txt").read_text()
         assert "--grad-reduce-in-bf16\n" in text and "--use-precision-aware-optimizer\n" in text
+        assert "--exp-avg-dtype bf16\n--exp-avg-sq-dtype bf16\n" in text  # Adam's moments in BF16, read back:
+        assert plan.adam_moments_dtype == "bf16" and not plan.optimizer_keeps_remainders
     if name == "moe_ep_overlap":
         # megatron-core's own checks of the EP overlap (expert parallelism, alltoall dispatcher, no full recompute,
         # a virtual pipeline with pp > 1, bf16) passed in building cfg
@@ -142,3 +146,4 @@ def test_the_cuda_graph_rule_agrees_with_megatron_core(model_name, fields, impl,
     except (AssertionError, ValueError):
         accepted = False
     assert accepted is not refused, ([str(v) for v in verdict], impl, scope)
+

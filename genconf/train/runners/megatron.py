@@ -54,6 +54,7 @@ def transformer_config_kwargs(cfg: RunConfig, *, cpu: bool) -> dict:
         if precision.recipe(cfg.precision_recipe).compute_dtype == "float16":
             kw.update(fp16=True, bf16=False, params_dtype=torch.float16, pipeline_dtype=torch.float16)
         kw["tp_comm_overlap"] = False
+        without_grouped_experts(kw)  # CPU runs build the local spec: one GEMM per expert
     else:
         from megatron.core.tensor_parallel import layers as tp_layers
 
@@ -70,14 +71,32 @@ def transformer_config_kwargs(cfg: RunConfig, *, cpu: bool) -> dict:
     return kw
 
 
-def layer_spec(cfg: RunConfig, use_te: bool):
-    """(ModuleSpec, name): Transformer Engine's where usable, megatron-core's local spec otherwise."""
+def without_grouped_experts(kw: dict) -> None:
+    """TransformerConfig kwargs for the local spec's experts (one GEMM each; its grouped MLP needs the grouped_gemm
+    package): no grouped GEMM, and no moe_act recompute, which megatron-core runs only in grouped experts."""
+    if not kw.get("moe_grouped_gemm"):
+        return
+    kw["moe_grouped_gemm"] = False
+    modules = kw.get("recompute_modules")
+    if modules and "moe_act" in modules:
+        kept = [m for m in modules if m != "moe_act"]
+        kw["recompute_modules"] = kept or ["core_attn"]
+        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+            print("genconf: note: the local spec's experts cannot recompute moe_act (megatron-core recomputes it in "
+                  "grouped experts only): its activations stay in memory, which the plan did not count",
+                  file=sys.stderr, flush=True)
+
+
+def layer_spec(cfg: RunConfig, use_te: bool, grouped_gemm: bool = False):
+    """(ModuleSpec, name): Transformer Engine's where usable (its grouped GEMM over the local experts where the
+    artifact asks for it), megatron-core's local spec otherwise."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     m = cfg.model
     experts = m.num_experts or None
     if use_te:
-        return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, qk_layernorm=m.qk_layernorm), "te"
+        return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=grouped_gemm,
+                                                                qk_layernorm=m.qk_layernorm), "te"
     norm = "RMSNorm" if m.normalization == "rmsnorm" else "LayerNorm"
     return specs.get_gpt_layer_local_spec(num_experts=experts, qk_layernorm=m.qk_layernorm, normalization=norm), "local"
 
@@ -122,6 +141,11 @@ def build(cfg: RunConfig, config, spec, d: runtime.Dist):
                           fp16=recipe.loss_scaling, params_dtype=config.params_dtype,
                           use_distributed_optimizer=plan.distributed_optimizer,
                           **({"use_precision_aware_optimizer": True} if plan.precision_aware_optimizer else {}),
+                          # Megatron-LM passes its --fp8-recipe: it decides who keeps the fp32 master weights
+                          # (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8).
+                          **({"fp8_recipe": recipe.megatron_recipe} if plan.precision == "fp8" else {}),
+                          **({"exp_avg_dtype": torch.bfloat16, "exp_avg_sq_dtype": torch.bfloat16}
+                             if plan.adam_moments_dtype == "bf16" else {}),
                           initial_loss_scale=loss.initial_scale if recipe.loss_scaling else None,
                           loss_scale_window=loss.window_steps, hysteresis=loss.hysteresis,
                           min_loss_scale=float(loss.min_scale))
@@ -239,8 +263,11 @@ class MegatronRunner(loop.Runner):
             mcore_compat.model_parallel_manual_seed(cfg.train.seed)
         else:
             tensor_parallel.model_parallel_cuda_manual_seed(cfg.train.seed)
-        config = TransformerConfig(**transformer_config_kwargs(cfg, cpu=d.device.type == "cpu"))
-        spec, self.spec_name = layer_spec(cfg, self.use_te)
+        kw = transformer_config_kwargs(cfg, cpu=d.device.type == "cpu")
+        if not self.use_te:
+            without_grouped_experts(kw)
+        config = TransformerConfig(**kw)
+        spec, self.spec_name = layer_spec(cfg, self.use_te, grouped_gemm=bool(kw.get("moe_grouped_gemm")))
         self.chunks, self.optimizer = build(cfg, config, spec, d)
         self.model = torch.nn.ModuleList(self.chunks)
         config.finalize_model_grads_func = finalize_model_grads
