@@ -492,15 +492,8 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
         # fp16 params + fp16 grads = 20 bytes (fp32 main params, fp32 grad copy, Adam), or 4 + 16/d.
         # The gradient buffer holds plan.grad_bytes per element (fp32 unless --grad-reduce-in-bf16).
         grad_bytes = plan.grad_bytes
-        # The precision-aware optimizer: 16-bit master remainders (plan.optimizer_keeps_remainders) and BF16 moments
-        # (megatron-core OptimizerConfig exp_avg_dtype / exp_avg_sq_dtype) where the plan has them.
-        master_bytes = 2 if plan.optimizer_keeps_remainders else 4
-        moment_bytes = 2 if plan.adam_moments_dtype == "bf16" else 4
-        opt_bytes = 16 if plan.precision == "fp16" else master_bytes + 2 * moment_bytes
-        param_bytes = 2.0
-        if plan.precision == "fp32":
-            # fp32 params + fp32 grads: 16 bytes, or 8 + 8/d (same table): no separate master copy.
-            param_bytes, opt_bytes = 4.0, 8
+        opt_bytes = megatron_optimizer_bytes(plan)
+        param_bytes = 4.0 if plan.precision == "fp32" else 2.0
         recipe = plan.quant_recipe
         gathered_row = 2.0  # bytes per matmul weight element Megatron-FSDP all-gathers
         if recipe is not None and plan.layer_spec == "te":
@@ -1048,6 +1041,21 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
 
 def _communicator_groups(plan: ParallelPlan) -> int:
     return sum(1 for size in (plan.tp, plan.pp, plan.cp, plan.dp, plan.ep) if size > 1)
+
+
+def megatron_optimizer_bytes(plan: ParallelPlan) -> int:
+    """Optimizer bytes per parameter of a megatron plan (Megatron-LM docs, distributed optimizer table): fp32 master
+    weight and Adam's two fp32 moments, 12; fp16 adds the fp32 gradient copy, 16; fp32 keeps no separate master, 8.
+    The precision-aware optimizer keeps the master as a 16-bit remainder where TE holds it
+    (ParallelPlan.optimizer_keeps_remainders), and BF16 moments where the plan asks (megatron-core OptimizerConfig
+    exp_avg_dtype / exp_avg_sq_dtype)."""
+    if plan.precision == "fp16":
+        return 16
+    if plan.precision == "fp32":
+        return 8
+    master_bytes = 2 if plan.optimizer_keeps_remainders else 4
+    moment_bytes = 2 if plan.adam_moments_dtype == "bf16" else 4
+    return master_bytes + 2 * moment_bytes
 
 
 def step_transient_bytes(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:

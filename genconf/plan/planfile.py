@@ -19,7 +19,7 @@ from genconf.plan.checkpoint_size import checkpoint_size
 from genconf.plan.cost import Calibration, StepCost, training_time_s, utilization_warning
 from genconf.plan.counting import exact_param_count, workshop_param_count
 from genconf.plan.errors import GenconfError
-from genconf.plan.memory import GIB, MemoryEstimate
+from genconf.plan.memory import GIB, MemoryEstimate, megatron_optimizer_bytes
 from genconf.plan.pipeline import stage_layers
 from genconf.plan.precision import recipe_for
 from genconf.plan.search import Evaluation, SearchResult, describe, same_layout
@@ -367,9 +367,9 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         master = ("16-bit master remainders" if p.optimizer_keeps_remainders else
                   f"fp32 master weights, which megatron-core keeps itself under FP8 {p.quant_recipe} scaling")
         moments = ", BF16 Adam moments (--adam-moments-dtype bf16, as asked)" if p.adam_moments_dtype == "bf16" else ""
-        optimizer_bytes = (2 if p.optimizer_keeps_remainders else 4) + 2 * (2 if p.adam_moments_dtype == "bf16" else 4)
-        reasons.append(f"precision-aware optimizer ({master}{moments}): {optimizer_bytes} optimizer bytes per "
-                       f"parameter instead of 12; genconf adds it only where a plan does not fit without it, or as asked")
+        reasons.append(f"precision-aware optimizer ({master}{moments}): {megatron_optimizer_bytes(p)} optimizer bytes "
+                       f"per parameter instead of 12; genconf adds it only where a plan does not fit without it, or as "
+                       f"asked")
     if p.offload_activation_layers:
         reasons.append(f"{p.offload_activation_layers} layers' activations offloaded to host memory (Transformer Engine "
                        f"CPU offload), hidden behind compute where the host link allows")
