@@ -19,7 +19,7 @@ from genconf.plan.checkpoint_size import checkpoint_size
 from genconf.plan.cost import Calibration, StepCost, training_time_s, utilization_warning
 from genconf.plan.counting import exact_param_count, workshop_param_count
 from genconf.plan.errors import GenconfError
-from genconf.plan.memory import GIB, MemoryEstimate, megatron_optimizer_bytes
+from genconf.plan.memory import GIB, HEADROOM_FRACTION, MemoryEstimate, megatron_optimizer_bytes
 from genconf.plan.pipeline import stage_layers
 from genconf.plan.precision import recipe_for
 from genconf.plan.search import Evaluation, SearchResult, describe, same_layout
@@ -174,7 +174,21 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
         "warnings": warnings(model, best, cluster, smoke=smoke),
         "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
         "alternatives": alternatives,
+        "past_headroom": past_headroom_dict(result, model),
     }
+
+
+def past_headroom_dict(result: SearchResult | None, model: ModelSpec) -> dict | None:
+    """SearchResult.past_headroom for --json: a faster plan inside the GPU but not the headroom, and the flags that
+    take it (None where there is none)."""
+    tight = result.past_headroom if result is not None else None
+    if tight is None:
+        return None
+    return {"layout": describe(tight.plan), "plan": plan_dict(tight.plan, model),
+            "memory": {"total_gib": _gib(tight.memory.peak.total_bytes), "total_bytes": int(tight.memory.peak.total_bytes),
+                       "capacity_bytes": int(tight.memory.capacity_bytes)},
+            "perf": {k: v for k, v in perf_dict(tight.cost).items() if k != "breakdown_s"},
+            "pin_flags": result.past_headroom_flags}
 
 
 def dumps(run: dict) -> str:
@@ -398,4 +412,13 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
         faster = (f"{gain:.1%} faster than" if gain >= 0.0005 else f"{-gain:.1%} slower than" if gain <= -0.0005
                   else "as fast (within 0.05%) as")
         reasons.append(f"{faster} the runner-up ({describe(runner.plan)}){tied}")
+    if result is not None and result.past_headroom is not None:
+        tight = result.past_headroom
+        gain = tight.cost.tokens_per_s / cost.tokens_per_s - 1
+        pin = (f": pinned whole ({result.past_headroom_flags}) it is planned, with a warning that it may run out of "
+               f"memory" if result.past_headroom_flags else "")
+        reasons.append(f"{describe(tight.plan)} is predicted {gain:.1%} faster but needs "
+                       f"{tight.memory.peak.total_bytes / GIB:.1f} GiB, inside the GPU's "
+                       f"{tight.memory.capacity_bytes / GIB:.1f} but not the {HEADROOM_FRACTION:.0%} kept free for the "
+                       f"estimate's error{pin}")
     return reasons

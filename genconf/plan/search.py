@@ -171,6 +171,13 @@ class SearchResult:
     alternatives: tuple[Evaluation, ...] = ()
     """The best plan of each other layout, best first (the runner-up is the first): layouts apart from their
     pipeline schedule (_schedule_free_key), so that no alternative is the first plan with another interleaving."""
+    past_headroom: Evaluation | None = None
+    """The fastest candidate that fits the GPU but not the headroom (memory.HEADROOM_FRACTION, kept free for the
+    estimate's own error), its cost priced, where it is faster than the first plan by more than TIE_FRACTION (or
+    nothing fits at all): the plan a user may pin whole to take, warned (rules.memory_violation). None otherwise, and
+    where every degree was pinned (the search then keeps such a plan itself)."""
+    past_headroom_flags: str = ""
+    """The flags that, beside the user's own, pin past_headroom whole (pin_whole_flags)."""
 
     @property
     def best(self) -> Evaluation | None:
@@ -754,6 +761,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     rejected: Counter[str] = Counter()
     feasible: list[Evaluation] = []
     memory_misses: list[Evaluation] = []
+    past_headroom: list[Evaluation] = []  # memory misses inside the GPU's capacity, in the order of their bounds
     rule_misses: list[Evaluation] = []
     entries = []
     for order, (layout, mbs, gbs, recompute) in enumerate(_specs(model, cluster, num_gpus, pins)):
@@ -851,6 +859,9 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
         rejected[first] += 1
         if first == "memory_fits":
             memory_misses.append(ev)
+            if (not pinned and len(past_headroom) < PAST_HEADROOM_KEPT
+                    and ev.memory.peak.total_bytes <= ev.memory.capacity_bytes):
+                past_headroom.append(ev)
             if not found and pins.recompute_layers is None:
                 failed.setdefault(layout, []).append((mbs, level))
             if plan.recompute == "full" and not found and pins.mbs is None and plan.recompute_layers is None:
@@ -903,8 +914,16 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
             ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned)
             if ev.memory is not None and not ev.ok:
                 memory_misses.append(ev)
+                if not pinned and ev.memory.peak.total_bytes <= ev.memory.capacity_bytes:
+                    past_headroom.append(ev)
     memory_misses.sort(key=lambda e: e.overflow_ratio)
     misses = tuple(memory_misses[:5]) + tuple(rule_misses[:3])
+    tight = None
+    if past_headroom:
+        priced = [replace(ev, cost=step_cost(model, ev.plan, cluster, cal)) for ev in past_headroom]
+        tight = max(priced, key=lambda e: (e.cost.tokens_per_s, -e.memory.peak.total_bytes))
+        if ranked and tight.cost.tokens_per_s <= ranked[0].cost.tokens_per_s * (1 + TIE_FRACTION):
+            tight = None  # no faster than the plan that keeps the headroom, to the model's error
     kept = tuple(ranked[:keep])
     others = _other_layouts(ranked, keep)
     ahead = fastest if ranked and fastest is not ranked[0] else None
@@ -915,7 +934,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     return SearchResult(kept, considered, dict(rejected.most_common()), misses, ahead,
                         {ev.plan: split_speed[ev.plan] for ev in kept + others if ev.plan in split_speed},
                         (tie_break(ranked[0], ahead, memory_hi) or "it is as simple and as sure to fit")
-                        if ahead is not None else "", runner_up, others)
+                        if ahead is not None else "", runner_up, others, tight,
+                        pin_whole_flags(tight.plan, pins, model) if tight is not None else "")
 
 
 class _Budget:
@@ -927,6 +947,11 @@ class _Budget:
     def spend(self, n: int = 1) -> bool:
         self.left -= n
         return self.left >= 0
+
+
+PAST_HEADROOM_KEPT = 8
+"""Candidates inside the GPU's capacity but past the headroom whose cost search() prices for past_headroom: the first
+ones by their speed bound (the order it evaluates them in), so the few that could be fastest."""
 
 
 SUGGESTION_ESTIMATES = 1500
@@ -1020,6 +1045,19 @@ PIN_FLAGS = (("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp"), ("e
 """The pinned degrees what_would_be_valid frees one at a time (Pins field, command-line flag)."""
 
 
+def pin_whole_flags(plan: ParallelPlan, pins: Pins, model: ModelSpec) -> str:
+    """The command-line flags that, beside the user's own, pin `plan` whole (Pins.degrees_pinned, and its
+    interleaving, context and expert degrees, so that the search evaluates exactly it): those not already typed."""
+    fields = [("framework", "--framework"), ("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp")]
+    if model.is_moe:
+        fields += [("ep", "--ep"), ("etp", "--etp")]
+    fields += [("mbs", "--mbs"), ("zero_stage", "--zero"), ("recompute", "--recompute")]
+    if plan.recompute == "full" and plan.recompute_layers is not None:
+        fields.append(("recompute_layers", "--recompute-layers"))
+    return " ".join(f"{flag} {getattr(plan, name)}" for name, flag in fields
+                    if getattr(pins, name) is None and getattr(plan, name) is not None)
+
+
 def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> list[str]:
     """For a plan no layout satisfies (the pins break a rule, not the memory): each pinned degree that, freed and
     searched, gives a valid plan, as the flag with the value the search picks ('--pp 8')."""
@@ -1058,7 +1096,18 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
         why = (f"{model.name} does not fit on {num_gpus} x {gpu.name} ({gpu.hbm_gib:g} GiB each): the closest plan "
                f"({describe(closest.plan)}) needs {peak.total_bytes / GIB:.1f} GiB per GPU on stage {peak.stage}, "
                f"over the {closest.memory.usable_bytes / GIB:.1f} GiB a plan may use "
-               f"({mem.HEADROOM_FRACTION:.0%} kept free)")
+               f"({mem.HEADROOM_FRACTION:.0%} kept free for the estimate's error)")
+        tight = result.past_headroom
+        if tight is not None:
+            # Inside the GPU, past the headroom only: the user may take it, warned, by pinning it whole.
+            flags = result.past_headroom_flags
+            if tight.plan == closest.plan:
+                why += f", but inside the GPU's {tight.memory.capacity_bytes / GIB:.1f}"
+            else:
+                why += (f"; {describe(tight.plan)} needs {tight.memory.peak.total_bytes / GIB:.1f} GiB, inside the "
+                        f"GPU's {tight.memory.capacity_bytes / GIB:.1f} but not the headroom")
+            why += (f": pinned whole ({flags}) it is planned, with a warning that it may run out of memory"
+                    if flags else "")
         tips = what_would_fit(model, cluster, num_gpus, cal, pins)
         raise NoFeasiblePlan(why + (f". It would fit with: {'; or '.join(tips)}" if tips else ". Nothing tried makes it fit"))
     pinned = " ".join(f"{flag} {getattr(pins, field)}" for field, flag in PIN_FLAGS if getattr(pins, field) is not None)
