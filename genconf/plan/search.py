@@ -1048,7 +1048,9 @@ PIN_FLAGS = (("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp"), ("e
 def pin_whole_flags(plan: ParallelPlan, pins: Pins, model: ModelSpec) -> str:
     """The command-line flags that, beside the user's own, pin `plan` whole (Pins.degrees_pinned, and its
     interleaving, context and expert degrees, so that the search evaluates exactly it): those not already typed."""
-    fields = [("framework", "--framework"), ("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp")]
+    fields = [("framework", "--framework"), ("tp", "--tp"), ("pp", "--pp")]
+    fields += [("vp", "--vp")] if plan.pp > 1 else []
+    fields += [("cp", "--cp")]
     if model.is_moe:
         fields += [("ep", "--ep"), ("etp", "--etp")]
     fields += [("mbs", "--mbs"), ("zero_stage", "--zero"), ("recompute", "--recompute")]
