@@ -145,9 +145,10 @@ PLANS = {
                         "--tp", "2", "--pp", "2", "--vp", "2", "--zero", "1", "--precision", "fp8-blockwise",
                         "--fp8-param-gather", "--grad-dtype", "bf16", "--precision-aware-optimizer",
                         "--adam-moments-dtype", "bf16", "--recompute-layers", "2", "--global-batch", "256"],
-    # Megatron-FSDP (zero 3 = optim_grads_params)
+    # Megatron-FSDP (zero 3 = optim_grads_params) with TP: Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 under
+    # Megatron-FSDP, where TP alone would ask for 1
     "megatron_fsdp": ["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--framework", "megatron",
-                      "--tp", "1", "--pp", "1", "--zero", "3", "--mbs", "1"],
+                      "--tp", "2", "--pp", "1", "--zero", "3", "--mbs", "1"],
     # NVIDIA's pipeline layout for Llama 3 70B FP8 on 64 H100s (Megatron-Bridge #5391): one layer off the last rank
     "pp_layout": ["--model", "llama3-70b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron",
                   "--tp", "4", "--pp", "8", "--pp-layout", "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL", "--precision", "fp8",

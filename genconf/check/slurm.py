@@ -216,7 +216,12 @@ def check_launch_env(text: str, p: PlanFile) -> list[Problem]:
                                                            f"{p.cluster.name} ({var}={want})"))
     megatron, _ = equivalent_plan(p.plan, "megatron")
     connections = exports.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    if (megatron.tp > 1 or megatron.cp > 1) and (connections is None or connections[1] != "1"):
+    if megatron.megatron_fsdp:
+        # Megatron-LM (core_v0.16.1 arguments.py) asserts the opposite under Megatron-FSDP, TP or CP or not.
+        if connections is not None and connections[1] == "1":
+            problems.append(Problem(name, connections[0], "Megatron-FSDP needs CUDA_DEVICE_MAX_CONNECTIONS other than 1 "
+                                                          "(Megatron-LM's arguments.py asserts it)"))
+    elif (megatron.tp > 1 or megatron.cp > 1) and (connections is None or connections[1] != "1"):
         problems.append(Problem(name, connections[0] if connections else None,
                                 f"Megatron with tp={megatron.tp} cp={megatron.cp} needs CUDA_DEVICE_MAX_CONNECTIONS=1 "
                                 f"(Megatron-LM's arguments.py asserts it)"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import MEGATRON_PLANS, needs_megatron, plan_of, report_plan, transformer_config
+from genconf.check.directory import check_dir
 from genconf.check.megatron import parse_megatron_args
 from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.planfile import decode
@@ -77,6 +78,16 @@ def test_megatron_core_accepts_every_argument_set(rendered, name):
         assert "--use-megatron-fsdp\n" in text and "--data-parallel-sharding-strategy optim_grads_params" in text
         assert "--ckpt-format fsdp_dtensor" in text
         assert "CUDA_DEVICE_MAX_CONNECTIONS" not in (d / "launch_megatron.sbatch").read_text().replace("# ", "")
+        # With its TP (tp=2), the check does not ask for the 1 that Megatron-LM refuses under Megatron-FSDP, and flags it
+        assert not check_dir(d).problems
+        env = d / "launch_env.sh"
+        saved = env.read_text()
+        try:
+            env.write_text(saved + "export CUDA_DEVICE_MAX_CONNECTIONS=1\n")
+            problems = [str(p) for p in check_dir(d).problems]
+            assert len(problems) == 1 and "Megatron-FSDP needs CUDA_DEVICE_MAX_CONNECTIONS other than 1" in problems[0]
+        finally:
+            env.write_text(saved)
 
 
 def test_emitted_flags_are_megatron_lm_arguments(rendered):
