@@ -829,7 +829,9 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 trial = evaluate(model, cluster, variant, num_gpus, cal, pinned=pinned)
                 if trial.ok:
                     found.append(trial)
-        if pins.pp_layout is None and not pinned:  # every degree typed: evaluate exactly that plan
+        # Every degree typed, or the first/last stage's layers: evaluate exactly that split.
+        if (pins.pp_layout is None and not pinned and pins.pp_first_stage_layers is None
+                and pins.pp_last_stage_layers is None):
             for good in list(found):
                 layout_str = balanced_layout(model, good.plan, cluster, cal)
                 if layout_str is None:

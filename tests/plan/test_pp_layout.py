@@ -142,6 +142,21 @@ def test_search_offers_the_layout_unless_told_not_to():
     assert given_.plan.pp_layout == NVIDIA_70B_H100_FP8
 
 
+def test_a_pinned_first_or_last_stage_is_kept_as_typed():
+    """--first-stage-layers / --last-stage-layers are the user's split: the search does not rebalance it into a layout
+    (where it did, "why this plan" called the user's split megatron's own)."""
+    model, cluster, _, cal = _llama70b_fp8_h100()
+    pins = Pins(tp=4, pp=8, vp=1, mbs=1, gbs=256, seq_length=8192, precision="fp8", bf16_layers=(0, 0))
+    assert search(model, cluster, 64, cal, pins, keep=1).best.plan.pp_layout is not None  # free: rebalanced
+    for first, last in ((17, None), (None, 3), (14, 6)):  # the others split evenly (megatron asserts it)
+        pinned = Pins(**{**_fields(pins), "pp_first_stage_layers": first, "pp_last_stage_layers": last})
+        best = search(model, cluster, 64, cal, pinned, keep=1).best
+        assert best.plan.pp_layout is None
+        assert (best.plan.pp_first_stage_layers, best.plan.pp_last_stage_layers) == (first, last)
+        counts = stage_layers(80, best.plan)
+        assert (first is None or counts[0] == first) and (last is None or counts[-1] == last)
+
+
 def _fields(pins: Pins) -> dict:
     return {name: getattr(pins, name) for name in Pins.__slots__}
 
