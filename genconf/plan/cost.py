@@ -1342,16 +1342,17 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
     return tuple(stages)
 
 
-def layout_of_counts(counts: list[int] | tuple[int, ...], vp: int) -> str:
+def layout_of_counts(counts: list[int] | tuple[int, ...], vp: int, mtp: int = 0) -> str:
     """The layout string giving rank r counts[r] layers over its vp virtual stages, the extra layers of an uneven
-    share on its earliest stages (so the last rank's final stage, which runs the loss, holds the fewest)."""
+    share on its earliest stages (so the last rank's final stage, which runs the loss, holds the fewest), and the
+    model's `mtp` multi-token-prediction layers beside the loss (megatron-core asserts a layout places them all)."""
     pp = len(counts)
     stages = [0] * (pp * vp)
     for rank, n in enumerate(counts):
         base, extra = divmod(n, vp)
         for chunk in range(vp):
             stages[chunk * pp + rank] = base + (1 if chunk < extra else 0)
-    return format_layout(stages)
+    return format_layout(stages, mtp)
 
 
 BALANCE_GAIN = 0.005
@@ -1371,7 +1372,7 @@ def balanced_layout(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, 
     counts = list(stage_layers(model.num_layers, plan))
 
     def loads(cs: list[int]) -> list[float]:
-        trial = plan.with_layout(layout_of_counts(cs, plan.vp))
+        trial = plan.with_layout(layout_of_counts(cs, plan.vp, model.mtp_num_layers))
         return [st.total_s for st in _stage_times(model, trial, cluster, cal, full, layer_gpu)]
 
     start = current = loads(counts)
@@ -1390,7 +1391,7 @@ def balanced_layout(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, 
         counts, current = trial, after
     if max(current) >= max(start) * (1 - BALANCE_GAIN):
         return None
-    return layout_of_counts(counts, plan.vp)
+    return layout_of_counts(counts, plan.vp, model.mtp_num_layers)
 
 
 def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> StepCost:

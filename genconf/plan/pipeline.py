@@ -62,9 +62,10 @@ def layout_mtp_layers(text: str) -> int:
     return s.count("m")
 
 
-def format_layout(counts: tuple[int, ...] | list[int]) -> str:
+def format_layout(counts: tuple[int, ...] | list[int], mtp: int = 0) -> str:
     """The megatron-core layout string of decoder layers per virtual stage (flattened order, embedding on the
-    first, loss on the last), runs of equal stages written as (...|)*n: parse_layout's inverse."""
+    first, the model's `mtp` multi-token-prediction layers and the loss on the last), runs of equal stages written as
+    (...|)*n: parse_layout's inverse."""
     if not counts:
         raise ValueError("a pipeline layout needs at least one virtual stage")
 
@@ -72,7 +73,7 @@ def format_layout(counts: tuple[int, ...] | list[int]) -> str:
         return "" if k == 0 else ("t" if k == 1 else f"t*{k}")
 
     last = len(counts) - 1
-    pieces = [("E" if i == 0 else "") + layers(k) + ("L" if i == last else "") + ("|" if i < last else "")
+    pieces = [("E" if i == 0 else "") + layers(k) + ("m" * mtp + "L" if i == last else "") + ("|" if i < last else "")
               for i, k in enumerate(counts)]
     out, i = [], 0
     while i < len(pieces):

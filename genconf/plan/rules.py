@@ -573,9 +573,10 @@ def _architecture(c: Context) -> str | None:
         return conflict
     if c.plan.pp_layout is not None and c.plan.pp > 1:
         placed = layout_mtp_layers(c.plan.pp_layout)
-        if placed and placed != c.model.mtp_num_layers:
+        if placed != c.model.mtp_num_layers:
+            # megatron-core asserts the count (pipeline_parallel_layer_layout.py validate_layer_layout)
             return (f"the pipeline layout places {placed} multi-token-prediction layer(s) ('m'), the model has "
-                    f"{c.model.mtp_num_layers}")
+                    f"{c.model.mtp_num_layers}: put {'m' * c.model.mtp_num_layers or 'none'} before the loss 'L'")
     return None
 
 

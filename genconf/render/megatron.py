@@ -461,7 +461,9 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
                 "cpu_offloading_num_layers": values.get("--cpu-offloading-num-layers"),
                 "expert_tensor_parallel_size": values.get("--expert-tensor-parallel-size"),
                 "window_size": _window(values.get("--window-size")),
-                "window_attn_skip_freq": values.get("--window-attn-skip-freq")}
+                "window_attn_skip_freq": values.get("--window-attn-skip-freq"),
+                # megatron-core checks a pipeline layout's 'm' against it (validate_layer_layout)
+                "mtp_num_layers": values.get("--mtp-num-layers")}
     kw.update({k: v for k, v in optional.items() if v})
     if "--is-hybrid-model" in values:
         kw.update(is_hybrid_model=True, **_mamba_values(values))

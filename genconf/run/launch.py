@@ -73,6 +73,10 @@ def refuse_unrunnable(cfg) -> None:
     if cfg.model.is_hybrid:
         raise GenconfError(f"{cfg.model.name} is a hybrid Mamba model: genconf's launchers build GPT models; run "
                            "megatron_args.txt with Megatron-LM's pretrain_mamba.py (mamba_ssm and causal-conv1d, CUDA only)")
+    if cfg.model.mtp_num_layers:
+        raise GenconfError(f"{cfg.model.name} has {cfg.model.mtp_num_layers} multi-token-prediction layer(s): genconf's "
+                           "megatron launcher builds no MTP block; run megatron_args.txt with Megatron-LM's "
+                           "pretrain_gpt.py")
     if cfg.plan.moe_ep_overlap:
         raise GenconfError("--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B "
                            "schedule plan; run megatron_args.txt with Megatron-LM's pretrain_gpt.py, or re-plan without it")

@@ -5,10 +5,14 @@ import dataclasses
 
 import pytest
 
+from conftest import needs_megatron
+from genconf.catalog.clusters import resolve_cluster
+from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import resolve_model
 from genconf.plan import cost, memory, pipeline, rules
 from genconf.plan.counting import (active_param_count, dense_layer_model, exact_param_count, layer_tensors,
                                    model_flops_per_token, mtp_tensors)
+from genconf.plan.search import Pins, search
 from genconf.plan.specs import ParallelPlan
 
 V3 = resolve_model("deepseek-v3")[0]
@@ -68,6 +72,26 @@ def test_layouts_place_mtp_in_the_last_stage_only():
     assert pipeline.layout_mtp_layers("Et*4|(t*4|)*14tmL") == 1
     with pytest.raises(ValueError, match="last stage"):
         pipeline.parse_layout("Et*4m|(t*4|)*14tL")
+
+
+@needs_megatron
+def test_searched_layouts_of_an_mtp_model_are_ones_megatron_core_accepts():
+    """The search's own pipeline layouts (balanced_layout) place the MTP layers beside the loss: megatron-core asserts
+    a layout places all of them (validate_layer_layout), and DeepSeek-V3's default plan on 256 H100s wrote one
+    without, which Megatron-LM refused at startup."""
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    best = search(V3, cluster, 256, cal, Pins(), keep=1).best
+    assert best.plan.pp_layout is not None and pipeline.layout_mtp_layers(best.plan.pp_layout) == 1
+    PipelineParallelLayerLayout.from_str(best.plan.pp_layout, best.plan.pp).validate_layer_layout(
+        V3.num_layers, V3.mtp_num_layers)
+    assert cost.layout_of_counts([32, 29], 1, V3.mtp_num_layers) == "Et*32|t*29mL"
+    # a layout that leaves them out is refused, saying what to write
+    ctx = rules.Context(V3, cluster, best.plan.with_layout("Et*32|t*29L"), 256)
+    errors = [str(v) for v in rules.check(ctx) if v.severity == rules.ERROR]
+    assert any("places 0 multi-token-prediction layer(s)" in e and "put m before the loss" in e for e in errors), errors
 
 
 def test_recompute_modules_free_memory_and_cost_time():
