@@ -31,7 +31,7 @@ temperature top_k top_p typical_p repetition_penalty length_penalty no_repeat_ng
 encoder_no_repeat_ngram_size bad_words_ids num_return_sequences output_scores return_dict_in_generate
 forced_bos_token_id forced_eos_token_id remove_invalid_values exponential_decay_length_penalty suppress_tokens
 begin_suppress_tokens tf_legacy_loss use_bfloat16 cross_attention_hidden_size auto_map
-rms_norm_eps layer_norm_eps layer_norm_epsilon rope_theta pretraining_tp cache_implementation
+rms_norm_eps layer_norm_eps layer_norm_epsilon pretraining_tp cache_implementation
 output_router_logits router_aux_loss_coef router_z_loss_coef router_jitter_noise
 """.split())
 
@@ -118,6 +118,34 @@ def _seq_length(f: _Fields) -> int:
                              f"pre-training context {original:,} (plan longer runs with --seq-len)")
                 return original
     return longest
+
+
+def _rope(f: _Fields) -> dict:
+    """ModelSpec.rope_theta and rope_scaling_factor of a rotary model: rope_theta (top level, or inside transformers
+    5's rope_parameters), and the factor of Llama 3.1's rope_type llama3 scaling (megatron --use-rope-scaling). Other
+    scalings (YaRN, linear, dynamic) change no count genconf makes and are not rendered: said in f.info."""
+    out = {}
+    theta = f.get("rope_theta")
+    scaling = None
+    for key in ("rope_scaling", "rope_parameters"):
+        value = f.get(key)
+        if isinstance(value, dict):
+            theta = value.get("rope_theta", theta)
+            scaling = value if value.get("factor") is not None else scaling
+    if theta is not None:
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 1:
+            raise GenconfError(f"{f.where}: field 'rope_theta' must be a number above 1, got {theta!r}")
+        out["rope_theta"] = float(theta)
+    if scaling is not None:
+        kind = scaling.get("rope_type") or scaling.get("type") or "scaled"
+        shape = (scaling.get("low_freq_factor", 1), scaling.get("high_freq_factor", 4),
+                 scaling.get("original_max_position_embeddings", 8192))
+        if kind == "llama3" and shape == (1, 4, 8192):  # the only shape megatron's --use-rope-scaling applies
+            out["rope_scaling_factor"] = float(scaling["factor"])
+        elif kind != "default":
+            f.info.append(f"its {kind} rope scaling (factor {scaling['factor']:g}) is not written into the artifacts: "
+                          f"they rotate at rope_theta alone")
+    return out
 
 
 def _window_pattern(windowed: list[bool]) -> int | None:
@@ -435,6 +463,8 @@ def model_from_config(data: dict, *, name: str, where: str) -> tuple[ModelSpec, 
     f = _Fields(data, where)
     notes: list[str] = []
     values = mapper(f, notes)
+    if values.get("position_embedding") == "rope":
+        values.update(_rope(f))
     unknown = sorted(k for k in data if k not in f.read and k not in _GENERIC_KEYS and not k.startswith("_"))
     if "quantization_config" in unknown:
         unknown.remove("quantization_config")

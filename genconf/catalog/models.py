@@ -92,11 +92,18 @@ def architecture(model: ModelSpec) -> tuple:
     return tuple(getattr(model, f.name) for f in fields(model) if f.name not in ARCHITECTURE_IGNORED)
 
 
+ROTARY_FIELDS = ("rope_theta", "rope_scaling_factor")
+"""What a published run's table does not state and no count genconf makes depends on: catalog_names reads past them."""
+
+
 def catalog_names(model: ModelSpec) -> list[str]:
-    """The catalog models `model` is (architecture equal): torchtitan's Llama 3.1 8B is llama3-8b; a Llama 2 13B run
-    is both llama-13b's and llama2-13b's."""
-    key = architecture(model)
-    return [m.name for m in list_models() if architecture(m) == key]
+    """The catalog models `model` is (architecture equal, its rotary base and scaling aside: ROTARY_FIELDS):
+    torchtitan's Llama 3.1 8B is llama3-8b and llama3.1-8b; a Llama 2 13B run is both llama-13b's and llama2-13b's."""
+    def key(m: ModelSpec) -> tuple:
+        return tuple(getattr(m, f.name) for f in fields(m) if f.name not in ARCHITECTURE_IGNORED + ROTARY_FIELDS)
+
+    own = key(model)
+    return [m.name for m in list_models() if key(m) == own]
 
 
 def model_aliases() -> dict[str, str]:

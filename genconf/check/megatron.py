@@ -113,7 +113,8 @@ _LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size
                  "--cpu-offloading-num-layers", "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl",
                  "--cuda-graph-scope", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
                  "--num-layers-at-end-in-bf16", "--no-gradient-accumulation-fusion",
-                 "--pipeline-model-parallel-layout", "--mtp-num-layers")
+                 "--pipeline-model-parallel-layout", "--mtp-num-layers", "--rotary-base", "--use-rope-scaling",
+                 "--rope-scaling-factor")
 _DEFAULTS = {"--cuda-graph-impl": "none", "--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
              "--expert-model-parallel-size": 1, "--num-virtual-stages-per-pipeline-rank": 1}
 _REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings",

@@ -96,6 +96,14 @@ class ModelSpec:
     """LayerNorm has a bias. None = true for layernorm; OLMo's Kempner configs use weight-only LayerNorm."""
     position_embedding: str = "learned"
     """learned (seq_length x h table) | rope (no parameters) | none (Nemotron-H: the Mamba layers carry position)."""
+    rope_theta: float = 10000.0
+    """RoPE base frequency (Hugging Face rope_theta, megatron --rotary-base, OLMo rope_theta): 10,000 is RoFormer's
+    and every framework's default; Llama 3 and OLMo 2 train at 500,000, Mixtral and Qwen at 1,000,000. Changes no
+    parameter, memory or FLOP count; a checkpoint trained at one base is wrong at another."""
+    rope_scaling_factor: float | None = None
+    """Llama 3.1's RoPE frequency scaling (Hugging Face rope_scaling rope_type llama3: low/high frequency factors 1 and 4
+    over 8,192 original positions; megatron --use-rope-scaling --rope-scaling-factor): 8 for Llama 3.1, 32 for Llama
+    3.2. None: no scaling."""
     tie_embeddings: bool = True
     """Output layer shares the input embedding matrix."""
     add_bias_linear: bool = True
@@ -203,6 +211,15 @@ class ModelSpec:
         _one_of(self, "position_embedding", POSITION_EMBEDDINGS)
         _fraction(self, "hidden_dropout")
         _fraction(self, "attention_dropout")
+        if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 1:
+            raise ValueError(f"ModelSpec {self.name}: rope_theta must be a number above 1, got {self.rope_theta!r}")
+        object.__setattr__(self, "rope_theta", float(self.rope_theta))
+        if self.rope_scaling_factor is not None and (isinstance(self.rope_scaling_factor, bool) or not isinstance(
+                self.rope_scaling_factor, (int, float)) or not self.rope_scaling_factor >= 1):
+            raise ValueError(f"ModelSpec {self.name}: rope_scaling_factor must be a number of at least 1 or absent, got "
+                             f"{self.rope_scaling_factor!r}")
+        if self.rope_scaling_factor is not None:
+            object.__setattr__(self, "rope_scaling_factor", float(self.rope_scaling_factor))
         if self.norm_bias is None:
             object.__setattr__(self, "norm_bias", self.normalization == "layernorm")
         elif self.norm_bias and self.normalization != "layernorm":

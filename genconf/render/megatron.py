@@ -50,7 +50,8 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--num-attention-heads": (INT, ()), "--kv-channels": (INT, ()), "--group-query-attention": (SWITCH, ()),
     "--num-query-groups": (INT, ()),
     "--position-embedding-type": (STR, ("learned_absolute", "rope", "mrope", "relative", "none")),
-    "--rotary-base": (INT, ()), "--normalization": (STR, ("LayerNorm", "RMSNorm")), "--norm-epsilon": (FLOAT, ()),
+    "--rotary-base": (INT, ()), "--use-rope-scaling": (SWITCH, ()), "--rope-scaling-factor": (FLOAT, ()),
+    "--normalization": (STR, ("LayerNorm", "RMSNorm")), "--norm-epsilon": (FLOAT, ()),
     "--swiglu": (SWITCH, ()), "--squared-relu": (SWITCH, ()), "--disable-bias-linear": (SWITCH, ()), "--add-qkv-bias": (SWITCH, ()),
     "--untie-embeddings-and-output-weights": (SWITCH, ()), "--qk-layernorm": (SWITCH, ()),
     "--hidden-dropout": (FLOAT, ()), "--attention-dropout": (FLOAT, ()),
@@ -221,6 +222,12 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--group-query-attention")
         add("--num-query-groups", model.num_query_groups)
     add("--position-embedding-type", {"rope": "rope", "none": "none"}.get(model.position_embedding, "learned_absolute"))
+    if model.position_embedding == "rope":
+        # Megatron-LM's default base is 10,000 (arguments.py, an int); Llama 3 trains at 500,000, Qwen at 1,000,000.
+        add("--rotary-base", round(model.rope_theta))
+        if model.rope_scaling_factor:
+            add("--use-rope-scaling")  # Llama 3.1's frequency scaling (megatron-core apply_rope_scaling)
+            add("--rope-scaling-factor", model.rope_scaling_factor)
     if model.normalization == "nonparametric":
         add("# OLMo-1's non-parametric LayerNorm has no Megatron switch: LayerNorm (with weight) is the nearest")
     add("--normalization", "RMSNorm" if model.normalization == "rmsnorm" else "LayerNorm")
@@ -536,6 +543,8 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
             "--moe-shared-expert-intermediate-size") else None,
         first_k_dense_replace=_leading_dense(g("--moe-layer-freq")) if experts else 0,
         mtp_num_layers=int(g("--mtp-num-layers", 0) or 0), mtp_repeated_layer="--mtp-use-repeated-layer" in values,
+        rope_theta=float(g("--rotary-base", 10000)),
+        rope_scaling_factor=float(g("--rope-scaling-factor", 8.0)) if "--use-rope-scaling" in values else None,
         moe_latent_size=int(g("--moe-latent-size", 0) or 0) if experts else 0,
         activation="swiglu" if "--swiglu" in values else "squared_relu" if "--squared-relu" in values else (
             model.activation if model.activation != "swiglu" and model.activation != "squared_relu" else "gelu"),

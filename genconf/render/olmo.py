@@ -39,6 +39,7 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
         "mlp_hidden_size": model.ffn_hidden_size * (2 if model.gated else 1),
         "activation_type": model.activation, "block_type": "sequential", "weight_tying": model.tie_embeddings,
         "alibi": False, "rope": model.position_embedding == "rope",
+        **({"rope_theta": round(model.rope_theta)} if model.position_embedding == "rope" else {}),  # OLMo: an int
         # flash-attn 2; without it OLMo runs PyTorch's SDPA (cuDNN's attention on Hopper and newer)
         "flash_attention": plan.layer_spec == "te" and plan.attention_kernel in ("auto", "flash2", "triton"),
         "attention_dropout": model.attention_dropout, "attention_layer_norm": model.qk_layernorm,

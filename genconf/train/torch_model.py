@@ -35,9 +35,19 @@ class Norm(nn.Module):
         return F.layer_norm(x, (self.width,), self.weight, self.bias, self.eps)
 
 
-def rope_tables(seq: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables for rotary embeddings (Su et al. 2021), [seq, dim]."""
+def rope_tables(seq: int, dim: int, base: float = 10000.0,
+                scaling_factor: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables for rotary embeddings (Su et al. 2021), [seq, dim], at ModelSpec.rope_theta `base`; with
+    `scaling_factor`, Llama 3.1's frequency scaling (rope_type llama3: low/high frequency factors 1 and 4 over 8,192
+    original positions, as megatron-core's RotaryEmbedding._apply_scaling and transformers' _compute_llama3_parameters)."""
     inv = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    if scaling_factor:
+        original, low, high = 8192, 1.0, 4.0
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > original / low, inv / scaling_factor, inv)
+        smooth = (original / wavelen - low) / (high - low)
+        medium = (wavelen >= original / high) & (wavelen <= original / low)
+        inv = torch.where(medium, (1 - smooth) * scaled / scaling_factor + smooth * scaled, scaled)
     angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
     emb = torch.cat([angles, angles], dim=-1)
     return emb.cos(), emb.sin()
@@ -302,7 +312,7 @@ class GPT(nn.Module):
         self.output_layer = (None if spec.tie_embeddings
                              else nn.Linear(spec.hidden_size, torch_vocab_rows(spec.vocab_size), bias=False))
         if spec.position_embedding == "rope":
-            cos, sin = rope_tables(spec.seq_length, spec.kv_channels)
+            cos, sin = rope_tables(spec.seq_length, spec.kv_channels, spec.rope_theta, spec.rope_scaling_factor)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters()

@@ -122,7 +122,8 @@ def build(cfg: RunConfig, config, spec, d: runtime.Dist):
                        post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vs),
                        share_embeddings_and_output_weights=model_spec.tie_embeddings,
                        position_embedding_type="rope" if model_spec.position_embedding == "rope" else "learned_absolute",
-                       vp_stage=vs)
+                       rotary_base=round(model_spec.rope_theta), rope_scaling=bool(model_spec.rope_scaling_factor),
+                       rope_scaling_factor=model_spec.rope_scaling_factor or 8.0, vp_stage=vs)
         if d.device.type == "cuda":
             gpt = gpt.cuda()
         if half:

@@ -1,0 +1,94 @@
+"""The rotary base and Llama 3.1's rope scaling reach every artifact: a checkpoint trained at rope_theta 500,000 is
+wrong at Megatron-LM's and OLMo's default 10,000 (the probe of 2026-11-29 found megatron_args.txt without
+--rotary-base and olmo_fsdp.yaml without rope_theta for Llama 3)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from conftest import REPO, needs_megatron, needs_torch
+from genconf.catalog import hf
+from genconf.catalog.models import resolve_model
+from genconf.check.directory import check_dir
+from genconf.plan.specs import ParallelPlan, TrainSpec
+from genconf.render.megatron import arg_values, megatron_args, megatron_plan
+from genconf.render.olmo import olmo_config
+
+HF = REPO / "tests" / "data" / "hf"
+
+
+def _megatron_values(name: str) -> dict:
+    model, _ = resolve_model(name)
+    plan = ParallelPlan(framework="megatron", tp=1, pp=1, dp=8, mbs=1, gbs=8, seq_length=model.seq_length)
+    return arg_values(megatron_args(model, plan, TrainSpec(train_steps=10)))
+
+
+@pytest.mark.parametrize("name,theta,factor", [("llama3-8b", 500_000, None), ("llama3.1-8b", 500_000, 8.0),
+                                               ("llama3.2-1b", 500_000, 32.0), ("qwen3-8b", 1_000_000, None),
+                                               ("mixtral-8x7b", 1_000_000, None), ("llama2-7b", 10_000, None),
+                                               ("gpt-oss-120b", 150_000, None)])
+def test_megatron_args_carry_the_rotary_base_and_llama3_scaling(name, theta, factor):
+    values = _megatron_values(name)
+    assert values["--rotary-base"] == theta
+    assert ("--use-rope-scaling" in values) == (factor is not None)
+    assert values.get("--rope-scaling-factor") == factor
+    # read back as the model it describes (genconf check's view)
+    model, _ = megatron_plan(values, resolve_model(name)[0], 8)
+    assert (model.rope_theta, model.rope_scaling_factor) == (theta, factor)
+
+
+def test_a_model_without_rope_writes_no_rotary_base():
+    assert "--rotary-base" not in _megatron_values("gpt3-1.3b")
+
+
+def test_olmo_config_carries_rope_theta():
+    model, _ = resolve_model("olmo2-7b")
+    plan = ParallelPlan(framework="fsdp", tp=1, pp=1, dp=8, mbs=1, gbs=8, seq_length=model.seq_length, zero_stage=3)
+    config = olmo_config(model, plan, TrainSpec(train_steps=10), "rope")
+    assert config["model"]["rope_theta"] == 500_000
+
+
+def test_hf_import_reads_rope_theta_and_llama3_scaling():
+    llama31 = hf.model_from_hf(HF / "llama3.1-8b")
+    assert (llama31.spec.rope_theta, llama31.spec.rope_scaling_factor) == (500_000.0, 8.0)
+    qwen = hf.model_from_hf(HF / "qwen3-8b")
+    assert (qwen.spec.rope_theta, qwen.spec.rope_scaling_factor) == (1_000_000.0, None)
+    data = json.loads((HF / "llama3-8b" / "config.json").read_text())
+    yarn = dict(data, rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192})
+    spec, _, notes = hf.model_from_config(yarn, name="yarn", where="config.json")
+    assert spec.rope_scaling_factor is None and any("yarn rope scaling (factor 4)" in n for n in notes)
+
+
+def test_check_flags_a_rotary_base_edited_by_hand(rendered, tmp_path):
+    d = tmp_path / "llama"
+    shutil.copytree(rendered["gqa_fp8_pp2vp2"], d)
+    args = d / "megatron_args.txt"
+    text = args.read_text()
+    assert "\n--rotary-base " in text
+    line = next(x for x in text.splitlines() if x.startswith("--rotary-base "))
+    args.write_text(text.replace(line, "--rotary-base 10001"))
+    problems = [str(p) for p in check_dir(d).problems]
+    assert len(problems) == 1 and "--rotary-base 10001: contradicts plan.json" in problems[0]
+
+
+@needs_torch
+@needs_megatron
+@pytest.mark.parametrize("theta,factor", [(10_000.0, None), (500_000.0, 8.0), (500_000.0, 32.0)])
+def test_genconf_s_own_tables_are_megatron_core_s(theta, factor):
+    """genconf's torch model (DeepSpeed and FSDP runs) rotates as megatron-core's RotaryEmbedding does."""
+    import torch
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+    from genconf.train.torch_model import rope_tables
+
+    dim, seq = 64, 16384
+    rope = RotaryEmbedding(kv_channels=dim, rotary_percent=1.0, rotary_base=int(theta), rope_scaling=bool(factor),
+                           rope_scaling_factor=factor or 8.0, use_cpu_initialization=True)
+    freqs = torch.outer(torch.arange(seq, dtype=torch.float32), rope.inv_freq)  # its forward's, on a CPU
+    angles = torch.cat([freqs, freqs], dim=-1)
+    cos, sin = rope_tables(seq, dim, theta, factor)
+    assert torch.allclose(cos, angles.cos(), atol=1e-5) and torch.allclose(sin, angles.sin(), atol=1e-5)
