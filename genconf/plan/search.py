@@ -22,7 +22,8 @@ from genconf.plan import limits
 from genconf.plan import memory as mem
 from genconf.plan import rules
 from genconf.plan.batch import BatchDefault, default_batch, global_batch_for
-from genconf.plan.cost import Calibration, StepCost, _layer_time, balanced_layout, implementation, step_cost
+from genconf.plan.cost import (Calibration, StepCost, _layer_time, balanced_layout, implementation, layout_of_counts,
+                               step_cost)
 from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
@@ -240,6 +241,21 @@ def _split_options(num_layers: int, pp: int) -> list[dict]:
     return options
 
 
+def even_layout(num_layers: int, pp: int, vp: int, mtp: int = 0) -> str | None:
+    """A pipeline layout (megatron --pipeline-model-parallel-layout) of num_layers over pp ranks x vp virtual stages
+    as even as whole layers allow, for a pipeline no --decoder-first/last-pipeline-num-layers split fits: the
+    remainder on the middle ranks first (the first rank also embeds, the last also computes the loss), each rank's on
+    its earliest virtual stages (cost.layout_of_counts), the MTP layers beside the loss. None where a virtual stage
+    would hold no layer."""
+    base, extra = divmod(num_layers, pp)
+    if base < vp:
+        return None
+    counts = [base] * pp
+    for rank in sorted(range(pp), key=lambda r: (r in (0, pp - 1), r))[:extra]:
+        counts[rank] += 1
+    return layout_of_counts(counts, vp, mtp)
+
+
 def _vp_options(num_layers: int, pp: int, split: dict) -> list[int]:
     """Every virtual-stage count the split allows: the layer slots per pipeline rank divide by vp
     (megatron-core: num_layers (+ embedding/loss) divisible by pp x vp; explicit end stages by vp too)."""
@@ -325,9 +341,19 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                         splits = [{k: v for k, v in (("pp_first_stage_layers", pins.pp_first_stage_layers),
                                                      ("pp_last_stage_layers", pins.pp_last_stage_layers)) if v}]
                     else:
-                        splits = _split_options(model.num_layers, pp) or [{}]
+                        splits = _split_options(model.num_layers, pp)
                         if model.is_hybrid:  # MambaStack: an even split or first/last stage layers (rules.hybrid_conflict)
-                            splits = [x for x in splits if not x.get("pp_embedding_as_layer")] or [{}]
+                            splits = [x for x in splits if not x.get("pp_embedding_as_layer")]
+                        elif framework == "megatron" and pp > 1:
+                            # No split megatron's flags can write for this pipeline (61 layers over 16 ranks, or
+                            # over 4 x 4 virtual stages): a layout string can (Megatron-Bridge's DeepSeek-V3 recipes).
+                            wanted = [pins.vp] if pins.vp else [1]
+                            for vp in wanted:
+                                if not any(vp in _vp_options(model.num_layers, pp, x) for x in splits):
+                                    layout = even_layout(model.num_layers, pp, vp, model.mtp_num_layers)
+                                    if layout is not None:
+                                        splits.append({"pp_layout": layout})
+                        splits = splits or [{}]
                     for split in splits:
                         # A pinned --vp that disagrees with a layout's stages is for the rules to name (pipeline_split).
                         vps = [pins.vp] if pins.vp else [1] if model.is_hybrid else _vp_options(model.num_layers, pp, split)

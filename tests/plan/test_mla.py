@@ -152,3 +152,30 @@ def test_search_adds_module_recompute_where_nothing_else_fits():
     pinned = search(V3, cluster, 1024, calibration_for(cluster.gpu.name),
                     dataclasses.replace(pins, recompute="selective", recompute_modules=("moe_act",)), keep=3)
     assert not pinned.ranked
+
+
+@needs_megatron
+def test_pipelines_no_split_flag_fits_get_a_layout_megatron_core_accepts():
+    """61 layers over 16 ranks, or over 4 x 4 virtual stages: no --decoder-first/last-pipeline-num-layers split fits,
+    a layout string does (Megatron-Bridge's DeepSeek-V3 recipes set one). NVIDIA's published DeepSeek-V3 layouts were
+    refused before (the probe of 2026-11-29)."""
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    from genconf.plan.search import even_layout
+
+    for pp in range(2, 17):
+        for vp in range(1, 5):
+            layout = even_layout(61, pp, vp, 1)
+            if layout is None:
+                assert 61 // pp < vp
+                continue
+            parsed = PipelineParallelLayerLayout.from_str(layout, pp)
+            parsed.validate_layer_layout(61, 1)
+            assert parsed.virtual_pipeline_model_parallel_size == vp
+    gb200, h100 = resolve_cluster("gb200-nvl72"), resolve_cluster("dgx-h100")
+    for cluster, gpus, pins in ((gb200, 256, Pins(tp=1, pp=4, vp=4, ep=64, precision="fp8", fp8_recipe="mxfp8")),
+                                (h100, 1024, Pins(tp=2, pp=16, ep=64, mbs=1, gbs=8192))):
+        best = search(V3, cluster, gpus, calibration_for(cluster.gpu.name), pins, keep=1).best
+        assert best is not None and best.plan.pp_layout is not None
+        assert (best.plan.pp, best.plan.vp) == (pins.pp, pins.vp or 1)
+        assert sum(pipeline.stage_layers(61, best.plan)) == 61
