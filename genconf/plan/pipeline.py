@@ -49,8 +49,9 @@ def parse_layout(text: str) -> tuple[int, ...]:
     if flat.count("L") != 1 or not flat.endswith("L"):
         raise ValueError("pipeline layout: the loss 'L' comes exactly once, last")
     if "m" in "".join(stages[:-1]) or not re.fullmatch(r"[Et]*m*L", stages[-1]):
-        raise ValueError("pipeline layout: multi-token-prediction layers 'm' go in the last stage, after its "
-                         "decoder layers and before the loss")
+        raise ValueError("pipeline layout: genconf places multi-token-prediction layers 'm' in the loss's stage, "
+                         "after its decoder layers and before the 'L' ('...t*3mL'); megatron-core also takes them in a "
+                         "virtual stage of their own ('...,m|L'), which genconf does not price")
     return tuple(stage.count("t") for stage in stages)
 
 

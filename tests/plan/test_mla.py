@@ -70,7 +70,7 @@ def test_dense_layers_sit_on_the_first_rank_and_mtp_on_the_last():
 def test_layouts_place_mtp_in_the_last_stage_only():
     assert pipeline.parse_layout("Et*4|(t*4|)*14tmL")[-1] == 1
     assert pipeline.layout_mtp_layers("Et*4|(t*4|)*14tmL") == 1
-    with pytest.raises(ValueError, match="last stage"):
+    with pytest.raises(ValueError, match="in the loss.s stage"):
         pipeline.parse_layout("Et*4m|(t*4|)*14tL")
 
 
