@@ -192,7 +192,20 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     return Planned(model, alias, cluster, num_gpus, best, result, run)
 
 
+def check_slurm_flags(args: argparse.Namespace) -> None:
+    """The Slurm flags' own checks (SlurmOptions), before planning: GenconfError naming the bad one."""
+    from genconf.render.slurm import SlurmOptions
+
+    try:
+        SlurmOptions(job_name=getattr(args, "job_name", None) or "genconf", run_dir="/", artifacts_dir="/",
+                     launchers_dir="/", python="/", account=getattr(args, "account", None),
+                     partition=getattr(args, "partition", None), time=getattr(args, "time", None) or "24:00:00")
+    except ValueError as exc:
+        raise GenconfError(str(exc)) from None
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    check_slurm_flags(args)  # a bad --time or --account is an error with or without -o
     if args.plot:
         from genconf.run import plots
 

@@ -41,8 +41,9 @@ def time_limit_s(time: str) -> int:
 
 def preempt_signal_s(time: str) -> int:
     """When Slurm signals the job before its limit: PREEMPT_SIGNAL_LEAD_S, or a quarter of a short limit (a
-    2-minute job gets 30 s, not a signal at its start)."""
-    if time in ("UNLIMITED", "INFINITE"):
+    2-minute job gets 30 s, not a signal at its start). No limit (UNLIMITED, INFINITE, or a limit of zero, which
+    sbatch(1) reads as none: the partition's own limit, if any, still ends the job) gets the full lead."""
+    if time in ("UNLIMITED", "INFINITE") or time_limit_s(time) == 0:
         return PREEMPT_SIGNAL_LEAD_S
     return max(1, min(PREEMPT_SIGNAL_LEAD_S, time_limit_s(time) // 4))
 

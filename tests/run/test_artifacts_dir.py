@@ -56,6 +56,24 @@ def test_bad_options_write_nothing(tmp_path, extra, needle):
     one_line_error(run_genconf(*PLANS["ds_z1"], "-o", str(target), *extra), needle)
     assert list(tmp_path.iterdir()) == []
 
+@pytest.mark.parametrize("extra,needle", [(["--time", "soon"], "--time 'soon' is not a Slurm time"),
+                                           (["--account", "my account"], "--account 'my account' is not a Slurm name")])
+def test_bad_slurm_options_are_refused_without_o_too(extra, needle):
+    one_line_error(run_genconf(*PLANS["ds_z1"], *extra), needle)
+
+
+def test_a_zero_time_limit_is_none_and_gets_the_full_signal_lead(tmp_path):
+    """sbatch(1): a time limit of zero requests none; the signal comes the full lead before the partition's own."""
+    from genconf.render.slurm import PREEMPT_SIGNAL_LEAD_S, preempt_signal_s
+
+    assert preempt_signal_s("0") == preempt_signal_s("UNLIMITED") == PREEMPT_SIGNAL_LEAD_S
+    assert preempt_signal_s("2") == 30  # a quarter of a short limit
+    target = tmp_path / "out"
+    assert genconf_quiet(*PLANS["ds_z1"], "-o", str(target), "--time", "0") == 0
+    script = (target / "launch_deepspeed.sbatch").read_text()
+    assert "#SBATCH --time=0\n" in script and f"#SBATCH --signal=USR1@{PREEMPT_SIGNAL_LEAD_S}\n" in script
+
+
 def test_unwritable_target_leaves_nothing_behind(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
