@@ -338,6 +338,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
                                f"re-plan with --framework {args.framework} to get an exact {args.framework} layout")
         if not args.submit and run_dir.exists() and any(run_dir.iterdir()):
             raise GenconfError(f"{run_dir} already holds a run; use --resume to continue it or another --run-dir/--name")
+        held = launch.earlier_run(run_dir) if args.submit else None
+        if held:
+            # The script's RUN_DIR is fixed when it is rendered: a second submission would start over there.
+            raise GenconfError(f"{run_dir} (the sbatch script's RUN_DIR) already holds a run ({held}); use --resume to "
+                               f"continue it, or render the plan again with another --run-dir")
     launch.check_data(cfg)
     if args.submit:
         return launch.submit(cfg, artifacts, wait=args.wait, resume=args.resume)

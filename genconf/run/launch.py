@@ -219,6 +219,17 @@ def check_data(cfg) -> None:
     print(f"genconf: {summary.line(cfg.model.vocab_size)}", file=sys.stderr, flush=True)
 
 
+def earlier_run(run_dir: Path) -> str | None:
+    """What in run_dir is an earlier run's (its checkpoints, or its metrics), in words; None where there is none. A
+    run started over in a directory clears its checkpoints (genconf.train.loop): a launch must not do that unasked."""
+    steps = checkpoints.CheckpointStore(run_dir / "checkpoints").steps()
+    if steps:
+        return f"{len(steps)} checkpoint(s), the newest {steps[-1][1].name}"
+    if (run_dir / "metrics.jsonl").is_file():
+        return "its metrics.jsonl"
+    return None
+
+
 def check_resumable(run_dir: Path, cfg, steps_flag: int | None) -> int:
     """The newest checkpoint step a resume can start from (by its manifest, not yet verified: the ranks verify
     the checksums and fall back to an older one), or one line saying why there is nothing to resume."""

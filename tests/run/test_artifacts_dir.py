@@ -74,6 +74,22 @@ def test_a_zero_time_limit_is_none_and_gets_the_full_signal_lead(tmp_path):
     assert "#SBATCH --time=0\n" in script and f"#SBATCH --signal=USR1@{PREEMPT_SIGNAL_LEAD_S}\n" in script
 
 
+def test_a_second_submission_never_starts_over_in_the_scripts_run_dir(tmp_path):
+    """The sbatch script's RUN_DIR is fixed when rendered; a run started over there clears its checkpoints, so a
+    submission without --resume is refused where an earlier run left any (a repeated `launch --submit` deleted them)."""
+    target = tmp_path / "out"
+    assert genconf_quiet(*PLANS["ds_z1"], "-o", str(target)) == 0
+    step = target / "runs" / "checkpoints" / "step_0000012"
+    step.mkdir(parents=True)
+    one_line_error(run_genconf("launch", str(target), "--submit"),
+                   f"{target / 'runs'} (the sbatch script's RUN_DIR) already holds a run (1 checkpoint(s), the newest "
+                   f"step_0000012); use --resume to continue it")
+    assert step.is_dir()
+    step.rmdir()
+    (target / "runs" / "metrics.jsonl").write_text("{}\n")
+    one_line_error(run_genconf("launch", str(target), "--submit"), "already holds a run (its metrics.jsonl)")
+
+
 def test_unwritable_target_leaves_nothing_behind(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
