@@ -406,9 +406,9 @@ def _gpt_neox(f: _Fields, notes: list[str]) -> dict:
     if f.flag("use_parallel_residual", True):
         notes.append("attention and MLP run in parallel from one residual (x + attn(ln1(x)) + mlp(ln2(x))): the same "
                      "parameters and FLOPs; activations are counted as for the sequential layer")
-    f.get("rotary_emb_base")
+    base = f.get("rotary_emb_base")  # GPT-NeoX's name for rope_theta (which newer configs carry too)
     f.get("classifier_dropout")
-    return dict(num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"),
+    return dict(**({"rope_theta": float(base)} if base is not None else {}),num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"),
                 num_attention_heads=f.integer("num_attention_heads"), ffn_hidden_size=f.integer("intermediate_size"),
                 vocab_size=f.integer("vocab_size"), seq_length=_seq_length(f),
                 activation=_plain_gelu(f, "hidden_act"), normalization="layernorm", position_embedding="rope",

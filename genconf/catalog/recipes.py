@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +116,60 @@ def _check(path: Path, data: dict) -> None:
                            f"(one of: {', '.join(precision.RECIPES)})")
 
 
+_INTEGERS = {"": ("version", "gpus", "seed"),
+             "layout": ("tp", "pp", "vp", "cp", "ep", "zero", "mbs", "first_stage_layers", "last_stage_layers"),
+             "optimizer": ("warmup_steps",), "batch": ("global_batch", "seq_length"),
+             "train": ("steps", "checkpoint_every_steps"),
+             "smoke": ("gpus", "layers", "hidden", "heads", "vocab", "seq_length", "global_batch", "mbs", "steps",
+                       "warmup_steps"),
+             "smoke.layout": ("tp", "pp", "vp", "dp", "zero")}
+_NUMBERS = {"optimizer": ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip"), "train": ("tokens",),
+            "smoke": ("lr",), "expect": ("loss_tolerance", "peak_memory_gib", "min_loss_drop")}
+_CHOICES = {("layout", "framework"): ("megatron", "deepspeed", "fsdp"),
+            ("layout", "recompute"): ("none", "selective", "full"),
+            ("smoke.layout", "recompute"): ("none", "selective", "full"),
+            ("layout", "layer_spec"): ("te", "local"), ("layout", "grad_dtype"): ("fp32", "bf16")}
+_ZERO_ALLOWED = {"zero", "warmup_steps", "seed"}
+_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _typed(path: Path, data: dict) -> None:
+    """Every value of a known type is of it, in place: YAML 1.1 reads 3e-4 (no decimal point) as text, so a number
+    written so is read as the number; anything else is a GenconfError naming the key (a traceback before)."""
+    def mapping(section: str) -> dict:
+        if not section:
+            return data
+        node: object = data
+        for part in section.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node if isinstance(node, dict) else {}
+
+    for section, keys in _INTEGERS.items():
+        m = mapping(section)
+        for key in keys:
+            if key in m and m[key] is not None:
+                value, low = m[key], 0 if key in _ZERO_ALLOWED else 1
+                if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                    raise GenconfError(f"{path}: {section + '.' if section else ''}{key} must be "
+                                       f"{'a non-negative' if low == 0 else 'a positive'} integer, got {value!r}")
+    for section, keys in _NUMBERS.items():
+        m = mapping(section)
+        for key in keys:
+            if key in m and m[key] is not None:
+                value = m[key]
+                if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+                    value = m[key] = float(value)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                    raise GenconfError(f"{path}: {section}.{key} must be a non-negative number, got {m[key]!r}")
+    for (section, key), allowed in _CHOICES.items():
+        m = mapping(section)
+        if key in m and m[key] is not None and m[key] not in allowed:
+            raise GenconfError(f"{path}: {section}.{key} must be one of {', '.join(allowed)}, got {m[key]!r}")
+    overlap = mapping("layout").get("tp_comm_overlap")
+    if overlap is not None and not isinstance(overlap, bool):
+        raise GenconfError(f"{path}: layout.tp_comm_overlap must be true or false, got {overlap!r}")
+
+
 def load_recipe(ref: str, _seen: tuple[str, ...] = ()) -> Recipe:
     """A recipe by name (recipes/NAME.yaml) or path, with its `extends:` chain merged (child keys win)."""
     path = Path(ref) if ref.endswith((".yaml", ".yml")) else recipe_dir() / f"{ref}.yaml"
@@ -133,6 +188,7 @@ def load_recipe(ref: str, _seen: tuple[str, ...] = ()) -> Recipe:
         merged = _merge({k: v for k, v in base.data.items() if k not in ("name", "description")}, data)
         merged.pop("extends", None)
         data = merged
+    _typed(path, data)
     return Recipe(name=name, path=path, data=data)
 
 

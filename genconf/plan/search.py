@@ -344,7 +344,7 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                         splits = _split_options(model.num_layers, pp)
                         if model.is_hybrid:  # MambaStack: an even split or first/last stage layers (rules.hybrid_conflict)
                             splits = [x for x in splits if not x.get("pp_embedding_as_layer")]
-                        elif framework == "megatron" and pp > 1:
+                        elif framework == "megatron" and pp > 1 and pins.pp_layout != DEFAULT_LAYOUT:
                             # No split megatron's flags can write for this pipeline (61 layers over 16 ranks, or
                             # over 4 x 4 virtual stages): a layout string can (Megatron-Bridge's DeepSeek-V3 recipes).
                             wanted = [pins.vp] if pins.vp else [1]
@@ -942,7 +942,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
             ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned)
             if ev.memory is not None and not ev.ok:
                 memory_misses.append(ev)
-                if not pinned and ev.memory.peak.total_bytes <= ev.memory.capacity_bytes:
+                # (Only at the user's batch: the leanest plan's own is the smallest the layout allows.)
+                if not pinned and pins.gbs is not None and ev.memory.peak.total_bytes <= ev.memory.capacity_bytes:
                     past_headroom.append(ev)
     memory_misses.sort(key=lambda e: e.overflow_ratio)
     misses = tuple(memory_misses[:5]) + tuple(rule_misses[:3])
@@ -1084,8 +1085,18 @@ def pin_whole_flags(plan: ParallelPlan, pins: Pins, model: ModelSpec) -> str:
     fields += [("mbs", "--mbs"), ("zero_stage", "--zero"), ("recompute", "--recompute")]
     if plan.recompute == "full" and plan.recompute_layers is not None:
         fields.append(("recompute_layers", "--recompute-layers"))
-    return " ".join(f"{flag} {getattr(plan, name)}" for name, flag in fields
-                    if getattr(pins, name) is None and getattr(plan, name) is not None)
+    if plan.offload_activation_layers:
+        fields.append(("offload_activation_layers", "--offload-activations"))
+    flags = [f"{flag} {getattr(plan, name)}" for name, flag in fields
+             if getattr(pins, name) is None and getattr(plan, name) is not None]
+    # The memory savers the search took for it (a pinned search keeps the GPU's whole capacity and adds none).
+    if plan.recompute_modules and not pins.recompute_modules:
+        flags.append(f"--recompute-modules {','.join(plan.recompute_modules)}")
+    if plan.precision_aware_optimizer and pins.precision_aware_optimizer is None:
+        flags.append("--precision-aware-optimizer")
+    if plan.fused_loss and pins.fused_loss is None:
+        flags.append("--fused-loss")
+    return " ".join(flags)
 
 
 def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> list[str]:

@@ -179,3 +179,9 @@ def test_pipelines_no_split_flag_fits_get_a_layout_megatron_core_accepts():
         assert best is not None and best.plan.pp_layout is not None
         assert (best.plan.pp, best.plan.vp) == (pins.pp, pins.vp or 1)
         assert sum(pipeline.stage_layers(61, best.plan)) == 61
+    # --pp-layout default keeps megatron's own split: no layout string where none fits
+    from genconf.plan.search import DEFAULT_LAYOUT
+
+    own = search(V3, h100, 1024, calibration_for("h100-sxm"),
+                 Pins(tp=2, pp=16, ep=64, mbs=1, gbs=8192, pp_layout=DEFAULT_LAYOUT), keep=1)
+    assert own.best is None or own.best.plan.pp_layout is None

@@ -72,13 +72,61 @@ def test_the_faster_plan_past_the_headroom_is_named_and_its_flags_take_it():
     assert run["past_headroom"]["perf"]["tokens_per_s_per_gpu"] == pytest.approx(tight.cost.tokens_per_s_per_gpu, abs=0.1)
 
 
+FLAG_FIELDS |= {"--offload-activations": ("offload_activation_layers", int)}
+SWITCH_FIELDS = {"--precision-aware-optimizer": "precision_aware_optimizer", "--fused-loss": "fused_loss"}
+
+
+def _taken(pins: Pins, flags: str) -> Pins:
+    """`pins` with the flags of a message applied, as the command line would."""
+    words = shlex.split(flags)
+    switches = {SWITCH_FIELDS[w]: True for w in words if w in SWITCH_FIELDS}
+    words = [w for w in words if w not in SWITCH_FIELDS]
+    modules = {}
+    if "--recompute-modules" in words:
+        at = words.index("--recompute-modules")
+        modules = {"recompute_modules": tuple(words[at + 1].split(","))}
+        del words[at:at + 2]
+    return Pins(**({f: getattr(_with_flags(pins, " ".join(words)), f) for f in pins.__slots__} | switches | modules))
+
+
 def test_no_fit_names_the_plan_inside_the_gpu_and_the_pin_that_takes_it():
     model, cluster, cal = _setup()
+    pins = _pins(recompute="none")
     with pytest.raises(NoFeasiblePlan) as err:
-        plan_or_explain(model, cluster, 64, cal, _pins(recompute="none"))
+        plan_or_explain(model, cluster, 64, cal, pins)
     text = str(err.value)
     assert "but inside the GPU's 268.0: pinned whole (--zero 1) it is planned" in text
     assert "It would fit with:" in text  # the other ways out stay
+    # and the flags it names do plan it
+    taken = search(model, cluster, 64, cal, _taken(pins, "--zero 1"), keep=1).best
+    assert taken is not None and taken.plan.recompute == "none"
+
+
+@pytest.mark.parametrize("name,gpus,cluster,kw", [
+    ("llama3-70b", 32, "dgx-h100", dict(framework="megatron", tp=2, pp=4, mbs=1, gbs=64)),
+    ("qwen2.5-72b", 32, "dgx-h100", dict(framework="megatron", tp=4, pp=2, mbs=1, gbs=64)),
+    ("llama3.1-405b", 128, "dgx-h100", dict(framework="megatron", tp=4, pp=16, mbs=2, gbs=256)),
+])
+def test_every_plan_named_past_the_headroom_is_planned_by_its_flags(name, gpus, cluster, kw):
+    """Wherever a search names a plan past the headroom (a leaner plan with the memory savers it took, or one with
+    the batch given), the flags it prints, beside the user's, plan exactly it, warned (a review found the
+    precision-aware optimizer and the leanest plan's batch left out)."""
+    model, _ = resolve_model(name)
+    c = resolve_cluster(cluster)
+    cal = calibration_for(c.gpu.name)
+    checked = 0
+    for recompute in (None, "none", "selective"):
+        result = search(model, c, gpus, cal, Pins(**(kw | {"recompute": recompute})), keep=1)
+        tight = result.past_headroom
+        if tight is None:
+            continue
+        taken = search(model, c, gpus, cal, _taken(Pins(**(kw | {"recompute": recompute})), result.past_headroom_flags),
+                       keep=1).best
+        assert taken is not None, (name, recompute, result.past_headroom_flags)
+        assert taken.plan == tight.plan, (taken.plan, tight.plan)
+        assert any(v.rule == "memory_fits" and v.severity == "warning" for v in taken.violations)
+        checked += 1
+    assert checked  # each case names one (none fits inside the headroom)
 
 
 def test_nothing_past_the_headroom_where_the_plan_keeps_it_or_is_pinned_whole():

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import yaml
 
-from conftest import REPO, needs_megatron, needs_torch
+from conftest import REPO, genconf_quiet, needs_megatron, needs_torch
 from genconf.catalog import hf
 from genconf.catalog.models import resolve_model
 from genconf.check.directory import check_dir
@@ -92,3 +92,16 @@ def test_genconf_s_own_tables_are_megatron_core_s(theta, factor):
     angles = torch.cat([freqs, freqs], dim=-1)
     cos, sin = rope_tables(seq, dim, theta, factor)
     assert torch.allclose(cos, angles.cos(), atol=1e-5) and torch.allclose(sin, angles.sin(), atol=1e-5)
+
+
+def test_check_reads_a_missing_rotary_base_as_megatron_s_default(tmp_path):
+    """Megatron-LM's --rotary-base defaults to 10,000: an artifacts directory without the line (written before
+    genconf rendered it) is right for a model at that base and wrong for Llama 3's 500,000."""
+    for name, ok in (("llama2-7b", True), ("llama3-8b", False)):
+        d = tmp_path / name
+        assert genconf_quiet("--model", name, "--gpus", "8", "--cluster", "dgx-h100", "--framework", "megatron",
+                             "-o", str(d)) == 0
+        args = d / "megatron_args.txt"
+        args.write_text("\n".join(x for x in args.read_text().splitlines() if not x.startswith("--rotary-base")) + "\n")
+        problems = [str(p) for p in check_dir(d).problems]
+        assert (not problems) if ok else any("--rotary-base missing: contradicts plan.json" in p for p in problems), problems
