@@ -118,9 +118,9 @@ def run_one(name: str, work: Path, *, update_golden: bool = False, plot_dir: Pat
     from genconf.run.artifacts_dir import default_options, write_artifacts
 
     start = time.monotonic()
-    recipe = recipes.load_recipe(name)
     row = Row(recipe=name)
     try:
+        recipe = recipes.load_recipe(name)  # a broken recipe is its own FAIL row, not the end of the run
         run = recipes.smoke_run(recipe)
         row.layout = run["layout"]
         artifacts = work / name
@@ -179,6 +179,14 @@ def run_one(name: str, work: Path, *, update_golden: bool = False, plot_dir: Pat
     return row
 
 
+def _has_smoke(name: str) -> bool:
+    """The recipe has a smoke variant; one that does not load counts (run_one reports why, as a FAIL row)."""
+    try:
+        return bool(recipes.load_recipe(name).section("smoke"))
+    except GenconfError:
+        return True
+
+
 def run(names: list[str], *, update_golden: str | None, work_dir: str | None,
         plot_dir: str | None = None) -> list[Row]:
     """Run the named recipes' smoke variants (default: every recipe that has one) and verify each; with `plot_dir`,
@@ -188,7 +196,7 @@ def run(names: list[str], *, update_golden: str | None, work_dir: str | None,
         if update_golden not in available:
             raise GenconfError(f"--update-golden: unknown recipe '{update_golden}' (one of: {', '.join(available)})")
         names = [update_golden]
-    names = names or [n for n in available if recipes.load_recipe(n).section("smoke")]
+    names = names or [n for n in available if _has_smoke(n)]
     for name in names:
         if name not in available:
             raise GenconfError(f"unknown recipe '{name}' (one of: {', '.join(available)})")

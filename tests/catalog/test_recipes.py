@@ -4,6 +4,7 @@ only what it says, and unknown keys are refused naming the file and the key."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -69,3 +70,42 @@ def test_unknown_keys_are_refused_with_file_and_key(tmp_path):
     loop.write_text("name: loop\nextends: loop\n")
     with pytest.raises(GenconfError, match="cycle"):
         recipes.load_recipe(str(loop))
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("optimizer: {lr: abc}", "optimizer.lr must be a non-negative number, got 'abc'"),
+    ("layout: {tp: '2'}", "layout.tp must be a positive integer, got '2'"),
+    ("layout: {recompute: partial}", "layout.recompute must be one of none, selective, full, got 'partial'"),
+    ("smoke: {steps: -3}", "smoke.steps must be a positive integer, got -3"),
+    ("layout: {tp_comm_overlap: 'yes'}", "layout.tp_comm_overlap must be true or false"),
+])
+def test_wrong_value_types_are_one_line_naming_the_key(tmp_path, text, needle):
+    """A value of the wrong type was a traceback (TypeError, KeyError) from deep in planning, or named the wrong
+    section; now one line naming the file and the key."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"name: bad\nmodel: 1b\n{text}\n")
+    with pytest.raises(GenconfError, match=re.escape(f"bad.yaml: {needle}")):
+        recipes.load_recipe(str(bad))
+
+
+def test_numbers_yaml_reads_as_text_are_numbers(tmp_path):
+    """YAML 1.1 reads 3e-4 (no decimal point) as text: a recipe writing lr so gets the number, in a recipe that
+    extends another too (the merged mapping is checked)."""
+    child = tmp_path / "child.yaml"
+    child.write_text(f"name: child\nextends: {REPO / 'recipes' / 'llama3-8b-bf16.yaml'}\n"
+                     "optimizer: {lr: 3e-4, min_lr: 3e-5}\nsmoke: {lr: 1e-3}\n")
+    recipe = recipes.load_recipe(str(child))
+    assert recipe.section("optimizer")["lr"] == 3e-4 and recipe.section("optimizer")["min_lr"] == 3e-5
+    assert recipe.section("smoke")["lr"] == 1e-3
+    assert recipes.full_run(recipe)["train"]["lr"] == 3e-4
+
+
+def test_ci_reports_a_broken_recipe_as_its_own_fail_row(tmp_path, monkeypatch):
+    """One recipe that does not load is a FAIL row of `genconf ci`, not the end of the run (a traceback before)."""
+    from genconf.run import ci
+
+    (tmp_path / "bad.yaml").write_text("name: bad\nmodel: 1b\nsmoke: {steps: -3}\n")
+    monkeypatch.setenv(recipes.RECIPES_DIR_ENV, str(tmp_path))
+    rows = ci.run([], update_golden=None, work_dir=str(tmp_path / "work"))
+    assert [(r.recipe, r.verdict) for r in rows] == [("bad", "FAIL")]
+    assert "smoke.steps must be a positive integer, got -3" in rows[0].detail
