@@ -367,12 +367,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
         from genconf.run import plots
 
         plots.require_matplotlib()
-    verdict = verify.verify(Path(args.run), golden=Path(args.golden) if args.golden else None,
-                            tolerance=args.tolerance, min_drop=args.min_drop)
+    golden, tolerance = (Path(args.golden) if args.golden else None), args.tolerance
+    if golden is None:
+        found = verify.recipe_golden(Path(args.run))  # a recipe's smoke run: its own golden curve
+        if found is not None:
+            golden = found[0]
+            tolerance = found[1] if tolerance is None else tolerance
+            print(f"genconf: comparing with the recipe's golden curve {golden} (tolerance {tolerance:g})",
+                  file=sys.stderr)
+    verdict = verify.verify(Path(args.run), golden=golden, tolerance=tolerance, min_drop=args.min_drop)
     if args.plot:
         from genconf.run import plots
 
-        written = plots.verify_plots(args.run, args.plot, golden=args.golden)
+        written = plots.verify_plots(args.run, args.plot, golden=golden)
         print(f"genconf: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     if args.json:
         print_json(verdict.to_dict())

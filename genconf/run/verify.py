@@ -321,6 +321,48 @@ def prediction_for(run: Path, config: dict, versions: dict) -> Prediction | None
                       memory_band=mem_band)
 
 
+def check_completed(rows: list[dict], config: dict, run: Path) -> Check:
+    """The run trained through its configured steps (its `finished` marker, genconf.train.preempt): a run preempted or
+    killed part-way is no pass, whatever its loss so far."""
+    from genconf.train import preempt
+
+    steps = (config.get("train") or {}).get("train_steps")
+    done = (rows[-1]["step"] + 1) if rows else 0
+    if preempt.read_finished(run) is not None or not steps or done >= steps:
+        return Check("completed", "pass", f"{done} of {steps or done} steps", measured=done, expected=steps)
+    marker = preempt.read_marker(run)
+    why = (f"preempted after step {marker.get('step')}; continue it with genconf launch ... --resume" if marker
+           else "no finished marker: stopped or killed part-way")
+    return Check("completed", "fail", f"stopped at {done} of {steps} steps ({why})", measured=done, expected=steps)
+
+
+def recipe_golden(run: Path) -> tuple[Path, float] | None:
+    """The golden curve and tolerance of the recipe smoke variant this run is (plan.json's recipe: name, version,
+    smoke), where that recipe is still at that version and the run trained the plan's model, layout and schedule
+    unchanged (no launch flag altered them); None otherwise."""
+    from genconf.catalog import recipes
+
+    config = json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
+    plan = _plan_json(run, config) or {}
+    tag = plan.get("recipe") or {}
+    if not tag.get("smoke") or not config:
+        return None
+    try:
+        recipe = recipes.load_recipe(str(tag.get("name")))
+    except GenconfError:
+        return None
+    golden = recipe.golden_path
+    if recipe.version != tag.get("version") or golden is None or not golden.is_file():
+        return None
+    for key in ("model", "plan", "train"):
+        ran, planned = config.get(key) or {}, plan.get(key) or {}
+        if any(k in planned and planned[k] != v for k, v in ran.items()):
+            return None
+    from genconf.run.ci import SMOKE_LOSS_TOLERANCE
+
+    return golden, float(recipe.section("expect").get("loss_tolerance", SMOKE_LOSS_TOLERANCE))
+
+
 def verify(run: Path, *, golden: Path | None = None, tolerance: float | None = None,
            min_drop: float | None = DEFAULT_MIN_DROP, band: tuple[float, float] = THROUGHPUT_BAND,
            peak_memory_gib: float | None = None) -> Verdict:
@@ -331,6 +373,7 @@ def verify(run: Path, *, golden: Path | None = None, tolerance: float | None = N
     golden_curve = read_golden(golden) if golden else None
     floor = None if golden_curve else loss_floor_nats(config)
     verdict.checks.append(check_loss(rows, golden_curve, tolerance if tolerance is not None else 1e-4, min_drop, floor))
+    verdict.checks.append(check_completed(rows, config, run))
     verdict.checks.append(check_model_states(rows))
     predicted = None
     device = (versions.get("device") or "cpu").lower()

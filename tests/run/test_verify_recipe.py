@@ -1,0 +1,54 @@
+"""`genconf verify` of a recipe's smoke run compares it with the recipe's own golden curve (launch prints that
+command; without the golden a correct 12-step run failed the loss-floor check), and a run that stopped part-way is
+no pass (a preempted run passed)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO, genconf_cmd, needs_torch
+
+
+def genconf(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(genconf_cmd() + list(args), capture_output=True, text=True, cwd=REPO, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("recipe") / "olmo"
+    done = genconf("recipe", "olmo-1b-ddp", "--smoke", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    done = genconf("launch", str(out), "--name", "r1")
+    assert done.returncode == 0, done.stderr
+    return out / "runs" / "r1"
+
+
+@needs_torch
+def test_a_recipe_smoke_run_is_verified_against_the_recipe_s_golden_curve(smoke_run):
+    done = genconf("verify", str(smoke_run), "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"], report
+    assert "recipes/golden/olmo-1b-ddp.smoke.txt" in done.stderr and "tolerance 5e-05" in done.stderr
+    loss = next(c for c in report["checks"] if c["name"] == "loss")
+    assert "within 5e-05 of the golden curve" in loss["detail"]
+    completed = next(c for c in report["checks"] if c["name"] == "completed")
+    assert completed["status"] == "pass" and completed["detail"] == "12 of 12 steps"
+
+
+@needs_torch
+def test_a_run_that_stopped_part_way_does_not_pass(smoke_run, tmp_path):
+    run = tmp_path / "runs" / "cut"
+    shutil.copytree(smoke_run, run)
+    (run / "finished").unlink()
+    metrics = run / "metrics.jsonl"
+    metrics.write_text("\n".join(metrics.read_text().splitlines()[:6]) + "\n")
+    done = genconf("verify", str(run), "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 1 and not report["ok"]
+    completed = next(c for c in report["checks"] if c["name"] == "completed")
+    assert completed["status"] == "fail" and "stopped at 6 of 12 steps" in completed["detail"]
+    assert "no finished marker" in completed["detail"]
