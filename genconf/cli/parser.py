@@ -222,7 +222,9 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--run-dir", help="where metrics, checkpoints and logs go (default: DIR/runs/<name>)")
     launch.add_argument("--name", help="run name under DIR/runs (default: a timestamp)")
     launch.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"),
-                        help="run this framework's artifact (default: the plan's)")
+                        help="the plan's own framework (the default), the only one launched: the other "
+                             "frameworks' files approximate the plan (its README's 'what differs'); re-plan with "
+                             "--framework to launch another exactly")
     launch.add_argument("--submit", action="store_true", help="submit the generated sbatch script instead")
     launch.add_argument("--wait", action="store_true", help="with --submit: wait for the job and report its end")
     launch.add_argument("--resume", action="store_true",

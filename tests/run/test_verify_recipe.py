@@ -52,3 +52,15 @@ def test_a_run_that_stopped_part_way_does_not_pass(smoke_run, tmp_path):
     completed = next(c for c in report["checks"] if c["name"] == "completed")
     assert completed["status"] == "fail" and "stopped at 6 of 12 steps" in completed["detail"]
     assert "no finished marker" in completed["detail"]
+
+
+@needs_torch
+def test_a_local_launch_runs_under_the_rendered_run_dir(tmp_path):
+    """--run-dir given when rendering is where the sbatch script trains; a local launch goes there too (it went
+    to DIR/runs, so checkpoints meant for scratch storage landed beside the artifacts)."""
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    done = genconf("recipe", "olmo-1b-ddp", "--smoke", "-o", str(out), "--run-dir", str(scratch))
+    assert done.returncode == 0, done.stderr
+    done = genconf("launch", str(out), "--steps", "2", "--name", "x")
+    assert done.returncode == 0, done.stderr
+    assert (scratch / "x" / "metrics.jsonl").is_file() and not (out / "runs").exists()
