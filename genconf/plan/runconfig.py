@@ -116,6 +116,13 @@ def read_plan(artifacts: Path) -> PlanFile:
     return decode(load(path))
 
 
+def _structural(model: ModelSpec, cluster, plan: ParallelPlan) -> list:
+    """The rule errors a shrunk plan must not have (the cluster's node shape aside: a smoke test runs on what is here)."""
+    ctx = rules.Context(model, cluster, plan, plan.world_size)
+    return [v for v in rules.check(ctx) if v.severity == rules.ERROR
+            and v.rule not in ("whole_nodes", "world_size", "tp_inside_node")]
+
+
 def from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None) -> RunConfig:
     """The RunConfig of DIR's plan, shrunk; GenconfError (one line) when the shrunk plan breaks a rule."""
     pf = read_plan(artifacts)
@@ -126,11 +133,28 @@ def from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None)
         raise GenconfError(f"cannot shrink the plan: {exc}") from None
     if shrink_args.get("seq_len") and plan.cp > 1 and plan.seq_length % (2 * plan.cp):
         raise GenconfError(f"--seq-len {plan.seq_length} must be divisible by 2 x cp ({2 * plan.cp})")
-    ctx = rules.Context(model, cluster, plan, plan.world_size)
-    structural = [v for v in rules.check(ctx) if v.severity == rules.ERROR
-                  and v.rule not in ("whole_nodes", "world_size", "tp_inside_node")]
+    structural = _structural(model, cluster, plan)
     if structural:
-        raise GenconfError(f"the shrunk plan is invalid: {structural[0]}")
+        v = structural[0]
+        layers = shrink_args.get("layers")
+        if v.rule == "pipeline_split" and layers and plan.pp_layout is None:
+            # launch has no --pp: the layers are what a smoke test changes
+            slots = plan.pp * plan.vp
+            raise GenconfError(f"the shrunk plan is invalid: --layers {layers} does not split over pp {plan.pp} x vp "
+                               f"{plan.vp}; give a multiple of {slots} (at least {slots})")
+        batch = shrink_args.get("global_batch")
+        if v.rule in ("interleave_microbatches", "batch_divisible") and batch:
+            # The next batch the shrink (which picks the micro-batch) and the rules both take.
+            for gbs in range(batch + 1, batch + 64 * max(1, pf.plan.dp * pf.plan.pp) + 1):
+                try:
+                    m2, p2, _ = shrink(pf.model, pf.plan, pf.train, **{**{k: v2 for k, v2 in shrink_args.items()
+                                                                          if v2 is not None}, "global_batch": gbs})
+                except (ValueError, GenconfError):
+                    continue
+                if not _structural(m2, cluster, p2):
+                    raise GenconfError(f"the shrunk plan is invalid: {v.rule}: --global-batch {batch} gives "
+                                       f"{plan.num_microbatches} micro-batches of {plan.mbs}; use --global-batch {gbs}")
+        raise GenconfError(f"the shrunk plan is invalid: {v}")
     recipe = recipe_for(plan.precision, plan.fp8_recipe or train.fp8_recipe)
     prediction = {"gpu": cluster.gpu.name, "num_gpus": num_gpus,
                   "tokens_per_s_per_gpu": d.get("perf", {}).get("tokens_per_s_per_gpu"),

@@ -49,3 +49,26 @@ def test_config_json_reads_back():
     cfg = RunConfig(model=model, plan=PLAN, train=TRAIN, num_gpus=384, data={"kind": "synthetic"},
                     precision_recipe="bf16", prediction={"gpu": "h100-sxm"}, shrink={"layers": 4}, artifacts="/a")
     assert RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+
+def test_a_shrunk_plan_that_breaks_a_rule_says_what_launch_can_change(tmp_path):
+    """launch has no --pp: a layer count that does not split names the multiple to give; a batch the interleaved
+    schedule cannot take names the next one the shrink (which picks the micro-batch) and the rules both accept (the
+    hint was computed at the micro-batch the shrink then changed, so following it failed again)."""
+    import subprocess
+    import sys
+
+    from genconf.plan.runconfig import from_artifacts
+
+    out = tmp_path / "m2"
+    subprocess.run([sys.executable, "-m", "genconf", "--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100",
+                    "--framework", "megatron", "--tp", "1", "--pp", "2", "--vp", "2", "--cp", "1", "--mbs", "2",
+                    "--global-batch", "64", "-o", str(out)], check=True, capture_output=True)
+    small = dict(layers=4, hidden=64, heads=4, vocab=128, seq_len=64)
+    with pytest.raises(GenconfError, match=r"--layers 6 does not split over pp 2 x vp 2; give a multiple of 4"):
+        from_artifacts(out, dict(small, layers=6))
+    with pytest.raises(GenconfError, match=r"use --global-batch (\d+)$") as err:
+        from_artifacts(out, dict(small, global_batch=20))
+    suggested = int(str(err.value).rsplit(" ", 1)[1])
+    cfg = from_artifacts(out, dict(small, global_batch=suggested))  # following it works
+    assert cfg.plan.gbs == suggested and cfg.plan.num_microbatches % cfg.plan.pp == 0
