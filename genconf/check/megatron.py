@@ -197,7 +197,10 @@ def check_megatron_args(text: str, p: PlanFile) -> list[Problem]:
         problems.append(Problem(name, line, f"{shown}: {v.message}" if shown else str(v)))
         reported.add(line)
     expected = megatron.arg_values(megatron.megatron_args(p.model, p.plan, p.train))
-    for flag in _LAYOUT_FLAGS:
+    # Every flag, not the layout's alone: `genconf launch` trains from plan.json, so an edited --lr (or any other
+    # value) would be silently not what runs; the file is plan.json's rendering, line for line.
+    flags = list(dict.fromkeys([*_LAYOUT_FLAGS, *expected, *args]))
+    for flag in flags:
         got, want = _get(args, flag, _DEFAULTS.get(flag)), expected.get(flag, _DEFAULTS.get(flag))
         if flag == "--cuda-graph-scope" and isinstance(got, list) and isinstance(want, list):
             got, want = sorted(got), sorted(want)  # a set of scopes to megatron-core: the order is not a change

@@ -67,6 +67,10 @@ def _edit(src: Path, dst: Path, name: str, old: str, new: str) -> int:
     ("megatron_args.txt", "--tensor-model-parallel-size 4", "--tensor-model-parallel-size 5",
      "--tensor-model-parallel-size 5: tp x pp x cp = 5 x 4 x 1 = 20 does not divide the plan's 384 GPUs"),
     ("megatron_args.txt", "--num-layers 80", "--num-layers 81", "--num-layers 81"),
+    # any value launch would not train: it trains plan.json (an edited --lr passed the check before)
+    ("megatron_args.txt", "--lr 0.0003", "--lr 0.05", "--lr 0.05: contradicts plan.json (--lr 0.0003)"),
+    ("megatron_args.txt", "--log-interval 10", "--use-flash-attn\n--log-interval 10",
+     "--use-flash-attn: contradicts plan.json (--use-flash-attn absent)"),
     ("ds_config.json", '"train_batch_size": 1152', '"train_batch_size": 1000',
      "train_batch_size (1000) != train_micro_batch_size_per_gpu x gradient_accumulation_steps x data-parallel size "
      "(1 x 3 x 384 = 1152)"),
