@@ -64,3 +64,11 @@ def test_a_local_launch_runs_under_the_rendered_run_dir(tmp_path):
     done = genconf("launch", str(out), "--steps", "2", "--name", "x")
     assert done.returncode == 0, done.stderr
     assert (scratch / "x" / "metrics.jsonl").is_file() and not (out / "runs").exists()
+
+
+@pytest.mark.parametrize("flags,needle", [(["--tolerance", "-1"], "--tolerance -1: an absolute loss difference"),
+                                          (["--min-drop", "5"], "--min-drop 5: a fraction of the first loss")])
+def test_verify_refuses_meaningless_thresholds(tmp_path, flags, needle):
+    done = genconf("verify", str(tmp_path), *flags)
+    assert done.returncode == 2 and done.stderr.strip() == f"genconf: error: {needle}" + done.stderr.strip().split(needle)[1]
+    assert needle in done.stderr and "Traceback" not in done.stderr
