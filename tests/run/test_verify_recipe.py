@@ -70,5 +70,4 @@ def test_a_local_launch_runs_under_the_rendered_run_dir(tmp_path):
                                           (["--min-drop", "5"], "--min-drop 5: a fraction of the first loss")])
 def test_verify_refuses_meaningless_thresholds(tmp_path, flags, needle):
     done = genconf("verify", str(tmp_path), *flags)
-    assert done.returncode == 2 and done.stderr.strip() == f"genconf: error: {needle}" + done.stderr.strip().split(needle)[1]
-    assert needle in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and done.stderr.startswith(f"genconf: error: {needle}") and done.stderr.count("\n") == 1
