@@ -96,6 +96,21 @@ def test_check_names_the_offending_line(rendered, tmp_path, name, old, new, mess
     assert out.returncode == 2 and out.stderr == ""
     assert any(l.startswith(f"{name}:{line}: ") and message in l for l in out.stdout.splitlines()), out.stdout
 
+@pytest.mark.parametrize("plan,old,new,message", [
+    # the layout places the layers (and an MTP model's m layers): one edited by hand is not what launch trains
+    ("pp_layout", "t*3|(t*2|)*3,tL", "t*2|(t*2|)*3,t*2L", "--pipeline-model-parallel-layout Et*2|(t*2|)*34,t*2|(t*2|)*3,"
+     "t*2L: contradicts plan.json (--pipeline-model-parallel-layout Et*2|(t*2|)*34,t*3|(t*2|)*3,tL)"),
+    # Llama 3's rotary base (a checkpoint trained at 500,000 is wrong at another)
+    ("gqa_fp8_pp2vp2", "--rotary-base 500000", "--rotary-base 10001", "--rotary-base 10001: contradicts plan.json"),
+])
+def test_check_names_a_layout_or_rotary_base_edited_by_hand(rendered, tmp_path, plan, old, new, message):
+    line = _edit(rendered[plan], tmp_path / "edited", "megatron_args.txt", old, new)
+    out = run_genconf("check", str(tmp_path / "edited"))
+    assert out.returncode == 2
+    problems = [l for l in out.stdout.splitlines() if l.startswith("megatron_args.txt:")]
+    assert len(problems) == 1 and problems[0].startswith(f"megatron_args.txt:{line}: ") and message in problems[0], out.stdout
+
+
 def test_check_names_an_sbatch_whose_preemption_notice_would_kill_torchrun(rendered, tmp_path):
     """Without genconf.run.rank_signal around torchrun (a hand edit), Slurm's SIGUSR1 reaches a torchrun that does
     not handle it: its default disposition ends it, and the job with it."""
