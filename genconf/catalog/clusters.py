@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -50,6 +51,9 @@ def cluster_from_mapping(name: str, values: dict, where: str) -> ClusterSpec:
         raise GenconfError(f"{where}: nccl_env must be a mapping of variable names to values (NCCL_IB_HCA: mlx5), "
                            f"got {type(env).__name__}")
     values["nccl_env"] = tuple((str(k), str(v)) for k, v in env.items())
+    for key, _ in values["nccl_env"]:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):  # as the launch scripts export it (render/slurm.py)
+            raise GenconfError(f"{where}: nccl_env: {key!r} is not an environment variable name")
     return build(ClusterSpec, where, {"name": name, **values})
 
 
@@ -101,6 +105,12 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
     changes: dict = {}
     if gpu is not None:
         changes["gpu"] = resolve_gpu(gpu)
+        if changes["gpu"].name != cluster.gpu.name and cluster.nvlink_domain > cluster.gpus_per_node:
+            # An NVLink domain across nodes (NVL72) and its host CPU are that system's, not the other GPU's.
+            raise GenconfError(f"--gpu {changes['gpu'].name} on {cluster.name}: its NVLink domain of "
+                               f"{cluster.nvlink_domain} GPUs across nodes is {cluster.gpu.name}'s system; choose a "
+                               f"cluster of {changes['gpu'].name} nodes (genconf hardware), or give --gpu without "
+                               f"--cluster for its usual node")
     if gpus_per_node is not None:
         if gpus_per_node < 1:
             raise GenconfError(f"--gpus-per-node must be positive, got {gpus_per_node}")

@@ -151,6 +151,11 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     num_gpus = args.gpus or cluster.total_gpus
     if num_gpus is None:
         raise GenconfError(f"cluster {cluster.name} has no default size: give --gpus")
+    if cluster.total_gpus and num_gpus > cluster.total_gpus:
+        # Planned as asked (a cluster of the same kind, larger), and said: the preset has fewer.
+        more = (f"{cluster.name} has {cluster.total_gpus:,} GPUs: this plans {num_gpus:,} of the same kind "
+                f"(a larger cluster of its nodes and network)")
+        cluster_note = f"{cluster_note}; {more}" if cluster_note else more
     whole = rules.whole_nodes_error(num_gpus, cluster.gpus_per_node)
     if whole:
         raise GenconfError(whole)
@@ -210,6 +215,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from genconf.run import plots
 
         plots.require_matplotlib()  # before anything is written
+        plots.check_plot_dir(args.plot)
     planned = plan_from_args(args)
     if args.output:
         from genconf.run import artifacts_dir
@@ -453,11 +459,21 @@ def cmd_ci(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from genconf.catalog import calibration_file
+    from genconf.catalog.hardware import resolve_gpu
     from genconf.run import calibrate
 
     if args.bench == bool(args.runs):
         raise GenconfError("calibrate: give either --bench or run directories")
+    out = Path(args.output)
+    if out.exists() and not args.force:  # a GPU-measured calibration is not replaced unasked (as plan -o)
+        raise GenconfError(f"{out} exists; use --force to replace it, or -o another file")
+    if args.gpu:
+        resolve_gpu(args.gpu)  # before a benchmark that may take minutes
+    if args.bench and args.model:
+        resolve_model(args.model)
     if args.bench:
         from genconf.catalog.hardware import gpu_for_device_name
 

@@ -289,3 +289,4 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--gpu", help="the catalog GPU to fit against (default: the device the bench or runs ran on)")
     cal.add_argument("--terms", help="runs: the terms to refit, comma-separated (default: those the runs inform)")
     cal.add_argument("-o", "--output", default="calibration.yaml", help="the calibration file (default calibration.yaml)")
+    cal.add_argument("--force", action="store_true", help="replace an existing calibration file")

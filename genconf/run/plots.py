@@ -53,6 +53,22 @@ def _pyplot():
     return plt
 
 
+def check_plot_dir(path: str | Path) -> None:
+    """Before anything is written (-o, a run): --plot names a directory that exists or can be made (GenconfError)."""
+    import os
+
+    out = Path(path)
+    if out.exists():
+        if not out.is_dir():
+            raise GenconfError(f"--plot {out}: exists and is not a directory")
+        return
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise GenconfError(f"--plot {out}: cannot create the directory under {parent}")
+
+
 def _out_dir(path: str | Path) -> Path:
     out = Path(path)
     try:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, genconf_cmd
+from conftest import REPO, genconf_cmd, one_line_error, run_genconf
 from genconf.cli.main import main
 
 JSON_KEYS = {
@@ -253,3 +253,33 @@ def test_fsdp_fp8_other_than_current_scaling_is_refused_at_plan_time():
     assert len(out.stderr.strip().splitlines()) == 1
     assert run("--model", "llama3.1-8b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "fsdp",
                "--precision", "fp8-current").returncode == 0
+
+
+def test_another_gpu_on_an_nvl72_preset_is_refused_in_one_line():
+    """Its NVLink domain across nodes and its Grace host are that system's: H100s on gb200-nvl72 planned tp=8 across
+    two 4-GPU nodes 'inside the 72-GPU NVLink domain'."""
+    out = run_genconf("--model", "70b", "--gpus", "144", "--cluster", "gb200-nvl72", "--gpu", "h100-sxm")
+    one_line_error(out, "--gpu h100-sxm on gb200-nvl72: its NVLink domain of 72 GPUs across nodes is gb200's system")
+    # the same GPU, or a node-local preset, stays as it was
+    assert run_genconf("--model", "70b", "--gpus", "64", "--cluster", "gb200-nvl72", "--gpu", "gb200").returncode == 0
+    assert run_genconf("--model", "70b", "--gpus", "64", "--cluster", "dgx-h100", "--gpu", "h200").returncode == 0
+
+
+def test_more_gpus_than_the_preset_has_are_planned_and_said():
+    """kempner-h100 has 384 GPUs: --gpus 768 plans a larger cluster of its kind, and the output says so (it said
+    nothing, as if the preset had them)."""
+    import json
+
+    out = run_genconf("--model", "70b", "--gpus", "768", "--json")
+    assert out.returncode == 0, out.stderr
+    note = json.loads(out.stdout)["cluster"]["note"]
+    assert note == "kempner-h100 has 384 GPUs: this plans 768 of the same kind (a larger cluster of its nodes and network)"
+    assert "note" not in json.loads(run_genconf("--model", "70b", "--gpus", "384", "--json").stdout)["cluster"]
+
+
+def test_a_cluster_file_with_a_bad_nccl_env_name_is_refused_when_read(tmp_path):
+    """The name was checked only when -o rendered the launch scripts: the plan printed, then -o failed."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('name: bad\ngpu: h100-sxm\ngpus_per_node: 8\nib_gbit_per_s_per_gpu: 400\nnccl_env: {"BAD NAME": x}\n')
+    one_line_error(run_genconf("--model", "1b", "--gpus", "8", "--cluster", str(bad)),
+                   f"{bad}: nccl_env: 'BAD NAME' is not an environment variable name")

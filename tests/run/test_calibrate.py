@@ -287,3 +287,20 @@ def test_calibrate_bench_without_a_gpu_needs_a_named_model(tmp_path):
     out = genconf("calibrate", "--bench", "-o", str(tmp_path / "never.yaml"))
     assert out.returncode == 2 and "no CUDA GPU" in out.stderr and "--model" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "never.yaml").exists()
+
+
+def test_calibrate_checks_its_input_before_the_benchmark_and_keeps_an_existing_file(tmp_path):
+    """An existing calibration file is not replaced unasked (as plan -o), and a bad --model or --gpu is one line
+    before a benchmark that may take minutes (they failed after it, or as torchrun's footer)."""
+    from conftest import one_line_error, run_genconf
+
+    kept = tmp_path / "cal.yaml"
+    kept.write_text("measured: true\n")
+    one_line_error(run_genconf("calibrate", "--bench", "--model", "1b", "-o", str(kept)),
+                   f"{kept} exists; use --force to replace it")
+    assert kept.read_text() == "measured: true\n"
+    one_line_error(run_genconf("calibrate", "--bench", "--model", "nosuch", "-o", str(tmp_path / "a.yaml")),
+                   "unknown model 'nosuch'")
+    one_line_error(run_genconf("calibrate", "--bench", "--gpu", "nosuch", "-o", str(tmp_path / "a.yaml")),
+                   "unknown GPU 'nosuch'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.yaml"]

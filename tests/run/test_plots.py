@@ -180,3 +180,14 @@ def test_schedule_pass_times_add_up_to_the_cost_models_compute(args):
     times = plots.pass_times(model, plan, cluster)
     slowest = max(f + b for f, b in zip(times.forward_s, times.backward_s)) * plan.vp
     assert plan.num_microbatches * slowest == pytest.approx(step_cost(model, plan, cluster, cal).compute_s, rel=1e-9)
+
+
+def test_a_bad_plot_path_is_refused_before_anything_is_written(tmp_path):
+    """-o wrote the whole artifacts directory, then --plot failed (and a re-run then met 'exists')."""
+    from conftest import one_line_error, run_genconf
+
+    blocker = tmp_path / "plfile"
+    blocker.write_text("")
+    out = run_genconf("--model", "1b", "--gpus", "8", "-o", str(tmp_path / "o6"), "--plot", str(blocker))
+    one_line_error(out, f"--plot {blocker}: exists and is not a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plfile"]
