@@ -323,11 +323,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
     else:
         # Local runs go beside the script's: under the RUN_DIR it was rendered with (--run-dir at render time;
         # DIR/runs by default), one directory per run.
-        runs = artifacts / "runs"
-        script = artifacts / f"launch_{args.framework or runconfig.read_plan(artifacts).plan.framework}.sbatch"
-        if script.is_file():
-            runs = launch.script_run_dir(script)
-        run_dir = Path(args.run_dir) if args.run_dir else runs / (args.name or time.strftime("%Y%m%d-%H%M%S"))
+        if args.run_dir:
+            run_dir = Path(args.run_dir)
+        else:
+            runs = artifacts / "runs"
+            script = artifacts / f"launch_{args.framework or runconfig.read_plan(artifacts).plan.framework}.sbatch"
+            if script.is_file():
+                runs = launch.script_run_dir(script)
+            run_dir = runs / (args.name or time.strftime("%Y%m%d-%H%M%S"))
     speed = {"attention": args.attention, "compile": args.compile, "fused_optimizer": not args.no_fused_optimizer}
     defaults = {"attention": "auto", "compile": False, "fused_optimizer": True}
     speed = {k: v for k, v in speed.items() if v != defaults[k]}
