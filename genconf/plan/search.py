@@ -23,7 +23,7 @@ from genconf.plan import memory as mem
 from genconf.plan import rules
 from genconf.plan.batch import BatchDefault, default_batch, global_batch_for
 from genconf.plan.cost import (Calibration, StepCost, _layer_time, balanced_layout, implementation, layout_of_counts,
-                               step_cost)
+                               stage_times, step_cost)
 from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
@@ -859,6 +859,15 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
         if (pins.pp_layout is None and not pinned and pins.pp_first_stage_layers is None
                 and pins.pp_last_stage_layers is None):
             for good in list(found):
+                if good.plan.framework != "megatron" or good.plan.pp == 1:
+                    continue  # (balanced_layout's own first test)
+                # Moving layers cannot make the pipeline faster than its mean rank (compute and bubble follow the
+                # slowest rank, the rest stays): skip where even that is no gain the model can tell apart, or cannot
+                # reach the plans kept (as the candidates' own bounds are pruned).
+                loads = [st.total_s for st in stage_times(model, good.plan, cluster, cal)]
+                gain = max(loads) * len(loads) / sum(loads)
+                if gain <= 1 + TIE_FRACTION or good.cost.tokens_per_s / num_gpus * gain < threshold:
+                    continue
                 layout_str = balanced_layout(model, good.plan, cluster, cal)
                 if layout_str is None:
                     continue
