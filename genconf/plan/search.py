@@ -561,7 +561,7 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
         # DeepSpeed/FSDP: the fused cross entropy drops the logits' fp32 copies (no time lost); nothing else here.
         return [replace(plan, fused_loss=True)] if pins.fused_loss is None and not plan.fused_loss else []
     if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and \
-            replace(current, precision_aware_optimizer=True).optimizer_keeps_remainders:
+            current.remainders_possible:
         ladder.append(lambda m, p, est: replace(p, precision_aware_optimizer=True))
     if current.recompute == "selective" and not pins.recompute_modules and current.layer_spec == "te":
         # megatron-core's module recompute, cheapest first (the modules NVIDIA's MoE recipes list, Megatron-Bridge:
@@ -668,7 +668,7 @@ def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, 
         return False
     floor = peak.total_bytes
     if plan.framework == "megatron" and pins.precision_aware_optimizer is None and plan.zero_stage >= 1 and \
-            replace(plan, precision_aware_optimizer=True).optimizer_keeps_remainders:
+            plan.remainders_possible:
         floor -= peak.optimizer_bytes / 6 + step_transient_bytes_or_zero(model, plan, peak.stage)
     if plan.framework == "megatron" and plan.pp == 1 and plan.layer_spec == "te" and pins.offload_activation_layers is None:
         floor -= peak.activations_bytes
@@ -943,7 +943,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 break
             plan = _lean_plan(model, layout, pins, seq)
             if plan.framework == "megatron" and plan.zero_stage >= 1 and pins.precision_aware_optimizer is None \
-                    and replace(plan, precision_aware_optimizer=True).optimizer_keeps_remainders:
+                    and plan.remainders_possible:
                 plan = replace(plan, precision_aware_optimizer=True)
             if plan in lean_seen:
                 continue

@@ -889,13 +889,19 @@ class ParallelPlan:
         return self.framework == "megatron" and self.zero_stage >= 2
 
     @property
+    def remainders_possible(self) -> bool:
+        """Whether the precision-aware optimizer would keep the fp32 master weights as 16-bit remainders beside the
+        bf16 weights (TE FusedAdam, store_param_remainders) for this plan's precision. megatron-core hands its master
+        weights to TE only without FP8 or under delayed scaling (OptimizerConfig.
+        use_precision_aware_optimizer_no_fp8_or_ds_fp8; Megatron-LM's --fp8-recipe defaults to delayed, so an FP4
+        plan qualifies): under current, blockwise or MXFP8 scaling it keeps fp32 master shards and upcasts the
+        gradients as without the flag."""
+        return self.precision in ("bf16", "fp4") or self.quant_recipe == "delayed"
+
+    @property
     def optimizer_keeps_remainders(self) -> bool:
-        """Whether the precision-aware optimizer keeps the fp32 master weights as 16-bit remainders beside the bf16
-        weights (TE FusedAdam, store_param_remainders). megatron-core hands its master weights to TE only without
-        FP8 or under delayed scaling (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8; Megatron-LM's
-        --fp8-recipe defaults to delayed, so an FP4 plan qualifies): under current, blockwise or MXFP8 scaling it
-        keeps fp32 master shards and upcasts the gradients as without the flag."""
-        return self.precision_aware_optimizer and (self.precision in ("bf16", "fp4") or self.quant_recipe == "delayed")
+        """The precision-aware optimizer is on and keeps 16-bit remainders (remainders_possible)."""
+        return self.precision_aware_optimizer and self.remainders_possible
 
     @property
     def quant_recipe(self) -> str | None:
