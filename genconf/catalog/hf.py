@@ -17,7 +17,7 @@ from pathlib import Path
 
 from genconf.plan import limits
 from genconf.plan.errors import GenconfError
-from genconf.plan.specs import ModelSpec
+from genconf.plan.specs import LLAMA3_ROPE_SCALING, ModelSpec
 
 # Fields every transformers PretrainedConfig may carry (tokens, generation defaults, bookkeeping), and the
 # numerical knobs that change no parameter count, memory or FLOP: genconf reads past them.
@@ -138,9 +138,10 @@ def _rope(f: _Fields) -> dict:
         out["rope_theta"] = float(theta)
     if scaling is not None:
         kind = scaling.get("rope_type") or scaling.get("type") or "scaled"
-        shape = (scaling.get("low_freq_factor", 1), scaling.get("high_freq_factor", 4),
-                 scaling.get("original_max_position_embeddings", 8192))
-        if kind == "llama3" and shape == (1, 4, 8192):  # the only shape megatron's --use-rope-scaling applies
+        low, high, original = LLAMA3_ROPE_SCALING
+        shape = (scaling.get("low_freq_factor", low), scaling.get("high_freq_factor", high),
+                 scaling.get("original_max_position_embeddings", original))
+        if kind == "llama3" and shape == LLAMA3_ROPE_SCALING:
             out["rope_scaling_factor"] = float(scaling["factor"])
         elif kind != "default":
             f.info.append(f"its {kind} rope scaling (factor {scaling['factor']:g}) is not written into the artifacts: "

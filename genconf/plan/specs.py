@@ -61,6 +61,12 @@ def _fraction(obj: object, name: str) -> None:
         raise ValueError(f"{type(obj).__name__}.{name} must be in [0, 1), got {value!r}")
 
 
+LLAMA3_ROPE_SCALING = (1.0, 4.0, 8192)
+"""Llama 3.1's rope scaling besides its factor (Hugging Face rope_type llama3: low_freq_factor, high_freq_factor,
+original_max_position_embeddings): the only shape megatron-core's --use-rope-scaling applies
+(RotaryEmbedding._apply_scaling's defaults), so ModelSpec.rope_scaling_factor means this shape."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer, with fields named as megatron-core's TransformerConfig names them."""

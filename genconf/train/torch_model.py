@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from genconf.plan.counting import torch_vocab_rows, window_chunk_rows
 from genconf.plan.memory import FUSED_LOSS_CHUNK_ELEMENTS
-from genconf.plan.specs import ModelSpec
+from genconf.plan.specs import LLAMA3_ROPE_SCALING, ModelSpec
 
 
 class Norm(nn.Module):
@@ -42,7 +42,7 @@ def rope_tables(seq: int, dim: int, base: float = 10000.0,
     original positions, as megatron-core's RotaryEmbedding._apply_scaling and transformers' _compute_llama3_parameters)."""
     inv = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
     if scaling_factor:
-        original, low, high = 8192, 1.0, 4.0
+        low, high, original = LLAMA3_ROPE_SCALING
         wavelen = 2 * math.pi / inv
         scaled = torch.where(wavelen > original / low, inv / scaling_factor, inv)
         smooth = (original / wavelen - low) / (high - low)
