@@ -115,7 +115,8 @@ _LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size
                  "--num-layers-at-end-in-bf16", "--no-gradient-accumulation-fusion",
                  "--pipeline-model-parallel-layout", "--mtp-num-layers", "--rotary-base", "--use-rope-scaling",
                  "--rope-scaling-factor")
-_DEFAULTS = {"--rotary-base": 10000, "--rope-scaling-factor": 8.0, "--cuda-graph-impl": "none", "--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
+_DEFAULTS = {"--rotary-base": megatron.ROTARY_BASE_DEFAULT, "--rope-scaling-factor": megatron.ROPE_SCALING_FACTOR_DEFAULT,
+             "--cuda-graph-impl": "none", "--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
              "--expert-model-parallel-size": 1, "--num-virtual-stages-per-pipeline-rank": 1}
 _REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings",
              "--micro-batch-size", "--seq-length")

@@ -117,6 +117,11 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
 Arg = tuple[str, "str | None"]
 
 
+ROTARY_BASE_DEFAULT = 10000
+"""Megatron-LM's --rotary-base when the flag is absent (MEGATRON_LM_SOURCE; an int), RoFormer's base."""
+ROPE_SCALING_FACTOR_DEFAULT = 8.0
+"""Megatron-LM's --rope-scaling-factor when the flag is absent (MEGATRON_LM_SOURCE), Llama 3.1's factor."""
+
 MAMBA_FIELDS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
 """TransformerConfig's Mamba fields, each a --mamba-* flag; ModelSpec names them alike, with megatron-core's defaults."""
 
@@ -543,8 +548,9 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
             "--moe-shared-expert-intermediate-size") else None,
         first_k_dense_replace=_leading_dense(g("--moe-layer-freq")) if experts else 0,
         mtp_num_layers=int(g("--mtp-num-layers", 0) or 0), mtp_repeated_layer="--mtp-use-repeated-layer" in values,
-        rope_theta=float(g("--rotary-base", 10000)),
-        rope_scaling_factor=float(g("--rope-scaling-factor", 8.0)) if "--use-rope-scaling" in values else None,
+        rope_theta=float(g("--rotary-base", ROTARY_BASE_DEFAULT)),
+        rope_scaling_factor=(float(g("--rope-scaling-factor", ROPE_SCALING_FACTOR_DEFAULT))
+                             if "--use-rope-scaling" in values else None),
         moe_latent_size=int(g("--moe-latent-size", 0) or 0) if experts else 0,
         activation="swiglu" if "--swiglu" in values else "squared_relu" if "--squared-relu" in values else (
             model.activation if model.activation != "swiglu" and model.activation != "squared_relu" else "gelu"),

@@ -109,6 +109,8 @@ def build(cfg: RunConfig, config, spec, d: runtime.Dist):
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.transformer.module import Float16Module
 
+    from genconf.render.megatron import ROPE_SCALING_FACTOR_DEFAULT
+
     plan, model_spec, train = cfg.plan, cfg.model, cfg.train
     recipe = precision.recipe(cfg.precision_recipe)
     half = recipe.compute_dtype != "float32"
@@ -123,7 +125,7 @@ def build(cfg: RunConfig, config, spec, d: runtime.Dist):
                        share_embeddings_and_output_weights=model_spec.tie_embeddings,
                        position_embedding_type="rope" if model_spec.position_embedding == "rope" else "learned_absolute",
                        rotary_base=round(model_spec.rope_theta), rope_scaling=bool(model_spec.rope_scaling_factor),
-                       rope_scaling_factor=model_spec.rope_scaling_factor or 8.0, vp_stage=vs)
+                       rope_scaling_factor=model_spec.rope_scaling_factor or ROPE_SCALING_FACTOR_DEFAULT, vp_stage=vs)
         if d.device.type == "cuda":
             gpt = gpt.cuda()
         if half:
