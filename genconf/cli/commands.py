@@ -309,7 +309,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from genconf.plan import runconfig
-    from genconf.run import launch
+    from genconf.run import launch, rank_signal
 
     artifacts = Path(args.dir)
     flags = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
@@ -368,9 +368,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if not launch.cuda_available():
         launch.cpu_step_estimate(cfg, force=args.force)
     since = time.time()
-    rc = launch.launch_local(cfg, run_dir, resume=args.resume)
+    interrupts = rank_signal.Interrupts()
+    rc = launch.launch_local(cfg, run_dir, resume=args.resume, interrupts=interrupts)
     hint = f"genconf launch {shlex.quote(str(artifacts))} --run-dir {shlex.quote(str(run_dir))} --resume"
-    return launch.report_end(run_dir, rc, since=since, resume_hint=hint)
+    return launch.report_end(run_dir, rc, since=since, resume_hint=hint, interrupts=interrupts)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

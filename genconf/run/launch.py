@@ -25,6 +25,11 @@ from genconf.render.slurm import ENTRY_POINTS, PREEMPT_SIGNAL_LEAD_S, TORCHRUN_S
 from genconf.run import rank_signal
 from genconf.train import checkpoints, cpu_numerics, failure, preempt, watchdog
 
+LOCAL_TORCHRUN_SIGNALS = ",".join(name for name in TORCHRUN_SIGNALS.split(",") if name != "SIGINT")
+"""A local launch's torchrun leaves SIGINT alone: it runs ignored there, Ctrl-C being the launch's
+(rank_signal.Interrupts)."""
+
+
 def run_config_from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None) -> RunConfig:
     """The RunConfig of DIR's plan, shrunk (genconf.plan.runconfig), for a GPU the catalog knows."""
     cfg = runconfig.from_artifacts(artifacts, shrink_args, data)
@@ -181,16 +186,17 @@ def torchrun_accepts(python: str, flag: str) -> bool:
 
 
 def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executable, extra_env: dict | None = None,
-                 stdout=None) -> int:
+                 stdout=None, interrupts: rank_signal.Interrupts | None = None) -> int:
     """torchrun --standalone with one process per rank of the plan (gloo on CPUs, NCCL on GPUs). SIGUSR1 to the
-    launch reaches every rank, which checkpoints and stops (as a Slurm job does before its time limit)."""
+    launch reaches every rank, which checkpoints and stops (as a Slurm job does before its time limit). With
+    `interrupts`, Ctrl-C reaches the launch alone and stops the ranks the same way (rank_signal.Interrupts)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
     grace = ([f"--shutdown-timeout={PREEMPT_SIGNAL_LEAD_S}"] if torchrun_accepts(python, "--shutdown-timeout")
              else [])  # older torchruns (2.11) lack it: they give the ranks their fixed 30 s after a SIGTERM
     script = str(entry_point(cfg.plan.framework))
     cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={cfg.plan.world_size}",
-           f"--signals-to-handle={TORCHRUN_SIGNALS}", *grace,
+           f"--signals-to-handle={TORCHRUN_SIGNALS if interrupts is None else LOCAL_TORCHRUN_SIGNALS}", *grace,
            script, "--artifacts", cfg.artifacts, "--run-dir", str(run_dir)]
     if resume:
         cmd.append("--resume")
@@ -205,7 +211,7 @@ def launch_local(cfg, run_dir: Path, *, resume: bool, python: str = sys.executab
     # SIGUSR1 to `genconf launch` (a preemption notice, or a user's kill -USR1) goes to the ranks themselves, not
     # through torchrun (genconf.run.rank_signal): they checkpoint at the end of the step and stop
     # (genconf.train.preempt), and torchrun sees them end normally.
-    return rank_signal.run(cmd, script, env=env, stdout=stdout)
+    return rank_signal.run(cmd, script, env=env, stdout=stdout, interrupts=interrupts)
 
 
 def check_data(cfg) -> None:
@@ -230,11 +236,16 @@ def earlier_run(run_dir: Path) -> str | None:
     return None
 
 
+def complete_checkpoints(store: checkpoints.CheckpointStore) -> list[tuple[int, Path]]:
+    """(step, directory) of each checkpoint whose manifest was written (a save that was cut short has none)."""
+    return [(step, path) for step, path in store.steps() if (path / checkpoints.MANIFEST).is_file()]
+
+
 def check_resumable(run_dir: Path, cfg, steps_flag: int | None) -> int:
     """The newest checkpoint step a resume can start from (by its manifest, not yet verified: the ranks verify
     the checksums and fall back to an older one), or one line saying why there is nothing to resume."""
     store = checkpoints.CheckpointStore(run_dir / "checkpoints")
-    complete = [step for step, path in store.steps() if (path / checkpoints.MANIFEST).is_file()]
+    complete = [step for step, _ in complete_checkpoints(store)]
     if not complete:
         raise GenconfError(f"--resume: no checkpoint in {store.root} (checkpoints off, or the run stopped before "
                            f"its first)")
@@ -250,17 +261,38 @@ def check_resumable(run_dir: Path, cfg, steps_flag: int | None) -> int:
     return newest
 
 
-def report_end(run_dir: Path, rc: int, *, since: float, resume_hint: str) -> int:
+EXIT_INTERRUPTED = 130
+"""A launch stopped by Ctrl-C or SIGTERM exits as the shell's convention for SIGINT has it (128 + 2)."""
+
+
+def report_end(run_dir: Path, rc: int, *, since: float, resume_hint: str,
+               interrupts: rank_signal.Interrupts | None = None) -> int:
     """After the ranks are gone: 0 when the run finished or stopped for preemption (one line each), else a
     GenconfError naming the cause: a hang (which ranks, where they waited), the first rank's failure (the disk
-    is full, out of memory, the exception), or the exit code."""
+    is full, out of memory, the exception), or the exit code. A run stopped by Ctrl-C or SIGTERM
+    (`interrupts`) that did not finish: EXIT_INTERRUPTED and one line, with where a resume would start."""
     marker = preempt.read_marker(run_dir)
+    finished = preempt.read_finished(run_dir)
+    if finished and finished.get("time", 0) >= since:
+        finished_now = True
+    else:
+        finished_now = rc == 0 and not (marker and marker.get("time", 0) >= since)
+    if interrupts is not None and (interrupts.presses or interrupts.terminated) and not finished_now:
+        if marker and marker.get("time", 0) >= since and not interrupts.stopped_now:
+            saved = (f"checkpoint {marker['checkpoint']}; continue with: {resume_hint}" if marker.get("checkpoint")
+                     else "no checkpoint: checkpoints are off")
+            print(f"genconf: stopped (Ctrl-C) after step {marker['step']} ({saved})", flush=True)
+        else:
+            complete = complete_checkpoints(checkpoints.CheckpointStore(run_dir / "checkpoints"))
+            resume = (f"the newest checkpoint is {complete[-1][1].name}; continue with: {resume_hint}" if complete
+                      else "no checkpoint to resume from")
+            print(f"genconf: stopped before the end of a step ({resume})", flush=True)
+        return EXIT_INTERRUPTED
     if marker and marker.get("time", 0) >= since:
         saved = f"checkpoint {marker['checkpoint']}" if marker.get("checkpoint") else "no checkpoint (checkpoints off)"
         print(f"genconf: preempted after step {marker['step']} ({saved}); continue with: {resume_hint}", flush=True)
         return 0
-    finished = preempt.read_finished(run_dir)
-    if rc == 0 or (finished and finished.get("time", 0) >= since):
+    if rc == 0 or finished_now:
         # The ranks finished; torchrun failed after them (genconf.train.preempt.FINISHED).
         late = f" (torchrun exited {rc} after the last step)" if rc else ""
         print(f"genconf: run finished: {run_dir}  (genconf verify {run_dir}){late}")

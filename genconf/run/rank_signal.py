@@ -79,17 +79,39 @@ def catches(pid: int, signum: int) -> bool:
     return False
 
 
-def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wait_through: tuple = ()) -> int:
+class Interrupts:
+    """Ctrl-C at a local launch (`genconf launch`), counted. The terminal sends SIGINT to its whole foreground
+    process group; torchrun and its ranks are started with it ignored (an ignored disposition survives exec, and
+    CPython installs its KeyboardInterrupt handler only over the default one), so it reaches the launch alone: the
+    first asks the ranks to stop as on a preemption notice (a checkpoint at the end of the step), a second stops
+    them now (SIGTERM to torchrun, which passes it on). SIGTERM to the launch (a kill of its pid, `timeout`) stops
+    them now too, instead of leaving torchrun running without it."""
+
+    def __init__(self) -> None:
+        self.presses = 0
+        self.terminated = False
+
+    @property
+    def stopped_now(self) -> bool:
+        return self.presses > 1 or self.terminated
+
+
+def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wait_through: tuple = (),
+        interrupts: Interrupts | None = None) -> int:
     """Run `cmd` (torchrun starting `script` on each rank) to its end and return its exit code; SIGUSR1 received
     meanwhile goes to every rank, held for those that do not catch it yet. `wait_through`: signals that do not stop
-    the wait (they are not passed on: torchrun gets them from the same sender)."""
+    the wait (they are not passed on: torchrun gets them from the same sender). `interrupts`: SIGINT and SIGTERM
+    handled as Interrupts says (torchrun must then leave SIGINT to its default: not in its --signals-to-handle)."""
     signum = preempt.SIGNAL
     # Ignored here, so torchrun inherits it ignored (and its ranks, until they install their handler).
     previous = signal.signal(signum, signal.SIG_IGN)
+    previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN) if interrupts is not None else None
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     except BaseException:
         signal.signal(signum, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
         raise
     notice_at: float | None = None
     warned = False
@@ -120,7 +142,33 @@ def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wa
             notice_at = time.monotonic()
         deliver()
 
+    def stop_now() -> None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except OSError:  # ended meanwhile
+            pass
+
+    def interrupt(_signum, _frame) -> None:
+        interrupts.presses += 1
+        if interrupts.presses == 1:
+            _say("Ctrl-C: the ranks stop at the end of this step, after a checkpoint (Ctrl-C again: stop now, "
+                 "without one)")
+            receive(signum, None)
+        else:
+            _say("Ctrl-C again: stopping the ranks now")
+            stop_now()
+
+    def terminate(_signum, _frame) -> None:
+        interrupts.terminated = True
+        _say("SIGTERM: stopping the ranks now")
+        stop_now()
+
     handlers = {signum: previous, **{s: signal.signal(s, lambda *_: None) for s in wait_through}}
+    if interrupts is not None:
+        handlers[signal.SIGINT] = previous_int
+        handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, terminate)
+        if previous_int is not signal.SIG_IGN:  # a background job (`genconf launch ... &`) keeps ignoring it
+            signal.signal(signal.SIGINT, interrupt)
     signal.signal(signum, receive)
     try:
         while True:

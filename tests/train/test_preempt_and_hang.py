@@ -113,3 +113,78 @@ def test_a_hung_rank_is_named_with_where_every_rank_waited(artifacts):
     assert stacks == ["rank-0.txt", "rank-1.txt"]
     assert "maybe_hang" in (run / "stacks" / "rank-1.txt").read_text()
     assert len(rows(run)) == 2 and elapsed < 120
+
+
+def launched_in_own_group(artifacts: Path, run: Path, *flags: str, step_sleep_s: str = "0.5") -> subprocess.Popen:
+    """`genconf launch` as a terminal runs it: in a process group of its own (the terminal's foreground group), so
+    a Ctrl-C can be sent to every process in it, as the terminal does, without reaching pytest."""
+    env = dict(os.environ, GENCONF_STEP_SLEEP_S=step_sleep_s)
+    return subprocess.Popen([sys.executable, "-m", "genconf", "launch", str(artifacts), "--run-dir", str(run), *flags],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            process_group=0)
+
+
+def wait_for_steps(proc: subprocess.Popen, run: Path, steps: int) -> None:
+    deadline = time.monotonic() + 300
+    while len(rows(run)) < steps and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+
+
+def test_ctrl_c_stops_after_a_checkpoint_without_a_traceback_and_the_run_resumes(artifacts):
+    """The terminal's SIGINT reaches every process of the launch: the ranks (started with it ignored) do not die
+    with a KeyboardInterrupt each; the launch asks them to stop as on a preemption notice, waits for them, and
+    says where the run stopped and how to continue."""
+    run = artifacts / "runs" / "ctrl-c"
+    proc = launched_in_own_group(artifacts, run, "--checkpoint-every", "100", *SMOKE)
+    wait_for_steps(proc, run, 3)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    stopped = len(rows(run))
+    assert 3 <= stopped < 10, stopped
+    name = f"step_{stopped:07d}"
+    assert "genconf: Ctrl-C: the ranks stop at the end of this step, after a checkpoint" in err
+    assert (f"genconf: stopped (Ctrl-C) after step {stopped} (checkpoint {name}; continue with: genconf launch "
+            f"{artifacts} --run-dir {run} --resume)") in out
+    resumed = genconf("launch", str(artifacts), "--run-dir", str(run), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {name} (step {stopped})" in resumed.stdout and len(rows(run)) == 10
+
+
+@pytest.mark.parametrize("how", ["ctrl-c twice", "sigterm"])
+def test_a_second_ctrl_c_or_a_sigterm_stops_the_ranks_now_and_names_the_newest_checkpoint(artifacts, how):
+    """Without waiting for the step to end: the ranks are gone when the launch returns (it no longer exits before
+    them), and the line names the checkpoint a resume would start from."""
+    run = artifacts / "runs" / how.replace(" ", "-")
+    proc = launched_in_own_group(artifacts, run, "--checkpoint-every", "2", *SMOKE, step_sleep_s="3")
+    wait_for_steps(proc, run, 3)
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)  # a kill of the launch alone (`timeout`, a job manager)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "KeyboardInterrupt" not in err, err[-3000:]
+    assert "stopping the ranks now" in err
+    newest = f"step_{2 * (len(rows(run)) // 2):07d}"
+    assert (f"genconf: stopped before the end of a step (the newest checkpoint is {newest}; continue with: "
+            f"genconf launch {artifacts} --run-dir {run} --resume)") in out, out
+    assert not rank_signal_children(proc.pid)
+    assert not (run / "finished").exists() and len(rows(run)) < 10
+
+
+def rank_signal_children(pid: int) -> list[int]:
+    """Processes still running under the launch's group (its torchrun and ranks)."""
+    alive = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.getpgid(int(name)) == pid:
+                    alive.append(int(name))
+            except ProcessLookupError:
+                continue
+    return alive
