@@ -15,7 +15,7 @@ from pathlib import Path
 
 from genconf.catalog import recipes
 from genconf.plan.errors import GenconfError
-from genconf.run import launch, verify
+from genconf.run import launch, rank_signal, verify
 from genconf.train import cpu_numerics
 
 VERSION_KEYS = ("torch", "deepspeed", "megatron-core", "genconf")
@@ -129,7 +129,11 @@ def run_one(name: str, work: Path, *, update_golden: bool = False, plot_dir: Pat
         run_dir = artifacts / "runs" / "ci"
         if run_dir.exists():
             shutil.rmtree(run_dir)
-        rc = launch.launch_local(cfg, run_dir, resume=False, stdout=sys.stderr)  # stdout keeps the table/JSON
+        interrupts = rank_signal.Interrupts(at_once=True)
+        rc = launch.launch_local(cfg, run_dir, resume=False, stdout=sys.stderr,  # stdout keeps the table/JSON
+                                 interrupts=interrupts)
+        if interrupts.any:
+            raise KeyboardInterrupt  # the ranks are gone; genconf's main says so (exit 130)
         if rc != 0:
             raise GenconfError(f"training exited with code {rc} (log above; run directory {run_dir})")
         row.run_dir = str(run_dir)

@@ -277,7 +277,7 @@ def report_end(run_dir: Path, rc: int, *, since: float, resume_hint: str,
         finished_now = True
     else:
         finished_now = rc == 0 and not (marker and marker.get("time", 0) >= since)
-    if interrupts is not None and (interrupts.presses or interrupts.terminated) and not finished_now:
+    if interrupts is not None and interrupts.any and not finished_now:
         if marker and marker.get("time", 0) >= since and not interrupts.stopped_now:
             saved = (f"checkpoint {marker['checkpoint']}; continue with: {resume_hint}" if marker.get("checkpoint")
                      else "no checkpoint: checkpoints are off")

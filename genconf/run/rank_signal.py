@@ -85,15 +85,21 @@ class Interrupts:
     CPython installs its KeyboardInterrupt handler only over the default one), so it reaches the launch alone: the
     first asks the ranks to stop as on a preemption notice (a checkpoint at the end of the step), a second stops
     them now (SIGTERM to torchrun, which passes it on). SIGTERM to the launch (a kill of its pid, `timeout`) stops
-    them now too, instead of leaving torchrun running without it."""
+    them now too, instead of leaving torchrun running without it. `at_once`: the first Ctrl-C stops them now (a
+    run whose end is its only use, as `genconf ci`'s smoke runs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, at_once: bool = False) -> None:
+        self.at_once = at_once
         self.presses = 0
         self.terminated = False
 
     @property
+    def any(self) -> bool:
+        return bool(self.presses) or self.terminated
+
+    @property
     def stopped_now(self) -> bool:
-        return self.presses > 1 or self.terminated
+        return self.presses > 1 or self.terminated or (self.at_once and self.presses > 0)
 
 
 def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wait_through: tuple = (),
@@ -150,12 +156,13 @@ def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wa
 
     def interrupt(_signum, _frame) -> None:
         interrupts.presses += 1
-        if interrupts.presses == 1:
+        if interrupts.presses == 1 and not interrupts.at_once:
             _say("Ctrl-C: the ranks stop at the end of this step, after a checkpoint (Ctrl-C again: stop now, "
                  "without one)")
             receive(signum, None)
         else:
-            _say("Ctrl-C again: stopping the ranks now")
+            _say("Ctrl-C: stopping the ranks now" if interrupts.at_once and interrupts.presses == 1
+                 else "Ctrl-C again: stopping the ranks now")
             stop_now()
 
     def terminate(_signum, _frame) -> None:

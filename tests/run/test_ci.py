@@ -77,6 +77,34 @@ def test_ci_reproduces_bit_for_bit_and_fails_on_a_wrong_golden(tmp_path):
 
 @needs_torch
 @pytest.mark.slow
+def test_ctrl_c_stops_the_smoke_run_at_once_and_ends_ci_without_the_ranks(tmp_path):
+    """A Ctrl-C in `genconf ci` (the terminal's SIGINT to the whole process group) stops the running smoke run now,
+    ends ci with exit 130, and leaves no rank behind; the ranks ignore the SIGINT (no KeyboardInterrupt of theirs)."""
+    import signal
+    import time
+
+    work = tmp_path / "work"
+    env = dict(os.environ, GENCONF_STEP_SLEEP_S="2")  # time to interrupt it in the middle of the run
+    proc = subprocess.Popen([sys.executable, "-m", "genconf", "ci", "olmo-1b-ddp", "--work-dir", str(work)], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+    metrics = work / "olmo-1b-ddp" / "runs" / "ci" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 2) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "genconf: Ctrl-C: stopping the ranks now" in err and err.rstrip().endswith("genconf: interrupted")
+    assert "KeyboardInterrupt" not in err and "recipes passed" not in out
+    assert len(metrics.read_text().splitlines()) < 12  # stopped in the middle, not finished
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # nothing of the group is left
+
+
+
+@needs_torch
+@pytest.mark.slow
 def test_version_mismatch_is_reported_and_update_golden_shows_the_diff(tmp_path):
     name = "olmo-1b-ddp"
     folder = _private_recipes(tmp_path, name)
