@@ -33,7 +33,15 @@ forced_bos_token_id forced_eos_token_id remove_invalid_values exponential_decay_
 begin_suppress_tokens tf_legacy_loss use_bfloat16 cross_attention_hidden_size auto_map
 rms_norm_eps layer_norm_eps layer_norm_epsilon pretraining_tp cache_implementation
 output_router_logits router_aux_loss_coef router_z_loss_coef router_jitter_noise
+is_llama_config transformers.js_config
 """.split())
+
+_DEFAULT_ONLY = {"use_bidirectional_attention": False, "rope_interleaved": False}
+"""Fields read past at the value every family genconf imports has (Gemma-3 and SmolLM2 configs write them out):
+causal attention, rotary pairs as halves of the head. Any other value changes the model and is refused."""
+
+_TOKENIZER_KEYS = frozenset({"tokenizer_class", "model_max_length", "added_tokens_decoder", "add_bos_token",
+                             "chat_template"})
 
 FAMILIES: dict[str, tuple[str, Callable]] = {}
 """architectures[0] -> (family name, mapper). Filled by @_family below."""
@@ -104,39 +112,70 @@ _SILU = ("silu", "swish")
 _GELU = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "quick_gelu")
 
 
+_LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
+"""transformers' layer_types (and rope_parameters keys): whether the layer is windowed."""
+
+
+def _rope_dicts(f: _Fields) -> tuple[dict | None, dict | None]:
+    """(the global rotary parameters, the windowed layers' own or None) from rope_scaling and transformers 5's
+    rope_parameters, checked: a dict (or null) each, a parameter set per layer type (Gemma-3 in transformers 5:
+    {"full_attention": {...}, "sliding_attention": {...}}) split into the full layers' and the windowed layers', a
+    numeric factor and original context. None where neither key holds one."""
+    main = local = None
+    for key in ("rope_scaling", "rope_parameters"):
+        value = f.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise f.refuse(key, value, "an object of rotary parameters (or null) is expected")
+        nested = {k: v for k, v in value.items() if isinstance(v, dict)}
+        if nested:
+            if set(nested) - set(_LAYER_TYPES) or len(nested) != len(value):
+                raise f.refuse(key, value, f"rotary parameters per layer type are read for {', '.join(_LAYER_TYPES)} "
+                               "only")
+            value, local = nested.get("full_attention", {}), nested.get("sliding_attention", local)
+        for part in filter(None, (value, local)):
+            factor, original = part.get("factor"), part.get("original_max_position_embeddings")
+            if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or
+                                       not factor > 0):
+                raise f.refuse(key, part, "its factor must be a positive number")
+            if original is not None and (isinstance(original, bool) or not isinstance(original, int) or original < 1):
+                raise f.refuse(key, part, "its original_max_position_embeddings must be a positive integer")
+        main = {**(main or {}), **value}
+    return main, local
+
+
 def _seq_length(f: _Fields) -> int:
     """The pre-training context: rope scaling's original length where the checkpoint was extended by it (said in
     f.info: planning at the pre-training context is a choice, not an approximation)."""
     longest = f.integer("max_position_embeddings")
-    for key in ("rope_scaling", "rope_parameters"):
-        scaling = f.get(key)
-        if isinstance(scaling, dict) and scaling.get("original_max_position_embeddings"):
-            original = int(scaling["original_max_position_embeddings"])
-            kind = scaling.get("rope_type") or scaling.get("type") or "scaled"
-            if original < longest:
-                f.info.append(f"{kind} rope scaling stretches the context to {longest:,} tokens; seq_length is the "
-                             f"pre-training context {original:,} (plan longer runs with --seq-len)")
-                return original
+    scaling, _ = _rope_dicts(f)
+    if scaling and scaling.get("original_max_position_embeddings"):
+        original = scaling["original_max_position_embeddings"]
+        kind = scaling.get("rope_type") or scaling.get("type") or "scaled"
+        if original < longest:
+            f.info.append(f"{kind} rope scaling stretches the context to {longest:,} tokens; seq_length is the "
+                         f"pre-training context {original:,} (plan longer runs with --seq-len)")
+            return original
     return longest
 
 
-def _rope(f: _Fields) -> dict:
+def _rope(f: _Fields, notes: list[str]) -> dict:
     """ModelSpec.rope_theta and rope_scaling_factor of a rotary model: rope_theta (top level, or inside transformers
-    5's rope_parameters), and the factor of Llama 3.1's rope_type llama3 scaling (megatron --use-rope-scaling). Other
-    scalings (YaRN, linear, dynamic) change no count genconf makes and are not rendered: said in f.info."""
+    5's rope_parameters; the full-attention layers' where it is given per layer type), and the factor of Llama 3.1's
+    rope_type llama3 scaling (megatron --use-rope-scaling). Other scalings (YaRN, linear, dynamic) change no count
+    genconf makes and are not rendered: said in f.info. A windowed layers' base of their own is a note."""
     out = {}
-    theta = f.get("rope_theta")
-    scaling = None
-    for key in ("rope_scaling", "rope_parameters"):
-        value = f.get(key)
-        if isinstance(value, dict):
-            theta = value.get("rope_theta", theta)
-            scaling = value if value.get("factor") is not None else scaling
+    scaling, local = _rope_dicts(f)
+    theta = (scaling or {}).get("rope_theta", f.get("rope_theta"))
     if theta is not None:
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 1:
             raise GenconfError(f"{f.where}: field 'rope_theta' must be a number above 1, got {theta!r}")
         out["rope_theta"] = float(theta)
-    if scaling is not None:
+    if local and local.get("rope_theta") is not None and local.get("rope_theta") != theta:
+        notes.append(f"the windowed layers' rotary base is {local['rope_theta']:,.10g}: the artifacts rotate every "
+                     f"layer at {theta:,.10g}")
+    if scaling is not None and scaling.get("factor") is not None:
         kind = scaling.get("rope_type") or scaling.get("type") or "scaled"
         low, high, original = LLAMA3_ROPE_SCALING
         shape = (scaling.get("low_freq_factor", low), scaling.get("high_freq_factor", high),
@@ -160,9 +199,6 @@ def _window_pattern(windowed: list[bool]) -> int | None:
         if all(w == ((i + 1) % n != 0) for i, w in enumerate(windowed)):
             return n
     return None
-
-
-_LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
 
 
 def _sliding_window(f: _Fields, notes: list[str], layers: int, *, use_default: bool = True,
@@ -211,6 +247,16 @@ def _softcapping(f: _Fields, notes: list[str]) -> None:
         notes.append(f"logit soft-capping ({', '.join(caps)}) is element-wise: no parameters, FLOPs not counted")
 
 
+def _query_scale(f: _Fields, notes: list[str], values: dict) -> None:
+    """Gemma-2/3's query_pre_attn_scalar: scores scaled by 1/sqrt(it) rather than 1/sqrt(head_dim). megatron-core's
+    TransformerConfig.softmax_scale would carry it, but Megatron-LM has no flag for it (arguments.py leaves it out)."""
+    scalar = f.get("query_pre_attn_scalar")
+    head_dim = values.get("kv_channels") or values["hidden_size"] // values["num_attention_heads"]
+    if scalar is not None and scalar != head_dim:
+        notes.append(f"attention scores are scaled by 1/sqrt({scalar}) (query_pre_attn_scalar); the artifacts and "
+                     f"genconf's own model scale by 1/sqrt(head_dim {head_dim}) (no parameters or FLOPs change)")
+
+
 def _gated(f: _Fields, notes: list[str], key: str = "hidden_act") -> str:
     """SiLU-gated MLPs are SwiGLU; a GELU gate (Gemma's GeGLU) has the same tensors and FLOPs."""
     act = f.get(key, "silu")
@@ -223,10 +269,13 @@ def _gated(f: _Fields, notes: list[str], key: str = "hidden_act") -> str:
     raise f.refuse(key, act, f"a gated MLP with SiLU or GELU is expected ({', '.join(_SILU + _GELU)})")
 
 
-def _plain_gelu(f: _Fields, key: str) -> str:
+def _plain_gelu(f: _Fields, key: str, notes: list[str]) -> str:
     act = f.get(key, "gelu")
     if act not in _GELU:
         raise f.refuse(key, act, f"genconf models a GELU MLP here ({', '.join(_GELU)})")
+    if act not in ("gelu", "gelu_python"):
+        notes.append(f"the MLP's {act} (an approximation of GELU) is built as exact GELU by the artifacts and genconf's "
+                     "own model: the same parameters and FLOPs, slightly different activations")
     return "gelu"
 
 
@@ -354,7 +403,7 @@ def _gemma2(f: _Fields, notes: list[str]) -> dict:
     values["sandwich_norm"] = True
     values.update(_sliding_window(f, notes, values["num_layers"], every_other=True))
     _softcapping(f, notes)
-    f.get("query_pre_attn_scalar")
+    _query_scale(f, notes, values)
     f.get("sliding_window_size")  # the early gemma-2-9b/27b configs repeat sliding_window under this name
     return values
 
@@ -371,8 +420,9 @@ def _gemma3(f: _Fields, notes: list[str]) -> dict:
     values.update(_sliding_window(f, notes, values["num_layers"], window_default=4096, pattern=pattern))
     _softcapping(f, notes)
     if f.get("rope_local_base_freq") is not None:
-        notes.append(f"the windowed layers' rotary base is {f.get('rope_local_base_freq'):g} (no parameters)")
-    f.get("query_pre_attn_scalar")
+        notes.append(f"the windowed layers' rotary base is {f.get('rope_local_base_freq'):,.10g}: the artifacts "
+                     f"rotate every layer at rope_theta")
+    _query_scale(f, notes, values)
     return values
 
 
@@ -388,7 +438,7 @@ def _gpt2(f: _Fields, notes: list[str]) -> dict:
     # GPT2LMHeadModel: Conv1D layers with biases, LayerNorm with bias, learned positions, lm_head tied to wte.
     return dict(num_layers=f.integer("n_layer"), hidden_size=hidden, num_attention_heads=f.integer("n_head"),
                 ffn_hidden_size=f.integer("n_inner", 4 * hidden), vocab_size=f.integer("vocab_size"),
-                seq_length=f.integer("n_positions"), activation=_plain_gelu(f, "activation_function"),
+                seq_length=f.integer("n_positions"), activation=_plain_gelu(f, "activation_function", notes),
                 normalization="layernorm", position_embedding="learned",
                 tie_embeddings=f.flag("tie_word_embeddings", True), add_bias_linear=True,
                 hidden_dropout=f.fraction("resid_pdrop", 0.1), attention_dropout=f.fraction("attn_pdrop", 0.1))
@@ -401,18 +451,21 @@ def _gpt_neox(f: _Fields, notes: list[str]) -> dict:
     if not f.flag("attention_bias", True):
         raise f.refuse("attention_bias", False, "the GPT-NeoX MLP keeps its biases: genconf cannot drop only the "
                        "attention's")
-    pct = f.get("rotary_pct", f.get("partial_rotary_factor", 1.0))
-    if pct != 1.0:
-        notes.append(f"rotary embeddings cover {pct:.0%} of each head (no parameters)")
+    key = "rotary_pct" if f.data.get("rotary_pct") is not None else "partial_rotary_factor"
+    f.get("rotary_pct")
+    pct = f.get(key, 1.0)
+    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct <= 1:
+        raise f.refuse(key, pct, "a share of each head's dimensions in (0, 1] is expected")
     if f.flag("use_parallel_residual", True):
         notes.append("attention and MLP run in parallel from one residual (x + attn(ln1(x)) + mlp(ln2(x))): the same "
                      "parameters and FLOPs; activations are counted as for the sequential layer")
     base = f.get("rotary_emb_base")  # GPT-NeoX's name for rope_theta (which newer configs carry too)
     f.get("classifier_dropout")
-    return dict(**({"rope_theta": float(base)} if base is not None else {}),num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"),
+    return dict(**({"rope_theta": float(base)} if base is not None else {}), rotary_percent=float(pct),
+                num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"),
                 num_attention_heads=f.integer("num_attention_heads"), ffn_hidden_size=f.integer("intermediate_size"),
                 vocab_size=f.integer("vocab_size"), seq_length=_seq_length(f),
-                activation=_plain_gelu(f, "hidden_act"), normalization="layernorm", position_embedding="rope",
+                activation=_plain_gelu(f, "hidden_act", notes), normalization="layernorm", position_embedding="rope",
                 tie_embeddings=f.flag("tie_word_embeddings", False), add_bias_linear=True,
                 hidden_dropout=f.fraction("hidden_dropout", 0.0), attention_dropout=f.fraction("attention_dropout", 0.0))
 
@@ -453,6 +506,9 @@ def model_from_config(data: dict, *, name: str, where: str) -> tuple[ModelSpec, 
     """(spec, architecture, notes) for a parsed config.json; GenconfError (one line) for anything genconf cannot
     map exactly."""
     archs = data.get("architectures") or []
+    if not archs and "hidden_size" not in data and _TOKENIZER_KEYS & set(data):
+        raise GenconfError(f"{where} looks like a tokenizer's config ({', '.join(sorted(_TOKENIZER_KEYS & set(data)))}),"
+                           f" not a model's: give the model's config.json")
     if not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str):
         raise GenconfError(f"{where}: 'architectures' must list one model class, got {json.dumps(archs)} "
                            f"(genconf reads {', '.join(sorted(FAMILIES))})")
@@ -464,8 +520,11 @@ def model_from_config(data: dict, *, name: str, where: str) -> tuple[ModelSpec, 
     f = _Fields(data, where)
     notes: list[str] = []
     values = mapper(f, notes)
+    for key, default in _DEFAULT_ONLY.items():
+        if key in data and f.get(key) != default:
+            raise f.refuse(key, data[key], f"genconf imports models with {key} {json.dumps(default)}")
     if values.get("position_embedding") == "rope":
-        values.update(_rope(f))
+        values.update(_rope(f, notes))
     unknown = sorted(k for k in data if k not in f.read and k not in _GENERIC_KEYS and not k.startswith("_"))
     if "quantization_config" in unknown:
         unknown.remove("quantization_config")

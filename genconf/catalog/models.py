@@ -92,7 +92,7 @@ def architecture(model: ModelSpec) -> tuple:
     return tuple(getattr(model, f.name) for f in fields(model) if f.name not in ARCHITECTURE_IGNORED)
 
 
-ROTARY_FIELDS = ("rope_theta", "rope_scaling_factor")
+ROTARY_FIELDS = ("rope_theta", "rope_scaling_factor", "rotary_percent")
 """What a published run's table does not state and no count genconf makes depends on: catalog_names reads past them."""
 
 

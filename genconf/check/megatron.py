@@ -114,8 +114,9 @@ _LAYOUT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size
                  "--cuda-graph-scope", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
                  "--num-layers-at-end-in-bf16", "--no-gradient-accumulation-fusion",
                  "--pipeline-model-parallel-layout", "--mtp-num-layers", "--rotary-base", "--use-rope-scaling",
-                 "--rope-scaling-factor")
+                 "--rope-scaling-factor", "--rotary-percent")
 _DEFAULTS = {"--rotary-base": megatron.ROTARY_BASE_DEFAULT, "--rope-scaling-factor": megatron.ROPE_SCALING_FACTOR_DEFAULT,
+             "--rotary-percent": megatron.ROTARY_PERCENT_DEFAULT,
              "--cuda-graph-impl": "none", "--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
              "--expert-model-parallel-size": 1, "--num-virtual-stages-per-pipeline-rank": 1}
 _REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings",

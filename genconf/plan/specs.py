@@ -106,6 +106,10 @@ class ModelSpec:
     """RoPE base frequency (Hugging Face rope_theta, megatron --rotary-base, OLMo rope_theta): 10,000 is RoFormer's
     and every framework's default; Llama 3 and OLMo 2 train at 500,000, Mixtral and Qwen at 1,000,000. Changes no
     parameter, memory or FLOP count; a checkpoint trained at one base is wrong at another."""
+    rotary_percent: float = 1.0
+    """The share of each head's dimensions that RoPE rotates, the rest passed through (Hugging Face GPT-NeoX
+    rotary_pct, 0.25 for Pythia; megatron --rotary-percent; both rotate the first int(d x share) dimensions). Changes no
+    parameter, memory or FLOP count."""
     rope_scaling_factor: float | None = None
     """Llama 3.1's RoPE frequency scaling (Hugging Face rope_scaling rope_type llama3: low/high frequency factors 1 and 4
     over 8,192 original positions; megatron --use-rope-scaling --rope-scaling-factor): 8 for Llama 3.1, 32 for Llama
@@ -226,6 +230,16 @@ class ModelSpec:
                              f"{self.rope_scaling_factor!r}")
         if self.rope_scaling_factor is not None:
             object.__setattr__(self, "rope_scaling_factor", float(self.rope_scaling_factor))
+        if isinstance(self.rotary_percent, bool) or not isinstance(self.rotary_percent, (int, float)) or not (
+                0 < self.rotary_percent <= 1):
+            raise ValueError(f"ModelSpec {self.name}: rotary_percent must be a share in (0, 1], got "
+                             f"{self.rotary_percent!r}")
+        object.__setattr__(self, "rotary_percent", float(self.rotary_percent))
+        if self.rotary_percent != 1 and (self.position_embedding != "rope" or self.mla or self.rope_dim < 2
+                                         or self.rope_dim % 2):
+            raise ValueError(f"ModelSpec {self.name}: rotary_percent {self.rotary_percent:g} needs rope without MLA and "
+                             f"an even rotated width (int({self.kv_channels} x {self.rotary_percent:g}) = "
+                             f"{int(self.kv_channels * self.rotary_percent)})")
         if self.norm_bias is None:
             object.__setattr__(self, "norm_bias", self.normalization == "layernorm")
         elif self.norm_bias and self.normalization != "layernorm":
@@ -391,8 +405,9 @@ class ModelSpec:
 
     @property
     def rope_dim(self) -> int:
-        """Per-head width rotated by RoPE."""
-        return self.qk_pos_emb_head_dim if self.mla else self.kv_channels
+        """Per-head width rotated by RoPE (the first int(d x rotary_percent) dimensions: megatron-core's
+        RotaryEmbedding, transformers' GPT-NeoX rotary_ndims)."""
+        return self.qk_pos_emb_head_dim if self.mla else int(self.kv_channels * self.rotary_percent)
 
     @property
     def is_moe(self) -> bool:

@@ -182,6 +182,10 @@ def feature_differences(model: ModelSpec, framework: str, seq_length: int | None
         if model.kv_channels * model.num_attention_heads != model.hidden_size:
             add("head dimension", f"{model.kv_channels}", f"{model.hidden_size // model.num_attention_heads} "
                 "(d_model / n_heads)", "OLMo derives the head dimension from d_model and n_heads")
+        if model.position_embedding == "rope" and model.rotary_percent != 1:
+            add("partial rotary", f"{model.rotary_percent:.0%} of each head's dimensions rotated", "every dimension",
+                "OLMo's ModelConfig rotates the whole head (megatron_args.txt and genconf's own FSDP model rotate "
+                "the share)")
         if model.position_embedding == "rope" and model.rope_scaling_factor:
             add("rope scaling", f"Llama 3.1's (factor {model.rope_scaling_factor:g})", "none (rope_theta only)",
                 "OLMo's ModelConfig has no RoPE frequency scaling (megatron_args.txt and genconf's own FSDP model have "

@@ -51,6 +51,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--num-query-groups": (INT, ()),
     "--position-embedding-type": (STR, ("learned_absolute", "rope", "mrope", "relative", "none")),
     "--rotary-base": (INT, ()), "--use-rope-scaling": (SWITCH, ()), "--rope-scaling-factor": (FLOAT, ()),
+    "--rotary-percent": (FLOAT, ()),
     "--normalization": (STR, ("LayerNorm", "RMSNorm")), "--norm-epsilon": (FLOAT, ()),
     "--swiglu": (SWITCH, ()), "--squared-relu": (SWITCH, ()), "--disable-bias-linear": (SWITCH, ()), "--add-qkv-bias": (SWITCH, ()),
     "--untie-embeddings-and-output-weights": (SWITCH, ()), "--qk-layernorm": (SWITCH, ()),
@@ -121,6 +122,8 @@ ROTARY_BASE_DEFAULT = 10000
 """Megatron-LM's --rotary-base when the flag is absent (MEGATRON_LM_SOURCE; an int), RoFormer's base."""
 ROPE_SCALING_FACTOR_DEFAULT = 8.0
 """Megatron-LM's --rope-scaling-factor when the flag is absent (MEGATRON_LM_SOURCE), Llama 3.1's factor."""
+ROTARY_PERCENT_DEFAULT = 1.0
+"""Megatron-LM's --rotary-percent when the flag is absent (MEGATRON_LM_SOURCE): every dimension rotated."""
 
 MAMBA_FIELDS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
 """TransformerConfig's Mamba fields, each a --mamba-* flag; ModelSpec names them alike, with megatron-core's defaults."""
@@ -230,6 +233,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
     if model.position_embedding == "rope":
         # Megatron-LM's default base is 10,000 (arguments.py, an int); Llama 3 trains at 500,000, Qwen at 1,000,000.
         add("--rotary-base", round(model.rope_theta))
+        if model.rotary_percent != ROTARY_PERCENT_DEFAULT:
+            add("--rotary-percent", model.rotary_percent)  # the first int(d x share) dimensions of each head
         if model.rope_scaling_factor:
             add("--use-rope-scaling")  # Llama 3.1's frequency scaling (megatron-core apply_rope_scaling)
             add("--rope-scaling-factor", model.rope_scaling_factor)
@@ -549,6 +554,7 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         first_k_dense_replace=_leading_dense(g("--moe-layer-freq")) if experts else 0,
         mtp_num_layers=int(g("--mtp-num-layers", 0) or 0), mtp_repeated_layer="--mtp-use-repeated-layer" in values,
         rope_theta=float(g("--rotary-base", ROTARY_BASE_DEFAULT)),
+        rotary_percent=float(g("--rotary-percent", ROTARY_PERCENT_DEFAULT)),
         rope_scaling_factor=(float(g("--rope-scaling-factor", ROPE_SCALING_FACTOR_DEFAULT))
                              if "--use-rope-scaling" in values else None),
         moe_latent_size=int(g("--moe-latent-size", 0) or 0) if experts else 0,

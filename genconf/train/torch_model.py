@@ -54,6 +54,11 @@ def rope_tables(seq: int, dim: int, base: float = 10000.0,
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x rotated in its first cos.shape[-1] dimensions, the rest passed through (partial rotary, ModelSpec.rope_dim:
+    megatron-core's _apply_rotary_pos_emb_bshd, transformers' GPT-NeoX)."""
+    rotated_dim = cos.shape[-1]
+    if rotated_dim < x.shape[-1]:
+        return torch.cat([apply_rope(x[..., :rotated_dim], cos, sin), x[..., rotated_dim:]], dim=-1)
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
@@ -312,7 +317,7 @@ class GPT(nn.Module):
         self.output_layer = (None if spec.tie_embeddings
                              else nn.Linear(spec.hidden_size, torch_vocab_rows(spec.vocab_size), bias=False))
         if spec.position_embedding == "rope":
-            cos, sin = rope_tables(spec.seq_length, spec.kv_channels, spec.rope_theta, spec.rope_scaling_factor)
+            cos, sin = rope_tables(spec.seq_length, spec.rope_dim, spec.rope_theta, spec.rope_scaling_factor)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters()

@@ -112,7 +112,7 @@ def test_fields_are_mapped():
             gpt2.hidden_dropout, gpt2.ffn_hidden_size) == ("learned", "layernorm", True, True, True, 0.1, 3072)
     neox = load("pythia-160m")
     assert neox.spec.position_embedding == "rope" and not neox.spec.tie_embeddings and neox.spec.add_bias_linear
-    assert any("25%" in n for n in neox.notes) and any("parallel" in n for n in neox.notes)
+    assert neox.spec.rotary_percent == 0.25 and any("parallel" in n for n in neox.notes)  # rendered, not noted
     moe = load("qwen3-30b-a3b").spec
     assert (moe.num_experts, moe.moe_top_k, moe.moe_ffn_hidden_size, moe.qk_layernorm_per_head) == (128, 8, 768, True)
     mixtral = load("mixtral-8x7b-v0.1").spec
@@ -365,3 +365,63 @@ def test_the_cpu_training_model_builds_the_new_fields_exactly(name):
     tokens = torch.randint(0, 128, (2, 16))
     model(tokens, tokens).backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def _config(name: str) -> dict:
+    return json.loads((HF / name / "config.json").read_text())
+
+
+def test_rope_parameters_per_layer_type_take_the_full_layers_base():
+    """transformers 5 writes Gemma-3's bases per layer type: the full-attention layers' is the model's rope_theta
+    (it was read as Megatron-LM's default 10,000), the windowed layers' own base a note."""
+    data = dict(_config("gemma-3-1b"), rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                                        "sliding_attention": {"rope_type": "default",
+                                                                              "rope_theta": 1e4}})
+    for key in ("rope_theta", "rope_scaling", "rope_local_base_freq"):
+        data.pop(key, None)
+    spec, _, notes = hf.model_from_config(data, name="g", where="config.json")
+    assert spec.rope_theta == 1e6
+    assert "the windowed layers' rotary base is 10,000: the artifacts rotate every layer at 1,000,000" in notes
+    with pytest.raises(GenconfError, match="rotary parameters per layer type are read for sliding_attention, "
+                                           "full_attention only"):
+        hf.model_from_config(dict(data, rope_parameters={"chunked_attention": {"rope_theta": 1e6}}), name="g",
+                             where="config.json")
+
+
+@pytest.mark.parametrize("scaling,why", [
+    ({"type": "linear", "factor": "x"}, "its factor must be a positive number"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": "4096"},
+     "its original_max_position_embeddings must be a positive integer"),
+    ("linear", "an object of rotary parameters"),
+])
+def test_a_malformed_rope_scaling_is_one_line(scaling, why):
+    with pytest.raises(GenconfError, match=why):
+        hf.model_from_config(dict(_config("llama3-8b"), rope_scaling=scaling), name="l", where="config.json")
+
+
+def test_keys_at_their_harmless_defaults_are_read_past_and_other_values_refused():
+    """Gemma-3 and SmolLM2 configs on the Hub write these out; a real value of them changes the model."""
+    base = _config("llama3-8b")
+    spec, _, _ = hf.model_from_config(dict(base, use_bidirectional_attention=False, rope_interleaved=False,
+                                           is_llama_config=True, **{"transformers.js_config": {"dtype": "q4"}}),
+                                      name="l", where="config.json")
+    assert spec.num_layers == 32
+    with pytest.raises(GenconfError, match="use_bidirectional_attention = true is not supported: genconf imports "
+                                           "models with use_bidirectional_attention false"):
+        hf.model_from_config(dict(base, use_bidirectional_attention=True), name="l", where="config.json")
+
+
+def test_a_tokenizer_config_is_named_as_one():
+    with pytest.raises(GenconfError, match="looks like a tokenizer's config .* give the model's config.json"):
+        hf.model_from_config({"tokenizer_class": "LlamaTokenizer", "model_max_length": 4096}, name="t",
+                             where="tokenizer_config.json")
+
+
+def test_what_the_artifacts_build_otherwise_is_said():
+    """GPT-2's tanh GELU and Gemma-2 27B's attention scale 1/sqrt(144) (head dim 128) are built otherwise: notes,
+    which every plan of the model prints as warnings."""
+    assert any("gelu_new (an approximation of GELU) is built as exact GELU" in n for n in load("gpt2").spec.unmodelled)
+    assert not any("GELU" in n for n in load("pythia-160m").spec.unmodelled)  # exact GELU: nothing to say
+    notes = load("gemma-2-27b").spec.unmodelled
+    assert any("scaled by 1/sqrt(144) (query_pre_attn_scalar)" in n and "head_dim 128" in n for n in notes)
+    assert not any("query_pre_attn_scalar" in n for n in load("gemma-2-9b").spec.unmodelled)  # 256 = head_dim

@@ -92,3 +92,49 @@ def test_check_reads_a_missing_rotary_base_as_megatron_s_default(tmp_path):
         args.write_text("\n".join(x for x in args.read_text().splitlines() if not x.startswith("--rotary-base")) + "\n")
         problems = [str(p) for p in check_dir(d).problems]
         assert (not problems) if ok else any("--rotary-base missing: contradicts plan.json" in p for p in problems), problems
+
+
+def test_pythia_s_partial_rotary_reaches_megatron_and_is_read_back_and_checked(tmp_path):
+    """GPT-NeoX's rotary_pct (Pythia: 0.25) is --rotary-percent: Megatron-LM rotates every dimension without it."""
+    spec = hf.model_from_hf(HF / "pythia-160m").spec
+    assert (spec.rotary_percent, spec.rope_dim) == (0.25, 16)
+    d = tmp_path / "pythia"
+    assert genconf_quiet("--model", str(HF / "pythia-160m"), "--gpus", "8", "--framework", "megatron",
+                         "-o", str(d)) == 0
+    args = d / "megatron_args.txt"
+    assert "--rotary-percent 0.25" in args.read_text().splitlines()
+    plan = ParallelPlan(framework="megatron", tp=1, pp=1, dp=8, mbs=1, gbs=8, seq_length=spec.seq_length)
+    values = arg_values(megatron_args(spec, plan, TrainSpec(train_steps=10)))
+    assert megatron_plan(values, spec, 8)[0].rotary_percent == 0.25
+    assert not check_dir(d).problems
+    args.write_text(args.read_text().replace("--rotary-percent 0.25\n", ""))
+    assert any("--rotary-percent missing: contradicts plan.json" in str(p) for p in check_dir(d).problems)
+    assert "partial rotary" in (d / "README.md").read_text()  # OLMo's config rotates the whole head
+
+
+@pytest.mark.parametrize("pct", [0.0, 1.5, "x", True])
+def test_a_bad_rotary_pct_is_one_line(pct):
+    data = json.loads((HF / "pythia-160m" / "config.json").read_text())
+    with pytest.raises(hf.GenconfError, match="rotary_pct = .* a share of each head's dimensions in"):
+        hf.model_from_config(dict(data, rotary_pct=pct), name="p", where="config.json")
+
+
+@needs_torch
+@needs_megatron
+def test_genconf_s_partial_rotary_is_megatron_core_s():
+    """The first int(d x share) dimensions rotated, the rest passed through, as megatron-core applies it."""
+    import torch
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
+
+    from genconf.train.torch_model import apply_rope, rope_tables
+
+    dim, seq, share = 64, 32, 0.25
+    rope = RotaryEmbedding(kv_channels=dim, rotary_percent=share, rotary_base=10000, use_cpu_initialization=True)
+    freqs = torch.outer(torch.arange(seq, dtype=torch.float32), rope.inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None, None, :]  # [s, 1, 1, rotated]
+    x = torch.randn(seq, 2, 3, dim)  # megatron-core's [s, b, heads, d]
+    expected = _apply_rotary_pos_emb_bshd(x, emb)  # the unfused path apply_rotary_pos_emb takes on a CPU
+    cos, sin = rope_tables(seq, int(dim * share), 10000.0)
+    ours = apply_rope(x.permute(1, 2, 0, 3), cos, sin).permute(2, 0, 1, 3)  # genconf's [b, heads, s, d]
+    assert torch.allclose(ours, expected, atol=1e-6)

@@ -124,7 +124,8 @@ def build(cfg: RunConfig, config, spec, d: runtime.Dist):
                        post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vs),
                        share_embeddings_and_output_weights=model_spec.tie_embeddings,
                        position_embedding_type="rope" if model_spec.position_embedding == "rope" else "learned_absolute",
-                       rotary_base=round(model_spec.rope_theta), rope_scaling=bool(model_spec.rope_scaling_factor),
+                       rotary_base=round(model_spec.rope_theta), rotary_percent=model_spec.rotary_percent,
+                       rope_scaling=bool(model_spec.rope_scaling_factor),
                        rope_scaling_factor=model_spec.rope_scaling_factor or ROPE_SCALING_FACTOR_DEFAULT, vp_stage=vs)
         if d.device.type == "cuda":
             gpt = gpt.cuda()
