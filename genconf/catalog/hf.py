@@ -328,8 +328,9 @@ def _mixtral(f: _Fields, notes: list[str]) -> dict:
     values = _llama_like(f, notes, tie_default=False)
     values.update(_sliding_window(f, notes, values["num_layers"]))
     # Every layer is sparse: block_sparse_moe.gate (e x h, no bias) and e SwiGLU experts of intermediate_size.
+    # Its router: softmax, the top k renormalised (megatron's default router: a softmax over the k chosen).
     values.update(num_experts=f.integer("num_local_experts"), moe_top_k=f.integer("num_experts_per_tok"),
-                  moe_ffn_hidden_size=values["ffn_hidden_size"])
+                  moe_ffn_hidden_size=values["ffn_hidden_size"], **_aux_loss(f, 0.001))
     return values
 
 
@@ -359,11 +360,21 @@ def _qwen3_moe(f: _Fields, notes: list[str]) -> dict:
         raise f.refuse("decoder_sparse_step", step, "genconf models every layer as MoE (decoder_sparse_step 1)")
     if dense:
         raise f.refuse("mlp_only_layers", dense, "genconf models every layer as MoE (no dense layers)")
-    f.get("norm_topk_prob")
     # Experts are SwiGLU MLPs of moe_intermediate_size; the router (gate) is e x h without bias; no shared expert.
+    # norm_topk_prob false (Qwen3MoeConfig's default): softmax over every expert, the top k's weights kept as they
+    # are: megatron's pre-softmax router (Megatron-Bridge's Qwen3-MoE bridge: pre_softmax = not norm_topk_prob).
     values.update(num_experts=f.integer("num_experts"), moe_top_k=f.integer("num_experts_per_tok"),
-                  moe_ffn_hidden_size=f.integer("moe_intermediate_size"))
+                  moe_ffn_hidden_size=f.integer("moe_intermediate_size"),
+                  moe_router_pre_softmax=not f.flag("norm_topk_prob", False), **_aux_loss(f, 0.001))
     return values
+
+
+def _aux_loss(f: _Fields, default: float) -> dict:
+    """ModelSpec.moe_aux_loss_coeff from router_aux_loss_coef (the config class's default where absent)."""
+    coeff = f.get("router_aux_loss_coef", default)
+    if isinstance(coeff, bool) or not isinstance(coeff, (int, float)) or coeff < 0:
+        raise f.refuse("router_aux_loss_coef", coeff, "a number >= 0 is expected")
+    return {"moe_aux_loss_coeff": float(coeff)}
 
 
 @_family("olmo", "OlmoForCausalLM")

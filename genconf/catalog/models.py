@@ -92,15 +92,19 @@ def architecture(model: ModelSpec) -> tuple:
     return tuple(getattr(model, f.name) for f in fields(model) if f.name not in ARCHITECTURE_IGNORED)
 
 
-ROTARY_FIELDS = ("rope_theta", "rope_scaling_factor", "rotary_percent")
-"""What a published run's table does not state and no count genconf makes depends on: catalog_names reads past them."""
+UNTABULATED_FIELDS = ("rope_theta", "rope_scaling_factor", "rotary_percent", "moe_router_score_function",
+                      "moe_router_pre_softmax", "moe_router_expert_bias", "moe_router_topk_scaling_factor",
+                      "moe_router_num_groups", "moe_router_group_topk", "moe_router_load_balancing",
+                      "moe_aux_loss_coeff")
+"""What a published run's table does not state and no count genconf makes depends on (the rotary embedding, the
+router): catalog_names reads past them."""
 
 
 def catalog_names(model: ModelSpec) -> list[str]:
-    """The catalog models `model` is (architecture equal, its rotary base and scaling aside: ROTARY_FIELDS):
+    """The catalog models `model` is (architecture equal, its rotary embedding and router aside: UNTABULATED_FIELDS):
     torchtitan's Llama 3.1 8B is llama3-8b and llama3.1-8b; a Llama 2 13B run is both llama-13b's and llama2-13b's."""
     def key(m: ModelSpec) -> tuple:
-        return tuple(getattr(m, f.name) for f in fields(m) if f.name not in ARCHITECTURE_IGNORED + ROTARY_FIELDS)
+        return tuple(getattr(m, f.name) for f in fields(m) if f.name not in ARCHITECTURE_IGNORED + UNTABULATED_FIELDS)
 
     own = key(model)
     return [m.name for m in list_models() if key(m) == own]

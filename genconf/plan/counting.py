@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ModelSpec, ParallelPlan
+from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ROUTER_DEFAULTS, ModelSpec, ParallelPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ def dense_layer_model(model: ModelSpec) -> ModelSpec:
 
     return dataclasses.replace(model, num_experts=0, moe_top_k=0, moe_ffn_hidden_size=None,
                                moe_shared_expert_intermediate_size=None, first_k_dense_replace=0, mtp_num_layers=0,
-                               mtp_repeated_layer=False, moe_latent_size=0, hybrid_pattern="")
+                               mtp_repeated_layer=False, moe_latent_size=0, hybrid_pattern="", **ROUTER_DEFAULTS)
 
 
 def transformer_view(model: ModelSpec) -> ModelSpec:

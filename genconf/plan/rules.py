@@ -177,6 +177,15 @@ def _ep(c: Context) -> str | None:
     return None
 
 
+def _moe_bias(c: Context) -> str | None:
+    # megatron-core TransformerConfig.__post_init__: "Bias in Moe is only supported when ETP==1".
+    p, m = c.plan, c.model
+    if m.is_moe and m.add_bias_linear and p.framework == "megatron" and p.expert_tp > 1:
+        return (f"{m.name}'s experts have biases: megatron-core splits biased experts over no tensor-parallel ranks "
+                f"(expert tensor parallelism {p.expert_tp}); use --etp 1")
+    return None
+
+
 def _moe_ep_overlap(c: Context) -> str | None:
     # megatron-core TransformerConfig.__post_init__ (overlap_moe_expert_parallel_comm): expert parallelism, no
     # full recompute, a virtual pipeline when pp > 1 (the combined 1F1B schedule), bf16/fp16 parameters; Megatron-LM
@@ -192,6 +201,11 @@ def _moe_ep_overlap(c: Context) -> str | None:
         return "--moe-ep-overlap with pp > 1 needs virtual stages (--vp > 1): megatron's combined 1F1B schedule"
     if p.precision not in ("bf16", "fp16", "fp8", "fp4"):
         return f"--moe-ep-overlap needs bf16/fp16 parameters, not {p.precision}"
+    if c.model.mtp_num_layers > 1:
+        return (f"--moe-ep-overlap runs at most one multi-token-prediction layer (megatron-core); "
+                f"{c.model.name} has {c.model.mtp_num_layers}")
+    if c.model.mtp_num_layers and p.pp == 1:
+        return "--moe-ep-overlap with a multi-token-prediction layer needs pp > 1 (megatron-core)"
     if p.layer_spec != "te":
         # Megatron-LM arguments.py: delay_wgrad_compute "is only supported with transformer_engine implementation"
         return "--moe-ep-overlap needs Transformer Engine layers (--layer-spec te) for its deferred weight gradients"
@@ -605,7 +619,9 @@ RULES: tuple[Rule, ...] = (
     Rule("cp_needs_te", ERROR, "CP needs TE attention", _cp_needs_te),
     Rule("cp_window", ERROR, "CP (p2p) with no sliding window shorter than the sequence", _cp_window),
     Rule("ep_divides_experts", ERROR, "EP divides the experts and dp x cp", _ep),
-    Rule("moe_ep_overlap", ERROR, "EP overlap needs EP, TE layers, no full recompute, and VP with PP", _moe_ep_overlap),
+    Rule("moe_bias_etp", ERROR, "experts with biases need expert TP 1 (megatron)", _moe_bias),
+    Rule("moe_ep_overlap", ERROR, "EP overlap needs EP, TE layers, no full recompute, VP with PP, at most one MTP "
+         "layer and PP with it", _moe_ep_overlap),
     Rule("moe_dispatcher", ERROR, "the flex dispatcher needs megatron MoE with EP (hybridep over multi-node NVLink)",
          _moe_dispatcher),
     Rule("cuda_graphs", ERROR, "CUDA graphs: megatron, a scope its implementation captures", _cuda_graphs),

@@ -223,3 +223,44 @@ def compile_supported(plan) -> bool:
     if plan.framework == "deepspeed":
         return plan.zero_stage != 3
     return plan.framework == "fsdp" and plan.zero_stage == 0
+
+
+def unbuildable(model: ModelSpec, plan: ParallelPlan) -> str | None:
+    """Why genconf's runners cannot train this plan as planned (None: they can), on any machine: what
+    `genconf launch` refuses before anything starts, `launch --submit` before sbatch, and the runners themselves at
+    start-up (a hand-run sbatch script), each with this line; the artifacts README says it too."""
+    m, p = model, plan
+    pretrain = "run megatron_args.txt with Megatron-LM's pretrain_gpt.py"
+    if m.is_moe and p.framework != "megatron":
+        return f"{m.name} is a mixture of experts: only the megatron launcher runs experts"
+    if m.is_hybrid:
+        return (f"{m.name} is a hybrid Mamba model: genconf's launchers build GPT models; run megatron_args.txt with "
+                "Megatron-LM's pretrain_mamba.py (mamba_ssm and causal-conv1d, CUDA only)")
+    if m.mla:
+        return f"{m.name} has multi-latent attention: genconf's launchers build standard attention; {pretrain}"
+    if m.first_k_dense_replace:
+        return (f"{m.name}'s first {m.first_k_dense_replace} layer(s) are dense: genconf's megatron launcher builds "
+                f"the same MoE block in every layer; {pretrain}")
+    if m.moe_latent_size:
+        return f"{m.name} has latent experts: genconf's megatron launcher builds full-width experts; {pretrain}"
+    if m.mtp_num_layers:
+        return (f"{m.name} has {m.mtp_num_layers} multi-token-prediction layer(s): genconf's megatron launcher builds "
+                f"no MTP block; {pretrain}")
+    if p.moe_ep_overlap:
+        return (f"--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B schedule "
+                f"plan; {pretrain}, or re-plan without it")
+    if p.moe_dispatcher != "alltoall":
+        return (f"--moe-dispatcher {p.moe_dispatcher}: genconf's megatron launcher dispatches tokens with megatron's "
+                f"all-to-all (DeepEP and HybridEP are CUDA/NVSHMEM libraries); {pretrain}, or re-plan without it")
+    if p.attention_kernel == "triton":
+        return ("--attention-kernel triton describes Triton flash attention (llm-foundry's attn_impl: triton); "
+                "genconf's runners run scaled_dot_product_attention: re-plan with --attention-kernel cudnn, flash2 or "
+                "auto")
+    if p.packed_doc_tokens is not None and p.packed_doc_tokens < p.seq_length:
+        return (f"--packed-doc-len {p.packed_doc_tokens}: the plan's speed assumes documents packed into each "
+                "sequence, and genconf's runners train on whole synthetic sequences, so verify would compare unlike "
+                "runs; re-plan without it to launch here")
+    if p.cuda_graph_impl != "none":
+        return (f"--cuda-graph-impl {p.cuda_graph_impl}: genconf's megatron launcher runs eagerly (it does not capture "
+                f"CUDA graphs); {pretrain}, or re-plan without it")
+    return None

@@ -33,6 +33,11 @@ CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 """megatron-core 0.16.1's CudaGraphScope names (transformer/enums.py)."""
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+MOE_ROUTER_SCORES = ("softmax", "sigmoid")
+MOE_LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "none")
+ROUTER_DEFAULTS = {"moe_router_score_function": "softmax", "moe_router_pre_softmax": None, "moe_router_expert_bias": False,
+                   "moe_router_topk_scaling_factor": None, "moe_router_num_groups": None, "moe_router_group_topk": None}
+"""ModelSpec's router fields at their defaults: what a dense model carries (counting.dense_layer_model)."""
 """MoE token dispatchers genconf prices: megatron's alltoall, and its flex dispatcher's two backends (megatron-core
 0.16.1 moe_token_dispatcher_type / moe_flex_dispatcher_backend)."""
 HYBRID_LAYER_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
@@ -139,6 +144,31 @@ class ModelSpec:
     """Experts each token is routed to; 0 for dense models."""
     moe_ffn_hidden_size: int | None = None
     """Expert MLP width (one SwiGLU branch). None = ffn_hidden_size."""
+    moe_router_score_function: str = "softmax"
+    """How the router scores experts (MOE_ROUTER_SCORES; megatron --moe-router-score-function): softmax (Mixtral,
+    Qwen3, GPT-OSS) or sigmoid (DeepSeek-V3, Kimi K2, Nemotron 3). The router's FLOPs are the same."""
+    moe_router_pre_softmax: bool | None = None
+    """Softmax over every expert before the top-k, the k weights not renormalised (megatron --moe-router-pre-softmax;
+    Hugging Face Qwen3-MoE norm_topk_prob false), instead of a softmax over the k chosen. None: on for top-1 routing
+    only (megatron-core refuses top-1 without it: a softmax over one score has no gradient). Softmax scoring only."""
+    moe_router_expert_bias: bool = False
+    """Aux-loss-free balancing: a per-expert bias added to the scores for choosing the experts only, updated from the
+    load (DeepSeek-V3; megatron --moe-router-enable-expert-bias, sigmoid scoring only)."""
+    moe_router_topk_scaling_factor: float | None = None
+    """The routing weights scaled by this (DeepSeek-V3 2.5, Kimi K2 2.827, Nemotron 3 Nano 2.5 and Super 5.0; Hugging
+    Face routed_scaling_factor; megatron --moe-router-topk-scaling-factor). None: unscaled."""
+    moe_router_num_groups: int | None = None
+    """Group-limited routing: the experts in this many groups, a token's k chosen within its best
+    moe_router_group_topk groups (DeepSeek-V3: 8 and 4; Hugging Face n_group / topk_group; megatron
+    --moe-router-num-groups / --moe-router-group-topk). None: no groups."""
+    moe_router_group_topk: int | None = None
+    """Groups a token's experts may come from (with moe_router_num_groups)."""
+    moe_router_load_balancing: str = "aux_loss"
+    """The balancing loss (MOE_LOAD_BALANCING; megatron --moe-router-load-balancing-type): aux_loss over the micro-batch
+    (GShard), seq_aux_loss per sequence (DeepSeek-V3, Nemotron 3, with the expert bias), or none (GPT-OSS)."""
+    moe_aux_loss_coeff: float = 0.01
+    """The balancing loss's weight (megatron --moe-aux-loss-coeff; arguments.py recommends 1e-2 to start; DeepSeek-V3
+    and Nemotron 3 train at 1e-4)."""
     sliding_window: int | None = None
     """Sliding-window attention: in the windowed layers each query attends to itself and the `sliding_window` keys
     before it (megatron-core's window_size (w, 0); Mistral's reference mask; a Hugging Face config's sliding_window
@@ -263,6 +293,7 @@ class ModelSpec:
             )
         if not self.num_experts and self.moe_top_k:
             raise ValueError(f"ModelSpec {self.name}: moe_top_k ({self.moe_top_k}) set on a dense model")
+        self._check_router()
         if self.sliding_window is not None:
             _positive(self, "sliding_window")
         if self.activation_clamp is not None:
@@ -402,6 +433,41 @@ class ModelSpec:
         if self.mla:
             return (self.qk_head_dim + self.qk_pos_emb_head_dim + self.v_head_dim) // 2
         return self.kv_channels
+
+    def _check_router(self) -> None:
+        """The router fields as megatron-core's TransformerConfig takes them (its __post_init__ asserts)."""
+        _one_of(self, "moe_router_score_function", MOE_ROUTER_SCORES)
+        _one_of(self, "moe_router_load_balancing", MOE_LOAD_BALANCING)
+        if self.moe_router_pre_softmax is None:
+            object.__setattr__(self, "moe_router_pre_softmax", self.moe_top_k == 1)
+        if not isinstance(self.moe_router_pre_softmax, bool) or not isinstance(self.moe_router_expert_bias, bool):
+            raise ValueError(f"ModelSpec {self.name}: moe_router_pre_softmax and moe_router_expert_bias are true or false")
+        if (self.moe_top_k == 1 and self.moe_router_score_function == "softmax" and not self.moe_router_pre_softmax):
+            raise ValueError(f"ModelSpec {self.name}: top-1 softmax routing needs moe_router_pre_softmax (megatron-core: "
+                             "a softmax over one score has no gradient)")
+        if self.moe_router_expert_bias and self.moe_router_score_function != "sigmoid":
+            raise ValueError(f"ModelSpec {self.name}: moe_router_expert_bias needs sigmoid scoring (megatron-core)")
+        factor = self.moe_router_topk_scaling_factor
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0):
+            raise ValueError(f"ModelSpec {self.name}: moe_router_topk_scaling_factor must be a positive number or "
+                             f"absent, got {factor!r}")
+        coeff = self.moe_aux_loss_coeff
+        if isinstance(coeff, bool) or not isinstance(coeff, (int, float)) or coeff < 0:
+            raise ValueError(f"ModelSpec {self.name}: moe_aux_loss_coeff must be a number >= 0, got {coeff!r}")
+        object.__setattr__(self, "moe_aux_loss_coeff", float(coeff))
+        groups, group_topk = self.moe_router_num_groups, self.moe_router_group_topk
+        if (groups is None) != (group_topk is None):
+            raise ValueError(f"ModelSpec {self.name}: moe_router_num_groups and moe_router_group_topk come together")
+        if groups is not None:
+            _positive(self, "moe_router_num_groups", "moe_router_group_topk")
+            if self.num_experts % groups or group_topk > groups or group_topk * (self.num_experts // groups) < \
+                    self.moe_top_k:
+                raise ValueError(f"ModelSpec {self.name}: {groups} router groups of the {self.num_experts} experts, "
+                                 f"{group_topk} of them per token, cannot hold the top {self.moe_top_k}")
+        routed = ("moe_router_expert_bias", "moe_router_topk_scaling_factor", "moe_router_num_groups")
+        if not self.num_experts and (self.moe_router_score_function != "softmax" or any(getattr(self, k)
+                                                                                         for k in routed)):
+            raise ValueError(f"ModelSpec {self.name}: router fields set on a dense model")
 
     @property
     def rope_dim(self) -> int:

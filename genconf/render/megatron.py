@@ -9,7 +9,8 @@ from genconf.plan.counting import as_built_by_megatron
 from genconf.plan.equivalent import equivalent_plan
 from genconf.plan.pipeline import layout_vp, stage_layers
 from genconf.plan.precision import megatron_dtype, megatron_flags, megatron_fp8_recipe, megatron_plan_precision
-from genconf.plan.specs import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES, RECOMPUTE_MODULES, ModelSpec, ParallelPlan, TrainSpec
+from genconf.plan.specs import (CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES, RECOMPUTE_MODULES, ROUTER_DEFAULTS, ModelSpec,
+                                 ParallelPlan, TrainSpec)
 
 MEGATRON_LM_SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c"
 """Where every Megatron-LM flag name, type and choice below was checked."""
@@ -27,7 +28,7 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--context-parallel-size": (INT, ()), "--expert-model-parallel-size": (INT, ()),
     "--expert-tensor-parallel-size": (INT, ()), "--sequence-parallel": (SWITCH, ()), "--tp-comm-overlap": (SWITCH, ()),
     "--overlap-moe-expert-parallel-comm": (SWITCH, ()), "--delay-wgrad-compute": (SWITCH, ()),
-    "--cuda-graph-impl": (STR, CUDA_GRAPH_IMPLS),
+    "--cuda-graph-impl": (STR, CUDA_GRAPH_IMPLS), "--moe-pad-experts-for-cuda-graph-inference": (SWITCH, ()),
     # As Megatron-LM core_v0.16.1 (the release of genconf's megatron-core pin) takes it: nargs='+' of megatron-core's
     # CudaGraphScope names (MEGATRON_LM_SOURCE's own took one of full, attn or full_iteration).
     "--cuda-graph-scope": (LIST, CUDA_GRAPH_SCOPES),
@@ -78,6 +79,9 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--moe-token-dispatcher-type": (STR, ("allgather", "alltoall", "flex")), "--moe-aux-loss-coeff": (FLOAT, ()),
     "--moe-flex-dispatcher-backend": (STR, ("deepep", "hybridep")),
     "--moe-router-load-balancing-type": (STR, ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")),
+    "--moe-router-score-function": (STR, ("softmax", "sigmoid")), "--moe-router-pre-softmax": (SWITCH, ()),
+    "--moe-router-enable-expert-bias": (SWITCH, ()), "--moe-router-topk-scaling-factor": (FLOAT, ()),
+    "--moe-router-num-groups": (INT, ()), "--moe-router-group-topk": (INT, ()),
     # tokenizer and data
     "--tokenizer-type": (STR, ("BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer",
                                "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "HuggingFaceTokenizer",
@@ -253,6 +257,10 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--untie-embeddings-and-output-weights")
     if model.qk_layernorm:
         add("--qk-layernorm")
+    elif model.mla:
+        # megatron-core's MLA RMS-normalises its query and key-value latents under this switch (gpt_layer_specs:
+        # q_layernorm and kv_layernorm), as DeepSeek-V3 does; without it they are identities (and uncounted)
+        add("--qk-layernorm")
     add("--hidden-dropout", model.hidden_dropout)
     add("--attention-dropout", model.attention_dropout)
     if model.sliding_window:
@@ -274,7 +282,21 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         if model.first_k_dense_replace:
             add(f"# the first {model.first_k_dense_replace} layer(s) dense (MLP of --ffn-hidden-size), the rest MoE")
             add("--moe-layer-freq", f"([0]*{model.first_k_dense_replace}+[1]*{model.moe_layers})")
-        add("--moe-aux-loss-coeff", 0.01)  # arguments.py: "a starting value of 1e-2 is recommended"
+        if model.moe_router_load_balancing != "aux_loss":  # Megatron-LM's default
+            add("--moe-router-load-balancing-type", model.moe_router_load_balancing)
+        if model.moe_router_load_balancing != "none":
+            add("--moe-aux-loss-coeff", model.moe_aux_loss_coeff)
+        if model.moe_router_score_function != "softmax":
+            add("--moe-router-score-function", model.moe_router_score_function)
+        if model.moe_router_pre_softmax and model.moe_router_score_function == "softmax":
+            add("--moe-router-pre-softmax")  # a softmax over every expert, the top k's weights not renormalised
+        if model.moe_router_expert_bias:
+            add("--moe-router-enable-expert-bias")  # aux-loss-free balancing (DeepSeek-V3)
+        if model.moe_router_topk_scaling_factor:
+            add("--moe-router-topk-scaling-factor", model.moe_router_topk_scaling_factor)
+        if model.moe_router_num_groups:
+            add("--moe-router-num-groups", model.moe_router_num_groups)
+            add("--moe-router-group-topk", model.moe_router_group_topk)
         if plan.layer_spec == "te":
             # What the plan priced: TE's grouped GEMM over the rank's experts (megatron-core's default builds one
             # GEMM per expert, SequentialMLP; Megatron-Bridge's MoE recipes set moe_grouped_gemm).
@@ -339,6 +361,9 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         if "full_iteration" in plan.cuda_graph_scope:
             add("# the step's graph cannot stop on a NaN check (Megatron-LM arguments.py asserts it off)")
             add("--no-check-for-nan-in-loss-and-grad")
+        if plan.cuda_graph_impl == "local" and plan.ep > 1:
+            add("# Megatron-LM core_v0.16.1 asserts it with local graphs and expert parallelism (it pads inference only)")
+            add("--moe-pad-experts-for-cuda-graph-inference")
     if plan.offload_activation_layers:
         add("# Transformer Engine CPU offload of these layers' activations (arguments.py sets --cpu-offloading)")
         add("--cpu-offloading-num-layers", plan.offload_activation_layers)
@@ -489,11 +514,20 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
                   moe_grouped_gemm="--moe-grouped-gemm" in values,
                   moe_ffn_hidden_size=values.get("--moe-ffn-hidden-size") or ffn,
                   moe_aux_loss_coeff=values.get("--moe-aux-loss-coeff", 0.0),
+                  moe_router_load_balancing_type=values.get("--moe-router-load-balancing-type", "aux_loss"),
+                  moe_router_score_function=values.get("--moe-router-score-function", "softmax"),
+                  moe_router_pre_softmax="--moe-router-pre-softmax" in values,
+                  moe_router_enable_expert_bias="--moe-router-enable-expert-bias" in values,
+                  moe_router_topk_scaling_factor=values.get("--moe-router-topk-scaling-factor"),
+                  moe_router_num_groups=values.get("--moe-router-num-groups"),
+                  moe_router_group_topk=values.get("--moe-router-group-topk"),
                   moe_token_dispatcher_type=values.get("--moe-token-dispatcher-type", "allgather"))
         if "--moe-flex-dispatcher-backend" in values:
             kw.update(moe_flex_dispatcher_backend=values["--moe-flex-dispatcher-backend"])
         if values.get("--moe-latent-size"):
             kw.update(moe_latent_size=values["--moe-latent-size"])
+        if values.get("--moe-shared-expert-intermediate-size"):
+            kw.update(moe_shared_expert_intermediate_size=values["--moe-shared-expert-intermediate-size"])
         if "--overlap-moe-expert-parallel-comm" in values:
             kw.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute="--delay-wgrad-compute" in values)
     if values.get("--cuda-graph-impl", "none") != "none":
@@ -513,6 +547,22 @@ def _leading_dense(freq: object) -> int:
 
     match = re.fullmatch(r"\(\[0\]\*(\d+)\+\[1\]\*\d+\)", str(freq or "").replace(" ", ""))
     return int(match.group(1)) if match else 0
+
+
+def _router_fields(values: dict[str, object], experts: int) -> dict:
+    """ModelSpec's router fields as the arguments give them (Megatron-LM's defaults where a flag is absent)."""
+    if not experts:
+        return dict(ROUTER_DEFAULTS)
+    g = lambda flag: values.get(flag)  # noqa: E731
+    return dict(moe_router_score_function=str(g("--moe-router-score-function") or "softmax"),
+                moe_router_pre_softmax="--moe-router-pre-softmax" in values,
+                moe_router_expert_bias="--moe-router-enable-expert-bias" in values,
+                moe_router_topk_scaling_factor=(float(g("--moe-router-topk-scaling-factor"))
+                                                if g("--moe-router-topk-scaling-factor") is not None else None),
+                moe_router_num_groups=int(g("--moe-router-num-groups")) if g("--moe-router-num-groups") else None,
+                moe_router_group_topk=int(g("--moe-router-group-topk")) if g("--moe-router-group-topk") else None,
+                moe_router_load_balancing=str(g("--moe-router-load-balancing-type") or "aux_loss"),
+                moe_aux_loss_coeff=float(g("--moe-aux-loss-coeff") or 0.0))
 
 
 def _mla_fields(values: dict[str, object], model: ModelSpec) -> dict:
@@ -548,6 +598,7 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         ffn_hidden_size=int(g("--ffn-hidden-size", model.ffn_hidden_size)),
         kv_channels=int(g("--kv-channels", 0) or int(g("--hidden-size")) // heads),
         num_experts=experts, moe_top_k=int(g("--moe-router-topk", 2)) if experts else 0,
+        **_router_fields(values, experts),
         moe_ffn_hidden_size=int(g("--moe-ffn-hidden-size", 0) or g("--ffn-hidden-size", model.ffn_hidden_size)),
         moe_shared_expert_intermediate_size=int(g("--moe-shared-expert-intermediate-size")) if experts and g(
             "--moe-shared-expert-intermediate-size") else None,

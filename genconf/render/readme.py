@@ -8,6 +8,7 @@ import dataclasses
 from genconf import __version__
 from genconf.plan.batch import describe_batch
 from genconf.plan.equivalent import equivalent_plan
+from genconf.plan.runconfig import unbuildable
 from genconf.plan.specs import ModelSpec
 from genconf.render.fidelity import FRAMEWORK_FILES
 from genconf.render.fidelity import differences as differences_of
@@ -107,4 +108,6 @@ def context(run: dict, plan, options: SlurmOptions, files: dict[str, str], *, mo
         "check_command": f"genconf check {artifacts} --slurm",
         "render_command": f"genconf render {shquote(options.artifacts_dir + '/plan.json')} -o {artifacts} --force",
         "job_name_note": job_note,
+        "pretrain_script": "pretrain_mamba.py" if model.is_hybrid else "pretrain_gpt.py",
+        "runner_refusal": unbuildable(model, plan),
     }

@@ -73,34 +73,9 @@ def refuse_unrunnable(cfg) -> None:
         raise GenconfError(why)
     if cfg.plan.cp > 1 and not (cuda and te):
         raise GenconfError(f"context parallelism (cp={cfg.plan.cp}) needs Transformer Engine attention on a GPU")
-    if cfg.model.is_moe and cfg.plan.framework != "megatron":
-        raise GenconfError(f"{cfg.model.name} is a mixture of experts: only the megatron launcher runs experts")
-    if cfg.model.is_hybrid:
-        raise GenconfError(f"{cfg.model.name} is a hybrid Mamba model: genconf's launchers build GPT models; run "
-                           "megatron_args.txt with Megatron-LM's pretrain_mamba.py (mamba_ssm and causal-conv1d, CUDA only)")
-    if cfg.model.mtp_num_layers:
-        raise GenconfError(f"{cfg.model.name} has {cfg.model.mtp_num_layers} multi-token-prediction layer(s): genconf's "
-                           "megatron launcher builds no MTP block; run megatron_args.txt with Megatron-LM's "
-                           "pretrain_gpt.py")
-    if cfg.plan.moe_ep_overlap:
-        raise GenconfError("--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B "
-                           "schedule plan; run megatron_args.txt with Megatron-LM's pretrain_gpt.py, or re-plan without it")
-    if cfg.plan.moe_dispatcher != "alltoall":
-        raise GenconfError(f"--moe-dispatcher {cfg.plan.moe_dispatcher}: genconf's megatron launcher dispatches tokens "
-                           "with megatron's all-to-all (DeepEP and HybridEP are CUDA/NVSHMEM libraries); run "
-                           "megatron_args.txt with Megatron-LM's pretrain_gpt.py, or re-plan without it")
-    if cfg.plan.attention_kernel == "triton":
-        raise GenconfError("--attention-kernel triton describes Triton flash attention (llm-foundry's attn_impl: triton); "
-                           "genconf's runners run scaled_dot_product_attention: re-plan with --attention-kernel cudnn, "
-                           "flash2 or auto")
-    if cfg.plan.packed_doc_tokens is not None and cfg.plan.packed_doc_tokens < cfg.plan.seq_length:
-        raise GenconfError(f"--packed-doc-len {cfg.plan.packed_doc_tokens}: the plan's speed assumes documents packed "
-                           "into each sequence, and genconf's runners train on whole synthetic sequences, so verify "
-                           "would compare unlike runs; re-plan without it to launch here")
-    if cfg.plan.cuda_graph_impl != "none":
-        raise GenconfError(f"--cuda-graph-impl {cfg.plan.cuda_graph_impl}: genconf's megatron launcher runs eagerly (it "
-                           "does not capture CUDA graphs); run megatron_args.txt with Megatron-LM's pretrain_gpt.py, "
-                           "or re-plan without it")
+    why = runconfig.unbuildable(cfg.model, cfg.plan)
+    if why:
+        raise GenconfError(why)
     why = attention_backend_refusal(cfg) if cuda else None  # a CPU runs neither kernel: the option changes nothing
     if why:
         raise GenconfError(why)
@@ -339,6 +314,9 @@ def submit(cfg, artifacts: Path, *, wait: bool, resume: bool = False, timeout_s:
     """sbatch the plan's script unchanged; with wait, poll until it ends (through any requeues) and surface a
     failure with the job id, its state, the cause the ranks recorded and the tail of its log. With resume the
     job continues the run in the script's RUN_DIR (GENCONF_RESUME=1, which the script reads)."""
+    why = runconfig.unbuildable(cfg.model, cfg.plan)  # the script runs genconf's runner: it would refuse it
+    if why:
+        raise GenconfError(why)
     if shutil.which("sbatch") is None:
         raise GenconfError("sbatch is not on PATH: --submit needs a Slurm client (or run without --submit)")
     script = sbatch_script(artifacts, cfg.plan.framework)

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from genconf.plan.runconfig import RunConfig
+from genconf.plan.runconfig import RunConfig, unbuildable
 from genconf.plan.specs import TrainSpec
 from genconf.train import checkpoints, collectives, failure, measure, preempt, runtime, watchdog
 from genconf.train.data import source_from
@@ -223,6 +223,9 @@ def main(runner_class: type[Runner], argv: list[str] | None = None, *, descripti
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     cfg = runtime.load_and_check(args.run_dir, runner_class.artifacts_of(args), runner_class.framework)
+    why = unbuildable(cfg.model, cfg.plan)  # a hand-run sbatch script: one line before any rank builds a wrong model
+    if why:
+        runtime.fail(why)
     return train(runner_class(cfg), args.run_dir, resume=args.resume)
 
 

@@ -72,6 +72,10 @@ LAYOUTS = {
     # Mixture of experts over EP 2: megatron-core's all-to-all dispatcher over gloo, expert weights and their
     # optimizer shards as the memory model plans them.
     "megatron-moe-ep2": (TINY_MOE, 2, ["--framework", "megatron", "--tp", "1", "--pp", "1", "--ep", "2", "--zero", "1"]),
+    # A shared expert and DeepSeek-V3's router (sigmoid scores, expert bias, two groups, top-k scaling, a
+    # sequence-wise loss): the runner builds what megatron_args.txt says, its tensors exactly the planned bytes.
+    "megatron-moe-shared-sigmoid": ("tiny-moe-shared", 2, ["--framework", "megatron", "--tp", "1", "--pp", "1",
+                                                           "--ep", "2", "--zero", "1"]),
     "deepspeed-zero1": (TINY_GPT, 2, ["--framework", "deepspeed", "--zero", "1"]),
     "deepspeed-zero2": (TINY_GPT, 2, ["--framework", "deepspeed", "--zero", "2"]),
     "deepspeed-zero3": (TINY_LLAMA, 2, ["--framework", "deepspeed", "--zero", "3"]),
@@ -104,6 +108,15 @@ def tiny_odd_tied(root: Path) -> str:
     return str(path)
 
 
+def tiny_moe_shared(root: Path) -> str:
+    path = root / "tiny-moe-shared.yaml"
+    text = Path(TINY_MOE).read_text().replace("name: tiny-moe", "name: tiny-moe-shared")
+    path.write_text(text + "moe_shared_expert_intermediate_size: 96\nmoe_router_score_function: sigmoid\n"
+                    "moe_router_expert_bias: true\nmoe_router_topk_scaling_factor: 2.5\nmoe_router_num_groups: 2\n"
+                    "moe_router_group_topk: 1\nmoe_router_load_balancing: seq_aux_loss\nmoe_aux_loss_coeff: 1.0e-4\n")
+    return str(path)
+
+
 def tiny_odd3(root: Path) -> str:
     path = root / "tiny-odd3.yaml"
     text = Path(TINY_ODD).read_text().replace("name: tiny-odd", "name: tiny-odd3")
@@ -124,6 +137,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             model = tiny_odd_tied(root)
         if model == "tiny-odd3":
             model = tiny_odd3(root)
+        if model == "tiny-moe-shared":
+            model = tiny_moe_shared(root)
         done[name] = launch(plan_dir(root, name, model, gpus, *pins), smoke=VERIFIED)
     return done
 
