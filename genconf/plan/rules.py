@@ -163,6 +163,8 @@ def _cp_window(c: Context) -> str | None:
 
 def _ep(c: Context) -> str | None:
     p, m = c.plan, c.model
+    if p.etp is not None and not m.is_moe:
+        return f"etp ({p.etp}) on a dense model: expert tensor parallelism needs num_experts > 0"
     if p.etp is not None and (p.etp > p.tp or p.tp % p.etp):
         return f"expert tensor parallelism etp ({p.etp}) must divide tp ({p.tp})"
     if p.ep == 1:

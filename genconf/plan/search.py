@@ -332,7 +332,7 @@ def _layouts(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins, 
                     pps = [p for p in pps if p > 1 and len(parse_layout(given)) % p == 0] or pps
                 for pp in pps:
                     dp = max(1, rest // pp)
-                    etps = ([pins.etp] if pins.etp else ([None, 1] if tp > 1 else [None])) if model.is_moe else [None]
+                    etps = ([pins.etp] if pins.etp else ([None, 1] if tp > 1 else [None])) if model.is_moe or pins.etp else [None]
                     eps = [pins.ep] if pins.ep else ([e for e in divisors(model.num_experts) if (tp * dp * cp) % e == 0]
                                                      if model.is_moe and framework == "megatron" else [1])
                     if given is not None:
@@ -955,6 +955,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 if not pinned and pins.gbs is not None and ev.memory.peak.total_bytes <= ev.memory.capacity_bytes:
                     past_headroom.append(ev)
     memory_misses.sort(key=lambda e: e.overflow_ratio)
+    rule_misses.sort(key=lambda e: -rejected[e.errors[0].rule])  # the commonest reason's misses first (stable)
     misses = tuple(memory_misses[:5]) + tuple(rule_misses[:3])
     tight = None
     if past_headroom:
@@ -1123,7 +1124,9 @@ def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, c
             plan = result.best.plan
             if field == "pp" and plan.pp == pins.pp:
                 continue  # the pipeline depth was not the problem: the virtual stages' own tip says what was
-            tip = f"{flag} {getattr(plan, field)}" + (f" --vp {plan.vp}" if field == "pp" and pins.vp else "")
+            value = getattr(plan, field)
+            tip = (f"no {flag} (its default)" if value is None else  # etp: the expert TP follows tp
+                   f"{flag} {value}" + (f" --vp {plan.vp}" if field == "pp" and pins.vp else ""))
             if tip not in tips:
                 tips.append(tip)
     if pins.attention_kernel != "auto" and search(model, cluster, num_gpus, cal,
@@ -1163,7 +1166,7 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
     pinned = " ".join(f"{flag} {getattr(pins, field)}" for field, flag in PIN_FLAGS if getattr(pins, field) is not None)
     if result.considered:
         top = ", ".join(f"{name} x{count}" for name, count in list(result.rejected.items())[:3])
-        example = result.nearest_misses[0].errors[0] if result.nearest_misses else None
+        example = result.nearest_misses[0].errors[0] if result.nearest_misses else None  # of the commonest reason
         why = (f"no valid layout for {model.name} on {num_gpus} x {gpu.name} ({result.considered} candidates rejected: "
                f"{top})" + (f"; e.g. {example}" if example else ""))
     else:
