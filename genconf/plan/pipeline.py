@@ -94,6 +94,7 @@ def layout_vp(text: str, pp: int) -> int:
     return max(1, len(parse_layout(text)) // max(1, pp))
 
 
+@functools.lru_cache(maxsize=4096)
 def layout_stage_layers(text: str, pp: int, vp: int) -> tuple[int, ...]:
     """Layers per pipeline rank (its virtual stages together) of a layout string for pp ranks x vp stages."""
     counts = parse_layout(text)
@@ -103,28 +104,41 @@ def layout_stage_layers(text: str, pp: int, vp: int) -> tuple[int, ...]:
     return tuple(sum(counts[chunk * pp + rank] for chunk in range(vp)) for rank in range(pp))
 
 
+def placement(plan: ParallelPlan) -> tuple:
+    """The plan's fields that place layers on pipeline ranks: (pp, vp, first and last stage layers, embedding and
+    loss counted as layers, layout). The search asks the functions below once per plan; they are cached per placement
+    (their results depend on nothing else)."""
+    return (plan.pp, plan.vp, plan.pp_first_stage_layers, plan.pp_last_stage_layers, plan.pp_embedding_as_layer,
+            plan.pp_loss_as_layer, plan.pp_layout)
+
+
 def stage_layers(num_layers: int, plan: ParallelPlan) -> tuple[int, ...]:
     """Transformer layers on each pipeline rank (its virtual chunks together), as megatron-core splits them.
 
     Raises ValueError naming the numbers when the split is impossible
     (megatron-core 0.16 TransformerConfig.__post_init__, 'Uneven PP' and account_for_* branches).
     """
-    pp, vp = plan.pp, plan.vp
-    first, last = plan.pp_first_stage_layers, plan.pp_last_stage_layers
-    if plan.pp_layout is not None:
-        if first is not None or last is not None or plan.pp_embedding_as_layer or plan.pp_loss_as_layer:
+    return _stage_layers(num_layers, placement(plan))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage_layers(num_layers: int, where: tuple) -> tuple[int, ...]:
+    """stage_layers of the plan's placement (`where`)."""
+    pp, vp, first, last, embedding, loss, layout = where
+    if layout is not None:
+        if first is not None or last is not None or embedding or loss:
             raise ValueError("a pipeline layout places every layer itself: it cannot be combined with first/last "
                              "stage layers or counting the embedding/loss as layers")
         if pp == 1:
             raise ValueError("a pipeline layout needs pp > 1")
-        counts = layout_stage_layers(plan.pp_layout, pp, vp)
+        counts = layout_stage_layers(layout, pp, vp)
         if sum(counts) != num_layers:
             raise ValueError(f"the pipeline layout places {sum(counts)} layers, the model has {num_layers}")
         return counts
-    if (first is not None or last is not None) and (plan.pp_embedding_as_layer or plan.pp_loss_as_layer):
+    if (first is not None or last is not None) and (embedding or loss):
         raise ValueError("explicit first/last stage layers cannot be combined with counting the embedding/loss as layers")
     if pp == 1:
-        if plan.uneven_pipeline:
+        if first is not None or last is not None or embedding or loss:  # ParallelPlan.uneven_pipeline
             raise ValueError("uneven pipeline settings need pp > 1")
         if num_layers % vp:
             raise ValueError(f"num_layers ({num_layers}) is not divisible by vp ({vp})")
@@ -149,14 +163,14 @@ def stage_layers(num_layers: int, plan: ParallelPlan) -> tuple[int, ...]:
         if last is not None:
             counts[-1] = last
         return tuple(counts)
-    slots = num_layers + int(plan.pp_embedding_as_layer) + int(plan.pp_loss_as_layer)
+    slots = num_layers + int(embedding) + int(loss)
     if slots % (pp * vp):
         what = f"num_layers ({num_layers})" if slots == num_layers else f"num_layers + embedding/loss ({slots})"
         raise ValueError(f"{what} is not divisible by pp x vp ({pp} x {vp} = {pp * vp})")
     per_stage = slots // pp
     counts = [per_stage] * pp
-    counts[0] -= int(plan.pp_embedding_as_layer)
-    counts[-1] -= int(plan.pp_loss_as_layer)
+    counts[0] -= int(embedding)
+    counts[-1] -= int(loss)
     if min(counts) < 0:
         raise ValueError(f"a pipeline stage would hold {min(counts)} layers")
     return tuple(counts)
@@ -166,17 +180,23 @@ def chunk_layers(num_layers: int, plan: ParallelPlan, stage: int) -> tuple[int, 
     """Layers of each of pipeline rank `stage`'s vp model chunks, in chunk order (megatron-core
     get_transformer_layer_offset / the layout's stages chunk * pp + stage). With the embedding or loss counted
     as a layer, the first chunk of the first rank and the last chunk of the last rank hold one layer less."""
-    pp, vp = plan.pp, plan.vp
-    if plan.pp_layout is not None and pp > 1:
-        counts = parse_layout(plan.pp_layout)
+    return _chunk_layers(num_layers, placement(plan), stage)
+
+
+@functools.lru_cache(maxsize=16384)
+def _chunk_layers(num_layers: int, where: tuple, stage: int) -> tuple[int, ...]:
+    """chunk_layers of the plan's placement (`where`)."""
+    pp, vp, _, _, embedding, loss, layout = where
+    if layout is not None and pp > 1:
+        counts = parse_layout(layout)
         return tuple(counts[chunk * pp + stage] for chunk in range(vp))
-    total = stage_layers(num_layers, plan)[stage]
-    if plan.pp_embedding_as_layer or plan.pp_loss_as_layer:
-        per_chunk = (num_layers + int(plan.pp_embedding_as_layer) + int(plan.pp_loss_as_layer)) // (pp * vp)
+    total = _stage_layers(num_layers, where)[stage]
+    if embedding or loss:
+        per_chunk = (num_layers + int(embedding) + int(loss)) // (pp * vp)
         chunks = [per_chunk] * vp
-        if stage == 0 and plan.pp_embedding_as_layer:
+        if stage == 0 and embedding:
             chunks[0] -= 1
-        if stage == pp - 1 and plan.pp_loss_as_layer:
+        if stage == pp - 1 and loss:
             chunks[-1] -= 1
         return tuple(chunks)
     return tuple([total // vp] * vp)
@@ -188,8 +208,14 @@ def layers_in_range_on_rank(num_layers: int, plan: ParallelPlan, stage: int, lo:
     lo, hi = max(0, lo), min(num_layers, hi)
     if hi <= lo:
         return 0
-    pp, vp = plan.pp, plan.vp
-    virtual = [chunk_layers(num_layers, plan, rank) for rank in range(pp)]
+    return _layers_in_range_on_rank(num_layers, placement(plan), stage, lo, hi)
+
+
+@functools.lru_cache(maxsize=16384)
+def _layers_in_range_on_rank(num_layers: int, where: tuple, stage: int, lo: int, hi: int) -> int:
+    """layers_in_range_on_rank of the plan's placement (`where`), lo < hi inside the model."""
+    pp, vp = where[:2]
+    virtual = [_chunk_layers(num_layers, where, rank) for rank in range(pp)]
     start = held = 0
     for chunk in range(vp):
         for rank in range(pp):
