@@ -21,11 +21,13 @@ from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, laye
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import (bf16_layers_on_rank, bubble_fraction, dp_overlap_passes, format_layout,
                                    recomputed_layers, stage_layers)
-from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
+from genconf.plan.specs import (HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, GPUSpec, HashOnce, ModelSpec, ParallelPlan,
+                               hash_once)
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Calibration:
+class Calibration(HashOnce):
     """Achievable fractions of the datasheet rates and the host-side costs, per GPU architecture."""
 
     gemm_efficiency: float

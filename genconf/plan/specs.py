@@ -72,8 +72,34 @@ original_max_position_embeddings): the only shape megatron-core's --use-rope-sca
 (RotaryEmbedding._apply_scaling's defaults), so ModelSpec.rope_scaling_factor means this shape."""
 
 
+class HashOnce:
+    """Base of a frozen spec hashed once (hash_once): the slot that keeps its hash."""
+
+    __slots__ = ("_hash",)
+
+
+def hash_once(cls: type) -> type:
+    """Keep a frozen dataclass's generated hash in its instance's `_hash` slot (the class derives from HashOnce): the
+    planner's caches hash the same model, cluster and calibration tens of thousands of times a search, and each
+    hash walks every field. The value is the generated one; a frozen instance's fields never change after
+    __post_init__, and `_hash` is no field (replace, pickling and equality ignore it)."""
+    generated = cls.__hash__
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            value = generated(self)
+            object.__setattr__(self, "_hash", value)
+            return value
+
+    cls.__hash__ = __hash__
+    return cls
+
+
+@hash_once
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ModelSpec:
+class ModelSpec(HashOnce):
     """A decoder-only transformer, with fields named as megatron-core's TransformerConfig names them."""
 
     name: str
@@ -550,8 +576,9 @@ class ModelSpec:
         return tuple(m for m in ("layernorm", "moe_act", "mla_up_proj", "mlp") if applies[m])
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True, slots=True)
-class GPUSpec:
+class GPUSpec(HashOnce):
     """One accelerator model with its dense (no sparsity) peak rates."""
 
     name: str
@@ -628,8 +655,9 @@ HOST_CPUS = ("x86_64", "grace")
 """Host CPUs a cluster's nodes launch kernels from (ClusterSpec.host_cpu)."""
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ClusterSpec:
+class ClusterSpec(HashOnce):
     """A homogeneous GPU cluster: node type and the networks inside and between nodes."""
 
     name: str
