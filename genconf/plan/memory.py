@@ -113,14 +113,25 @@ HEADROOM_FRACTION = 0.05
 """A plan must leave 5% of the GPU's memory free: the estimate's own error (benchmarks/results/accuracy.md)."""
 
 
+class _PeakSlot:
+    """Where a MemoryEstimate keeps its peak stage once found (the search asks for it several times an estimate)."""
+
+    __slots__ = ("_peak",)
+
+
 @dataclass(frozen=True, slots=True)
-class MemoryEstimate:
+class MemoryEstimate(_PeakSlot):
     stages: tuple[StageMemory, ...]
     capacity_bytes: int
 
     @property
     def peak(self) -> StageMemory:
-        return max(self.stages, key=lambda s: s.total_bytes)
+        try:
+            return self._peak
+        except AttributeError:  # found once: the stages of a frozen estimate never change
+            peak = max(self.stages, key=lambda s: s.total_bytes)
+            object.__setattr__(self, "_peak", peak)
+            return peak
 
     @property
     def usable_bytes(self) -> int:
@@ -674,12 +685,20 @@ def _dims(model: ModelSpec, plan: ParallelPlan) -> _Dims:
     sp = plan.sequence_parallel and plan.tp > 1
     # Transformer Engine saves FP8/FP4 casts for backward; torchao's Float8Linear (FSDP) is priced as BF16 here.
     recipe = plan.quant_recipe if plan.layer_spec == "te" and plan.framework == "megatron" else None
+    return _dims_of(model, plan.mbs * plan.seq_length // plan.cp, plan.seq_length, plan.tp, sp, plan.precision,
+                    recipe, plan.autocast_fp32_weights)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dims_of(model: ModelSpec, n: int, seq: int, tp: int, sp: bool, precision: str, recipe: str | None,
+             autocast_fp32: bool) -> _Dims:
+    """_dims from the plan's fields it reads, cached: stage_memory asks for it several times per stage."""
     f = model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size
-    e = 4 if plan.precision == "fp32" else 2
-    return _Dims(n=plan.mbs * plan.seq_length // plan.cp, s=plan.seq_length, h=model.hidden_size,
+    e = 4 if precision == "fp32" else 2
+    return _Dims(n=n, s=seq, h=model.hidden_size,
                  q=model.query_width, kv=model.kv_width, v=model.value_width, f=f, branches=2 if model.gated else 1,
-                 heads=model.num_attention_heads, t=plan.tp, r=plan.tp if sp else 1, e=e,
-                 ne=4 if plan.autocast_fp32_weights else e,
+                 heads=model.num_attention_heads, t=tp, r=tp if sp else 1, e=e,
+                 ne=4 if autocast_fp32 else e,
                  g=QUANT_ACTIVATION_BYTES[recipe] if recipe else e, moe_k=model.moe_top_k if model.is_moe else 1)
 
 
