@@ -21,8 +21,8 @@ from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, laye
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import (bf16_layers_on_rank, bubble_fraction, dp_overlap_passes, format_layout,
                                    recomputed_layers, stage_layers)
-from genconf.plan.specs import (HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, GPUSpec, HashOnce, ModelSpec, ParallelPlan,
-                               hash_once)
+from genconf.plan.specs import (HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, GPUSpec, HashOnce, ModelSpec,
+                                ParallelPlan, hash_once)
 
 
 @hash_once
@@ -1240,8 +1240,16 @@ def _mtp_layer_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
 
 def stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> tuple[StageTime, ...]:
     """Each pipeline rank's time for one micro-batch (the pipeline schedule's pass times)."""
+    return _priced_stages(model, plan, cluster, cal)[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _priced_stages(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration
+                   ) -> tuple[dict[str, float], tuple[StageTime, ...]]:
+    """(the mean layer's times, _mixed_layer; the stage times) of a plan: step_cost prices them and the search asks
+    for the same plan's stage times right after (whether a pipeline layout could pay). Read-only."""
     full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
-    return _stage_times(model, plan, cluster, cal, full, layer_gpu)
+    return layer_gpu, _stage_times(model, plan, cluster, cal, full, layer_gpu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1398,8 +1406,7 @@ def balanced_layout(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, 
 
 def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> StepCost:
     gpu = cluster.gpu
-    full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
-    stages = _stage_times(model, plan, cluster, cal, full, layer_gpu)
+    layer_gpu, stages = _priced_stages(model, plan, cluster, cal)
     stage_s = [st.total_s for st in stages]
     recompute_s = [st.recompute_s for st in stages]
     offload_s = [st.offload_s for st in stages]
