@@ -186,15 +186,16 @@ class SearchResult:
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, cal: Calibration,
-             *, check_rules: bool = True, pinned: bool = False) -> Evaluation:
+             *, check_rules: bool = True, pinned: bool = False, estimate: MemoryEstimate | None = None) -> Evaluation:
     """Rules, then memory, then cost. With check_rules=False (benchmarks of published runs) only the
     layer split must be valid. pinned: the user fixed every degree (a plan between the headroom and the
-    GPU's capacity is kept, with a warning)."""
+    GPU's capacity is kept, with a warning). estimate: the plan's mem.estimate where the caller has it already."""
     ctx = rules.Context(model, cluster, plan, num_gpus)
     violations = rules.check(ctx) if check_rules else []
     if check_rules and any(v.severity == rules.ERROR for v in violations):
         return Evaluation(plan, tuple(violations))
-    estimate = mem.estimate(model, plan, cluster)
+    if estimate is None:
+        estimate = mem.estimate(model, plan, cluster)
     too_big = rules.memory_violation(ctx, estimate, pinned=pinned) if check_rules else None
     if too_big is not None and too_big.severity == rules.WARNING:
         violations, too_big = list(violations) + [too_big], None
@@ -545,21 +546,23 @@ def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offlo
 
 # --- memory savers ----------------------------------------------------------------------------------
 
-def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pins, estimate: MemoryEstimate) -> list[ParallelPlan]:
+def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pins,
+            estimate: MemoryEstimate) -> list[tuple[ParallelPlan, MemoryEstimate | None]]:
     """For a plan that does not fit: the same plan with the framework's memory savers added one after another,
     cheapest first, until it fits (each sized to the excess): the precision-aware optimizer (16-bit master
     remainders: bit-exact, 2 bytes/param), for selective plans megatron's module recompute one module at a time,
     block recompute of just enough layers, activation offload of just enough layers; a saver that frees nothing is
     skipped. DeepSpeed/FSDP plans have one: the fused cross entropy (no fp32 copies of the logits), returned
     for the caller to evaluate. Returns [] when even all of them do not fit. Gradients in bf16 change the numerics,
-    so they are the user's choice (--grad-dtype bf16), never a saver the search adds."""
+    so they are the user's choice (--grad-dtype bf16), never a saver the search adds. Each variant comes with its
+    memory estimate (None: not made here)."""
     if estimate.peak.total_bytes <= estimate.usable_bytes:
         return []
     current = plan
     ladder = []
     if plan.framework != "megatron":
         # DeepSpeed/FSDP: the fused cross entropy drops the logits' fp32 copies (no time lost); nothing else here.
-        return [replace(plan, fused_loss=True)] if pins.fused_loss is None and not plan.fused_loss else []
+        return [(replace(plan, fused_loss=True), None)] if pins.fused_loss is None and not plan.fused_loss else []
     if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and \
             current.remainders_possible:
         ladder.append(lambda m, p, est: replace(p, precision_aware_optimizer=True))
@@ -585,19 +588,21 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
     return []
 
 
-def _without_spare_optimizer_saver(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
-                                   saved: ParallelPlan, saved_estimate: MemoryEstimate) -> ParallelPlan:
+def _without_spare_optimizer_saver(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, saved: ParallelPlan,
+                                   saved_estimate: MemoryEstimate) -> tuple[ParallelPlan, MemoryEstimate]:
     """`saved` without the precision-aware optimizer the ladder added first, where the savers added after it
     (module or block recompute, activation offload) make the plan fit on their own: a saver no longer needed is
-    one more thing for the user to carry, and "why this plan" would say it is what makes the plan fit."""
+    one more thing for the user to carry, and "why this plan" would say it is what makes the plan fit.
+    Returned with its memory estimate."""
     if plan.precision_aware_optimizer or not saved.precision_aware_optimizer or saved == replace(
             plan, precision_aware_optimizer=True):
-        return saved
+        return saved, saved_estimate
     peak = saved_estimate.peak
     if peak.total_bytes + peak.optimizer_bytes / 5 > saved_estimate.usable_bytes:
-        return saved  # 12 bytes a parameter instead of 10 alone would not fit (the step's buffers aside): needed
+        return saved, saved_estimate  # 12 bytes a parameter instead of 10 would not fit (the step's buffers aside)
     trial = replace(saved, precision_aware_optimizer=False)
-    return trial if mem.estimate(model, trial, cluster).fits else saved
+    trial_estimate = mem.estimate(model, trial, cluster)
+    return (trial, trial_estimate) if trial_estimate.fits else (saved, saved_estimate)
 
 
 def _module_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate, *, module: str) -> ParallelPlan:
@@ -847,12 +852,12 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
         if ev.ok:
             fits_at[key] = plan.recompute
         elif ev.memory is not None and ev.errors and ev.errors[0].rule == "memory_fits":
-            for variant in _savers(model, cluster, plan, pins, ev.memory):
+            for variant, variant_estimate in _savers(model, cluster, plan, pins, ev.memory):
                 if variant in seen:
                     continue
                 seen.add(variant)
                 considered += 1
-                trial = evaluate(model, cluster, variant, num_gpus, cal, pinned=pinned)
+                trial = evaluate(model, cluster, variant, num_gpus, cal, pinned=pinned, estimate=variant_estimate)
                 if trial.ok:
                     found.append(trial)
         # Every degree typed, or the first/last stage's layers: evaluate exactly that split.
@@ -1035,10 +1040,12 @@ def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
         estimate = mem.estimate(model, plan, cluster)
         if estimate.fits:
             return Evaluation(plan, (), estimate)
-        for variant in _savers(model, cluster, plan, pins, estimate):
-            if mem.estimate(model, variant, cluster).fits and not any(
+        for variant, variant_estimate in _savers(model, cluster, plan, pins, estimate):
+            if variant_estimate is None:
+                variant_estimate = mem.estimate(model, variant, cluster)
+            if variant_estimate.fits and not any(
                     v.severity == rules.ERROR for v in rules.check(rules.Context(model, cluster, variant, num_gpus))):
-                return Evaluation(variant, (), mem.estimate(model, variant, cluster))
+                return Evaluation(variant, (), variant_estimate)
         if pins.recompute_layers is None:
             failed.setdefault(layout, []).append((mbs, level))
     return None
