@@ -29,7 +29,8 @@ from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import layout_vp, parse_layout
 from genconf.plan.precision import bf16_edge_default
-from genconf.plan.specs import HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, ModelSpec, ParallelPlan
+from genconf.plan.specs import (HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, HashOnce, ModelSpec, ParallelPlan,
+                                hash_once)
 
 MAX_BATCH_GROWTH = 1.5
 """Without --global-batch, a candidate may round the batch up to 1.5x the default (genconf.plan.batch), not more."""
@@ -289,8 +290,9 @@ def _cp_options(pins: Pins, seq: int) -> list[int]:
     return out
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class _Layout:
+class _Layout(HashOnce):
     framework: str
     tp: int
     cp: int
@@ -594,13 +596,14 @@ def _without_spare_optimizer_saver(model: ModelSpec, cluster: ClusterSpec, plan:
     (module or block recompute, activation offload) make the plan fit on their own: a saver no longer needed is
     one more thing for the user to carry, and "why this plan" would say it is what makes the plan fit.
     Returned with its memory estimate."""
-    if plan.precision_aware_optimizer or not saved.precision_aware_optimizer or saved == replace(
-            plan, precision_aware_optimizer=True):
+    if plan.precision_aware_optimizer or not saved.precision_aware_optimizer:
+        return saved, saved_estimate
+    trial = replace(saved, precision_aware_optimizer=False)
+    if trial == plan:  # (saved is plan with the optimizer alone)
         return saved, saved_estimate
     peak = saved_estimate.peak
     if peak.total_bytes + peak.optimizer_bytes / 5 > saved_estimate.usable_bytes:
         return saved, saved_estimate  # 12 bytes a parameter instead of 10 would not fit (the step's buffers aside)
-    trial = replace(saved, precision_aware_optimizer=False)
     trial_estimate = mem.estimate(model, trial, cluster)
     return (trial, trial_estimate) if trial_estimate.fits else (saved, saved_estimate)
 
