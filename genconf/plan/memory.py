@@ -334,88 +334,107 @@ def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int,
 def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int, vp: int, chunks: tuple[int, ...],
                            first: bool, last: bool, rows: int, d: int, expert: bool,
                            dense_chunks: tuple[int, ...] = (), chunk_kinds: tuple[str, ...] = ()) -> int:
-    megatron_model = as_built_by_megatron(model)
-    blocks = {False: _layer_block(megatron_model, tp, ep, etp, expert),
-              True: _layer_block(dense_layer_model(megatron_model), tp, ep, etp, expert)}
-    if chunk_kinds:  # a hybrid model: one block per layer symbol
-        blocks |= {k: _layer_block(megatron_model, tp, ep, etp, expert, k) for k in set("".join(chunk_kinds))}
     shared = (model.tie_embeddings or model.mtp_num_layers > 0) and pp > 1
-    align_end = math.lcm(d, 128)
-    bucket_size = max(40_000_000, 1_000_000 * d)  # DistributedDataParallel's default with the distributed optimizer
     total_width = 0
     deficit: dict[int, int] = {}  # padding elements inside rank r's ranges
     for chunk, layers in enumerate(chunks):
-        dense = dense_chunks[chunk] if dense_chunks else 0
-        head: list[tuple[int, bool]] = []  # (elements, own bucket) laid out before the layers (walking backwards)
-        tail: list[tuple[int, bool]] = []
-        if last and chunk == vp - 1:
-            # The multi-token-prediction layers come after the decoder: first in the buffer's backward walk.
-            head += [(t.numel_per_rank(tp, ep, etp), False) for t in reversed(mtp_tensors(megatron_model, True))
-                     if t.expert == expert]
-        if not expert and last and chunk == vp - 1:
-            output = output_tensors(megatron_model, rows)
-            if shared and not first:
-                output += embedding_tensors(megatron_model, rows)[:1]
-            head += [(t.numel_per_rank(tp, ep), shared and "word" in t.name) for t in reversed(output)]
-            head += [(t.numel_per_rank(tp, ep), False) for t in reversed(final_norm_tensors(megatron_model))]
-        if not expert and first and chunk == 0:
-            tail += [(t.numel_per_rank(tp, ep), shared and "word" in t.name)
-                     for t in reversed(embedding_tensors(megatron_model, rows))]
-        # Walking backwards: the chunk's MoE layers, then its dense ones (the model's first layers); a hybrid
-        # model's layers from its last symbol back.
-        order = list(reversed(chunk_kinds[chunk])) if chunk_kinds else [False] * (layers - dense) + [True] * dense
-        if not head and not tail and not any(blocks[k][0] for k in set(order)):
-            continue
-        gaps: list[tuple[int, int, int]] = []  # (start, end, bucket) of padding
-        buckets: list[tuple[int, int]] = []
-        start = bucket_start = 0
+        width, padding = _chunk_shard(model, tp, ep, etp, layers, dense_chunks[chunk] if dense_chunks else 0,
+                                      chunk_kinds[chunk] if chunk_kinds else None, first and chunk == 0,
+                                      last and chunk == vp - 1, shared, first, rows, d, expert)
+        total_width += width
+        for r, elements in padding:
+            deficit[r] = deficit.get(r, 0) + elements
+    return total_width - (min(deficit.get(r, 0) for r in range(d)) if len(deficit) == d else 0)
 
-        def place(numel: int, own_bucket: bool) -> None:
-            nonlocal start, bucket_start
-            aligned = _ceil_to(start, 64)
-            if own_bucket and start > bucket_start:  # close the open bucket: this gap belongs to it
-                aligned = _ceil_to(start, align_end)
-                gaps.append((start, aligned, len(buckets)))
-                buckets.append((bucket_start, aligned))
-                bucket_start = aligned
-            elif aligned > start:
-                gaps.append((start, aligned, len(buckets)))
-            start = aligned + numel
-            if start - bucket_start >= bucket_size or own_bucket:
-                end = _ceil_to(start, align_end)
-                gaps.append((start, end, len(buckets)))
-                buckets.append((bucket_start, end))
-                start = bucket_start = end
 
-        for numel, own in head:
-            place(numel, own)
-        for kind in order:
-            block, block_gaps, block_end = blocks[kind]
-            if not block:
-                continue
-            aligned = _ceil_to(start, 64)
-            if aligned + block_end - bucket_start < bucket_size:  # no bucket closes inside this layer
-                if aligned > start:
-                    gaps.append((start, aligned, len(buckets)))
-                gaps += [(aligned + a, aligned + b, len(buckets)) for a, b in block_gaps]
-                start = aligned + block_end
-            else:
-                for numel in block:
-                    place(numel, False)
-        for numel, own in tail:
-            place(numel, own)
-        if start > bucket_start:
+@functools.lru_cache(maxsize=16384)
+def _chunk_shard(model: ModelSpec, tp: int, ep: int, etp: int, layers: int, dense: int, kinds: str | None,
+                 embedding: bool, loss: bool, shared: bool, first: bool, rows: int, d: int,
+                 expert: bool) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """One model chunk's gradient buffer (its own buckets): (the range width every rank holds in it, the padding
+    elements in rank r's ranges as (r, elements)). Chunks alike in these arguments are alike, whatever the pipeline
+    around them: _megatron_shard_cached adds them up. kinds: a hybrid model's layer symbols in the chunk (None: a
+    transformer's `layers`, the first `dense` of them dense); embedding, loss: the chunk opens the first stage or
+    closes the last; first: the stage is the first."""
+    megatron_model = as_built_by_megatron(model)
+    if kinds is None:
+        blocks = {False: _layer_block(megatron_model, tp, ep, etp, expert)}
+        if dense:
+            blocks[True] = _layer_block(dense_layer_model(megatron_model), tp, ep, etp, expert)
+    else:  # a hybrid model: one block per layer symbol
+        blocks = {k: _layer_block(megatron_model, tp, ep, etp, expert, k) for k in set(kinds)}
+    align_end = math.lcm(d, 128)
+    bucket_size = max(40_000_000, 1_000_000 * d)  # DistributedDataParallel's default with the distributed optimizer
+    head: list[tuple[int, bool]] = []  # (elements, own bucket) laid out before the layers (walking backwards)
+    tail: list[tuple[int, bool]] = []
+    if loss:
+        # The multi-token-prediction layers come after the decoder: first in the buffer's backward walk.
+        head += [(t.numel_per_rank(tp, ep, etp), False) for t in reversed(mtp_tensors(megatron_model, True))
+                 if t.expert == expert]
+    if not expert and loss:
+        output = output_tensors(megatron_model, rows)
+        if shared and not first:
+            output += embedding_tensors(megatron_model, rows)[:1]
+        head += [(t.numel_per_rank(tp, ep), shared and "word" in t.name) for t in reversed(output)]
+        head += [(t.numel_per_rank(tp, ep), False) for t in reversed(final_norm_tensors(megatron_model))]
+    if not expert and embedding:
+        tail += [(t.numel_per_rank(tp, ep), shared and "word" in t.name)
+                 for t in reversed(embedding_tensors(megatron_model, rows))]
+    # Walking backwards: the chunk's MoE layers, then its dense ones (the model's first layers); a hybrid
+    # model's layers from its last symbol back.
+    order = list(reversed(kinds)) if kinds is not None else [False] * (layers - dense) + [True] * dense
+    if not head and not tail and not any(blocks[k][0] for k in set(order)):
+        return 0, ()
+    gaps: list[tuple[int, int, int]] = []  # (start, end, bucket) of padding
+    buckets: list[tuple[int, int]] = []
+    start = bucket_start = 0
+
+    def place(numel: int, own_bucket: bool) -> None:
+        nonlocal start, bucket_start
+        aligned = _ceil_to(start, 64)
+        if own_bucket and start > bucket_start:  # close the open bucket: this gap belongs to it
+            aligned = _ceil_to(start, align_end)
+            gaps.append((start, aligned, len(buckets)))
+            buckets.append((bucket_start, aligned))
+            bucket_start = aligned
+        elif aligned > start:
+            gaps.append((start, aligned, len(buckets)))
+        start = aligned + numel
+        if start - bucket_start >= bucket_size or own_bucket:
             end = _ceil_to(start, align_end)
             gaps.append((start, end, len(buckets)))
             buckets.append((bucket_start, end))
-        # Rank r holds range r of every bucket; its real elements are the range's width less the gaps in it.
-        total_width += sum((b1 - b0) // d for b0, b1 in buckets)
-        for g0, g1, bucket in gaps:
-            b0, b1 = buckets[bucket]
-            width = (b1 - b0) // d
-            for r in range((g0 - b0) // width, min(d, (g1 - 1 - b0) // width + 1)):
-                deficit[r] = deficit.get(r, 0) + min(g1, b0 + (r + 1) * width) - max(g0, b0 + r * width)
-    return total_width - (min(deficit.get(r, 0) for r in range(d)) if len(deficit) == d else 0)
+            start = bucket_start = end
+
+    for numel, own in head:
+        place(numel, own)
+    for kind in order:
+        block, block_gaps, block_end = blocks[kind]
+        if not block:
+            continue
+        aligned = _ceil_to(start, 64)
+        if aligned + block_end - bucket_start < bucket_size:  # no bucket closes inside this layer
+            if aligned > start:
+                gaps.append((start, aligned, len(buckets)))
+            gaps += [(aligned + a, aligned + b, len(buckets)) for a, b in block_gaps]
+            start = aligned + block_end
+        else:
+            for numel in block:
+                place(numel, False)
+    for numel, own in tail:
+        place(numel, own)
+    if start > bucket_start:
+        end = _ceil_to(start, align_end)
+        gaps.append((start, end, len(buckets)))
+        buckets.append((bucket_start, end))
+    # Rank r holds range r of every bucket; its real elements are the range's width less the gaps in it.
+    padding: dict[int, int] = {}
+    for g0, g1, bucket in gaps:
+        b0, b1 = buckets[bucket]
+        width = (b1 - b0) // d
+        for r in range((g0 - b0) // width, min(d, (g1 - 1 - b0) // width + 1)):
+            padding[r] = padding.get(r, 0) + min(g1, b0 + (r + 1) * width) - max(g0, b0 + r * width)
+    return sum((b1 - b0) // d for b0, b1 in buckets), tuple(padding.items())
 
 
 # --- model states ---------------------------------------------------------------------------------
