@@ -1324,7 +1324,13 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
             trained = lora_rank_params(model, plan, count) if plan.lora_rank else held
             param_pass[i] = _mem_s(gpu, cal, (cast * held + (per_param - cast) * trained)
                                    / (plan.shard_size if sharded else 1))
+    alike: dict[tuple | None, StageTime] = {}  # middle ranks by (layers, BF16 layers, parameter pass)
     for i, count in enumerate(layers):
+        # A middle rank's time follows from its key alone (the ends add the embedding or the loss): the same floats.
+        key = (count, bf16[i], param_pass[i]) if 0 < i < plan.pp - 1 else None
+        if key in alike:
+            stages.append(alike[key])
+            continue
         recomputed = recomputed_layers(plan, count) if plan.recompute == "full" else (count if plan.recompute == "selective" else 0)
         b = bf16[i]
         mix = b / count if count else 0.0  # the stage's share of BF16 layers, among the recomputed ones too
@@ -1349,6 +1355,8 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
         forward = (count - b) * pace.forward_total_s + b * pace16.forward_total_s + off_fwd
         forward += (t - layers_s - re - off) / 3
         stages.append(StageTime(total_s=t, forward_s=forward, recompute_s=re, offload_s=off))
+        if key is not None:
+            alike[key] = stages[-1]
     return tuple(stages)
 
 
