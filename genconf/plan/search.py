@@ -187,12 +187,15 @@ class SearchResult:
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, cal: Calibration,
-             *, check_rules: bool = True, pinned: bool = False, estimate: MemoryEstimate | None = None) -> Evaluation:
+             *, check_rules: bool = True, pinned: bool = False, violations: list[rules.Violation] | None = None,
+             estimate: MemoryEstimate | None = None) -> Evaluation:
     """Rules, then memory, then cost. With check_rules=False (benchmarks of published runs) only the
     layer split must be valid. pinned: the user fixed every degree (a plan between the headroom and the
-    GPU's capacity is kept, with a warning). estimate: the plan's mem.estimate where the caller has it already."""
+    GPU's capacity is kept, with a warning). violations, estimate: the plan's rules.check and mem.estimate where the
+    caller has them already."""
     ctx = rules.Context(model, cluster, plan, num_gpus)
-    violations = rules.check(ctx) if check_rules else []
+    if violations is None:
+        violations = rules.check(ctx) if check_rules else []
     if check_rules and any(v.severity == rules.ERROR for v in violations):
         return Evaluation(plan, tuple(violations))
     if estimate is None:
@@ -837,8 +840,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
             continue
         seen.add(plan)
         considered += 1
-        broken = rules.check(rules.Context(model, cluster, plan, num_gpus), first_error_only=True)
-        broken = [v for v in broken if v.severity == rules.ERROR]
+        violations = rules.check(rules.Context(model, cluster, plan, num_gpus), first_error_only=True)
+        broken = [v for v in violations if v.severity == rules.ERROR]
         if broken:
             rejected[broken[0].rule] += 1
             if len(rule_misses) < 50:
@@ -850,7 +853,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
             rejected["memory_fits"] += 1  # even its leanest variant does not fit: no need to look closer
             floored.append((floor, layout))
             continue
-        ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned)
+        # No error: the check ran every rule, so `violations` are the plan's warnings, as evaluate() would find them.
+        ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned, violations=violations)
         found = [ev] if ev.ok else []
         if ev.ok:
             fits_at[key] = plan.recompute
