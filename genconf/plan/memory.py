@@ -338,9 +338,10 @@ def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int
     total_width = 0
     deficit: dict[int, int] = {}  # padding elements inside rank r's ranges
     for chunk, layers in enumerate(chunks):
+        embedding, loss = first and chunk == 0, last and chunk == vp - 1
+        ends = (shared, first, rows) if embedding or loss else (False, False, 0)  # what only the ends' tensors read
         width, padding = _chunk_shard(model, tp, ep, etp, layers, dense_chunks[chunk] if dense_chunks else 0,
-                                      chunk_kinds[chunk] if chunk_kinds else None, first and chunk == 0,
-                                      last and chunk == vp - 1, shared, first, rows, d, expert)
+                                      chunk_kinds[chunk] if chunk_kinds else None, embedding, loss, *ends, d, expert)
         total_width += width
         for r, elements in padding:
             deficit[r] = deficit.get(r, 0) + elements
