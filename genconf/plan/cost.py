@@ -1240,16 +1240,8 @@ def _mtp_layer_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
 
 def stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> tuple[StageTime, ...]:
     """Each pipeline rank's time for one micro-batch (the pipeline schedule's pass times)."""
-    return _priced_stages(model, plan, cluster, cal)[1]
-
-
-@functools.lru_cache(maxsize=64)
-def _priced_stages(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration
-                   ) -> tuple[dict[str, float], tuple[StageTime, ...]]:
-    """(the mean layer's times, _mixed_layer; the stage times) of a plan: step_cost prices them and the search asks
-    for the same plan's stage times right after (whether a pipeline layout could pay). Read-only."""
     full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
-    return layer_gpu, _stage_times(model, plan, cluster, cal, full, layer_gpu)
+    return _stage_times(model, plan, cluster, cal, full, layer_gpu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1412,9 +1404,14 @@ def balanced_layout(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, 
     return layout_of_counts(counts, plan.vp, model.mtp_num_layers)
 
 
-def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration) -> StepCost:
+def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, *,
+              priced: dict[ParallelPlan, tuple[StageTime, ...]] | None = None) -> StepCost:
+    """priced: where given, keeps the plan's stage_times for the caller (the search asks for them next)."""
     gpu = cluster.gpu
-    layer_gpu, stages = _priced_stages(model, plan, cluster, cal)
+    full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
+    stages = _stage_times(model, plan, cluster, cal, full, layer_gpu)
+    if priced is not None:
+        priced[plan] = stages
     stage_s = [st.total_s for st in stages]
     recompute_s = [st.recompute_s for st in stages]
     offload_s = [st.offload_s for st in stages]

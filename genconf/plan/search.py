@@ -23,7 +23,7 @@ from genconf.plan import memory as mem
 from genconf.plan import rules
 from genconf.plan.batch import BatchDefault, default_batch, global_batch_for
 from genconf.plan.cost import (Calibration, StepCost, _layer_time, balanced_layout, implementation, layout_of_counts,
-                               stage_times, step_cost)
+                               step_cost)
 from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
@@ -188,11 +188,11 @@ class SearchResult:
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int, cal: Calibration,
              *, check_rules: bool = True, pinned: bool = False, violations: list[rules.Violation] | None = None,
-             estimate: MemoryEstimate | None = None) -> Evaluation:
+             estimate: MemoryEstimate | None = None, priced: dict | None = None) -> Evaluation:
     """Rules, then memory, then cost. With check_rules=False (benchmarks of published runs) only the
     layer split must be valid. pinned: the user fixed every degree (a plan between the headroom and the
     GPU's capacity is kept, with a warning). violations, estimate: the plan's rules.check and mem.estimate where the
-    caller has them already."""
+    caller has them already. priced: where given, step_cost keeps the plan's stage times there."""
     ctx = rules.Context(model, cluster, plan, num_gpus)
     if violations is None:
         violations = rules.check(ctx) if check_rules else []
@@ -205,7 +205,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, num_gpu
         violations, too_big = list(violations) + [too_big], None
     if too_big is not None:
         return Evaluation(plan, tuple(violations) + (too_big,), estimate)
-    return Evaluation(plan, tuple(violations), estimate, step_cost(model, plan, cluster, cal))
+    return Evaluation(plan, tuple(violations), estimate, step_cost(model, plan, cluster, cal, priced=priced))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -821,6 +821,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     pruned = 0
     seen: set[ParallelPlan] = set()
     split_speed: dict[ParallelPlan, float] = {}  # layout plan -> tokens/s of megatron's own split
+    priced: dict[ParallelPlan, tuple] = {}  # plan that fits -> its stage times, as step_cost found them
     for index, (neg_bound, _, layout, mbs, gbs, recompute) in enumerate(entries):
         if -neg_bound < threshold:
             pruned = len(entries) - index
@@ -854,7 +855,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
             floored.append((floor, layout))
             continue
         # No error: the check ran every rule, so `violations` are the plan's warnings, as evaluate() would find them.
-        ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned, violations=violations)
+        ev = evaluate(model, cluster, plan, num_gpus, cal, pinned=pinned, violations=violations, priced=priced)
         found = [ev] if ev.ok else []
         if ev.ok:
             fits_at[key] = plan.recompute
@@ -864,7 +865,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                     continue
                 seen.add(variant)
                 considered += 1
-                trial = evaluate(model, cluster, variant, num_gpus, cal, pinned=pinned, estimate=variant_estimate)
+                trial = evaluate(model, cluster, variant, num_gpus, cal, pinned=pinned, estimate=variant_estimate,
+                                 priced=priced)
                 if trial.ok:
                     found.append(trial)
         # Every degree typed, or the first/last stage's layers: evaluate exactly that split.
@@ -876,7 +878,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 # Moving layers cannot make the pipeline faster than its mean rank (compute and bubble follow the
                 # slowest rank, the rest stays): skip where even that is no gain the model can tell apart, or cannot
                 # reach the plans kept (as the candidates' own bounds are pruned).
-                loads = [st.total_s for st in stage_times(model, good.plan, cluster, cal)]
+                loads = [st.total_s for st in priced.pop(good.plan)]  # (evaluate priced every plan found)
                 gain = max(loads) * len(loads) / sum(loads)
                 if gain <= 1 + TIE_FRACTION or good.cost.tokens_per_s / num_gpus * gain < threshold:
                     continue
