@@ -421,6 +421,7 @@ def _layer_matmul_macs_per_token(model: ModelSpec, kind: str = "") -> int:
     return {"": _attention_macs_per_token(model) + mlp, "*": _attention_macs_per_token(model), "-": mlp, "E": mlp}[kind]
 
 
+@functools.lru_cache(maxsize=256)  # step_cost asks per plan; a model's count never changes
 def _layers_macs_per_token(model: ModelSpec) -> int:
     """Matmul MACs per token of every decoder layer and multi-token-prediction layer (with its 2h -> h eh_proj)."""
     mtp = model.mtp_num_layers * (_layer_matmul_macs_per_token(model) + 2 * model.hidden_size ** 2)
@@ -431,6 +432,7 @@ def _layers_macs_per_token(model: ModelSpec) -> int:
     return (model.moe_layers * moe + model.dense_layers * dense if model.is_moe else model.num_layers * dense) + mtp
 
 
+@functools.lru_cache(maxsize=256)  # step_cost asks per plan; a model's count never changes
 def _attention_flops_per_token(model: ModelSpec, seq_length: int) -> int:
     """Forward + backward FLOPs of QK^T and AV in every layer: 6 x s x (query/key + value widths), causal mask
     not halved (12 s a d per layer for a = d heads). A sliding-window layer sees at most window + 1 keys per query

@@ -80,8 +80,8 @@ class HashOnce:
 
 def hash_once(cls: type) -> type:
     """Keep a frozen dataclass's generated hash in its instance's `_hash` slot (the class derives from HashOnce): the
-    planner's caches hash the same model, cluster and calibration tens of thousands of times a search, and each
-    hash walks every field. The value is the generated one; a frozen instance's fields never change after
+    planner's caches hash the same model, cluster and calibration tens of thousands of times a search (and a plan
+    several times), and each hash walks every field. The value is the generated one; a frozen instance's fields never change after
     __post_init__, and `_hash` is no field (replace, pickling and equality ignore it)."""
     generated = cls.__hash__
 
@@ -715,8 +715,9 @@ class ClusterSpec(HashOnce):
         return self.ib_gbit_per_s_per_gpu / 8
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ParallelPlan:
+class ParallelPlan(HashOnce):
     """One way to lay a training job onto GPUs. Degrees multiply to the world size: tp*pp*cp*dp."""
 
     framework: str
