@@ -55,6 +55,7 @@ def parse_layout(text: str) -> tuple[int, ...]:
     return tuple(stage.count("t") for stage in stages)
 
 
+@functools.lru_cache(maxsize=256)  # the rules ask per candidate (rules._architecture)
 def layout_mtp_layers(text: str) -> int:
     """Multi-token-prediction layers ('m') a layout places (all in its last stage)."""
     s = text.replace(",", "")
