@@ -329,6 +329,7 @@ def _total(tensors: tuple[ParamTensor, ...]) -> int:
     return sum(t.numel for t in tensors)
 
 
+@functools.lru_cache(maxsize=256)  # the search's memory floors ask per layout
 def exact_param_count(model: ModelSpec) -> int:
     """Parameters of the checkpoint: layers, embeddings (unpadded rows), final norm, output layer, and the
     multi-token-prediction layers (their shared embedding and output layer counted once)."""
