@@ -145,9 +145,16 @@ def _rope_dicts(f: _Fields) -> tuple[dict | None, dict | None]:
     return main, local
 
 
+DEFAULT_SEQ_LENGTH = 8192
+"""The longest sequence an import plans by default: max_position_embeddings is the context a checkpoint serves, often
+far past what it was pre-trained at (Mistral-Nemo's 1,024,000, Qwen3's 40,960), and a plan at that length is a
+long-context run of its own (context parallelism, minutes per step). Said in f.info; --seq-len plans longer."""
+
+
 def _seq_length(f: _Fields) -> int:
-    """The pre-training context: rope scaling's original length where the checkpoint was extended by it (said in
-    f.info: planning at the pre-training context is a choice, not an approximation)."""
+    """The pre-training context: rope scaling's original length where the checkpoint was extended by it, else
+    max_position_embeddings up to DEFAULT_SEQ_LENGTH (each said in f.info: planning at the pre-training context is a
+    choice, not an approximation)."""
     longest = f.integer("max_position_embeddings")
     scaling, _ = _rope_dicts(f)
     if scaling and scaling.get("original_max_position_embeddings"):
@@ -157,6 +164,10 @@ def _seq_length(f: _Fields) -> int:
             f.info.append(f"{kind} rope scaling stretches the context to {longest:,} tokens; seq_length is the "
                          f"pre-training context {original:,} (plan longer runs with --seq-len)")
             return original
+    if longest > DEFAULT_SEQ_LENGTH:
+        f.info.append(f"max_position_embeddings is {longest:,} (the context it serves); seq_length is "
+                      f"{DEFAULT_SEQ_LENGTH:,}, a pre-training length (plan longer runs with --seq-len)")
+        return DEFAULT_SEQ_LENGTH
     return longest
 
 

@@ -121,14 +121,14 @@ def test_fields_are_mapped():
     assert (gemma3.spec.qk_layernorm_per_head, gemma3.spec.sandwich_norm) == (True, True)
     assert (gemma3.spec.sliding_window, gemma3.spec.window_attn_skip_freq, gemma3.spec.windowed_layers) == (512, 6, 22)
     mistral = load("mistral-7b-v0.1")
-    assert (mistral.spec.sliding_window, mistral.spec.window_attn_skip_freq, mistral.notes) == (4096, 0, ())
+    assert (mistral.spec.sliding_window, mistral.spec.window_attn_skip_freq, mistral.spec.unmodelled) == (4096, 0, ())
     assert load("qwen2-7b").spec.sliding_window is None  # use_sliding_window: false
 
 
 def _windowed(**fields) -> tuple:
     config = json.loads((HF / "qwen2-0.5b" / "config.json").read_text()) | fields
-    spec, _, notes = hf.model_from_config(config, name="windowed", where="config.json")
-    return spec.sliding_window, spec.window_attn_skip_freq, notes
+    spec, _, _ = hf.model_from_config(config, name="windowed", where="config.json")
+    return spec.sliding_window, spec.window_attn_skip_freq, spec.unmodelled
 
 
 def test_sliding_windows_are_read_as_megatron_core_lays_them():
@@ -425,3 +425,13 @@ def test_what_the_artifacts_build_otherwise_is_said():
     notes = load("gemma-2-27b").spec.unmodelled
     assert any("scaled by 1/sqrt(144) (query_pre_attn_scalar)" in n and "head_dim 128" in n for n in notes)
     assert not any("query_pre_attn_scalar" in n for n in load("gemma-2-9b").spec.unmodelled)  # 256 = head_dim
+
+
+def test_an_import_plans_a_pre_training_length_not_the_served_context():
+    """Mistral-Nemo serves 1,024,000 tokens and Qwen3 40,960: planned by default at those, an import was a
+    long-context run (cp 16, minutes per step); it plans at hf.DEFAULT_SEQ_LENGTH and says so."""
+    qwen = load("qwen3-8b")
+    assert qwen.spec.seq_length == hf.DEFAULT_SEQ_LENGTH == 8192
+    assert any("max_position_embeddings is 40,960" in n and "--seq-len" in n for n in qwen.notes)
+    assert load("llama3.2-1b").spec.seq_length == 8192  # rope scaling's pre-training context, as before
+    assert load("gpt2").spec.seq_length == 1024  # shorter than the default: its own
