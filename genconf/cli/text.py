@@ -13,6 +13,10 @@ from genconf.plan.pipeline import inflight_chunks
 from genconf.plan.search import Evaluation, SearchResult, describe
 from genconf.plan.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 
+MFU_CONVENTION_SHARE = 0.2
+"""Where the causal mask's skipped half is more than this share of the counted FLOPs (long sequences), the plan shows
+MFU with causal attention halved too."""
+
 if TYPE_CHECKING:  # the shell's result types, named in signatures only: text output imports no shell module
     from genconf.run.ci import Row
     from genconf.run.verify import Verdict
@@ -136,6 +140,10 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
         _row("step time", f"{perf['step_time_s']:.3f} s{within('step_time_s', '.3f')}"),
         _row("MFU / model TFLOP/s per GPU", f"{perf['mfu']:.1%} / {perf['tflops_per_gpu']:.0f} "
              f"(peak {perf['peak_tflops_per_gpu']:g})"),
+        *([_row("  causal attention halved", f"{perf['mfu_causal_halved']:.1%} MFU: the FLOPs the GPU runs (the line "
+                "above counts the masked half too, as Megatron-LM does)")]
+          if perf["mfu"] >= 0.1 and perf.get("mfu_causal_halved", perf["mfu"]) < perf["mfu"] * (1 - MFU_CONVENTION_SHARE)
+          else []),
         _row("tokens/s per GPU / whole job", f"{perf['tokens_per_s_per_gpu']:,.0f} / {perf['tokens_per_s']:,.0f}"
                                               f"{within('tokens_per_s_per_gpu', ',.0f')}"),
         *_track_record_lines(d),

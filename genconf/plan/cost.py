@@ -15,9 +15,10 @@ import math
 from dataclasses import dataclass
 
 from genconf.plan import kernels
-from genconf.plan.counting import (LORA_COLUMN_PARALLEL, dense_layer_model, layer_tensors, lora_flops_per_token,
-                                    checkpoint_early_stop, lora_target_shapes, model_flops_per_token,
-                                    recompute_flops_per_token, transformer_view, window_keys_per_query)
+from genconf.plan.counting import (LORA_COLUMN_PARALLEL, causal_masked_flops_per_token, checkpoint_early_stop,
+                                    dense_layer_model, layer_tensors, lora_flops_per_token, lora_target_shapes,
+                                    model_flops_per_token, recompute_flops_per_token, transformer_view,
+                                    window_keys_per_query)
 from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
 from genconf.plan.pipeline import (bf16_layers_on_rank, bubble_fraction, dp_overlap_passes, format_layout,
                                    recomputed_layers, stage_layers)
@@ -1028,6 +1029,9 @@ class StepCost:
     num_gpus: int
     peak_tflops_per_gpu: float
     bubble_fraction: float
+    causal_masked_flops_per_step: float = 0.0
+    """Of model_flops_per_step, the causal mask's skipped half of full attention (counting.causal_masked_flops_per_token):
+    counted by Megatron's convention, never executed."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -1051,6 +1055,13 @@ class StepCost:
         """Model FLOPs utilisation against the dense peak of the plan's compute dtype (NVIDIA's convention:
         989 TFLOP/s for BF16, 1979 for FP8 on an H100)."""
         return self.tflops_per_gpu / self.peak_tflops_per_gpu
+
+    @property
+    def mfu_causal_halved(self) -> float:
+        """MFU with causal attention counted halved (what the GPU executes; NeMo's flop formulas since 2025 count it
+        so): far below `mfu` at long sequences, where attention is most of the FLOPs."""
+        executed = self.model_flops_per_step - self.causal_masked_flops_per_step
+        return executed / self.step_time_s / self.num_gpus / 1e12 / self.peak_tflops_per_gpu
 
     @property
     def hfu(self) -> float:
@@ -1468,6 +1479,7 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
                     optimizer_s=optimizer, overhead_s=overhead, tp_comm_s=tp_comm, recompute_s=m * recompute_s[slowest_i],
                     offload_s=m * offload_s[slowest_i],
                     model_flops_per_step=flops_token * tokens, hardware_flops_per_step=hw_token * tokens,
+                    causal_masked_flops_per_step=causal_masked_flops_per_token(model, plan.seq_length) * tokens,
                     tokens_per_step=tokens, num_gpus=plan.world_size, peak_tflops_per_gpu=peak,
                     bubble_fraction=bubble_fraction(plan))
 

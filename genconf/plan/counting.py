@@ -445,6 +445,13 @@ def _attention_flops_per_token(model: ModelSpec, seq_length: int) -> int:
     return (layers - windowed) * widths * seq_length + windowed * widths * context
 
 
+def causal_masked_flops_per_token(model: ModelSpec, seq_length: int) -> float:
+    """The half of the full-attention layers' QK^T and AV FLOPs that a causal mask skips (flash attention computes the
+    lower triangle only), which model_flops_per_token counts by convention: what MFU with the mask halved leaves out."""
+    layers = model.attention_layers + model.mtp_num_layers - model.windowed_layers
+    return 0.5 * layers * 6 * (model.query_width + model.value_width) * seq_length
+
+
 def ssm_flops_per_token(model: ModelSpec) -> int:
     """Forward + backward FLOPs of the Mamba-2 layers' state-space scan beyond their projections: Megatron-LM's
     num_floating_point_operations (training.py, mamba_layer_flops: 7 x d_inner x state per token forward), x 3."""

@@ -283,3 +283,19 @@ def test_a_cluster_file_with_a_bad_nccl_env_name_is_refused_when_read(tmp_path):
     bad.write_text('name: bad\ngpu: h100-sxm\ngpus_per_node: 8\nib_gbit_per_s_per_gpu: 400\nnccl_env: {"BAD NAME": x}\n')
     one_line_error(run_genconf("--model", "1b", "--gpus", "8", "--cluster", str(bad)),
                    f"{bad}: nccl_env: 'BAD NAME' is not an environment variable name")
+
+
+def test_mfu_with_causal_attention_halved_is_shown_where_the_convention_misleads():
+    """MFU counts causal attention unhalved (Megatron-LM's formula): at 1M tokens Llama 3 8B shows 97.6%, which reads
+    as impossible; the plan then also shows the MFU of the FLOPs the GPU runs. At 8K the two are close: one line."""
+    from genconf.plan.counting import causal_masked_flops_per_token, model_flops_per_token
+    from genconf.catalog.models import resolve_model
+
+    long = json.loads(run("--model", "llama3-8b", "--gpus", "64", "--seq-len", "1048576", "--json").stdout)["perf"]
+    model = resolve_model("llama3-8b")[0]
+    share = causal_masked_flops_per_token(model, 1048576) / model_flops_per_token(model, 1048576)
+    assert long["mfu_causal_halved"] == pytest.approx(long["mfu"] * (1 - share), abs=1e-4)
+    assert long["mfu"] > 0.9 and long["mfu_causal_halved"] < 0.55
+    text = run("--model", "llama3-8b", "--gpus", "64", "--seq-len", "1048576").stdout
+    assert "causal attention halved" in text
+    assert "causal attention halved" not in run("--model", "llama3-8b", "--gpus", "64").stdout
