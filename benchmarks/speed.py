@@ -31,6 +31,10 @@ CASES = [
     ("llama3.1-405b on 16,384 x H100 (8/node)", ["--model", "llama3.1-405b", "--gpus", "16384", "--cluster", "dgx-h100", "--json"], 2.0),
     ("llama3.1-405b FP8 on 1,024 x GB200 NVL72", ["--model", "llama3.1-405b", "--gpus", "1024", "--cluster", "gb200-nvl72", "--precision", "fp8", "--json"], 2.0),
     ("mixtral-8x7b on 1,024 x H100 (8/node)", ["--model", "mixtral-8x7b", "--gpus", "1024", "--cluster", "dgx-h100", "--json"], 2.0),
+    # The slowest MoE searches (thousands of expert-parallel and recompute variants): issue 15's 2 s holds for them too.
+    ("qwen3-235b-a22b on 512 x H100 (8/node)", ["--model", "qwen3-235b-a22b", "--gpus", "512", "--cluster", "dgx-h100", "--json"], 2.0),
+    ("deepseek-v3 on 1,024 x H100 (4/node)", ["--model", "deepseek-v3", "--gpus", "1024", "--json"], 2.0),
+    ("kimi-k2 on 2,048 x H100 (4/node)", ["--model", "kimi-k2", "--gpus", "2048", "--json"], 2.0),
 ]
 
 
