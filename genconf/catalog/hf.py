@@ -153,17 +153,18 @@ long-context run of its own (context parallelism, minutes per step). Said in f.i
 
 def _seq_length(f: _Fields) -> int:
     """The pre-training context: rope scaling's original length where the checkpoint was extended by it, else
-    max_position_embeddings up to DEFAULT_SEQ_LENGTH (each said in f.info: planning at the pre-training context is a
-    choice, not an approximation)."""
+    max_position_embeddings; either at most DEFAULT_SEQ_LENGTH (said in f.info: planning at the pre-training context is
+    a choice, not an approximation)."""
     longest = f.integer("max_position_embeddings")
     scaling, _ = _rope_dicts(f)
     if scaling and scaling.get("original_max_position_embeddings"):
         original = scaling["original_max_position_embeddings"]
         kind = scaling.get("rope_type") or scaling.get("type") or "scaled"
         if original < longest:
-            f.info.append(f"{kind} rope scaling stretches the context to {longest:,} tokens; seq_length is the "
-                         f"pre-training context {original:,} (plan longer runs with --seq-len)")
-            return original
+            seq = min(original, DEFAULT_SEQ_LENGTH)
+            f.info.append(f"{kind} rope scaling stretches the context to {longest:,} tokens from {original:,}; "
+                          f"seq_length is {seq:,} (plan longer runs with --seq-len)")
+            return seq
     if longest > DEFAULT_SEQ_LENGTH:
         f.info.append(f"max_position_embeddings is {longest:,} (the context it serves); seq_length is "
                       f"{DEFAULT_SEQ_LENGTH:,}, a pre-training length (plan longer runs with --seq-len)")
@@ -475,7 +476,7 @@ def _gpt_neox(f: _Fields, notes: list[str]) -> dict:
                        "attention's")
     key = "rotary_pct" if f.data.get("rotary_pct") is not None else "partial_rotary_factor"
     f.get("rotary_pct")
-    pct = f.get(key, 1.0)
+    pct = f.get(key, (_rope_dicts(f)[0] or {}).get("partial_rotary_factor", 1.0))  # transformers 5 keeps it there
     if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct <= 1:
         raise f.refuse(key, pct, "a share of each head's dimensions in (0, 1] is expected")
     if f.flag("use_parallel_residual", True):
@@ -547,6 +548,10 @@ def model_from_config(data: dict, *, name: str, where: str) -> tuple[ModelSpec, 
             raise f.refuse(key, data[key], f"genconf imports models with {key} {json.dumps(default)}")
     if values.get("position_embedding") == "rope":
         values.update(_rope(f, notes))
+        share = (_rope_dicts(f)[0] or {}).get("partial_rotary_factor", values.get("rotary_percent", 1.0))
+        if share != values.get("rotary_percent", 1.0):
+            raise f.refuse("rope_parameters", {"partial_rotary_factor": share},
+                           f"genconf imports partial rotary embeddings for GPT-NeoX only, not {arch}")
     unknown = sorted(k for k in data if k not in f.read and k not in _GENERIC_KEYS and not k.startswith("_"))
     if "quantization_config" in unknown:
         unknown.remove("quantization_config")

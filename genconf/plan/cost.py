@@ -1067,6 +1067,13 @@ class StepCost:
     def hfu(self) -> float:
         return self.hardware_tflops_per_gpu / self.peak_tflops_per_gpu
 
+    @property
+    def hfu_causal_halved(self) -> float:
+        """HFU of the FLOPs the GPU runs: the masked half of causal attention left out, scaled by the hardware-to-model
+        FLOPs ratio (recomputation re-runs attention under the same mask; an estimate where it re-runs only part)."""
+        masked = self.causal_masked_flops_per_step * self.hardware_flops_per_step / self.model_flops_per_step
+        return (self.hardware_flops_per_step - masked) / self.step_time_s / self.num_gpus / 1e12 / self.peak_tflops_per_gpu
+
 
 def _dp_groups(plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, dense: int, expert: int
                ) -> list[tuple[int, int, float]]:

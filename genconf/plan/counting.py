@@ -448,7 +448,9 @@ def _attention_flops_per_token(model: ModelSpec, seq_length: int) -> int:
 def causal_masked_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     """The half of the full-attention layers' QK^T and AV FLOPs that a causal mask skips (flash attention computes the
     lower triangle only), which model_flops_per_token counts by convention: what MFU with the mask halved leaves out."""
-    layers = model.attention_layers + model.mtp_num_layers - model.windowed_layers
+    # A window at least as long as the sequence is full causal attention (the count's context is min(w + 1, s)).
+    windowed = model.windowed_layers if (model.sliding_window or seq_length) + 1 < seq_length else 0
+    layers = model.attention_layers + model.mtp_num_layers - windowed
     return 0.5 * layers * 6 * (model.query_width + model.value_width) * seq_length
 
 

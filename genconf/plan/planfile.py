@@ -64,7 +64,7 @@ def perf_dict(cost: StepCost) -> dict:
         "step_time_s": round(cost.step_time_s, 4), "tflops_per_gpu": round(cost.tflops_per_gpu, 1),
         "hardware_tflops_per_gpu": round(cost.hardware_tflops_per_gpu, 1), "mfu": round(cost.mfu, 4),
         "mfu_causal_halved": round(cost.mfu_causal_halved, 4),
-        "hfu": round(cost.hfu, 4), "tokens_per_s": round(cost.tokens_per_s, 1),
+        "hfu": round(cost.hfu, 4), "hfu_causal_halved": round(cost.hfu_causal_halved, 4), "tokens_per_s": round(cost.tokens_per_s, 1),
         "tokens_per_s_per_gpu": round(cost.tokens_per_s_per_gpu, 1),
         "bubble_fraction": round(cost.bubble_fraction, 4),
         "peak_tflops_per_gpu": cost.peak_tflops_per_gpu,

@@ -895,6 +895,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
                 if trial.ok and trial.cost.tokens_per_s > good.cost.tokens_per_s * (1 + TIE_FRACTION):
                     found.append(trial)
                     split_speed[variant] = good.cost.tokens_per_s
+        priced.clear()  # this candidate's stage times: read above only, not kept through the search
         for good in found:
             feasible.append(good)
             k = _schedule_free_key(good.plan)

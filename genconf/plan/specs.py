@@ -33,13 +33,13 @@ CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 """megatron-core 0.16.1's CudaGraphScope names (transformer/enums.py)."""
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+"""MoE token dispatchers genconf prices: megatron's alltoall, and its flex dispatcher's two backends (megatron-core
+0.16.1 moe_token_dispatcher_type / moe_flex_dispatcher_backend)."""
 MOE_ROUTER_SCORES = ("softmax", "sigmoid")
 MOE_LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "none")
 ROUTER_DEFAULTS = {"moe_router_score_function": "softmax", "moe_router_pre_softmax": None, "moe_router_expert_bias": False,
                    "moe_router_topk_scaling_factor": None, "moe_router_num_groups": None, "moe_router_group_topk": None}
 """ModelSpec's router fields at their defaults: what a dense model carries (counting.dense_layer_model)."""
-"""MoE token dispatchers genconf prices: megatron's alltoall, and its flex dispatcher's two backends (megatron-core
-0.16.1 moe_token_dispatcher_type / moe_flex_dispatcher_backend)."""
 HYBRID_LAYER_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 """megatron-core's hybrid_override_pattern symbols (ssm/mamba_hybrid_layer_allocation.py Symbols) genconf prices: a
 Mamba-2 mixer, self-attention, an MLP and a MoE MLP, each a layer of its own with its own pre-norm."""
@@ -175,8 +175,8 @@ class ModelSpec(HashOnce):
     Qwen3, GPT-OSS) or sigmoid (DeepSeek-V3, Kimi K2, Nemotron 3). The router's FLOPs are the same."""
     moe_router_pre_softmax: bool | None = None
     """Softmax over every expert before the top-k, the k weights not renormalised (megatron --moe-router-pre-softmax;
-    Hugging Face Qwen3-MoE norm_topk_prob false), instead of a softmax over the k chosen. None: on for top-1 routing
-    only (megatron-core refuses top-1 without it: a softmax over one score has no gradient). Softmax scoring only."""
+    Hugging Face Qwen3-MoE norm_topk_prob false), instead of a softmax over the k chosen. None: on for top-1 softmax
+    routing only (megatron-core refuses it without: a softmax over one score has no gradient). Softmax scoring only."""
     moe_router_expert_bias: bool = False
     """Aux-loss-free balancing: a per-expert bias added to the scores for choosing the experts only, updated from the
     load (DeepSeek-V3; megatron --moe-router-enable-expert-bias, sigmoid scoring only)."""
@@ -464,13 +464,17 @@ class ModelSpec(HashOnce):
         """The router fields as megatron-core's TransformerConfig takes them (its __post_init__ asserts)."""
         _one_of(self, "moe_router_score_function", MOE_ROUTER_SCORES)
         _one_of(self, "moe_router_load_balancing", MOE_LOAD_BALANCING)
+        softmax = self.moe_router_score_function == "softmax"
         if self.moe_router_pre_softmax is None:
-            object.__setattr__(self, "moe_router_pre_softmax", self.moe_top_k == 1)
+            object.__setattr__(self, "moe_router_pre_softmax", self.moe_top_k == 1 and softmax)
         if not isinstance(self.moe_router_pre_softmax, bool) or not isinstance(self.moe_router_expert_bias, bool):
             raise ValueError(f"ModelSpec {self.name}: moe_router_pre_softmax and moe_router_expert_bias are true or false")
         if (self.moe_top_k == 1 and self.moe_router_score_function == "softmax" and not self.moe_router_pre_softmax):
             raise ValueError(f"ModelSpec {self.name}: top-1 softmax routing needs moe_router_pre_softmax (megatron-core: "
                              "a softmax over one score has no gradient)")
+        if self.moe_router_pre_softmax and not softmax:
+            raise ValueError(f"ModelSpec {self.name}: moe_router_pre_softmax is for softmax scoring (megatron-core's "
+                             "sigmoid router ignores it)")
         if self.moe_router_expert_bias and self.moe_router_score_function != "sigmoid":
             raise ValueError(f"ModelSpec {self.name}: moe_router_expert_bias needs sigmoid scoring (megatron-core)")
         factor = self.moe_router_topk_scaling_factor

@@ -132,6 +132,9 @@ def run_one(name: str, work: Path, *, update_golden: bool = False, plot_dir: Pat
         interrupts = rank_signal.Interrupts(at_once=True)
         rc = launch.launch_local(cfg, run_dir, resume=False, stdout=sys.stderr,  # stdout keeps the table/JSON
                                  interrupts=interrupts)
+        if interrupts.terminated:
+            print("genconf: terminated", file=sys.stderr, flush=True)
+            raise SystemExit(launch.EXIT_TERMINATED)  # the ranks are gone
         if interrupts.any:
             raise KeyboardInterrupt  # the ranks are gone; genconf's main says so (exit 130)
         if rc != 0:

@@ -237,7 +237,8 @@ def check_resumable(run_dir: Path, cfg, steps_flag: int | None) -> int:
 
 
 EXIT_INTERRUPTED = 130
-"""A launch stopped by Ctrl-C or SIGTERM exits as the shell's convention for SIGINT has it (128 + 2)."""
+"""A launch stopped by Ctrl-C exits as the shell's convention for SIGINT has it (128 + 2); by SIGTERM, 143."""
+EXIT_TERMINATED = 143
 
 
 def report_end(run_dir: Path, rc: int, *, since: float, resume_hint: str,
@@ -245,25 +246,28 @@ def report_end(run_dir: Path, rc: int, *, since: float, resume_hint: str,
     """After the ranks are gone: 0 when the run finished or stopped for preemption (one line each), else a
     GenconfError naming the cause: a hang (which ranks, where they waited), the first rank's failure (the disk
     is full, out of memory, the exception), or the exit code. A run stopped by Ctrl-C or SIGTERM
-    (`interrupts`) that did not finish: EXIT_INTERRUPTED and one line, with where a resume would start."""
+    (`interrupts`) that did not finish: one line, with where a resume would start, and EXIT_INTERRUPTED (or
+    EXIT_TERMINATED), unless a rank failed meanwhile: that failure is the error."""
     marker = preempt.read_marker(run_dir)
+    marked = bool(marker) and marker.get("time", 0) >= since
     finished = preempt.read_finished(run_dir)
-    if finished and finished.get("time", 0) >= since:
-        finished_now = True
-    else:
-        finished_now = rc == 0 and not (marker and marker.get("time", 0) >= since)
+    finished_now = (bool(finished) and finished.get("time", 0) >= since) or (rc == 0 and not marked)
     if interrupts is not None and interrupts.any and not finished_now:
-        if marker and marker.get("time", 0) >= since and not interrupts.stopped_now:
+        failed = failure.summarize(run_dir, since=since)
+        if failed:
+            raise GenconfError(f"training failed while stopping: {failed} (run directory {run_dir})")
+        why = "SIGTERM" if interrupts.terminated else "Ctrl-C"
+        if marked:  # the ranks stopped after their checkpoint, whatever came after the first Ctrl-C
             saved = (f"checkpoint {marker['checkpoint']}; continue with: {resume_hint}" if marker.get("checkpoint")
                      else "no checkpoint: checkpoints are off")
-            print(f"genconf: stopped (Ctrl-C) after step {marker['step']} ({saved})", flush=True)
+            print(f"genconf: stopped ({why}) after step {marker['step']} ({saved})", flush=True)
         else:
             complete = complete_checkpoints(checkpoints.CheckpointStore(run_dir / "checkpoints"))
             resume = (f"the newest checkpoint is {complete[-1][1].name}; continue with: {resume_hint}" if complete
                       else "no checkpoint to resume from")
-            print(f"genconf: stopped before the end of a step ({resume})", flush=True)
-        return EXIT_INTERRUPTED
-    if marker and marker.get("time", 0) >= since:
+            print(f"genconf: stopped ({why}) before the end of a step ({resume})", flush=True)
+        return EXIT_TERMINATED if interrupts.terminated else EXIT_INTERRUPTED
+    if marked:
         saved = f"checkpoint {marker['checkpoint']}" if marker.get("checkpoint") else "no checkpoint (checkpoints off)"
         print(f"genconf: preempted after step {marker['step']} ({saved}); continue with: {resume_hint}", flush=True)
         return 0

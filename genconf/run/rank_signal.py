@@ -109,16 +109,40 @@ def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wa
     the wait (they are not passed on: torchrun gets them from the same sender). `interrupts`: SIGINT and SIGTERM
     handled as Interrupts says (torchrun must then leave SIGINT to its default: not in its --signals-to-handle)."""
     signum = preempt.SIGNAL
-    # Ignored here, so torchrun inherits it ignored (and its ranks, until they install their handler).
+    proc: subprocess.Popen | None = None
+    stop_pending = False  # a SIGTERM that came while torchrun was being started: sent once it is
+
+    def stop_now() -> None:
+        nonlocal stop_pending
+        if proc is None:
+            stop_pending = True
+            return
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except OSError:  # ended meanwhile
+            pass
+
+    def terminate(_signum, _frame) -> None:
+        interrupts.terminated = True
+        _say("SIGTERM: stopping the ranks now")
+        stop_now()
+
+    # Ignored here, so torchrun inherits it ignored (and its ranks, until they install their handler). SIGINT too
+    # with `interrupts` (a Ctrl-C in the milliseconds of the fork and exec is lost); SIGTERM is handled from before
+    # the start, so a kill then does not leave torchrun running without the launch (a handler is reset at exec).
     previous = signal.signal(signum, signal.SIG_IGN)
     previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN) if interrupts is not None else None
+    previous_term = signal.signal(signal.SIGTERM, terminate) if interrupts is not None else None
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     except BaseException:
         signal.signal(signum, previous)
-        if previous_int is not None:
+        if interrupts is not None:
             signal.signal(signal.SIGINT, previous_int)
+            signal.signal(signal.SIGTERM, previous_term)
         raise
+    if stop_pending:
+        stop_now()
     notice_at: float | None = None
     warned = False
     sent: set[int] = set()
@@ -148,12 +172,6 @@ def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wa
             notice_at = time.monotonic()
         deliver()
 
-    def stop_now() -> None:
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except OSError:  # ended meanwhile
-            pass
-
     def interrupt(_signum, _frame) -> None:
         interrupts.presses += 1
         if interrupts.presses == 1 and not interrupts.at_once:
@@ -165,15 +183,10 @@ def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wa
                  else "Ctrl-C again: stopping the ranks now")
             stop_now()
 
-    def terminate(_signum, _frame) -> None:
-        interrupts.terminated = True
-        _say("SIGTERM: stopping the ranks now")
-        stop_now()
-
     handlers = {signum: previous, **{s: signal.signal(s, lambda *_: None) for s in wait_through}}
     if interrupts is not None:
         handlers[signal.SIGINT] = previous_int
-        handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, terminate)
+        handlers[signal.SIGTERM] = previous_term
         if previous_int is not signal.SIG_IGN:  # a background job (`genconf launch ... &`) keeps ignoring it
             signal.signal(signal.SIGINT, interrupt)
     signal.signal(signum, receive)

@@ -178,9 +178,11 @@ def train(runner: Runner, run_dir: Path, *, resume: bool | str) -> int:
             if stopped is not None and d.is_main:
                 saved = store.final_dir(stopped)
                 preempt.write_marker(run_dir, step=stopped, checkpoint=saved.name if saved.is_dir() else None)
+                under_slurm = "SLURM_JOB_ID" in os.environ  # else `genconf launch` says how to continue
                 print(f"genconf: preempted ({preempt.SIGNAL_NAME}) after step {stopped}: "
-                      + (f"checkpoint {saved.name} saved; the requeued job resumes from it" if saved.is_dir() else
-                         "no checkpoint (checkpoints are off): a requeued job starts over"), flush=True)
+                      + (f"checkpoint {saved.name} saved" if saved.is_dir() else "no checkpoint (checkpoints are off)")
+                      + ((("; the requeued job resumes from it" if saved.is_dir() else "; a requeued job starts over")
+                          if under_slurm else "")), flush=True)
             if dog is not None:
                 dog.stop()
                 dog = None

@@ -435,3 +435,23 @@ def test_an_import_plans_a_pre_training_length_not_the_served_context():
     assert any("max_position_embeddings is 40,960" in n and "--seq-len" in n for n in qwen.notes)
     assert load("llama3.2-1b").spec.seq_length == 8192  # rope scaling's pre-training context, as before
     assert load("gpt2").spec.seq_length == 1024  # shorter than the default: its own
+
+
+def test_transformers_5_partial_rotary_factor_in_rope_parameters():
+    """transformers 5 keeps GPT-NeoX's share in rope_parameters: read there too; a family genconf imports without
+    partial rotary refuses it rather than rotating every dimension."""
+    data = _config("pythia-160m")
+    data.pop("rotary_pct", None)
+    data["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000, "partial_rotary_factor": 0.25}
+    assert hf.model_from_config(data, name="p", where="c")[0].rotary_percent == 0.25
+    llama = dict(_config("llama3-8b"), rope_parameters={"rope_type": "default", "rope_theta": 5e5,
+                                                        "partial_rotary_factor": 0.5})
+    with pytest.raises(GenconfError, match="partial rotary embeddings for GPT-NeoX only, not LlamaForCausalLM"):
+        hf.model_from_config(llama, name="l", where="c")
+
+
+def test_a_rope_scaled_pre_training_context_is_capped_too():
+    yarn = dict(_config("qwen2-7b"), max_position_embeddings=131072,
+                rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})
+    spec, _, notes = hf.model_from_config(yarn, name="q", where="c")
+    assert spec.seq_length == 8192 and any("from 32,768" in n for n in notes)

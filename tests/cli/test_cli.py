@@ -299,3 +299,13 @@ def test_mfu_with_causal_attention_halved_is_shown_where_the_convention_misleads
     text = run("--model", "llama3-8b", "--gpus", "64", "--seq-len", "1048576").stdout
     assert "causal attention halved" in text
     assert "causal attention halved" not in run("--model", "llama3-8b", "--gpus", "64").stdout
+
+
+def test_a_window_as_long_as_the_sequence_is_halved_as_full_attention():
+    """Mistral 7B's 4,096-token window at a 4,096-token sequence is full causal attention: its masked half counts."""
+    from genconf.plan.counting import causal_masked_flops_per_token
+    from genconf.catalog.models import resolve_model
+
+    mistral = resolve_model("mistral-7b-v0.1")[0]
+    assert causal_masked_flops_per_token(mistral, 4096) > 0
+    assert causal_masked_flops_per_token(mistral, 32768) == 0  # every layer windowed well inside the sequence

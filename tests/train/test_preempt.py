@@ -3,6 +3,8 @@ at a step boundary; the marker says where the run stopped; a requeued job is rec
 
 from __future__ import annotations
 
+import pytest
+
 import contextlib
 import os
 import signal
@@ -54,6 +56,37 @@ def test_a_run_that_finished_before_torchrun_exited_on_a_late_signal_is_a_finish
     assert "run finished" in capsys.readouterr().out
     # An older launch's marker does not count.
     assert preempt.read_finished(tmp_path)["time"] >= since
+
+
+def _interrupted(*, presses: int = 0, terminated: bool = False):
+    from genconf.run.rank_signal import Interrupts
+
+    interrupts = Interrupts()
+    interrupts.presses, interrupts.terminated = presses, terminated
+    return interrupts
+
+
+def test_a_stopped_run_names_its_checkpoint_a_rank_s_failure_wins_and_sigterm_exits_143(tmp_path, capsys):
+    """report_end after Ctrl-C or SIGTERM: the preemption checkpoint the ranks wrote is named even when a second
+    Ctrl-C came after it; a rank that failed while stopping (a full disk) is the error, not hidden behind the stop;
+    SIGTERM exits 143 (128 + 15), Ctrl-C 130."""
+    from genconf.plan.errors import GenconfError
+    from genconf.run.launch import report_end
+    from genconf.train import failure
+
+    since = preempt.time.time() - 1
+    hint = "genconf launch X --resume"
+    preempt.write_marker(tmp_path, step=7, checkpoint="step_0000007")
+    assert report_end(tmp_path, 0, since=since, resume_hint=hint, interrupts=_interrupted(presses=2)) == 130
+    assert "genconf: stopped (Ctrl-C) after step 7 (checkpoint step_0000007; continue with: genconf launch X --resume)" \
+        in capsys.readouterr().out
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    assert report_end(stopped, -15, since=since, resume_hint=hint, interrupts=_interrupted(terminated=True)) == 143
+    assert "genconf: stopped (SIGTERM) before the end of a step (no checkpoint to resume from)" in capsys.readouterr().out
+    failure.record_line(stopped, 1, "rank 1 failed saving the checkpoint: the disk is full")
+    with pytest.raises(GenconfError, match="training failed while stopping: .*the disk is full"):
+        report_end(stopped, 1, since=since, resume_hint=hint, interrupts=_interrupted(presses=1))
 
 
 def test_requeued():
