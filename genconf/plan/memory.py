@@ -58,8 +58,14 @@ in place and freed blocks are reused, so only block rounding and a few cached bl
 fitted: no published run reports its reserved memory with expandable segments)."""
 
 
+class _TotalSlot:
+    """Where a StageMemory keeps its total_bytes once summed (the search asks for it several times a stage)."""
+
+    __slots__ = ("_total",)
+
+
 @dataclass(frozen=True, slots=True)
-class StageMemory:
+class StageMemory(_TotalSlot):
     """What one GPU of one pipeline stage holds at its peak, in bytes."""
 
     stage: int
@@ -106,7 +112,12 @@ class StageMemory:
     def total_bytes(self) -> int:
         """What the plan needs on the GPU: live tensors, the fragmentation that cannot be released, the runtime.
         (The allocator may show more, device_bytes, while it caches freed blocks it would give back.)"""
-        return self.allocated_bytes + self.unreleasable_bytes + self.runtime_bytes
+        try:
+            return self._total
+        except AttributeError:  # summed once: a frozen stage's fields never change (the same int every time)
+            total = self.allocated_bytes + self.unreleasable_bytes + self.runtime_bytes
+            object.__setattr__(self, "_total", total)
+            return total
 
 
 HEADROOM_FRACTION = 0.05
