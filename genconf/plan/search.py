@@ -567,10 +567,10 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
     ladder = []
     if plan.framework != "megatron":
         # DeepSpeed/FSDP: the fused cross entropy drops the logits' fp32 copies (no time lost); nothing else here.
-        return [(replace(plan, fused_loss=True), None)] if pins.fused_loss is None and not plan.fused_loss else []
+        return [(plan.replace(fused_loss=True), None)] if pins.fused_loss is None and not plan.fused_loss else []
     if pins.precision_aware_optimizer is None and current.zero_stage >= 1 and \
             current.remainders_possible:
-        ladder.append(lambda m, p, est: replace(p, precision_aware_optimizer=True))
+        ladder.append(lambda m, p, est: p.replace(precision_aware_optimizer=True))
     if current.recompute == "selective" and not pins.recompute_modules and current.layer_spec == "te":
         # megatron-core's module recompute, cheapest first (the modules NVIDIA's MoE recipes list, Megatron-Bridge:
         # DeepSeek-V3 mla_up_proj, GPT-OSS layernorm + moe_act; then the dense MLP).
@@ -601,7 +601,7 @@ def _without_spare_optimizer_saver(model: ModelSpec, cluster: ClusterSpec, plan:
     Returned with its memory estimate."""
     if plan.precision_aware_optimizer or not saved.precision_aware_optimizer:
         return saved, saved_estimate
-    trial = replace(saved, precision_aware_optimizer=False)
+    trial = saved.replace(precision_aware_optimizer=False)
     if trial == plan:  # (saved is plan with the optimizer alone)
         return saved, saved_estimate
     peak = saved_estimate.peak
@@ -614,7 +614,7 @@ def _without_spare_optimizer_saver(model: ModelSpec, cluster: ClusterSpec, plan:
 def _module_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate, *, module: str) -> ParallelPlan:
     """Selective recompute with `module` added to the modules repeated. Core attention, the default, is dropped
     from the list: with Transformer Engine's flash attention repeating it frees nothing."""
-    return replace(plan, recompute_modules=(*plan.recompute_modules, module))
+    return plan.replace(recompute_modules=(*plan.recompute_modules, module))
 
 
 def _block_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) -> ParallelPlan | None:
@@ -629,7 +629,7 @@ def _block_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) 
     if saving <= 0:
         return None
     k = math.ceil(excess * 1.05 / saving)
-    return replace(plan, recompute="full", recompute_layers=k) if 0 < k < per_chunk else None
+    return plan.replace(recompute="full", recompute_layers=k) if 0 < k < per_chunk else None
 
 
 def _activation_offload(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) -> ParallelPlan | None:
@@ -639,7 +639,7 @@ def _activation_offload(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimat
     if per_layer <= 0:
         return None
     k = math.ceil((excess + 2 * per_layer) * 1.05 / per_layer)
-    return replace(plan, offload_activation_layers=k) if 0 < k < model.num_layers else None
+    return plan.replace(offload_activation_layers=k) if 0 < k < model.num_layers else None
 
 
 _RECOMPUTE_MEMORY = {"full": 0, "selective": 1, "none": 2}
@@ -658,8 +658,8 @@ def _lean_plan(model: ModelSpec, layout: _Layout, pins: Pins, seq: int) -> Paral
     if plan.recompute == "selective" and not pins.recompute_modules and plan.framework == "megatron" \
             and plan.layer_spec == "te":
         # Selective recompute pinned: the saver ladder (_savers) may repeat every module megatron can.
-        plan = replace(plan, recompute_modules=model.extra_recompute_modules)
-    return replace(plan, fused_loss=True) if pins.fused_loss is None and plan.framework != "megatron" else plan
+        plan = plan.replace(recompute_modules=model.extra_recompute_modules)
+    return plan.replace(fused_loss=True) if pins.fused_loss is None and plan.framework != "megatron" else plan
 
 
 def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, layout: _Layout, usable: float,
@@ -959,7 +959,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
             plan = _lean_plan(model, layout, pins, seq)
             if plan.framework == "megatron" and plan.zero_stage >= 1 and pins.precision_aware_optimizer is None \
                     and plan.remainders_possible:
-                plan = replace(plan, precision_aware_optimizer=True)
+                plan = plan.replace(precision_aware_optimizer=True)
             if plan in lean_seen:
                 continue
             lean_seen.add(plan)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass
 
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
@@ -1057,13 +1058,47 @@ class ParallelPlan(HashOnce):
                 or self.pp_embedding_as_layer or self.pp_loss_as_layer or self.pp_layout is not None)
 
     def replace(self, **changes: object) -> "ParallelPlan":
-        return dataclasses.replace(self, **changes)
+        """dataclasses.replace(self, **changes), faster (the search derives thousands of plans): the same keyword
+        arguments to the same __init__; where every changed field is one __post_init__ never reads
+        (PLAN_FIELDS_UNVALIDATED), the copy skips the validation, which read only this validated plan's values."""
+        if type(self) is not ParallelPlan:
+            return dataclasses.replace(self, **changes)
+        if changes.keys() <= PLAN_FIELDS_UNVALIDATED:
+            new = object.__new__(ParallelPlan)
+            _copy_plan_fields(new, self)
+            for name, value in changes.items():
+                object.__setattr__(new, name, value)
+            return new
+        values = dict(zip(PLAN_FIELDS, _plan_field_values(self)))
+        values.update(changes)
+        return ParallelPlan(**values)
 
     def with_layout(self, layout: str | None) -> "ParallelPlan":
         """The plan with its layers placed by a pipeline layout (None: megatron's even split) instead of any
         first/last stage counts or embedding/loss accounting."""
-        return dataclasses.replace(self, pp_layout=layout, pp_first_stage_layers=None, pp_last_stage_layers=None,
-                                   pp_embedding_as_layer=False, pp_loss_as_layer=False)
+        return self.replace(pp_layout=layout, pp_first_stage_layers=None, pp_last_stage_layers=None,
+                            pp_embedding_as_layer=False, pp_loss_as_layer=False)
+
+
+PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelPlan))
+_plan_field_values = operator.attrgetter(*PLAN_FIELDS)
+PLAN_FIELDS_UNVALIDATED = frozenset({
+    "sequence_parallel", "fp8_param_gather", "precision_aware_optimizer", "adam_moments_dtype", "offload_optimizer",
+    "offload_params", "tp_comm_overlap", "moe_ep_overlap", "expandable_segments", "checkpoint_early_stop",
+    "grad_accum_fusion", "torch_compile", "fused_loss", "pp_embedding_as_layer", "pp_loss_as_layer"})
+"""ParallelPlan fields its __post_init__ never reads (tests/plan/test_specs_replace.py checks it): a plan copied from a
+valid one with only these changed passes the same validation, so ParallelPlan.replace skips it."""
+
+
+def _plan_fields_copier():
+    """copy(new, old): every field of `old` set on `new`, as the generated __init__ sets them (object.__setattr__)."""
+    body = "\n".join(f"    _set(new, {name!r}, old.{name})" for name in PLAN_FIELDS)
+    namespace = {"_set": object.__setattr__}
+    exec(f"def copy(new, old):\n{body}\n", namespace)
+    return namespace["copy"]
+
+
+_copy_plan_fields = _plan_fields_copier()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
