@@ -488,18 +488,19 @@ quantized copy instead of the BF16 tensor: blockwise keeps an fp32 scale per 1x1
 
 
 def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int,
-                  pp_stage: int = 0, *, fp8_any_layout: bool = False) -> tuple[int, int, int, list[tuple[str, int]], int]:
+                  pp_stage: int = 0, *, fp8_any_layout: bool = False,
+                  terms: _PlanTerms | None = None) -> tuple[int, int, int, list[tuple[str, int]], int]:
     """(params, grads, optimizer, other, step_transient) bytes for one rank holding `rp` and `layers`
     transformer layers. step_transient: what exists only during the optimizer step (activations are gone).
-    fp8_any_layout: the GPU's FP8 GEMMs take either layout (GPUSpec.fp8_gemm_any_layout)."""
+    fp8_any_layout: the GPU's FP8 GEMMs take either layout (GPUSpec.fp8_gemm_any_layout). terms: where given, the
+    plan's part of the key is taken from it (found once for the stages of a plan)."""
     # Model states do not depend on the micro-batch, the batch or recompute: one computation per layout.
-    key = (model, rp, layers, pp_stage, plan.framework, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, plan.dp, plan.cp,
-           plan.zero_stage, plan.shard_group_size, plan.precision, plan.quant_recipe, plan.fp8_param_gather,
-           plan.bf16_edge_layers,
-           plan.precision_aware_optimizer, plan.adam_moments_dtype, plan.lora_rank,
-           plan.grad_bytes, plan.layer_spec, plan.offload_optimizer, plan.offload_params,
-           stage_layers(model.num_layers, plan),
-           plan.seq_length if model.position_embedding == "learned" else 0, fp8_any_layout)
+    plan_key = terms.states_key if terms is not None else None
+    if plan_key is None:
+        plan_key = _states_plan_key(model, plan)
+        if terms is not None:
+            terms.states_key = plan_key
+    key = (plan_key, rp, layers, pp_stage, fp8_any_layout)
     hit = _MODEL_STATES.get(key)
     if hit is None:
         if len(_MODEL_STATES) > 16384:
@@ -512,6 +513,17 @@ def _model_states(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: 
 
 
 _MODEL_STATES: dict[tuple, tuple] = {}
+
+
+def _states_plan_key(model: ModelSpec, plan: ParallelPlan) -> tuple:
+    """The model and the plan's fields that model states read (_model_states' key, less the stage's own part)."""
+    return (model, plan.framework, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, plan.dp, plan.cp,
+            plan.zero_stage, plan.shard_group_size, plan.precision, plan.quant_recipe, plan.fp8_param_gather,
+            plan.bf16_edge_layers,
+            plan.precision_aware_optimizer, plan.adam_moments_dtype, plan.lora_rank,
+            plan.grad_bytes, plan.layer_spec, plan.offload_optimizer, plan.offload_params,
+            stage_layers(model.num_layers, plan),
+            plan.seq_length if model.position_embedding == "learned" else 0)
 
 
 def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams, layers: int,
@@ -1044,40 +1056,29 @@ def _loss_bytes(plan: ParallelPlan, d: "_Dims", rows: int) -> tuple[float, tuple
 # --- a whole stage --------------------------------------------------------------------------------
 
 def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks: int,
-                  chunks: int) -> tuple[float, list[tuple[str, float]]]:
-    """Activations (saved) and transient buffers of the embedding and the loss held by this stage."""
-    d = _dims(model, plan)
-    rows = vocab_rows(model, plan)
+                  chunks: int, terms: "_PlanTerms | None" = None) -> tuple[float, list[tuple[str, float]]]:
+    """Activations (saved) and transient buffers of the embedding and the loss held by this stage. terms: the plan's
+    stage-independent terms (_PlanTerms), where the caller prices several stages of it."""
+    x = (terms if terms is not None else _PlanTerms(model, plan)).extras()
     saved = 0.0
     transient: list[tuple[str, float]] = []
-    if plan.recompute == "full" and model.position_embedding == "rope":
+    if x.rope_table:
         # Each checkpointed layer's inputs include the fp32 rotary table [s, 1, 1, d]: one storage per chunk.
-        saved += chunks * 4.0 * d.s * model.rope_dim
+        saved += chunks * 4.0 * x.d.s * model.rope_dim
     if stage == 0:
-        # Embedding (measured on megatron-core 0.16): int64 token ids (+ a masked copy and a bool mask under
-        # vocab-parallel TP), int64 position ids for learned positions, and the 1-byte dropout mask.
-        per_mb = 8.0 * d.n + (9.0 * d.n if d.t > 1 else 0.0)
-        if model.position_embedding == "learned":
-            per_mb += 8.0 * d.s
-        if model.hidden_dropout > 0:
-            per_mb += 1.0 * d.n * d.h / d.r
-        saved += first_chunks * per_mb
+        saved += first_chunks * x.embedding_per_mb
     if stage == plan.pp - 1:
         # One micro-batch at a time reaches the loss: the final norm, the output layer and the cross entropy.
-        saved += sum(b for _, b in _norm_terms(model, d, "final norm"))
-        loss_saved, loss_transient = _loss_bytes(plan, d, rows)
+        final_norm, loss_saved, loss_transient, mtp = x.last()
+        saved += final_norm
         saved += loss_saved
         transient.append(loss_transient)
         if model.mtp_num_layers:
-            # Each multi-token-prediction layer (one micro-batch in flight, like the loss): the embedding of the
-            # shifted tokens, its two norms and the 2h-wide eh_proj input, one decoder layer, and its own loss.
-            mtp_layer = (layer_activation_bytes(transformer_view(model), plan) + 4 * d.e * d.n * d.h / d.r
-                         + 2 * sum(b for _, b in _norm_terms(model, d, "mtp norm")) + loss_saved)
-            saved += model.mtp_num_layers * mtp_layer
+            saved += mtp
     if plan.pp > 1:
-        transient.append(("pipeline send/recv buffers", 4.0 * d.e * d.n * d.h / d.r))
+        transient.append(x.send_recv)
     if plan.recompute == "full":
-        layer = ("recomputed layer during backward", layer_activation_bytes(model, plan, recompute="none"))
+        layer = x.recomputed_layer
         # The loss's buffers are gone before the first layer is recomputed: the larger of the two is the peak.
         loss = [i for i, (name, _) in enumerate(transient) if "loss" in name]
         if loss and transient[loss[0]][1] >= layer[1]:
@@ -1087,6 +1088,76 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
         else:
             transient.append(layer)
     return saved, transient
+
+
+class _Extras:
+    """The stage-independent terms of _stage_extras for one plan (the same expressions, evaluated once a plan; the
+    last stage's when a last stage is priced)."""
+
+    __slots__ = ("model", "plan", "terms", "d", "rope_table", "embedding_per_mb", "_last", "send_recv",
+                 "recomputed_layer")
+
+    def __init__(self, model: ModelSpec, plan: ParallelPlan, terms: "_PlanTerms") -> None:
+        self.model, self.plan, self.terms = model, plan, terms
+        d = self.d = terms.d
+        self.rope_table = plan.recompute == "full" and model.position_embedding == "rope"
+        # Embedding (measured on megatron-core 0.16): int64 token ids (+ a masked copy and a bool mask under
+        # vocab-parallel TP), int64 position ids for learned positions, and the 1-byte dropout mask.
+        per_mb = 8.0 * d.n + (9.0 * d.n if d.t > 1 else 0.0)
+        if model.position_embedding == "learned":
+            per_mb += 8.0 * d.s
+        if model.hidden_dropout > 0:
+            per_mb += 1.0 * d.n * d.h / d.r
+        self.embedding_per_mb = per_mb
+        self._last: tuple | None = None
+        self.send_recv = ("pipeline send/recv buffers", 4.0 * d.e * d.n * d.h / d.r)
+        self.recomputed_layer = (("recomputed layer during backward", terms.layer_bytes("none"))
+                                 if plan.recompute == "full" else None)
+
+    def last(self) -> tuple[float, float, tuple[str, float], float]:
+        """(final norm, loss saved, loss transient, MTP layers) of the last stage."""
+        if self._last is None:
+            model, plan, d = self.model, self.plan, self.d
+            final_norm = sum(b for _, b in _norm_terms(model, d, "final norm"))
+            loss_saved, loss_transient = _loss_bytes(plan, d, self.terms.rows)
+            mtp = 0.0
+            if model.mtp_num_layers:
+                # Each multi-token-prediction layer (one micro-batch in flight, like the loss): the embedding of the
+                # shifted tokens, its two norms and the 2h-wide eh_proj input, one decoder layer, and its own loss.
+                mtp_layer = (layer_activation_bytes(transformer_view(model), plan) + 4 * d.e * d.n * d.h / d.r
+                             + 2 * sum(b for _, b in _norm_terms(model, d, "mtp norm")) + loss_saved)
+                mtp = model.mtp_num_layers * mtp_layer
+            self._last = (final_norm, loss_saved, loss_transient, mtp)
+        return self._last
+
+
+class _PlanTerms:
+    """What stage_memory reads of a plan whatever the stage, found once for the stages estimate() prices (the same
+    calls with the same arguments: the same values)."""
+
+    __slots__ = ("model", "plan", "layers", "d", "rows", "per_layer", "_layer_bytes", "_extras", "states_key")
+
+    def __init__(self, model: ModelSpec, plan: ParallelPlan) -> None:
+        self.model, self.plan = model, plan
+        self.layers = stage_layers(model.num_layers, plan)
+        self.d = _dims(model, plan)
+        self.rows = vocab_rows(model, plan)
+        self.per_layer = layer_activation_bytes(model, plan)
+        self._layer_bytes: dict = {}
+        self._extras: _Extras | None = None
+        self.states_key: tuple | None = None
+
+    def layer_bytes(self, recompute: str | None = None, bf16: bool = False) -> float:
+        """layer_activation_bytes(model, plan, recompute=recompute, bf16=bf16)."""
+        key = (recompute, bf16)
+        if key not in self._layer_bytes:
+            self._layer_bytes[key] = layer_activation_bytes(self.model, self.plan, recompute=recompute, bf16=bf16)
+        return self._layer_bytes[key]
+
+    def extras(self) -> _Extras:
+        if self._extras is None:
+            self._extras = _Extras(self.model, self.plan, self)
+        return self._extras
 
 
 def _communicator_groups(plan: ParallelPlan) -> int:
@@ -1121,31 +1192,36 @@ def offload_bytes_per_layer(model: ModelSpec, plan: ParallelPlan) -> float:
 
 
 def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_layout: bool = False,
-                 capacity_bytes: int | None = None) -> StageMemory:
+                 capacity_bytes: int | None = None, terms: _PlanTerms | None = None) -> StageMemory:
     """One pipeline stage's memory per GPU. fp8_any_layout: the GPU's FP8 GEMMs take either operand layout
     (GPUSpec.fp8_gemm_any_layout; False prices Hopper's transposed copies). capacity_bytes: the GPU's memory, which
     caps the allocator's cache: where a request finds no free memory PyTorch frees its cached blocks and retries
     (CUDACachingAllocator release_cached_blocks), so reserved memory never passes the GPU; the unreleasable part
-    stays (a plan that needs more does not fit)."""
-    layers = stage_layers(model.num_layers, plan)[stage]
-    rp = rank_params(model, plan, stage)
+    stays (a plan that needs more does not fit). terms: the plan's stage-independent terms (_PlanTerms), where the
+    caller prices several stages of the plan (estimate)."""
+    if terms is None:
+        terms = _PlanTerms(model, plan)
+    layers = terms.layers[stage]
+    # rank_params(model, plan, stage), with the layers and vocabulary rows found once a plan:
+    rp = _rank_params(model, plan.framework, plan.tp, plan.ep, plan.expert_tp, layers, stage == 0, stage == plan.pp - 1,
+                      terms.rows, dense_layers_on_rank(model, plan, stage), _kinds(model, plan, stage))
     params, grads, optimizer, other, step_transient = _model_states(model, plan, rp, layers, stage,
-                                                                    fp8_any_layout=fp8_any_layout)
+                                                                    fp8_any_layout=fp8_any_layout, terms=terms)
     chunks = inflight_chunks(plan, stage)
     # Each in-flight chunk holds layers/vp layers; Korthikanti 2022 eq. 5 for the first stage.
     per_chunk_layers = layers / plan.vp
-    per_layer = layer_activation_bytes(model, plan)
+    per_layer = terms.per_layer
     if plan.recompute == "full" and plan.recompute_layers is not None:
         # Block recompute: the first recompute_layers layers of each chunk keep only their input.
         kept = max(0.0, per_chunk_layers - plan.recompute_layers)
-        per_chunk = (per_chunk_layers - kept) * per_layer + kept * layer_activation_bytes(model, plan, recompute="none")
+        per_chunk = (per_chunk_layers - kept) * per_layer + kept * terms.layer_bytes("none")
     else:
         per_chunk = per_chunk_layers * per_layer
     bf16_layers = bf16_layers_on_rank(model.num_layers, plan, stage)
     if bf16_layers and plan.recompute != "full":
         # The BF16 end layers save their GEMM inputs in BF16, not as quantized copies: spread over the rank's
         # chunks (exact without interleaving; the first and last chunks hold them).
-        per_chunk += bf16_layers / plan.vp * (layer_activation_bytes(model, plan, bf16=True) - per_layer)
+        per_chunk += bf16_layers / plan.vp * (terms.layer_bytes(bf16=True) - per_layer)
     activations = per_chunk * chunks
     named = list(other)
     if plan.offload_activation_layers and plan.pp == 1:
@@ -1153,18 +1229,18 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
         # synchronised before a later layer's so that activation memory stays (layers - offloaded) x one layer's
         # (transformer_engine/pytorch/cpu_offload.py, get_cpu_offload_context).
         offloaded = min(plan.offload_activation_layers, layers)
-        layer_bytes = offload_bytes_per_layer(model, plan)
+        layer_bytes = terms.layer_bytes("none" if plan.recompute == "full" else None)  # offload_bytes_per_layer
         activations -= offloaded * layer_bytes * chunks
     first_chunks = min(plan.num_microbatches, plan.pp) if plan.pp > 1 else 1
-    saved, transient = _stage_extras(model, plan, stage, first_chunks, chunks)
+    saved, transient = _stage_extras(model, plan, stage, first_chunks, chunks, terms)
     activations = max(0.0, activations) + saved
     transient_bytes = sum(b for _, b in transient)
     named += [(name, int(b)) for name, b in transient]
     if plan.megatron_fsdp and stage == plan.pp - 1:
         # Megatron-FSDP's unsharded gradient buckets exist only in the backward of the layers, after the output
         # layer's backward has freed the loss's fp32 buffer and the logits: the two peaks do not add up.
-        d = _dims(model, plan)
-        loss = 4.0 * d.n * vocab_rows(model, plan) / d.t + sum(b for n, b in transient if "logits" in n)
+        d = terms.d
+        loss = 4.0 * d.n * terms.rows / d.t + sum(b for n, b in transient if "logits" in n)
         named = [(n, int(max(0.0, b - loss)) if n.startswith(FSDP_GRAD_BUCKETS) else b) for n, b in named]
         named = [(n, b) for n, b in named if b or not n.startswith(FSDP_GRAD_BUCKETS)]
     if step_transient > activations + transient_bytes:
@@ -1213,8 +1289,9 @@ def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> Memo
         stages = _stages_to_check(plan.pp, plan.uneven_pipeline)
     any_layout = cluster.gpu.fp8_gemm_any_layout
     capacity = int(cluster.gpu.hbm_gib * GIB)
-    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i, fp8_any_layout=any_layout, capacity_bytes=capacity)
-                                       for i in stages), capacity_bytes=capacity)
+    terms = _PlanTerms(model, plan)  # what every stage reads of the plan, found once
+    return MemoryEstimate(stages=tuple(stage_memory(model, plan, i, fp8_any_layout=any_layout, capacity_bytes=capacity,
+                                                    terms=terms) for i in stages), capacity_bytes=capacity)
 
 
 def _layout_stages_to_check(counts: tuple[int, ...]) -> tuple[int, ...]:
