@@ -483,10 +483,34 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins
 
 
 def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibration, pins: Pins, seq: int,
-                             layout: _Layout, mbs: int, gbs: int, recompute: str) -> float:
+                             layout: _Layout, mbs: int, gbs: int, recompute: str, memo: dict | None = None) -> float:
     """An upper bound on a candidate's tokens/s from its layer time alone (no communication, no optimizer):
     (m + (p-1)/v) x layers per stage x (forward + backward [+ recompute]). Candidates whose bound cannot reach
-    the ranking are never evaluated in full."""
+    the ranking are never evaluated in full. memo: where given, each layer time is kept there for the candidates
+    that share it (one search: the model, cluster, calibration, pins and sequence are the same)."""
+    key = (layout.framework, layout.tp, layout.cp, layout.ep, layout.etp, layout.zero, mbs, recompute)
+    if memo is not None and key in memo:
+        per_layer = memo[key]
+    else:
+        per_layer = _optimistic_layer_s(model, cluster, cal, pins, seq, layout, mbs, recompute)
+        if memo is not None:
+            memo[key] = per_layer
+    if per_layer is None:
+        return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
+    layers = -(-model.num_layers // layout.pp)
+    dict_split = dict(layout.split)
+    if dict_split.get("pp_first_stage_layers") or dict_split.get("pp_last_stage_layers"):
+        layers = max(layers, (model.num_layers - (dict_split.get("pp_first_stage_layers") or 0)
+                              - (dict_split.get("pp_last_stage_layers") or 0)) // max(1, layout.pp - 2))
+    m = max(1, gbs // (mbs * layout.dp))
+    step = (m + (layout.pp - 1) / layout.vp) * layers * per_layer
+    return gbs * seq / step / num_gpus_of(layout)
+
+
+def _optimistic_layer_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibration, pins: Pins, seq: int,
+                        layout: _Layout, mbs: int, recompute: str) -> float | None:
+    """_optimistic_tokens_per_s's time of one layer (forward + backward [+ recompute]), from the layout's framework,
+    tp, cp, ep, etp and ZeRO stage, the micro-batch and the recompute alone; None where it cannot be priced."""
     megatron = layout.framework == "megatron"
     quant = "nvfp4" if pins.precision == "fp4" else ((pins.fp8_recipe or "current") if pins.precision == "fp8" else None)
     # A hybrid model's mean layer (cost._mixed_layer); a transformer's layer.
@@ -501,19 +525,12 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
                              lora=pins.lora_rank if megatron else 0, lora_targets=pins.lora_targets, kind=kind,
                              doc_tokens=pins.packed_doc_tokens, early_stop=not megatron and not pins.fused_kernels)
         except (ValueError, ZeroDivisionError):
-            return math.inf  # the GPU cannot run this precision, or the shape is invalid: the rules will say why
+            return None
         selective = lt.recompute_s(pins.recompute_modules or ("core_attn",))
         # Full recompute at its cheapest: PyTorch's early stop where a torch stack may run it (a bound).
         full = lt.fwd_s - lt.early_stop_skip_s
         per_layer += share * (lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": selective}.get(recompute, full))
-    layers = -(-model.num_layers // layout.pp)
-    dict_split = dict(layout.split)
-    if dict_split.get("pp_first_stage_layers") or dict_split.get("pp_last_stage_layers"):
-        layers = max(layers, (model.num_layers - (dict_split.get("pp_first_stage_layers") or 0)
-                              - (dict_split.get("pp_last_stage_layers") or 0)) // max(1, layout.pp - 2))
-    m = max(1, gbs // (mbs * layout.dp))
-    step = (m + (layout.pp - 1) / layout.vp) * layers * per_layer
-    return gbs * seq / step / num_gpus_of(layout)
+    return per_layer
 
 
 @functools.lru_cache(maxsize=64)
@@ -801,12 +818,13 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
     past_headroom: list[Evaluation] = []  # memory misses inside the GPU's capacity, in the order of their bounds
     rule_misses: list[Evaluation] = []
     entries = []
+    layer_s: dict[tuple, float] = {}  # the bounds' layer times (_optimistic_tokens_per_s)
     for order, (layout, mbs, gbs, recompute) in enumerate(_specs(model, cluster, num_gpus, pins)):
         if mbs == BATCH_TOO_LARGE:
             considered += 1
             rejected[BATCH_TOO_LARGE] += 1
             continue
-        bound = _optimistic_tokens_per_s(model, cluster, cal, pins, seq, layout, mbs, gbs, recompute)
+        bound = _optimistic_tokens_per_s(model, cluster, cal, pins, seq, layout, mbs, gbs, recompute, layer_s)
         entries.append((-bound, order, layout, mbs, gbs, recompute))
     entries.sort(key=lambda e: (e[0], e[1]))
     pinned = pins.degrees_pinned()
