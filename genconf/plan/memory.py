@@ -1266,7 +1266,8 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
         # The optimizer step's fp32 gradients outgrow the activations, which are free by then.
         named.append(("optimizer-step fp32 gradients beyond the activation peak",
                       int(step_transient - activations - transient_bytes)))
-    allocated = params + grads + optimizer + activations + sum(b for _, b in named)
+    named_bytes = sum(b for _, b in named)  # (summed once: the same ints each time)
+    allocated = params + grads + optimizer + activations + named_bytes
     fraction = EXPANDABLE_FRAGMENTATION_FRACTION if plan.expandable_segments else FRAGMENTATION_FRACTION
     unreleasable = min(fraction, UNRELEASABLE_FRACTION)
     groups = _communicator_groups(plan)
@@ -1275,12 +1276,16 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
     cached = fraction * allocated + segment
     if capacity_bytes is not None:
         room = max(unreleasable * allocated, capacity_bytes - runtime - int(params) - int(grads) - int(optimizer)
-                   - int(activations) - sum(b for _, b in named))
+                   - int(activations) - named_bytes)
         cached, segment = min(cached, room), min(segment, room)
-    return StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
-                       optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(named),
-                       allocator_bytes=int(cached), runtime_bytes=runtime,
-                       unreleasable_bytes=int(unreleasable * allocated), step_segment_bytes=int(segment))
+    out = StageMemory(stage=stage, layers=layers, params_bytes=int(params), grads_bytes=int(grads),
+                      optimizer_bytes=int(optimizer), activations_bytes=int(activations), other=tuple(named),
+                      allocator_bytes=int(cached), runtime_bytes=runtime,
+                      unreleasable_bytes=int(unreleasable * allocated), step_segment_bytes=int(segment))
+    # Its total_bytes, as the property sums it (integers: allocated_bytes' terms, then the fragmentation and runtime).
+    object.__setattr__(out, "_total", out.params_bytes + out.grads_bytes + out.optimizer_bytes + out.activations_bytes
+                       + named_bytes + out.unreleasable_bytes + runtime)
+    return out
 
 
 def step_segment_bytes(plan: ParallelPlan, step_transient: float, freed_before_step: float) -> float:
