@@ -97,10 +97,6 @@ class Interrupts:
     def any(self) -> bool:
         return bool(self.presses) or self.terminated
 
-    @property
-    def stopped_now(self) -> bool:
-        return self.presses > 1 or self.terminated or (self.at_once and self.presses > 0)
-
 
 def run(cmd: list[str], script: str, *, env: dict | None = None, stdout=None, wait_through: tuple = (),
         interrupts: Interrupts | None = None) -> int:
