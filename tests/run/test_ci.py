@@ -86,7 +86,8 @@ def test_ctrl_c_stops_the_smoke_run_at_once_and_ends_ci_without_the_ranks(tmp_pa
     work = tmp_path / "work"
     env = dict(os.environ, GENCONF_STEP_SLEEP_S="2")  # time to interrupt it in the middle of the run
     proc = subprocess.Popen([sys.executable, "-m", "genconf", "ci", "olmo-1b-ddp", "--work-dir", str(work)], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a terminal's job
     metrics = work / "olmo-1b-ddp" / "runs" / "ci" / "metrics.jsonl"
     deadline = time.monotonic() + 300
     while not (metrics.is_file() and metrics.read_text().count("\n") >= 2) and time.monotonic() < deadline:

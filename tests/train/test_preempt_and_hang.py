@@ -115,13 +115,19 @@ def test_a_hung_rank_is_named_with_where_every_rank_waited(artifacts):
     assert len(rows(run)) == 2 and elapsed < 120
 
 
+def as_a_terminal_starts_it() -> None:
+    """A terminal's foreground job starts with SIGINT at its default; pytest itself may run with it ignored (a
+    background job of a non-interactive shell, `nohup ... &`), which its children would inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def launched_in_own_group(artifacts: Path, run: Path, *flags: str, step_sleep_s: str = "0.5") -> subprocess.Popen:
     """`genconf launch` as a terminal runs it: in a process group of its own (the terminal's foreground group), so
     a Ctrl-C can be sent to every process in it, as the terminal does, without reaching pytest."""
     env = dict(os.environ, GENCONF_STEP_SLEEP_S=step_sleep_s)
     return subprocess.Popen([sys.executable, "-m", "genconf", "launch", str(artifacts), "--run-dir", str(run), *flags],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            process_group=0)
+                            process_group=0, preexec_fn=as_a_terminal_starts_it)
 
 
 def wait_for_steps(proc: subprocess.Popen, run: Path, steps: int) -> None:
