@@ -77,6 +77,7 @@ def test_ci_reproduces_bit_for_bit_and_fails_on_a_wrong_golden(tmp_path):
 
 @needs_torch
 @pytest.mark.slow
+@pytest.mark.extended  # ~17 s: a recipe's smoke run slowed to 2 s a step
 def test_ctrl_c_stops_the_smoke_run_at_once_and_ends_ci_without_the_ranks(tmp_path):
     """A Ctrl-C in `genconf ci` (the terminal's SIGINT to the whole process group) stops the running smoke run now,
     ends ci with exit 130, and leaves no rank behind; the ranks ignore the SIGINT (no KeyboardInterrupt of theirs)."""

@@ -137,6 +137,7 @@ def wait_for_steps(proc: subprocess.Popen, run: Path, steps: int) -> None:
     assert proc.poll() is None, proc.communicate()[1][-3000:]
 
 
+@pytest.mark.extended  # ~25 s: a run interrupted mid-way and resumed (kept out of the 20-minute default suite)
 def test_ctrl_c_stops_after_a_checkpoint_without_a_traceback_and_the_run_resumes(artifacts):
     """The terminal's SIGINT reaches every process of the launch: the ranks (started with it ignored) do not die
     with a KeyboardInterrupt each; the launch asks them to stop as on a preemption notice, waits for them, and
@@ -159,6 +160,7 @@ def test_ctrl_c_stops_after_a_checkpoint_without_a_traceback_and_the_run_resumes
     assert f"resuming from {name} (step {stopped})" in resumed.stdout and len(rows(run)) == 10
 
 
+@pytest.mark.extended  # ~20 s each: runs slowed to 3 s a step to be interrupted in one
 @pytest.mark.parametrize("how", ["ctrl-c twice", "sigterm"])
 def test_a_second_ctrl_c_or_a_sigterm_stops_the_ranks_now_and_names_the_newest_checkpoint(artifacts, how):
     """Without waiting for the step to end: the ranks are gone when the launch returns (it no longer exits before
