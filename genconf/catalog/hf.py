@@ -150,6 +150,9 @@ DEFAULT_SEQ_LENGTH = 8192
 far past what it was pre-trained at (Mistral-Nemo's 1,024,000, Qwen3's 40,960), and a plan at that length is a
 long-context run of its own (context parallelism, minutes per step). Said in f.info; --seq-len plans longer."""
 
+SEQ_NOTE_TAIL = "(plan longer runs with --seq-len)"
+"""How the note on the chosen sequence ends: a plan given --seq-len leaves that note out."""
+
 
 def _seq_length(f: _Fields) -> int:
     """The pre-training context: rope scaling's original length where the checkpoint was extended by it, else
@@ -163,11 +166,11 @@ def _seq_length(f: _Fields) -> int:
         if original < longest:
             seq = min(original, DEFAULT_SEQ_LENGTH)
             f.info.append(f"{kind} rope scaling stretches the context to {longest:,} tokens from {original:,}; "
-                          f"seq_length is {seq:,} (plan longer runs with --seq-len)")
+                          f"seq_length is {seq:,} {SEQ_NOTE_TAIL}")
             return seq
     if longest > DEFAULT_SEQ_LENGTH:
         f.info.append(f"max_position_embeddings is {longest:,} (the context it serves); seq_length is "
-                      f"{DEFAULT_SEQ_LENGTH:,}, a pre-training length (plan longer runs with --seq-len)")
+                      f"{DEFAULT_SEQ_LENGTH:,}, a pre-training length {SEQ_NOTE_TAIL}")
         return DEFAULT_SEQ_LENGTH
     return longest
 

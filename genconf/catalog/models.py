@@ -137,25 +137,33 @@ def _variant_of(key: str, aliases: dict[str, Path]) -> str | None:
 def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
     """Catalog name, size alias, YAML path or Hugging Face config.json (or its directory) -> (model, the alias
     used or None)."""
+    model, alias, _ = resolve_model_noted(ref)
+    return model, alias
+
+
+def resolve_model_noted(ref: str) -> tuple[ModelSpec, str | None, tuple[str, ...]]:
+    """resolve_model, with a Hugging Face import's notes that no plan warns of (the sequence it chose, a rope
+    scaling the artifacts leave out; hf.HFModel.notes less the model's unmodelled list); () for any other model."""
     key = ref.strip().lower().rstrip("/")
     if not ref.strip():
         raise GenconfError("--model is empty: name a catalog model (genconf models), a models/*.yaml file, a Hugging "
                            "Face id or a config.json")
     own = resource_dir("models") / f"{key}.yaml"
     if key and "/" not in key and own.is_file():
-        return _catalog_model(own), None
+        return _catalog_model(own), None, ()
     aliases = _alias_index()
     local = "/" in key and Path(ref).exists()  # a folder named like its Hugging Face id is read, not the catalog
     if key in aliases and not local:
-        return _catalog_model(aliases[key]), key
+        return _catalog_model(aliases[key]), key, ()
     # A Hugging Face id of a post-trained (or base) release of a catalog checkpoint: the same tensors.
     base = _variant_of(key, aliases) if "/" in key and not local else None
     if base is not None:
-        return _catalog_model(aliases[base]), key
+        return _catalog_model(aliases[base]), key, ()
     from genconf.catalog import hf
 
     if hf.looks_like_hf(ref):
-        return hf.model_from_hf(ref).spec, None
+        imported = hf.model_from_hf(ref)
+        return imported.spec, None, tuple(n for n in imported.notes if n not in imported.spec.unmodelled)
     if ref.endswith((".yaml", ".yml")) or os.sep in ref or "/" in ref:
         path = Path(ref)
         if not path.is_file():
@@ -164,7 +172,7 @@ def resolve_model(ref: str) -> tuple[ModelSpec, str | None]:
                                    f"(their ids are among the aliases in 'genconf models'; for another model pass its "
                                    f"config.json)")
             raise GenconfError(f"model file {ref} does not exist")
-        return model_from_file(path), None
+        return model_from_file(path), None, ()
     catalog = _model_catalog()
     names = list(catalog.models) + [a for a in catalog.aliases if "/" not in a]
     shared = {n: len(os.path.commonprefix([key, n])) for n in names}

@@ -10,7 +10,7 @@ import sys
 from genconf.catalog import track_record
 from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster_noted
 from genconf.catalog.hardware import calibration_for, list_gpus
-from genconf.catalog.models import list_models, model_aliases, resolve_model
+from genconf.catalog.models import list_models, model_aliases, resolve_model, resolve_model_noted
 from genconf.cli import text
 from genconf.cli.text import print_json
 from genconf.plan import rules
@@ -146,7 +146,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     from genconf.plan.counting import chinchilla_tokens
     from genconf.plan.search import plan_or_explain
 
-    model, alias = resolve_model(args.model)
+    model, alias, import_notes = resolve_model_noted(args.model)
     cluster, cluster_note = resolve_cluster_noted(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
     num_gpus = args.gpus or cluster.total_gpus
     if num_gpus is None:
@@ -189,6 +189,12 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     run["alternatives"] = run["alternatives"][: max(0, args.top - 1)]
     if cluster_note:
         run["cluster"]["note"] = cluster_note
+    if args.seq_len:  # the import's note on the sequence it chose does not apply
+        from genconf.catalog.hf import SEQ_NOTE_TAIL
+
+        import_notes = tuple(n for n in import_notes if not n.endswith(SEQ_NOTE_TAIL))
+    if import_notes:  # plans of catalog models stay byte-identical
+        run["model"]["import_notes"] = list(import_notes)
     if used:  # plans with the built-in calibration stay byte-identical
         run["calibration"] = used
     if not best.plan.lora_rank:

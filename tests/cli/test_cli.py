@@ -309,3 +309,21 @@ def test_a_window_as_long_as_the_sequence_is_halved_as_full_attention():
     mistral = resolve_model("mistral-7b-v0.1")[0]
     assert causal_masked_flops_per_token(mistral, 4096) > 0
     assert causal_masked_flops_per_token(mistral, 32768) == 0  # every layer windowed well inside the sequence
+
+
+def test_plan_of_a_hugging_face_config_shows_the_imports_notes():
+    # Llama 3.1's config serves 131,072 tokens through llama3 rope scaling from 8,192: the plan says which sequence the
+    # import chose (its note, from genconf models --from-hf), and drops that note where --seq-len chose it instead.
+    config = str(REPO / "tests" / "data" / "hf" / "llama3.1-8b")
+    out = run("--model", config, "--gpus", "8")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[2] == ("         config.json: llama3 rope scaling stretches the context to 131,072 tokens from 8,192; "
+                        "seq_length is 8,192 (plan longer runs with --seq-len)")
+    assert "seq 8192" in lines[1] and lines[3].startswith("cluster  ")
+    d = json.loads(run("--model", config, "--gpus", "8", "--json").stdout)
+    assert d["model"]["import_notes"] == [lines[2].removeprefix("         config.json: ")]
+    longer = json.loads(run("--model", config, "--gpus", "8", "--seq-len", "16384", "--json").stdout)
+    assert "import_notes" not in longer["model"] and longer["plan"]["seq_length"] == 16384
+    catalog = json.loads(run("--model", "llama3.1-8b", "--gpus", "8", "--json").stdout)
+    assert "import_notes" not in catalog["model"]  # a catalog model's plan is unchanged
