@@ -344,8 +344,9 @@ def _mixtral(f: _Fields, notes: list[str]) -> dict:
     values.update(_sliding_window(f, notes, values["num_layers"]))
     # Every layer is sparse: block_sparse_moe.gate (e x h, no bias) and e SwiGLU experts of intermediate_size.
     # Its router: softmax, the top k renormalised (megatron's default router: a softmax over the k chosen).
-    values.update(num_experts=f.integer("num_local_experts"), moe_top_k=f.integer("num_experts_per_tok"),
-                  moe_ffn_hidden_size=values["ffn_hidden_size"], **_aux_loss(f, 0.001))
+    top_k = f.integer("num_experts_per_tok")
+    values.update(num_experts=f.integer("num_local_experts"), moe_top_k=top_k, moe_ffn_hidden_size=values["ffn_hidden_size"],
+                  **_aux_loss(f, 0.001, top_k=top_k, layers=values["num_layers"]))
     return values
 
 
@@ -378,17 +379,28 @@ def _qwen3_moe(f: _Fields, notes: list[str]) -> dict:
     # Experts are SwiGLU MLPs of moe_intermediate_size; the router (gate) is e x h without bias; no shared expert.
     # norm_topk_prob false (Qwen3MoeConfig's default): softmax over every expert, the top k's weights kept as they
     # are: megatron's pre-softmax router (Megatron-Bridge's Qwen3-MoE bridge: pre_softmax = not norm_topk_prob).
-    values.update(num_experts=f.integer("num_experts"), moe_top_k=f.integer("num_experts_per_tok"),
+    top_k = f.integer("num_experts_per_tok")
+    values.update(num_experts=f.integer("num_experts"), moe_top_k=top_k,
                   moe_ffn_hidden_size=f.integer("moe_intermediate_size"),
-                  moe_router_pre_softmax=not f.flag("norm_topk_prob", False), **_aux_loss(f, 0.001))
+                  moe_router_pre_softmax=not f.flag("norm_topk_prob", False),
+                  **_aux_loss(f, 0.001, top_k=top_k, layers=values["num_layers"]))
     return values
 
 
-def _aux_loss(f: _Fields, default: float) -> dict:
-    """ModelSpec.moe_aux_loss_coeff from router_aux_loss_coef (the config class's default where absent)."""
+def _aux_loss(f: _Fields, default: float, *, top_k: int, layers: int) -> dict:
+    """ModelSpec.moe_aux_loss_coeff from router_aux_loss_coef (the config class's default where absent), 1:1 as
+    Megatron-Bridge's bridges map it. The two losses differ in scale, said in f.info: transformers' one loss pools
+    every layer's tokens and counts each of a token's k choices (modeling_mixtral load_balancing_loss_func), where
+    megatron-core adds each layer's loss over fractions of T x k choices (moe_utils.switch_load_balancing_loss_func),
+    so coefficient x k / layers balances as transformers does."""
     coeff = f.get("router_aux_loss_coef", default)
     if isinstance(coeff, bool) or not isinstance(coeff, (int, float)) or coeff < 0:
         raise f.refuse("router_aux_loss_coef", coeff, "a number >= 0 is expected")
+    if coeff > 0:
+        f.info.append(f"router_aux_loss_coef {coeff:g} is written as --moe-aux-loss-coeff {coeff:g}, as Megatron-Bridge "
+                      f"maps it; megatron-core adds that loss per layer over top-{top_k} fractions, so "
+                      f"{coeff * top_k / layers:.3g} (x {top_k} / {layers} layers) would balance as transformers' "
+                      f"pooled loss does")
     return {"moe_aux_loss_coeff": float(coeff)}
 
 

@@ -455,3 +455,18 @@ def test_a_rope_scaled_pre_training_context_is_capped_too():
                 rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})
     spec, _, notes = hf.model_from_config(yarn, name="q", where="c")
     assert spec.seq_length == 8192 and any("from 32,768" in n for n in notes)
+
+
+def test_router_aux_loss_coef_is_passed_1_to_1_with_its_scale_noted():
+    # Megatron-Bridge's bridges map router_aux_loss_coef to moe_aux_loss_coeff unchanged. transformers pools all
+    # layers' tokens into one loss counting each of a token's k choices (Mixtral's 32 layers, top 2), megatron-core
+    # adds one loss per layer over fractions of T x k choices: 0.02 x 2 / 32 = 0.00125 matches transformers' strength.
+    mixtral = load("mixtral-8x7b-v0.1")
+    assert mixtral.spec.moe_aux_loss_coeff == 0.02
+    assert [n for n in mixtral.notes if "router_aux_loss_coef" in n] == [
+        "router_aux_loss_coef 0.02 is written as --moe-aux-loss-coeff 0.02, as Megatron-Bridge maps it; megatron-core "
+        "adds that loss per layer over top-2 fractions, so 0.00125 (x 2 / 32 layers) would balance as transformers' "
+        "pooled loss does"]
+    assert not any("router_aux_loss_coef" in n for n in mixtral.spec.unmodelled)  # a note of the import, no warning
+    silent = hf.model_from_config(dict(_config("mixtral-8x7b-v0.1"), router_aux_loss_coef=0.0), name="m", where="t")
+    assert silent[0].moe_aux_loss_coeff == 0.0 and not any("router_aux_loss_coef" in n for n in silent[2])
