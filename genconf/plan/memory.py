@@ -1010,18 +1010,21 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     return _layer_activation_bytes(model, plan.mbs, plan.seq_length, plan.cp, plan.tp, plan.sequence_parallel,
                                    precision, recipe, plan.layer_spec, recompute, plan.fused_kernels,
                                    plan.framework, plan.zero_stage if plan.framework == "fsdp" else 0,
-                                   plan.recompute_modules if recompute == "selective" else ())  # one cache entry per layout
+                                   plan.recompute_modules if recompute == "selective" else (),
+                                   plan.attention_kernel)  # one cache entry per layout
 
 
 @functools.lru_cache(maxsize=16384)
 def _layer_activation_bytes(model: ModelSpec, mbs: int, seq: int, cp: int, tp: int, sp: bool, precision: str,
                             recipe: str | None, layer_spec: str, recompute: str, fused: bool = False,
-                            framework: str = "megatron", zero_stage: int = 0, modules: tuple[str, ...] = ()) -> float:
+                            framework: str = "megatron", zero_stage: int = 0, modules: tuple[str, ...] = (),
+                            attention_kernel: str = "auto") -> float:
     plan = ParallelPlan(framework=framework, zero_stage=zero_stage, tp=tp, cp=cp, mbs=mbs, gbs=mbs, seq_length=seq,
                         sequence_parallel=sp,
                         precision=precision, fp8_recipe=recipe if precision == "fp8" else None,
                         layer_spec=layer_spec, recompute=recompute, fused_kernels=fused,
-                        recompute_modules=modules if recompute == "selective" else ())
+                        recompute_modules=modules if recompute == "selective" else (),
+                        attention_kernel=attention_kernel)
     return sum(b for _, b in layer_activation_terms(model, plan, recompute=recompute))
 
 

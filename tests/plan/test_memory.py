@@ -431,3 +431,26 @@ def test_bf16_adam_moments_add_their_fp32_copies_during_the_step():
     assert step_transient_bytes(LLAMA405, plan, 1) == pytest.approx(4 * held / plan.dp, rel=0.01)
     bf16 = dataclasses.replace(plan, adam_moments_dtype="bf16")
     assert step_transient_bytes(LLAMA405, bf16, 1) == pytest.approx(12 * held / plan.dp, rel=0.01)
+
+
+@pytest.mark.parametrize("name", ["gpt3-1.3b", "llama3-8b"])
+def test_cached_layer_bytes_equal_the_terms_for_every_field_the_terms_read(name):
+    # layer_activation_bytes caches on a few plan fields; each field layer_activation_terms reads must be among them
+    # (the attention kernel was not: --attention-kernel math priced DeepSpeed/FSDP plans with flash attention's
+    # memory, 28.8 GiB where the s x s scores need about 138).
+    model, _ = resolve_model(name)
+    base = ParallelPlan(framework="deepspeed", zero_stage=1, mbs=2, gbs=16, seq_length=2048)
+    variants = [dict(attention_kernel=k) for k in ("auto", "math", "cudnn", "flash2")]
+    variants += [dict(framework="fsdp", zero_stage=z, attention_kernel=k) for z in (0, 2, 3) for k in ("auto", "math")]
+    variants += [dict(framework="megatron", layer_spec=s, tp=t, sequence_parallel=t > 1, recompute=r, zero_stage=0)
+                 for s in ("te", "local") for t in (1, 2) for r in ("none", "selective", "full")]
+    variants += [dict(fused_kernels=True, layer_spec="local"), dict(precision="fp32"), dict(cp=2), dict(mbs=4, gbs=32)]
+    checked = set()
+    for change in variants:
+        plan = dataclasses.replace(base, **change)
+        expected = sum(b for _, b in layer_activation_terms(model, plan))
+        assert layer_activation_bytes(model, plan) == pytest.approx(expected, rel=1e-12), change
+        checked.add(expected)
+    assert len(checked) > 10  # the variants do move the bytes
+    math_plan = dataclasses.replace(base, attention_kernel="math")
+    assert layer_activation_bytes(model, math_plan) > 2 * layer_activation_bytes(model, base)  # s x s scores kept
