@@ -669,7 +669,10 @@ def _model_states_uncached(model: ModelSpec, plan: ParallelPlan, rp: RankParams,
     else:  # fsdp, OLMo-style mixed precision: FP32 parameters, BF16 compute (FP32 compute for fp32 plans)
         stage = plan.zero_stage
         c = 4 if plan.precision == "fp32" else 2  # bytes of the compute copy of a parameter
-        params = sharded(4, stage >= 3)
+        # The fp32 flat parameters stay sharded at rest from SHARD_GRAD_OP on: it keeps the unsharded compute copy
+        # (below) from forward to backward, not the fp32 parameters (torch FSDP's FlatParamHandle: _local_shard fp32,
+        # _full_param_padded in MixedPrecision.param_dtype).
+        params = sharded(4, stage >= 2)
         grads = sharded(4, stage >= 2)
         optimizer = sharded(8, stage >= 2)
         unit = rank_params_block(model, plan)

@@ -91,6 +91,9 @@ LAYOUTS = {
     "deepspeed-zero1-odd": (TINY_ODD, 2, ["--framework", "deepspeed", "--zero", "1"]),
     "deepspeed-zero3-odd": (TINY_ODD, 2, ["--framework", "deepspeed", "--zero", "3"]),
     "fsdp-full-shard-odd": (TINY_ODD, 2, ["--framework", "fsdp", "--zero", "3"]),
+    # SHARD_GRAD_OP keeps its fp32 parameters sharded at rest (only the compute copy stays gathered): planned as
+    # unsharded fp32 before, which failed verify's model states by (1 - 1/dp) x 4 bytes a parameter.
+    "fsdp-shard-grad-op-odd": (TINY_ODD, 2, ["--framework", "fsdp", "--zero", "2"]),
     # A layout with odd sizes and the distributed optimizer over dp 2: rank 0 holds two layers, rank 1 one layer and
     # the loss; the planned optimizer shard bytes stay exact.
     "megatron-pp2-layout-distopt-odd": ("tiny-odd3", 4, ["--framework", "megatron", "--tp", "1", "--pp", "2",
