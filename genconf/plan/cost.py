@@ -1136,7 +1136,10 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
         reduce = gathers(grad_bytes)
         gather = gathers(param_bytes)
         gather_window = 0.0 if plan.framework == "deepspeed" else fwd_window_s
-        return (max(0.0, reduce - eff * bwd_window_s) + reduce / buckets
+        # DeepSpeed ZeRO-2 keeps only its gradient partition, so it reduces every micro-batch's gradients in that
+        # micro-batch's backward (stage_1_and_2.py: reduce when partition_gradients or at the accumulation boundary).
+        reductions = m if plan.framework == "deepspeed" and plan.zero_stage == 2 else 1
+        return (reductions * (max(0.0, reduce - eff * bwd_window_s) + reduce / buckets)
                 + max(0.0, gather - eff * gather_window) + buckets * lat)
     allreduce = sum(kernels.ring_all_reduce_s(grad_bytes * n, ranks, bus_gbyte_per_s=bw, latency_s=lat)
                     for n, ranks, bw in groups)

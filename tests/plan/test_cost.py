@@ -177,6 +177,33 @@ def test_a_data_parallel_all_reduce_on_a_stated_link():
         2 * 3 / 4 * 4 * params / nvlink * 1.1, rel=1e-12)
 
 
+def test_deepspeed_zero2_reduces_every_micro_batch_zero1_once():
+    # DeepSpeed ZeRO-1 reduces the accumulated gradients at the accumulation boundary; ZeRO-2 keeps only its
+    # partition, so each micro-batch's backward reduce-scatters (stage_1_and_2.py). Same link as above: one 400 Gb/s
+    # NIC per DP rank (tp=4), no call latency, 400M parameters of bf16 gradients (DeepSpeed reduces in the model's
+    # dtype by default): reduce-scatter (d-1)/d x 0.8e9 / 50e9 = 0.014 s, and the last of its 10 buckets (0.0014 s)
+    # once the backward is over.
+    model, _ = resolve_model("llama3-8b")
+    cluster = ClusterSpec(name="stated", gpu=resolve_cluster("dgx-h100").gpu, gpus_per_node=4,
+                          ib_gbit_per_s_per_gpu=400)
+    cal = dataclasses.replace(calibration_for("h100-sxm"), ib_efficiency=1.0, collective_latency_s=0.0)
+    params = 400_000_000
+    reduce = 7 / 8 * 2 * params / 50e9
+    assert reduce == pytest.approx(0.014, rel=1e-12)
+    zero1 = ParallelPlan(framework="deepspeed", tp=4, dp=8, mbs=1, gbs=64, seq_length=4096, zero_stage=1)
+    zero2 = dataclasses.replace(zero1, zero_stage=2)
+    assert zero1.num_microbatches == 8 and zero1.grad_bytes == 2
+    one, two = (_dp_comm_s(model, p, cluster, cal, params, 0, 0.0, 0.0) for p in (zero1, zero2))
+    assert two - one == pytest.approx(7 * (reduce + reduce / 10), rel=1e-12)  # 7 more reductions, each exposed
+    # A backward that hides a reduction leaves each micro-batch's last bucket exposed.
+    hidden = _dp_comm_s(model, zero2, cluster, cal, params, 0, 1.0, 0.0) - _dp_comm_s(model, zero1, cluster, cal,
+                                                                                    params, 0, 1.0, 0.0)
+    assert hidden == pytest.approx(7 * reduce / 10, rel=1e-12)
+    single = dataclasses.replace(zero1, gbs=8)  # one micro-batch: the two stages communicate alike
+    assert _dp_comm_s(model, single, cluster, cal, params, 0, 0.0, 0.0) == _dp_comm_s(
+        model, dataclasses.replace(single, zero_stage=2), cluster, cal, params, 0, 0.0, 0.0)
+
+
 def test_the_step_adds_up():
     # The step time is the sum of its parts, and the rates are what they say: tokens per step over the step time,
     # model FLOPs per step per GPU against the dtype's dense peak.
