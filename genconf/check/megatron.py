@@ -89,6 +89,7 @@ _RULE_FLAGS = {
     "cp_divides_sequence": ("--context-parallel-size", "--seq-length"),
     "cp_needs_te": ("--context-parallel-size", "--transformer-impl"),
     "cp_window": ("--context-parallel-size", "--window-size"),
+    "mla_needs_te": ("--multi-latent-attention", "--transformer-impl"),
     "ep_divides_experts": ("--expert-model-parallel-size", "--num-experts"),
     "moe_needs_sequence_parallel": ("--tensor-model-parallel-size",),
     "moe_ep_overlap": ("--overlap-moe-expert-parallel-comm",),

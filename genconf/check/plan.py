@@ -14,7 +14,7 @@ _RULE_PLAN_KEY = {
     "tp_divides_kv_heads": ("plan", "tp"), "tp_divides_ffn": ("plan", "tp"), "tp_inside_node": ("plan", "tp"),
     "pipeline_split": ("plan", "pp"), "vp_needs_pp": ("plan", "vp"), "interleave_microbatches": ("plan", "gbs"),
     "batch_divisible": ("plan", "gbs"), "cp_divides_sequence": ("plan", "cp"), "cp_needs_te": ("plan", "cp"),
-    "cp_window": ("plan", "cp"),
+    "cp_window": ("plan", "cp"), "mla_needs_te": ("plan", "layer_spec"),
     "ep_divides_experts": ("plan", "ep"), "moe_needs_sequence_parallel": ("plan", "sequence_parallel"),
     "sequence_parallel": ("plan", "sequence_parallel"), "offload": ("plan", "offload_optimizer"),
     "offload_host_memory": ("plan", "offload_optimizer"), "recompute": ("plan", "recompute"),

@@ -151,6 +151,16 @@ def _cp_needs_te(c: Context) -> str | None:
     return None
 
 
+def _mla_needs_te(c: Context) -> str | None:
+    # megatron-core 0.16.1 multi_latent_attention.py:162 builds its core attention with k_channels and v_channels (the
+    # query/key and value head dims differ); the local spec's DotProductAttention takes neither (a TypeError), only
+    # TEDotProductAttention does. Megatron-LM's --transformer-impl local stops there too.
+    if c.model.mla and c.plan.framework == "megatron" and c.plan.layer_spec != "te":
+        return ("multi-latent attention needs Transformer Engine attention (--layer-spec te): megatron-core 0.16.1's "
+                "local DotProductAttention takes no k_channels/v_channels, which MLASelfAttention passes it")
+    return None
+
+
 def _cp_window(c: Context) -> str | None:
     # Transformer Engine's context_parallel.py: a sliding window runs only with cp_comm_type a2a or all_gather,
     # and megatron's default (what genconf renders) is p2p.
@@ -619,6 +629,7 @@ RULES: tuple[Rule, ...] = (
     Rule("batch_divisible", ERROR, "global batch divides by micro-batch x DP", _batch),
     Rule("cp_divides_sequence", ERROR, "CP divides the sequence (into 2 x cp chunks)", _cp_sequence),
     Rule("cp_needs_te", ERROR, "CP needs TE attention", _cp_needs_te),
+    Rule("mla_needs_te", ERROR, "MLA needs TE attention", _mla_needs_te),
     Rule("cp_window", ERROR, "CP (p2p) with no sliding window shorter than the sequence", _cp_window),
     Rule("ep_divides_experts", ERROR, "EP divides the experts and dp x cp", _ep),
     Rule("moe_bias_etp", ERROR, "experts with biases need expert TP 1 (megatron)", _moe_bias),

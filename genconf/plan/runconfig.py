@@ -225,6 +225,22 @@ def compile_supported(plan) -> bool:
     return plan.framework == "fsdp" and plan.zero_stage == 0
 
 
+def needs_te_attention(model: ModelSpec, plan: ParallelPlan) -> str | None:
+    """Why this run needs Transformer Engine attention on a GPU (None: megatron-core's local spec runs it, on a CPU
+    too): what `genconf launch` and the megatron runner refuse where TE or a GPU is missing."""
+    if plan.cp > 1:
+        return f"context parallelism (cp={plan.cp}) needs Transformer Engine attention on a GPU"
+    if model.mla and plan.framework == "megatron":
+        # megatron-core 0.16.1 multi_latent_attention.py:162 passes k_channels and v_channels to its core attention;
+        # the local spec's DotProductAttention takes neither (TypeError), only TEDotProductAttention does. Past that,
+        # without TE its isinstance(self.linear_proj, TELinear) (line 185) meets the MagicMock that
+        # extensions/transformer_engine.py puts in TE's place, another TypeError.
+        return (f"{model.name} has multi-latent attention, which megatron-core 0.16.1 builds only with Transformer "
+                f"Engine attention on a GPU: its local DotProductAttention takes no k_channels/v_channels, which "
+                f"MLASelfAttention passes it")
+    return None
+
+
 def unbuildable(model: ModelSpec, plan: ParallelPlan) -> str | None:
     """Why genconf's runners cannot train this plan as planned (None: they can), on any machine: what
     `genconf launch` refuses before anything starts, `launch --submit` before sbatch, and the runners themselves at
@@ -236,16 +252,16 @@ def unbuildable(model: ModelSpec, plan: ParallelPlan) -> str | None:
     if m.is_hybrid:
         return (f"{m.name} is a hybrid Mamba model: genconf's launchers build GPT models; run megatron_args.txt with "
                 "Megatron-LM's pretrain_mamba.py (mamba_ssm and causal-conv1d, CUDA only)")
-    if m.mla:
-        return f"{m.name} has multi-latent attention: genconf's launchers build standard attention; {pretrain}"
-    if m.first_k_dense_replace:
-        return (f"{m.name}'s first {m.first_k_dense_replace} layer(s) are dense: genconf's megatron launcher builds "
-                f"the same MoE block in every layer; {pretrain}")
+    if m.mla and p.framework != "megatron":
+        return (f"{m.name} has multi-latent attention: only the megatron launcher builds it (megatron-core's "
+                f"MLASelfAttention); re-plan with --framework megatron")
     if m.moe_latent_size:
+        # megatron-core 0.16.1 builds the latent projections only with Transformer Engine (moe_layer.py:171), a path
+        # genconf's runner has not been run on.
         return f"{m.name} has latent experts: genconf's megatron launcher builds full-width experts; {pretrain}"
-    if m.mtp_num_layers:
-        return (f"{m.name} has {m.mtp_num_layers} multi-token-prediction layer(s): genconf's megatron launcher builds "
-                f"no MTP block; {pretrain}")
+    if m.mtp_num_layers and p.framework != "megatron":
+        return (f"{m.name} has {m.mtp_num_layers} multi-token-prediction layer(s): only the megatron launcher builds "
+                f"them (megatron-core's MultiTokenPredictionBlock); re-plan with --framework megatron")
     if p.moe_ep_overlap:
         return (f"--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B schedule "
                 f"plan; {pretrain}, or re-plan without it")

@@ -128,6 +128,11 @@ ROPE_SCALING_FACTOR_DEFAULT = 8.0
 """Megatron-LM's --rope-scaling-factor when the flag is absent (MEGATRON_LM_SOURCE), Llama 3.1's factor."""
 ROTARY_PERCENT_DEFAULT = 1.0
 """Megatron-LM's --rotary-percent when the flag is absent (MEGATRON_LM_SOURCE): every dimension rotated."""
+MLA_ROPE_DEFAULTS = {"rotary_scaling_factor": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0}
+"""Megatron-LM core_v0.16.1's --rotary-scaling-factor, --mscale and --mscale-all-dim when absent (arguments.py
+_add_mla_args), which core_transformer_config_from_args copies into MLATransformerConfig. Without --rope-type it keeps
+MLATransformerConfig's rope_type, "yarn": YaRN at scaling factor 1 rotates as plain RoPE (inv_freq_inter equals
+inv_freq_extra, mscale 1), what genconf's files say (they write no YaRN settings)."""
 
 MAMBA_FIELDS = ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
 """TransformerConfig's Mamba fields, each a --mamba-* flag; ModelSpec names them alike, with megatron-core's defaults."""
@@ -509,6 +514,14 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
     kw.update({k: v for k, v in optional.items() if v})
     if "--is-hybrid-model" in values:
         kw.update(is_hybrid_model=True, **_mamba_values(values))
+    if "--multi-latent-attention" in values:
+        # core_transformer_config_from_args: MLATransformerConfig, its fields from the same-named arguments (an absent
+        # --q-lora-rank is None: queries projected straight from the hidden state) and the RoPE the config rotates.
+        kw.update(multi_latent_attention=True, q_lora_rank=values.get("--q-lora-rank"),
+                  kv_lora_rank=values["--kv-lora-rank"], qk_head_dim=values["--qk-head-dim"],
+                  qk_pos_emb_head_dim=values["--qk-pos-emb-head-dim"], v_head_dim=values["--v-head-dim"],
+                  rotary_base=values.get("--rotary-base", ROTARY_BASE_DEFAULT),
+                  rotary_percent=values.get("--rotary-percent", ROTARY_PERCENT_DEFAULT), **MLA_ROPE_DEFAULTS)
     if "--num-experts" in values:
         kw.update(num_moe_experts=values.get("--num-experts"), moe_router_topk=values.get("--moe-router-topk", 2),
                   moe_grouped_gemm="--moe-grouped-gemm" in values,
@@ -524,6 +537,8 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
                   moe_token_dispatcher_type=values.get("--moe-token-dispatcher-type", "allgather"))
         if "--moe-flex-dispatcher-backend" in values:
             kw.update(moe_flex_dispatcher_backend=values["--moe-flex-dispatcher-backend"])
+        if values.get("--moe-layer-freq"):
+            kw.update(moe_layer_freq=moe_layer_pattern(values["--moe-layer-freq"], int(values["--num-layers"])))
         if values.get("--moe-latent-size"):
             kw.update(moe_latent_size=values["--moe-latent-size"])
         if values.get("--moe-shared-expert-intermediate-size"):
@@ -539,6 +554,16 @@ def config_kwargs(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> dic
     """TransformerConfig keyword arguments of the plan: exactly what megatron_args_text says, read as Megatron-LM
     reads it (the megatron runner builds its model from these)."""
     return megatron_config_kwargs(arg_values(megatron_args(model, plan, train)))
+
+
+def moe_layer_pattern(freq: object, num_layers: int) -> list[int]:
+    """--moe-layer-freq as genconf writes it, '([0]*k+[1]*n)', as the list Megatron-LM's moe_freq_type evaluates it
+    to (arguments.py: 0 a dense layer, 1 an MoE layer, one per layer); ValueError for any other text."""
+    dense = _leading_dense(freq)
+    if not dense or not str(freq).replace(" ", "").endswith(f"[1]*{num_layers - dense})"):
+        raise ValueError(f"--moe-layer-freq {freq}: genconf writes ([0]*k+[1]*n) with k + n = --num-layers "
+                         f"({num_layers})")
+    return [0] * dense + [1] * (num_layers - dense)
 
 
 def _leading_dense(freq: object) -> int:

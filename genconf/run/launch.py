@@ -71,8 +71,9 @@ def refuse_unrunnable(cfg) -> None:
                                        te_available=te, cuda=cuda, torchao_available=torchao)
     if why:
         raise GenconfError(why)
-    if cfg.plan.cp > 1 and not (cuda and te):
-        raise GenconfError(f"context parallelism (cp={cfg.plan.cp}) needs Transformer Engine attention on a GPU")
+    why = runconfig.needs_te_attention(cfg.model, cfg.plan)
+    if why and not (cuda and te):
+        raise GenconfError(why)
     why = runconfig.unbuildable(cfg.model, cfg.plan)
     if why:
         raise GenconfError(why)

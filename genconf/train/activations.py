@@ -146,7 +146,7 @@ def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: s
     from genconf.plan.runconfig import RunConfig
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat, runtime
-    from genconf.train.runners.megatron import _loss_func, build, layer_spec, transformer_config_kwargs
+    from genconf.train.runners.megatron import _loss_func, build, transformer_config, transformer_config_kwargs
 
     model, _ = resolve_model(model_path)
     plan = ParallelPlan(framework="megatron", dp=1, mbs=mbs, gbs=mbs, seq_length=seq, recompute=recompute,
@@ -156,16 +156,14 @@ def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: s
     compat = mcore_compat.install()
     try:
         from megatron.core import parallel_state as ps
-        from megatron.core.transformer.transformer_config import TransformerConfig
 
         os.environ.setdefault("MASTER_PORT", str(29600 + os.getpid() % 1000))
         d = runtime.init_distributed()
         ps.initialize_model_parallel()
         mcore_compat.model_parallel_manual_seed(1234)
-        config = TransformerConfig(**transformer_config_kwargs(cfg, cpu=True))
-        spec, _ = layer_spec(cfg, use_te=False)
+        config = transformer_config(transformer_config_kwargs(cfg, cpu=True))
         with cuda_like_saves():
-            chunks, _opt = build(cfg, config, spec, d)
+            chunks, _opt = build(cfg, config, d)
             net = chunks[0]
             net.train()
             tokens = torch.randint(0, model.vocab_size, (mbs, seq))

@@ -19,18 +19,16 @@ def count(names: list[str]) -> dict[str, dict]:
 
     from genconf.catalog.models import resolve_model
     from genconf.plan import memory
-    from genconf.plan.counting import exact_param_count, padded_vocab_size
+    from genconf.plan.counting import exact_param_count
     from genconf.plan.runconfig import RunConfig
     from genconf.plan.specs import ParallelPlan, TrainSpec
     from genconf.train import mcore_compat
-    from genconf.train.runners.megatron import layer_spec, transformer_config_kwargs
+    from genconf.train.runners.megatron import gpt_model, transformer_config, transformer_config_kwargs
     from genconf.train.runtime import init_distributed
 
     compat = mcore_compat.install()
     try:
         from megatron.core import parallel_state as ps
-        from megatron.core.models.gpt import GPTModel
-        from megatron.core.transformer.transformer_config import TransformerConfig
 
         os.environ.setdefault("MASTER_PORT", str(29700 + os.getpid() % 1000))
         init_distributed()
@@ -44,13 +42,8 @@ def count(names: list[str]) -> dict[str, dict]:
             cfg = RunConfig(model=model, plan=plan, train=TrainSpec(train_steps=1), num_gpus=1, data={},
                             precision_recipe="bf16", prediction={}, shrink={}, artifacts="")
             kwargs = dict(transformer_config_kwargs(cfg, cpu=True), perform_initialization=False)
-            spec, _ = layer_spec(cfg, use_te=False)
             with torch.device("meta"):
-                gpt = GPTModel(config=TransformerConfig(**kwargs), transformer_layer_spec=spec,
-                               vocab_size=padded_vocab_size(model.vocab_size, 1),
-                               max_sequence_length=model.seq_length,
-                               share_embeddings_and_output_weights=model.tie_embeddings,
-                               position_embedding_type="rope" if model.position_embedding == "rope" else "learned_absolute")
+                gpt = gpt_model(cfg, transformer_config(kwargs), use_te=False)
             out[model.name] = {"built": sum(p.numel() for p in gpt.parameters()),
                                "planned": memory.rank_params(model, plan, 0).total,
                                "checkpoint": exact_param_count(model)}

@@ -20,7 +20,7 @@ import torch
 
 from genconf.plan import precision
 from genconf.plan.counting import padded_vocab_size
-from genconf.plan.runconfig import RunConfig
+from genconf.plan.runconfig import RunConfig, needs_te_attention
 from genconf.train import collectives, loop, measure, runtime
 from genconf.train.data import micro_batch
 
@@ -87,46 +87,77 @@ def without_grouped_experts(kw: dict) -> None:
                   file=sys.stderr, flush=True)
 
 
-def layer_spec(cfg: RunConfig, use_te: bool, grouped_gemm: bool = False):
-    """(ModuleSpec, name): Transformer Engine's where usable (its grouped GEMM over the local experts where the
-    artifact asks for it), megatron-core's local spec otherwise."""
+def transformer_config(kw: dict):
+    """megatron-core's config for these kwargs: MLATransformerConfig under multi-latent attention (as Megatron-LM's
+    core_transformer_config_from_args picks it for --multi-latent-attention), TransformerConfig otherwise."""
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    return (MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig)(**kw)
+
+
+def model_specs(cfg: RunConfig, config, use_te: bool, vp_stage: int | None = None):
+    """(decoder spec, MTP block spec or None, name) of one model chunk, built as Megatron-LM core_v0.16.1's
+    gpt_builders.py builds them: an MoE model's decoder block spec places a dense layer where --moe-layer-freq says
+    0 (get_gpt_decoder_block_spec), a dense model's one layer spec serves every layer; multi-latent attention comes
+    from the config; the multi-token-prediction block repeats the model's last decoder layer
+    (get_gpt_mtp_block_spec, None on the stages that hold no MTP layer). Transformer Engine's modules where usable
+    (its grouped GEMM over the local experts where the config asks for it), megatron-core's local spec otherwise."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     m = cfg.model
-    experts = m.num_experts or None
-    if use_te:
-        return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=grouped_gemm,
-                                                                qk_layernorm=m.qk_layernorm), "te"
     norm = "RMSNorm" if m.normalization == "rmsnorm" else "LayerNorm"
-    return specs.get_gpt_layer_local_spec(num_experts=experts, qk_layernorm=m.qk_layernorm, normalization=norm), "local"
+    mla = bool(config.multi_latent_attention)
+    if m.num_experts:
+        decoder = specs.get_gpt_decoder_block_spec(config, use_transformer_engine=use_te, normalization=norm,
+                                                   vp_stage=vp_stage)
+    elif use_te:
+        decoder = specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm,
+                                                                   multi_latent_attention=mla)
+    else:
+        decoder = specs.get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, multi_latent_attention=mla,
+                                                 normalization=norm)
+    mtp = None
+    if config.mtp_num_layers:
+        last_layer = (specs.get_gpt_decoder_layer_specs(config, use_transformer_engine=use_te, normalization=norm)[-1]
+                      if m.num_experts else decoder)
+        mtp = specs.get_gpt_mtp_block_spec(config, last_layer, use_transformer_engine=use_te, vp_stage=vp_stage)
+    return decoder, mtp, "te" if use_te else "local"
 
 
-def build(cfg: RunConfig, config, spec, d: runtime.Dist):
-    """Model chunks (one per virtual stage) wrapped in Float16Module and megatron DDP, and the optimizer."""
-    from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+def gpt_model(cfg: RunConfig, config, use_te: bool, vp_stage: int | None = None, pre_process: bool = True,
+              post_process: bool = True):
+    """megatron-core's GPTModel of one model chunk (virtual stage vp_stage; None without interleaving)."""
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.transformer.module import Float16Module
 
     from genconf.render.megatron import ROPE_SCALING_FACTOR_DEFAULT
 
-    plan, model_spec, train = cfg.plan, cfg.model, cfg.train
+    m, plan = cfg.model, cfg.plan
+    decoder, mtp, _ = model_specs(cfg, config, use_te, vp_stage)
+    return GPTModel(config=config, transformer_layer_spec=decoder, vocab_size=padded_vocab_size(m.vocab_size, plan.tp),
+                    max_sequence_length=max(plan.seq_length, m.seq_length), pre_process=pre_process,
+                    post_process=post_process, share_embeddings_and_output_weights=m.tie_embeddings,
+                    position_embedding_type="rope" if m.position_embedding == "rope" else "learned_absolute",
+                    rotary_base=round(m.rope_theta), rotary_percent=m.rotary_percent,
+                    rope_scaling=bool(m.rope_scaling_factor),
+                    rope_scaling_factor=m.rope_scaling_factor or ROPE_SCALING_FACTOR_DEFAULT, mtp_block_spec=mtp,
+                    vp_stage=vp_stage)
+
+
+def build(cfg: RunConfig, config, d: runtime.Dist, use_te: bool = False):
+    """Model chunks (one per virtual stage) wrapped in Float16Module and megatron DDP, and the optimizer."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.transformer.module import Float16Module
+
+    plan, train = cfg.plan, cfg.train
     recipe = precision.recipe(cfg.precision_recipe)
     half = recipe.compute_dtype != "float32"
     chunks = []
     for vp_stage in range(plan.vp):
         vs = vp_stage if plan.vp > 1 else None
-        gpt = GPTModel(config=config, transformer_layer_spec=spec,
-                       vocab_size=padded_vocab_size(model_spec.vocab_size, plan.tp),
-                       max_sequence_length=max(plan.seq_length, model_spec.seq_length),
-                       pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vs),
-                       post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vs),
-                       share_embeddings_and_output_weights=model_spec.tie_embeddings,
-                       position_embedding_type="rope" if model_spec.position_embedding == "rope" else "learned_absolute",
-                       rotary_base=round(model_spec.rope_theta), rotary_percent=model_spec.rotary_percent,
-                       rope_scaling=bool(model_spec.rope_scaling_factor),
-                       rope_scaling_factor=model_spec.rope_scaling_factor or ROPE_SCALING_FACTOR_DEFAULT, vp_stage=vs)
+        gpt = gpt_model(cfg, config, use_te, vs, pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vs),
+                        post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vs))
         if d.device.type == "cuda":
             gpt = gpt.cuda()
         if half:
@@ -224,9 +255,10 @@ class MegatronRunner(loop.Runner):
     def session(self) -> Iterator[None]:
         plan, cuda = self.cfg.plan, torch.cuda.is_available()
         te = importlib.util.find_spec("transformer_engine") is not None
-        if plan.cp > 1 and not (cuda and te):
-            runtime.fail(f"context parallelism (cp={plan.cp}) needs Transformer Engine attention on a GPU")
         self.use_te = cuda and te and plan.layer_spec == "te"
+        why = needs_te_attention(self.cfg.model, plan)
+        if why and not self.use_te:
+            runtime.fail(why)
         compat = None
         if not cuda:
             from genconf.train import mcore_compat
@@ -258,7 +290,6 @@ class MegatronRunner(loop.Runner):
         from megatron.core import tensor_parallel
         from megatron.core.distributed.finalize_model_grads import finalize_model_grads
         from megatron.core.pipeline_parallel import get_forward_backward_func
-        from megatron.core.transformer.transformer_config import TransformerConfig
 
         cfg, plan = self.cfg, self.cfg.plan
         if d.device.type == "cpu":
@@ -270,9 +301,9 @@ class MegatronRunner(loop.Runner):
         kw = transformer_config_kwargs(cfg, cpu=d.device.type == "cpu")
         if not self.use_te:
             without_grouped_experts(kw)
-        config = TransformerConfig(**kw)
-        spec, self.spec_name = layer_spec(cfg, self.use_te, grouped_gemm=bool(kw.get("moe_grouped_gemm")))
-        self.chunks, self.optimizer = build(cfg, config, spec, d)
+        config = transformer_config(kw)
+        self.spec_name = "te" if self.use_te else "local"
+        self.chunks, self.optimizer = build(cfg, config, d, self.use_te)
         self.model = torch.nn.ModuleList(self.chunks)
         config.finalize_model_grads_func = finalize_model_grads
         config.no_sync_func = [m.no_sync for m in self.chunks] if plan.vp > 1 else self.chunks[0].no_sync
