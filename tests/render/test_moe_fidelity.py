@@ -7,6 +7,7 @@ starts, and say so in their README."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from conftest import REPO, genconf_quiet, needs_megatron
 from genconf.catalog import hf
 from genconf.catalog.models import list_models, resolve_model
 from genconf.plan import rules
-from genconf.plan.runconfig import unbuildable
+from genconf.plan.runconfig import needs_te_attention, read_plan, unbuildable
 from genconf.plan.specs import ModelSpec, ParallelPlan, TrainSpec
 from genconf.render.files import artifact_names
 from genconf.render.megatron import arg_values, config_kwargs, megatron_args, megatron_plan
@@ -134,33 +135,65 @@ def test_local_cuda_graphs_with_expert_parallelism_write_megatron_lm_s_required_
     assert "--moe-pad-experts-for-cuda-graph-inference" not in _values(model, cuda_graph_impl="local", ep=1)
 
 
-@pytest.mark.parametrize("name,why", [("deepseek-v3", "has multi-latent attention"),
+@pytest.mark.parametrize("name,why", [("deepseek-v3", None), ("kimi-k2", None),
                                       ("nemotron-3-nano", "is a hybrid Mamba model"),
                                       ("qwen3-30b-a3b", None), ("mixtral-8x7b", None)])
 def test_what_genconf_s_runners_cannot_build_is_one_line_and_in_the_readme(tmp_path, name, why):
     model = resolve_model(name)[0]
     refusal = unbuildable(model, _plan(model))
     assert (refusal is None) if why is None else why in refusal
-    first_dense = _tiny_moe(first_k_dense_replace=1)
-    assert "first 1 layer(s) are dense" in unbuildable(first_dense, _plan(first_dense))
     out = tmp_path / name
     assert genconf_quiet("--model", name, "--gpus", "256", "--cluster", "dgx-h100", "-o", str(out)) == 0
     readme = (out / "README.md").read_text()
-    assert ("refuses this plan on every rank" in readme) == (why is not None)
+    pf = read_plan(out)  # the searched plan: its own options (a flex dispatcher, EP overlap) may be refused
+    assert ("refuses this plan on every rank" in readme) == (unbuildable(pf.model, pf.plan) is not None)
+    assert why is None or "refuses this plan on every rank" in readme
     assert "launch_deepspeed.sbatch" not in artifact_names(_plan(model), model)  # DeepSpeed's runner: dense only
 
 
+def test_the_megatron_runner_builds_dense_first_layers_mla_and_mtp_and_refuses_latent_experts():
+    """Dense first layers (--moe-layer-freq), multi-latent attention and multi-token prediction are built by the
+    megatron runner as megatron-core builds them; latent experts stay refused, and only the megatron runner takes
+    MLA or MTP (genconf's own model for DeepSpeed and FSDP has neither)."""
+    deepseek = resolve_model("deepseek-v3")[0]
+    for model in (_tiny_moe(first_k_dense_replace=1), _tiny_moe(mtp_num_layers=1), deepseek,
+                  _tiny_moe(first_k_dense_replace=2, mtp_num_layers=1)):
+        assert unbuildable(model, _plan(model)) is None, model.name
+    latent = _tiny_moe(moe_latent_size=64)
+    assert "has latent experts" in unbuildable(latent, _plan(latent))
+    dense_mla = ModelSpec(name="tiny-mla", num_layers=4, hidden_size=256, num_attention_heads=8, ffn_hidden_size=512,
+                          vocab_size=1024, seq_length=512, activation="swiglu", normalization="rmsnorm",
+                          position_embedding="rope", add_bias_linear=False, kv_lora_rank=64, qk_head_dim=32,
+                          qk_pos_emb_head_dim=16, v_head_dim=32)
+    fsdp = ParallelPlan(framework="fsdp", dp=8, mbs=1, gbs=8, seq_length=512, zero_stage=3)
+    assert unbuildable(dense_mla, _plan(dense_mla, ep=1)) is None
+    assert "only the megatron launcher builds it" in unbuildable(dense_mla, fsdp)
+    dense_mtp = dataclasses.replace(dense_mla, kv_lora_rank=None, qk_head_dim=None, qk_pos_emb_head_dim=None,
+                                    v_head_dim=None, mtp_num_layers=1)
+    assert "only the megatron launcher builds them" in unbuildable(dense_mtp, fsdp)
+
+
+def test_mla_needs_transformer_engine_attention():
+    """megatron-core 0.16.1's local DotProductAttention takes no k_channels/v_channels, which MLASelfAttention passes
+    it: the rules refuse MLA with the local layer spec, and a run without TE attention on a GPU is refused."""
+    deepseek = resolve_model("deepseek-v3")[0]
+    assert "mla_needs_te" in _rejected(deepseek, _plan(deepseek, layer_spec="local"), 8)
+    assert "mla_needs_te" not in _rejected(deepseek, _plan(deepseek), 8)
+    assert "k_channels/v_channels" in needs_te_attention(deepseek, _plan(deepseek))
+    assert needs_te_attention(_tiny_moe(first_k_dense_replace=1, mtp_num_layers=1), _plan(_tiny_moe())) is None
+
+
 def test_launch_submit_refuses_an_unbuildable_plan_before_sbatch(tmp_path):
-    out = tmp_path / "ds"
-    assert genconf_quiet("--model", "deepseek-v3", "--gpus", "256", "--cluster", "dgx-h100", "-o", str(out)) == 0
+    out = tmp_path / "nano"
+    assert genconf_quiet("--model", "nemotron-3-nano", "--gpus", "256", "--cluster", "dgx-h100", "-o", str(out)) == 0
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-m", "genconf", "launch", str(out), "--submit"], capture_output=True,
                           text=True, cwd=REPO)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "genconf: error: deepseek-v3 has multi-latent attention: genconf's launchers build standard attention; run "
-        "megatron_args.txt with Megatron-LM's pretrain_gpt.py"]
+        "genconf: error: nemotron-3-nano is a hybrid Mamba model: genconf's launchers build GPT models; run "
+        "megatron_args.txt with Megatron-LM's pretrain_mamba.py (mamba_ssm and causal-conv1d, CUDA only)"]
 
 
 @needs_megatron
@@ -176,10 +209,14 @@ def test_megatron_core_takes_every_catalog_router(name):
     kw = config_kwargs(model, plan, TrainSpec(train_steps=10))
     kw.update(params_dtype=getattr(torch, kw["params_dtype"]), pipeline_dtype=getattr(torch, kw["pipeline_dtype"]),
               activation_func=torch.nn.functional.silu)
-    if model.mla:
-        kw.update(multi_latent_attention=True, q_lora_rank=model.q_lora_rank, kv_lora_rank=model.kv_lora_rank,
-                  qk_head_dim=model.qk_head_dim, qk_pos_emb_head_dim=model.qk_pos_emb_head_dim,
-                  v_head_dim=model.v_head_dim)
     config = (MLATransformerConfig if model.mla else TransformerConfig)(**kw)
+    assert config.multi_latent_attention == model.mla
+    if model.mla:  # the file's MLA arguments, read as Megatron-LM reads them
+        assert (config.q_lora_rank, config.kv_lora_rank, config.qk_head_dim, config.qk_pos_emb_head_dim,
+                config.v_head_dim) == (model.q_lora_rank, model.kv_lora_rank, model.qk_head_dim,
+                                       model.qk_pos_emb_head_dim, model.v_head_dim)
+        assert (config.rope_type, config.rotary_scaling_factor, config.rotary_base) == ("yarn", 1.0, model.rope_theta)
+    if model.first_k_dense_replace:
+        assert config.moe_layer_freq == [0] * model.first_k_dense_replace + [1] * model.moe_layers
     assert (config.moe_router_score_function, config.moe_router_enable_expert_bias,
             config.moe_router_topk_scaling_factor, config.moe_router_num_groups) == ROUTERS[name][:4]

@@ -24,6 +24,7 @@ TINY_LLAMA = str(REPO / "tests" / "data" / "tiny-llama.yaml")
 TINY_MOE = str(REPO / "tests" / "data" / "tiny-moe.yaml")  # 4 experts, top-2: megatron-core's MoE layer on a CPU
 TINY_ODD = str(REPO / "tests" / "data" / "tiny-odd.yaml")  # hidden 63: every framework pads its shards
 TINY_WINDOW = str(REPO / "tests" / "data" / "tiny-window.yaml")  # sliding window 16 on every other layer
+TINY_DEEPSEEK = str(REPO / "tests" / "data" / "tiny-deepseek.yaml")  # DeepSeek-V3's shape: MLA, dense first layer, MTP
 SMOKE = ["--steps", "12", "--lr", "3e-3", "--vocab", "128"]
 # Runs that verify must pass train 24 steps: verify's loss rule wants the loss below the labels' unigram entropy
 # (4.70 nats at vocab 128), which a model that ignores its inputs cannot beat; from megatron's initial 5.36 a
@@ -76,6 +77,11 @@ LAYOUTS = {
     # sequence-wise loss): the runner builds what megatron_args.txt says, its tensors exactly the planned bytes.
     "megatron-moe-shared-sigmoid": ("tiny-moe-shared", 2, ["--framework", "megatron", "--tp", "1", "--pp", "1",
                                                            "--ep", "2", "--zero", "1"]),
+    # DeepSeek-V3's shape less its multi-latent attention (which megatron-core 0.16.1 builds only with Transformer
+    # Engine): a dense first layer (--moe-layer-freq), a shared expert, DeepSeek-V3's router and one
+    # multi-token-prediction layer, over EP 2; its tensors are exactly the planned bytes.
+    "megatron-deepseek-gqa": ("tiny-deepseek-gqa", 2, ["--framework", "megatron", "--tp", "1", "--pp", "1",
+                                                       "--ep", "2", "--zero", "1"]),
     "deepspeed-zero1": (TINY_GPT, 2, ["--framework", "deepspeed", "--zero", "1"]),
     "deepspeed-zero2": (TINY_GPT, 2, ["--framework", "deepspeed", "--zero", "2"]),
     "deepspeed-zero3": (TINY_LLAMA, 2, ["--framework", "deepspeed", "--zero", "3"]),
@@ -120,6 +126,16 @@ def tiny_moe_shared(root: Path) -> str:
     return str(path)
 
 
+def tiny_deepseek_gqa(root: Path) -> str:
+    """tiny-deepseek with grouped-query attention in place of MLA (megatron-core 0.16.1 runs MLA only with TE)."""
+    path = root / "tiny-deepseek-gqa.yaml"
+    mla = ("kv_lora_rank:", "q_lora_rank:", "qk_head_dim:", "qk_pos_emb_head_dim:", "v_head_dim:")
+    lines = [line for line in Path(TINY_DEEPSEEK).read_text().splitlines() if not line.startswith(mla)]
+    text = "\n".join(lines).replace("name: tiny-deepseek", "name: tiny-deepseek-gqa")
+    path.write_text(text + "\nnum_query_groups: 2\n")
+    return str(path)
+
+
 def tiny_odd3(root: Path) -> str:
     path = root / "tiny-odd3.yaml"
     text = Path(TINY_ODD).read_text().replace("name: tiny-odd", "name: tiny-odd3")
@@ -142,6 +158,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             model = tiny_odd3(root)
         if model == "tiny-moe-shared":
             model = tiny_moe_shared(root)
+        if model == "tiny-deepseek-gqa":
+            model = tiny_deepseek_gqa(root)
         done[name] = launch(plan_dir(root, name, model, gpus, *pins), smoke=VERIFIED)
     return done
 
@@ -231,6 +249,101 @@ def test_unrunnable_precision_is_refused_before_launch(runs):
     out = genconf("launch", str(artifacts), "--name", "fp8", "--precision", "fp8", "--steps", "1", check=False)
     assert out.returncode == 2 and "needs a Hopper or Blackwell GPU" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and not (artifacts / "runs" / "fp8").exists()
+
+
+@needs_megatron
+def test_deepseek_shape_built_by_megatron_core_has_genconf_s_count(tmp_path):
+    """megatron-core builds the DeepSeek-V3 shape (dense first layer, shared expert, MTP block) with exactly the
+    parameters genconf counts, as the runner builds it (meta device, TP 1, local spec)."""
+    from genconf.catalog.models import resolve_model
+    from genconf.plan.counting import exact_param_count
+
+    path = tiny_deepseek_gqa(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", path, "--json"], capture_output=True,
+                         text=True, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    built = json.loads(out.stdout.strip().splitlines()[-1])["tiny-deepseek-gqa"]
+    # h 64, 4 heads in 2 groups of 16: attention 64 x (64 + 2 x 32) + 64 x 64 = 12,288 and a 64 norm; the dense
+    # layer's MLP 3 x 64 x 128 = 24,576, an MoE layer's router 4 x 64, experts 4 x 3 x 64 x 32 and shared expert
+    # 3 x 64 x 32 = 30,976, each with a 64 norm: layers 36,992 + 2 x 43,392; the MTP layer 2 x 64 norms, eh_proj
+    # 64 x 128, one MoE layer, a final norm = 51,776; embedding and output 2 x 256 x 64, the final norm 64.
+    assert built["built"] == built["planned"] == built["checkpoint"] == 208_384
+    assert exact_param_count(resolve_model(path)[0]) == 208_384
+
+
+MLA_COUNT_SCRIPT = """
+import dataclasses, json, os, sys, torch
+from genconf.catalog.models import resolve_model
+from genconf.plan.counting import layer_tensors
+from genconf.plan.runconfig import RunConfig
+from genconf.plan.specs import ParallelPlan, TrainSpec
+from genconf.train import mcore_compat
+from genconf.train.runners.megatron import model_specs, transformer_config, transformer_config_kwargs
+from genconf.train.runtime import init_distributed
+
+compat = mcore_compat.install()
+os.environ.setdefault("MASTER_PORT", str(29800 + os.getpid() % 1000))
+init_distributed()
+from megatron.core import parallel_state as ps
+from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.spec_utils import build_module
+
+ps.initialize_model_parallel()
+mcore_compat.model_parallel_manual_seed(1)
+model, _ = resolve_model(sys.argv[1])
+plan = ParallelPlan(framework="megatron", dp=1, mbs=1, gbs=1, seq_length=64, layer_spec="local")
+cfg = RunConfig(model=model, plan=plan, train=TrainSpec(train_steps=1), num_gpus=1, data={}, precision_recipe="bf16",
+                prediction={}, shrink={}, artifacts="")
+config = transformer_config(dict(transformer_config_kwargs(cfg, cpu=True), perform_initialization=False))
+decoder, _, _ = model_specs(cfg, config, use_te=False)
+attention = decoder.layer_specs[0].submodules.self_attention
+try:
+    build_module(attention, config=config, layer_number=1)
+    refused = ""
+except TypeError as exc:
+    refused = str(exc)
+# The same module with a parameter-free core attention (megatron-core's IdentityOp) in place of DotProductAttention.
+# Without Transformer Engine, megatron-core's extensions module puts a MagicMock where TE would be, so
+# multi_latent_attention.py imports "TELinear" (HAVE_TE True) and its isinstance(self.linear_proj, TELinear) raises
+# TypeError: HAVE_TE set to the host's truth, False, for this count.
+import megatron.core.transformer.multi_latent_attention as mla_module
+
+mla_module.HAVE_TE = False
+submodules = dataclasses.replace(attention.submodules, core_attention=IdentityOp)
+with torch.device("meta"):
+    built = build_module(dataclasses.replace(attention, submodules=submodules), config=config, layer_number=1)
+planned = sum(t.numel for t in layer_tensors(model, True) if t.name.startswith("self_attention."))
+print(json.dumps({"refused": refused, "built": sum(p.numel() for p in built.parameters()), "planned": planned}))
+ps.destroy_model_parallel()
+torch.distributed.destroy_process_group()
+compat.uninstall()
+"""
+
+
+@needs_megatron
+def test_megatron_core_s_mla_has_genconf_s_count_and_needs_te_attention():
+    """megatron-core's MLASelfAttention (query and key-value latents, their RMS norms, the up projections, the shared
+    RoPE key) holds exactly the parameters genconf counts for MLA; with the local spec its DotProductAttention refuses
+    the k_channels/v_channels MLA passes it (TypeError), the refusal genconf states (runconfig.needs_te_attention)."""
+    out = subprocess.run([sys.executable, "-c", MLA_COUNT_SCRIPT, TINY_DEEPSEEK], capture_output=True, text=True,
+                         cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "unexpected keyword argument 'k_channels'" in result["refused"], result
+    # h 64, 4 heads of q/k 16 + 8 (RoPE), v 16, latents q 48 and kv 32: q down 48 x 64, its norm 48, q up 48 x 4 x 24,
+    # kv down (32 + 8) x 64, its norm 32, kv up 32 x 4 x (16 + 16), output 64 x 4 x 16.
+    assert result["built"] == result["planned"] == 3072 + 48 + 4608 + 2560 + 32 + 4096 + 4096 == 18_512
+
+
+def test_mla_on_a_cpu_is_refused_before_launch(tmp_path):
+    """megatron-core 0.16.1's local DotProductAttention takes no k_channels/v_channels, which MLASelfAttention passes
+    it: a CPU run of an MLA model is refused in one line before any rank starts."""
+    artifacts = plan_dir(tmp_path, "mla", TINY_DEEPSEEK, 2, "--framework", "megatron", "--tp", "1", "--pp", "1",
+                         "--ep", "2", "--zero", "1")
+    out = genconf("launch", str(artifacts), "--name", "mla", *SMOKE, check=False)
+    assert out.returncode == 2 and "tiny-deepseek has multi-latent attention" in out.stderr
+    assert "k_channels/v_channels" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (artifacts / "runs" / "mla").exists()
 
 
 @needs_deepspeed
