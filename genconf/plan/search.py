@@ -1103,6 +1103,12 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
         if _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, seq_length=seq, gbs=None), budget):
             tips.append(f"--seq-len {seq}")
             break
+    if pins.zero_stage is not None:
+        # A pinned ZeRO stage: the next stage that fits shards more state at a smaller cost than offload.
+        for stage in range(pins.zero_stage + 1, 4):
+            if _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, zero_stage=stage)):
+                tips.append(f"--zero {stage}")
+                break
     if pins.recompute not in (None, "full") and _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, recompute="full")):
         tips.append("--recompute full")
     if pins.framework in (None, "deepspeed") and _fits_anywhere(

@@ -417,3 +417,16 @@ def test_a_tip_that_drops_a_pinned_degree_says_so():
     cluster = resolve_cluster("kempner-h100")
     with pytest.raises(NoFeasiblePlan, match=r"--framework deepspeed --zero 3 --offload \(without --tp"):
         plan_or_explain(model, cluster, 8, calibration_for(cluster.gpu.name), Pins(tp=3))
+
+
+def test_a_pinned_zero_stage_that_cannot_fit_is_told_the_next_stage_that_does():
+    # Llama 2 7B under DeepSpeed ZeRO-0 on 8 H100s needs 16 bytes a parameter on every GPU (108 GB): ZeRO-1 shards
+    # the 12 bytes of fp32 master weights and Adam moments over 8 and fits, with no offload (the only tip before).
+    model, _ = resolve_model("llama2-7b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    pins = Pins(framework="deepspeed", zero_stage=0)
+    tips = what_would_fit(model, cluster, 8, cal, pins)
+    assert tips[0] == "--zero 1" and tips[-1].startswith("--framework deepspeed --zero 3 --offload")
+    assert search(model, cluster, 8, cal, dataclasses.replace(pins, zero_stage=1)).ranked  # the tip is true
+    assert not search(model, cluster, 8, cal, pins).ranked
