@@ -1173,7 +1173,31 @@ def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, c
     if pins.attention_kernel != "auto" and search(model, cluster, num_gpus, cal,
                                                   replace(pins, attention_kernel="auto"), keep=1).ranked:
         tips.append("--attention-kernel auto")  # a kernel that cannot run this model (head dim, window)
+    gbs = _smallest_valid_batch(model, cluster, num_gpus, cal, pins)
+    if gbs is not None:
+        tips.append(f"--global-batch {gbs}")
     return tips
+
+
+BATCH_TIP_SEARCHES = 8
+"""At most this many searches look for a --global-batch tip."""
+
+
+def _smallest_valid_batch(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration,
+                          pins: Pins) -> int | None:
+    """Where the default batch is too small for every layout (long sequences: each data-parallel rank needs a
+    sequence, and the default's tokens per step make few), the smallest global batch a layout takes: the data-
+    parallel degrees (divisors of the GPUs) and doublings of the default past it, smallest first. None with a
+    pinned batch, or where none of the first BATCH_TIP_SEARCHES is valid."""
+    if pins.gbs is not None:
+        return None
+    seq = pins.seq_length or model.seq_length
+    target = default_batch(exact_param_count(model), seq).sequences
+    sizes = {d for d in range(1, num_gpus + 1) if num_gpus % d == 0} | {target << k for k in range(1, 8)}
+    for gbs in sorted(g for g in sizes if g > MAX_BATCH_GROWTH * target)[:BATCH_TIP_SEARCHES]:
+        if search(model, cluster, num_gpus, cal, replace(pins, gbs=gbs), keep=1).ranked:
+            return gbs
+    return None
 
 
 def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins,
@@ -1208,6 +1232,12 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
     if result.considered:
         top = ", ".join(f"{name} x{count}" for name, count in list(result.rejected.items())[:3])
         example = result.nearest_misses[0].errors[0] if result.nearest_misses else None  # of the commonest reason
+        if example is None and next(iter(result.rejected)) == BATCH_TOO_LARGE:
+            seq = pins.seq_length or model.seq_length
+            target = default_batch(exact_param_count(model), seq)
+            example = (f"every layout needs a global batch over {MAX_BATCH_GROWTH:g} x the default "
+                       f"{target.sequences:,} sequences of {seq:,} tokens ({target.tokens_per_step / 1e6:.1f}M tokens a step, "
+                       f"from the model's size)")
         why = (f"no valid layout for {model.name} on {num_gpus} x {gpu.name} ({result.considered} candidates rejected: "
                f"{top})" + (f"; e.g. {example}" if example else ""))
     else:

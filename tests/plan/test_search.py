@@ -430,3 +430,18 @@ def test_a_pinned_zero_stage_that_cannot_fit_is_told_the_next_stage_that_does():
     assert tips[0] == "--zero 1" and tips[-1].startswith("--framework deepspeed --zero 3 --offload")
     assert search(model, cluster, 8, cal, dataclasses.replace(pins, zero_stage=1)).ranked  # the tip is true
     assert not search(model, cluster, 8, cal, pins).ranked
+
+
+def test_a_default_batch_too_small_for_every_layout_is_told_the_batch_that_is_valid():
+    # FSDP has only data parallelism: at 131,072 tokens Llama 2 7B's default 4.2M tokens a step are 32 sequences,
+    # fewer than the 64 ranks; the tip was "--seq-len 65536" (a memory tip for a batch problem).
+    model, _ = resolve_model("llama2-7b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    pins = Pins(framework="fsdp", seq_length=131072)
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 64, cal, pins)
+    text = str(info.value)
+    assert "batch_above_target" in text and "over 1.5 x the default 32 sequences of 131,072 tokens" in text
+    assert text.endswith("It would be valid with: --global-batch 64")
+    assert search(model, cluster, 64, cal, dataclasses.replace(pins, gbs=64)).best.plan.dp == 64  # the tip is true
