@@ -60,6 +60,13 @@ def pins_from_args(args: argparse.Namespace):
                                "selective")
     if args.fused_kernels and args.layer_spec != "local":
         raise GenconfError("--fused-kernels describes the local spec's kernels: add --layer-spec local")
+    framework = args.framework
+    if args.offload:  # ZeRO-Offload: the search plans DeepSpeed only (it was dropped from other frameworks' plans)
+        if framework not in (None, "deepspeed"):
+            raise GenconfError(f"--offload is DeepSpeed's ZeRO-Offload (optimizer states in host memory, parameters "
+                               f"too at ZeRO-3): genconf plans no CPU offload for --framework {framework}; use "
+                               f"--framework deepspeed")
+        framework = "deepspeed"
     layout = getattr(args, "pp_layout", None)
     if layout is not None and layout != DEFAULT_LAYOUT:
         from genconf.plan.pipeline import parse_layout
@@ -104,7 +111,7 @@ def pins_from_args(args: argparse.Namespace):
     repeated = sorted({s for s in scopes if scopes.count(s) > 1})
     if repeated:
         raise GenconfError(f"--cuda-graph-scope names {', '.join(repeated)} more than once")
-    return Pins(framework=args.framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, etp=args.etp,
+    return Pins(framework=framework, tp=args.tp, pp=args.pp, vp=args.vp, cp=args.cp, ep=args.ep, etp=args.etp,
                 mbs=args.mbs, gbs=args.global_batch, seq_length=args.seq_len,
                 packed_doc_tokens=getattr(args, "packed_doc_len", None), zero_stage=args.zero,
                 recompute="full" if args.recompute_layers else "selective" if modules else args.recompute,

@@ -327,3 +327,14 @@ def test_plan_of_a_hugging_face_config_shows_the_imports_notes():
     assert "import_notes" not in longer["model"] and longer["plan"]["seq_length"] == 16384
     catalog = json.loads(run("--model", "llama3.1-8b", "--gpus", "8", "--json").stdout)
     assert "import_notes" not in catalog["model"]  # a catalog model's plan is unchanged
+
+
+def test_offload_plans_deepspeed_and_is_refused_for_other_frameworks():
+    # --offload is ZeRO-Offload: an unpinned search planned megatron without it (the flag was dropped), and
+    # --framework fsdp --offload planned FSDP without it.
+    d = json.loads(run("--model", "llama2-7b", "--gpus", "8", "--cluster", "dgx-h100", "--offload", "--json").stdout)
+    assert d["plan"]["framework"] == "deepspeed" and d["plan"]["offload_optimizer"] is True
+    for framework in ("fsdp", "megatron"):
+        out = run("--model", "llama2-7b", "--gpus", "8", "--cluster", "dgx-h100", "--offload", "--framework", framework)
+        one_line_error(out, f"genconf plans no CPU offload for --framework {framework}")
+        assert out.stderr.startswith("genconf: error: --offload is DeepSpeed's ZeRO-Offload")
