@@ -461,7 +461,8 @@ def _precision(c: Context) -> str | None:
     if p.precision == "fp8" and not gpu.supports_fp8:
         return f"FP8 needs Hopper or Blackwell tensor cores; {gpu.display_name} has none (use --precision bf16)"
     if p.precision == "fp4" and not gpu.peak_fp4_tflops:
-        return f"NVFP4 needs Blackwell FP4 tensor cores; {gpu.display_name} has none (use --precision fp8)"
+        return (f"NVFP4 needs Blackwell FP4 tensor cores; {gpu.display_name} has none "
+                f"(use --precision {'fp8' if gpu.supports_fp8 else 'bf16'})")
     refusal = precision.plan_refusal(p.precision, p.framework, p.layer_spec)  # what each framework cannot train
     if refusal:
         return refusal

@@ -1242,7 +1242,8 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
                f"{top})" + (f"; e.g. {example}" if example else ""))
     else:
         why = (f"no layout of {model.name} on {num_gpus} x {gpu.name} has {pinned or 'these settings'}: the degrees must "
-               f"divide the GPUs (tp x pp x cp x dp), the heads, layers and experts they split")
+               f"divide the GPUs (tp x pp x cp x dp), the heads, layers and experts they split"
+               + (", and the global batch must be a multiple of mbs x dp" if pins.gbs is not None else ""))
     tips = what_would_be_valid(model, cluster, num_gpus, cal, pins)
     if tips:
         raise NoFeasiblePlan(why + f". It would be valid with: {'; or '.join(tips)}")

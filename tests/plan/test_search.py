@@ -445,3 +445,19 @@ def test_a_default_batch_too_small_for_every_layout_is_told_the_batch_that_is_va
     assert "batch_above_target" in text and "over 1.5 x the default 32 sequences of 131,072 tokens" in text
     assert text.endswith("It would be valid with: --global-batch 64")
     assert search(model, cluster, 64, cal, dataclasses.replace(pins, gbs=64)).best.plan.dp == 64  # the tip is true
+
+
+def test_refusals_name_what_would_work_on_the_gpu_at_hand():
+    # NVFP4 on an A100 suggested FP8, which an A100 has no tensor cores for either; an H100 is told FP8.
+    model, _ = resolve_model("llama3-8b")
+    for cluster_name, precision in (("dgx-a100", "bf16"), ("dgx-h100", "fp8")):
+        cluster = resolve_cluster(cluster_name)
+        with pytest.raises(NoFeasiblePlan) as info:
+            plan_or_explain(model, cluster, 8, calibration_for(cluster.gpu.name), Pins(precision="fp4"))
+        assert f"has none (use --precision {precision})" in str(info.value)
+    # A pinned batch smaller than any data-parallel degree: the message names the batch's own rule.
+    cluster = resolve_cluster("dgx-h100")
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(resolve_model("gpt3-1.3b")[0], cluster, 8, calibration_for(cluster.gpu.name),
+                        Pins(framework="deepspeed", zero_stage=2, gbs=4))
+    assert "has --global-batch 4" in str(info.value) and "global batch must be a multiple of mbs x dp" in str(info.value)
