@@ -232,6 +232,11 @@ def evaluate_all(runs: list[Run], cals: dict[str, Calibration], *, plans: dict |
     return rows
 
 
+def layout_framework(layout: str) -> str:
+    """The framework a row's plan ran under, from its layout (_layout's twelfth word)."""
+    return layout.split()[11]
+
+
 def _layout(plan) -> str:
     extra = []
     if plan.recompute == "full" and plan.recompute_layers:
@@ -859,7 +864,8 @@ def track_record(rows: list[dict]) -> dict:
         out.setdefault(name, {})[scope] = {
             "rows": len(ratios), "median": round(_quantile(ratios, 0.5), 3), "p10": round(_quantile(ratios, 0.1), 3),
             "p90": round(_quantile(ratios, 0.9), 3), "min": round(ratios[0], 3), "max": round(ratios[-1], 3),
-            "sources": sorted({r["source"] for r in group})}
+            "sources": sorted({r["source"] for r in group}),
+            "frameworks": sorted({layout_framework(r["layout"]) for r in group})}
     return out
 
 
@@ -876,7 +882,8 @@ def write_track_record(record: dict, path: Path | None = None) -> None:
             e = scopes.get(scope)
             if e:
                 sources = ", ".join(json.dumps(s) for s in e["sources"])
-                fields = ", ".join(f"{k}: [{sources}]" if k == "sources" else f"{k}: {e[k]}" for k in ENTRY_KEYS)
+                lists = {"sources": sources, "frameworks": ", ".join(e["frameworks"])}
+                fields = ", ".join(f"{k}: [{lists[k]}]" if k in lists else f"{k}: {e[k]}" for k in ENTRY_KEYS)
                 lines.append(f"    {scope}: {{{fields}}}")
     path.write_text("\n".join(lines) + "\n")
 

@@ -4,7 +4,7 @@
 
     models:
       llama3-70b:                       # every catalog model with that architecture (sequence length aside)
-        all: {rows: 51, median: 0.99, p10: 0.91, p90: 1.06, min: 0.8, max: 1.25, sources: [...]}
+        all: {rows: 51, median: 0.99, p10: 0.91, p90: 1.06, min: 0.8, max: 1.25, sources: [...], frameworks: [...]}
         hopper: {...}                   # per GPU generation (genconf.plan.specs.ARCHS)
 
 Ratios are measured / predicted tokens/s per GPU, as the 80% bands in calibration.yaml are. The record says how far
@@ -19,10 +19,11 @@ from pathlib import Path
 from genconf.catalog.files import CATALOG_DIR, read_yaml
 from genconf.catalog.models import catalog_names
 from genconf.plan.errors import GenconfError
-from genconf.plan.specs import ModelSpec
+from genconf.plan.specs import FRAMEWORKS, ModelSpec
 
 TRACK_RECORD_FILE = CATALOG_DIR / "track_record.yaml"
-ENTRY_KEYS = ("rows", "median", "p10", "p90", "min", "max", "sources")
+ENTRY_KEYS = ("rows", "median", "p10", "p90", "min", "max", "sources", "frameworks")
+"""frameworks: the genconf frameworks the runs were planned as (megatron, deepspeed, fsdp)."""
 MIN_ROWS = 3
 """A generation's entry stands for the plan's GPU when it holds at least this many runs; else the model's 'all'."""
 
@@ -42,6 +43,9 @@ def _entry(path: Path, where: str, value: object) -> dict:
             raise GenconfError(f"{path}: {where}.{key} must be a positive number (measured / predicted)")
     if not isinstance(value["sources"], list) or not all(isinstance(s, str) for s in value["sources"]):
         raise GenconfError(f"{path}: {where}.sources must be a list of source names")
+    if (not isinstance(value["frameworks"], list) or not value["frameworks"]
+            or not all(f in FRAMEWORKS for f in value["frameworks"])):
+        raise GenconfError(f"{path}: {where}.frameworks must list framework names ({', '.join(FRAMEWORKS)})")
     return dict(value)
 
 

@@ -81,7 +81,9 @@ def _track_record_lines(d: dict) -> list[str]:
     where = "all GPUs" if rec["scope"] == "all" else rec["scope"]
     spread = (f"{rec['p10']:.2f}-{rec['p90']:.2f} (10-90%)" if rec["rows"] >= 10
               else f"{rec['min']:.2f}-{rec['max']:.2f} (range)")
-    return [_row(label, f"{rec['rows']} on {where} ({', '.join(rec['sources'])})"),
+    others = ("" if d["plan"]["framework"] in rec["frameworks"] else
+              f"; {' and '.join(rec['frameworks'])} runs, this plan {d['plan']['framework']}")
+    return [_row(label, f"{rec['rows']} on {where} ({', '.join(rec['sources'])}{others})"),
             _row("  measured / predicted tokens/s", f"median {rec['median']:.2f}, {spread}")]
 
 

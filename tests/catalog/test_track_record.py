@@ -77,11 +77,13 @@ def test_the_plans_gpu_generation_or_else_all_the_models_runs():
 
 @pytest.mark.parametrize("text, needle", [
     ("models: {llama3-8b: {all: {rows: 2, median: 1.0, p10: 1.0, p90: 1.0, min: 1.0, max: 1.0, sources: [x],"
-     " mean: 1.0}}}\n", "unknown key 'mean'"),
+     " frameworks: [fsdp], mean: 1.0}}}\n", "unknown key 'mean'"),
     ("models: {llama3-8b: {hopper: {rows: 2, median: 1.0, p10: 1.0, p90: 1.0, min: 1.0, max: 1.0,"
      " sources: [x]}}}\n", "must map 'all'"),
-    ("models: {llama3-8b: {all: {rows: 0, median: 1.0, p10: 1.0, p90: 1.0, min: 1.0, max: 1.0, sources: [x]}}}\n",
-     "rows must be a positive integer"),
+    ("models: {llama3-8b: {all: {rows: 0, median: 1.0, p10: 1.0, p90: 1.0, min: 1.0, max: 1.0, sources: [x],"
+     " frameworks: [fsdp]}}}\n", "rows must be a positive integer"),
+    ("models: {llama3-8b: {all: {rows: 2, median: 1.0, p10: 1.0, p90: 1.0, min: 1.0, max: 1.0, sources: [x],"
+     " frameworks: [nemo]}}}\n", "frameworks must list framework names"),
     ("runs: []\n", "expected one key, 'models'"),
 ])
 def test_a_broken_file_is_one_line_naming_the_file_and_key(tmp_path, text, needle):
@@ -111,3 +113,12 @@ def test_a_lora_plan_shows_no_record(capsys):
     # The recorded runs are full-parameter training: a LoRA plan is another workload.
     assert main(["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--lora-rank", "16", "--json"]) == 0
     assert "track_record" not in json.loads(capsys.readouterr().out)
+
+
+def test_a_plan_on_another_framework_than_the_recorded_runs_says_so(capsys):
+    # Llama 2 7B's published runs are NeMo's (megatron): a DeepSpeed plan of it borrows their record, and says whose.
+    assert track_record.read_track_record()["llama2-7b"]["hopper"]["frameworks"] == ["megatron"]
+    assert main(["--model", "llama2-7b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "deepspeed"]) == 0
+    assert "(NeMo 24.07, NeMo long-seq; megatron runs, this plan deepspeed)" in capsys.readouterr().out
+    assert main(["--model", "llama2-7b", "--gpus", "64", "--cluster", "dgx-h100", "--framework", "megatron"]) == 0
+    assert "(NeMo 24.07, NeMo long-seq)\n" in capsys.readouterr().out
