@@ -147,15 +147,21 @@ def test_interleaved_p2p_costs_every_rank_its_exposed_share():
                                                                           rel=1e-12)
 
 
-def test_a_data_parallel_all_reduce_on_a_stated_link():
-    # Megatron DP (no distributed optimizer) over d = 8 GPUs, 400M parameters on the rank reducing fp32
-    # gradients: 1.6e9 bytes. Ring all-reduce: 2 (d-1)/d x bytes / bus bandwidth. Links at full rate
-    # (ib_efficiency 1) and no call latency.
+def _stated_link():
+    """Llama 3 8B on 4-GPU H100 nodes with one 400 Gb/s NIC per GPU, links at full rate (ib_efficiency 1), no call
+    latency, and 400M parameters on the reducing rank."""
     model, _ = resolve_model("llama3-8b")
     cluster = ClusterSpec(name="stated", gpu=resolve_cluster("dgx-h100").gpu, gpus_per_node=4,
                           ib_gbit_per_s_per_gpu=400)
     cal = dataclasses.replace(calibration_for("h100-sxm"), ib_efficiency=1.0, collective_latency_s=0.0)
-    params = 400_000_000
+    return model, cluster, cal, 400_000_000
+
+
+def test_a_data_parallel_all_reduce_on_a_stated_link():
+    # Megatron DP (no distributed optimizer) over d = 8 GPUs, 400M parameters on the rank reducing fp32
+    # gradients: 1.6e9 bytes. Ring all-reduce: 2 (d-1)/d x bytes / bus bandwidth. Links at full rate
+    # (ib_efficiency 1) and no call latency.
+    model, cluster, cal, params = _stated_link()
     # tp=4, dp=8 on 4-GPU nodes: one DP rank per node, so each ring leaves the node through one 400 Gb/s NIC,
     # 50 GB/s: 2 x 7/8 x 1.6e9 / 50e9 = 0.056 s.
     one_nic = ParallelPlan(framework="megatron", tp=4, dp=8, mbs=1, gbs=8, seq_length=4096, zero_stage=0)
@@ -183,11 +189,7 @@ def test_deepspeed_zero2_reduces_every_micro_batch_zero1_once():
     # NIC per DP rank (tp=4), no call latency, 400M parameters of bf16 gradients (DeepSpeed reduces in the model's
     # dtype by default): reduce-scatter (d-1)/d x 0.8e9 / 50e9 = 0.014 s, and the last of its 10 buckets (0.0014 s)
     # once the backward is over.
-    model, _ = resolve_model("llama3-8b")
-    cluster = ClusterSpec(name="stated", gpu=resolve_cluster("dgx-h100").gpu, gpus_per_node=4,
-                          ib_gbit_per_s_per_gpu=400)
-    cal = dataclasses.replace(calibration_for("h100-sxm"), ib_efficiency=1.0, collective_latency_s=0.0)
-    params = 400_000_000
+    model, cluster, cal, params = _stated_link()
     reduce = 7 / 8 * 2 * params / 50e9
     assert reduce == pytest.approx(0.014, rel=1e-12)
     zero1 = ParallelPlan(framework="deepspeed", tp=4, dp=8, mbs=1, gbs=64, seq_length=4096, zero_stage=1)
