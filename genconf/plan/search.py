@@ -556,11 +556,15 @@ def _states_floor_bytes(model: ModelSpec, layout: _Layout, precision: str, offlo
     weights = 1.0 if precision in ("fp8", "fp4") else 2.0
     if offload:
         return weights * per_rank / (shard if layout.zero >= 3 else 1)
-    if layout.framework == "fsdp":
+    fsdp = layout.framework == "fsdp"
+    if fsdp:
         weights = 4.0  # fp32 parameters
     if lora:
         return weights * per_rank
-    params = weights * per_rank / (shard if layout.zero >= 3 else 1)
+    params = weights * per_rank / (shard if layout.zero >= (2 if fsdp else 3) else 1)
+    if fsdp and layout.zero == 2:
+        # SHARD_GRAD_OP shards its fp32 parameters and keeps the gathered compute copy (memory.py's FSDP branch).
+        params += (4.0 if precision == "fp32" else 2.0) * per_rank
     grads = 2.0 * per_rank / (shard if layout.zero >= 2 else 1)
     optimizer = (6.0 if bf16_moments else 10.0) * per_rank / (shard if layout.zero >= 1 else 1)
     return params + grads + optimizer

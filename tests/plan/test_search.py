@@ -461,3 +461,25 @@ def test_refusals_name_what_would_work_on_the_gpu_at_hand():
         plan_or_explain(resolve_model("gpt3-1.3b")[0], cluster, 8, calibration_for(cluster.gpu.name),
                         Pins(framework="deepspeed", zero_stage=2, gbs=4))
     assert "has --global-batch 4" in str(info.value) and "global batch must be a multiple of mbs x dp" in str(info.value)
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "fsdp"])
+def test_the_states_floor_is_below_every_estimate(framework):
+    # The search prunes a layout whose states floor (search._states_floor_bytes) is over the usable memory without
+    # estimating it, so the floor must stay below the estimate of every plan of the layout: FSDP SHARD_GRAD_OP's floor
+    # counted unsharded fp32 parameters after memory.py sharded them, and pruned layouts that fit (LLaMA 33B on 64
+    # H100s: floor 126.9 GiB, estimate 73.5).
+    from genconf.plan.search import _states_floor_bytes, candidates
+
+    model, _ = resolve_model("llama-33b")
+    cluster = resolve_cluster("dgx-h100")
+    checked = 0
+    for zero in ((0, 1) if framework == "megatron" else (0, 1, 2, 3) if framework == "deepspeed" else (0, 2, 3)):
+        pins = Pins(framework=framework, zero_stage=zero, recompute="full", mbs=1)
+        for layout, plan in candidates(model, cluster, 64, pins):
+            if not isinstance(plan, ParallelPlan):
+                continue
+            floor = _states_floor_bytes(model, layout, plan.precision, False)
+            assert floor <= memory.estimate(model, plan, cluster).peak.total_bytes, plan
+            checked += 1
+    assert checked >= 3
