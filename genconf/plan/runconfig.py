@@ -262,6 +262,11 @@ def unbuildable(model: ModelSpec, plan: ParallelPlan) -> str | None:
     if m.mtp_num_layers and p.framework != "megatron":
         return (f"{m.name} has {m.mtp_num_layers} multi-token-prediction layer(s): only the megatron launcher builds "
                 f"them (megatron-core's MultiTokenPredictionBlock); re-plan with --framework megatron")
+    if m.mtp_repeated_layer:
+        # megatron-core 0.16.1 has no shared MTP layer: it would build mtp_num_layers separate ones, which genconf
+        # counts as one (ModelSpec.mtp_blocks).
+        return (f"{m.name} repeats one multi-token-prediction layer {m.mtp_num_layers} times, which megatron-core "
+                f"0.16.1 cannot build (--mtp-use-repeated-layer needs megatron-core 0.17+); {pretrain} on 0.17+")
     if p.moe_ep_overlap:
         return (f"--moe-ep-overlap: genconf's megatron launcher does not build megatron-core's combined 1F1B schedule "
                 f"plan; {pretrain}, or re-plan without it")

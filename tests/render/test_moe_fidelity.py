@@ -171,6 +171,9 @@ def test_the_megatron_runner_builds_dense_first_layers_mla_and_mtp_and_refuses_l
     dense_mtp = dataclasses.replace(dense_mla, kv_lora_rank=None, qk_head_dim=None, qk_pos_emb_head_dim=None,
                                     v_head_dim=None, mtp_num_layers=1)
     assert "only the megatron launcher builds them" in unbuildable(dense_mtp, fsdp)
+    # One MTP layer repeated at every depth: megatron-core 0.16.1 would build two (genconf counts one).
+    repeated = dataclasses.replace(dense_mtp, mtp_num_layers=2, mtp_repeated_layer=True)
+    assert repeated.mtp_blocks == 1 and "needs megatron-core 0.17+" in unbuildable(repeated, _plan(repeated, ep=1))
 
 
 def test_mla_needs_transformer_engine_attention():
