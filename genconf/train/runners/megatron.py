@@ -189,10 +189,15 @@ def build(cfg: RunConfig, config, d: runtime.Dist, use_te: bool = False):
 
 
 def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
+    """(sum of the token losses, their count, report), as Megatron-LM core_v0.16.1's pretrain_gpt.py loss_func returns
+    them: megatron-core divides the sum by the count and the micro-batches (schedules.py forward_step). The legacy
+    (mean, report) pair is multiplied by the CP size there, which made a CP rank's gradient cp x too large and
+    weighed the MTP loss (scaled without that factor) 1/cp of pretrain_gpt's."""
     losses = output_tensor.float().view(-1)
     mask = loss_mask.view(-1).float()
-    loss = torch.sum(losses * mask) / mask.sum()
-    return loss, {"lm loss": loss.detach().clone()}
+    loss = torch.sum(losses * mask)
+    num_tokens = mask.sum().detach().to(torch.int)
+    return loss, num_tokens, {"lm loss": torch.cat([loss.detach().clone().view(1), num_tokens.view(1).float()])}
 
 
 def _batches(cfg, source, step: int, dp_rank: int, dp_size: int, device: torch.device):
@@ -329,7 +334,8 @@ class MegatronRunner(loop.Runner):
                            model=chunks if plan.vp > 1 else chunks[0], num_microbatches=plan.num_microbatches,
                            seq_length=plan.seq_length // plan.cp, micro_batch_size=plan.mbs, forward_only=False)
         _ok, grad_norm, _ = optimizer.step()
-        local = torch.stack([o["lm loss"].float().cpu() for o in out]).mean().item() if out else 0.0
+        sums = torch.stack([o["lm loss"].float().cpu() for o in out]).sum(dim=0) if out else torch.ones(2)
+        local = (sums[0] / sums[1]).item() if out else 0.0  # this rank's tokens' mean loss over its micro-batches
         reporter = self.last_stage_reporter
         total, count = collectives.sum_over_ranks([local if reporter else 0.0, 1.0 if reporter else 0.0], d)
         return total / count, float(grad_norm) if grad_norm is not None else None
