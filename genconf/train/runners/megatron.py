@@ -110,6 +110,13 @@ def model_specs(cfg: RunConfig, config, use_te: bool, vp_stage: int | None = Non
     if m.num_experts:
         decoder = specs.get_gpt_decoder_block_spec(config, use_transformer_engine=use_te, normalization=norm,
                                                    vp_stage=vp_stage)
+        if not use_te and norm == "RMSNorm":
+            # The local block spec gives the final norm apex's FusedLayerNorm where apex is installed, which asserts
+            # LayerNorm (megatron-core 0.16.1 gpt_layer_specs.py:644, fused_layer_norm.py:66); its layers' RMSNorm is
+            # torch's, as is the final norm without apex (a CPU).
+            from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+            decoder.layer_norm = WrappedTorchNorm
     elif use_te:
         decoder = specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm,
                                                                    multi_latent_attention=mla)
