@@ -246,6 +246,11 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
             add("--rotary-percent", model.rotary_percent)  # the first int(d x share) dimensions of each head
         if model.rope_scaling_factor:
             add("--use-rope-scaling")  # Llama 3.1's frequency scaling (megatron-core apply_rope_scaling)
+            if model.rope_scaling_factor != ROPE_SCALING_FACTOR_DEFAULT:
+                # Megatron-LM core_v0.16.1's gpt_builders.py passes rope_scaling but not the factor to GPTModel,
+                # whose default (8.0) then rotates; genconf's own launcher builds the factor.
+                add(f"# Megatron-LM core_v0.16.1's pretrain_gpt.py rotates at its default factor "
+                    f"{ROPE_SCALING_FACTOR_DEFAULT:g} whatever this flag says (gpt_builders.py does not pass it on)")
             add("--rope-scaling-factor", model.rope_scaling_factor)
     if model.normalization == "nonparametric":
         add("# OLMo-1's non-parametric LayerNorm has no Megatron switch: LayerNorm (with weight) is the nearest")

@@ -14,7 +14,7 @@ from genconf.catalog import hf
 from genconf.catalog.models import resolve_model
 from genconf.check.directory import check_dir
 from genconf.plan.specs import ParallelPlan, TrainSpec
-from genconf.render.megatron import arg_values, megatron_args, megatron_plan
+from genconf.render.megatron import arg_values, megatron_args, megatron_args_text, megatron_plan
 from genconf.render.olmo import olmo_config
 
 HF = REPO / "tests" / "data" / "hf"
@@ -38,6 +38,16 @@ def test_megatron_args_carry_the_rotary_base_and_llama3_scaling(name, theta, fac
     # read back as the model it describes (genconf check's view)
     model, _ = megatron_plan(values, resolve_model(name)[0], 8)
     assert (model.rope_theta, model.rope_scaling_factor) == (theta, factor)
+
+
+@pytest.mark.parametrize("name,warned", [("llama3.1-8b", False), ("llama3.2-1b", True)])
+def test_a_factor_megatron_lm_would_not_pass_on_is_said_beside_it(name, warned):
+    # Megatron-LM core_v0.16.1's gpt_builders.py gives GPTModel rope_scaling but not --rope-scaling-factor, so its
+    # pretrain_gpt.py rotates Llama 3.2's factor 32 at GPTModel's default 8.
+    model, _ = resolve_model(name)
+    plan = ParallelPlan(framework="megatron", tp=1, pp=1, dp=8, mbs=1, gbs=8, seq_length=model.seq_length)
+    text = megatron_args_text(megatron_args(model, plan, TrainSpec(train_steps=10)))
+    assert ("rotates at its default factor 8 whatever this flag says" in text) == warned
 
 
 def test_a_model_without_rope_writes_no_rotary_base():
