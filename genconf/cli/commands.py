@@ -176,6 +176,10 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         raise GenconfError(f"--packed-doc-len {args.packed_doc_len} is longer than the sequence ({seq}): documents "
                            f"packed into a sequence are at most that long")
     pins = pins_from_args(args)
+    if pins.offload:
+        offload = rules.architecture_conflict(model, "deepspeed")
+        if offload:  # --offload plans DeepSpeed only (pins_from_args)
+            raise GenconfError(f"--offload is DeepSpeed's ZeRO-Offload: {offload}; drop --offload")
     lora = rules.lora_conflict(pins.lora_rank, pins.framework, model.is_moe, pins.zero_stage, model.mla)
     if lora:
         raise GenconfError(lora)

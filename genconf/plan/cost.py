@@ -1139,8 +1139,8 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
         # DeepSpeed ZeRO-2 keeps only its gradient partition, so it reduces every micro-batch's gradients in that
         # micro-batch's backward (stage_1_and_2.py: reduce when partition_gradients or at the accumulation boundary).
         reductions = m if plan.framework == "deepspeed" and plan.zero_stage == 2 else 1
-        return (reductions * (max(0.0, reduce - eff * bwd_window_s) + reduce / buckets)
-                + max(0.0, gather - eff * gather_window) + buckets * lat)
+        return (reductions * (max(0.0, reduce - eff * bwd_window_s) + reduce / buckets + buckets * lat)
+                + max(0.0, gather - eff * gather_window))
     allreduce = sum(kernels.ring_all_reduce_s(grad_bytes * n, ranks, bus_gbyte_per_s=bw, latency_s=lat)
                     for n, ranks, bw in groups)
     return max(0.0, allreduce - eff * bwd_window_s) + allreduce / buckets + buckets * lat

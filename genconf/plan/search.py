@@ -1109,9 +1109,12 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
             break
     if pins.zero_stage is not None:
         # A pinned ZeRO stage: the next stage that fits shards more state at a smaller cost than offload.
+        budget = _Budget(SUGGESTION_ESTIMATES)
         for stage in range(pins.zero_stage + 1, 4):
-            if _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, zero_stage=stage)):
+            if _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, zero_stage=stage), budget):
                 tips.append(f"--zero {stage}")
+                break
+            if budget.left < 0:
                 break
     if pins.recompute not in (None, "full") and _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, recompute="full")):
         tips.append("--recompute full")
@@ -1125,7 +1128,7 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
 
 
 PIN_FLAGS = (("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp"), ("ep", "--ep"), ("etp", "--etp"),
-             ("mbs", "--mbs"), ("gbs", "--global-batch"))
+             ("mbs", "--mbs"), ("gbs", "--global-batch"), ("zero_stage", "--zero"))
 """The pinned degrees what_would_be_valid frees one at a time (Pins field, command-line flag)."""
 
 
@@ -1154,9 +1157,11 @@ def pin_whole_flags(plan: ParallelPlan, pins: Pins, model: ModelSpec) -> str:
     return " ".join(flags)
 
 
-def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> list[str]:
+def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins, *,
+                        batch_rejected: bool = False) -> list[str]:
     """For a plan no layout satisfies (the pins break a rule, not the memory): each pinned degree that, freed and
-    searched, gives a valid plan, as the flag with the value the search picks ('--pp 8')."""
+    searched, gives a valid plan, as the flag with the value the search picks ('--pp 8'); batch_rejected (layouts
+    that needed more than the default batch): the smallest --global-batch that is valid."""
     tips = []
     for field, flag in PIN_FLAGS:
         if getattr(pins, field) is None:
@@ -1177,7 +1182,7 @@ def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, c
     if pins.attention_kernel != "auto" and search(model, cluster, num_gpus, cal,
                                                   replace(pins, attention_kernel="auto"), keep=1).ranked:
         tips.append("--attention-kernel auto")  # a kernel that cannot run this model (head dim, window)
-    gbs = _smallest_valid_batch(model, cluster, num_gpus, cal, pins)
+    gbs = _smallest_valid_batch(model, cluster, num_gpus, cal, pins) if batch_rejected else None
     if gbs is not None:
         tips.append(f"--global-batch {gbs}")
     return tips
@@ -1248,7 +1253,8 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
         why = (f"no layout of {model.name} on {num_gpus} x {gpu.name} has {pinned or 'these settings'}: the degrees must "
                f"divide the GPUs (tp x pp x cp x dp), the heads, layers and experts they split"
                + (", and the global batch must be a multiple of mbs x dp" if pins.gbs is not None else ""))
-    tips = what_would_be_valid(model, cluster, num_gpus, cal, pins)
+    tips = what_would_be_valid(model, cluster, num_gpus, cal, pins,
+                               batch_rejected=bool(result.rejected.get(BATCH_TOO_LARGE)))
     if tips:
         raise NoFeasiblePlan(why + f". It would be valid with: {'; or '.join(tips)}")
     tips = what_would_fit(model, cluster, num_gpus, cal, pins)

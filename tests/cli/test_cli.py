@@ -338,3 +338,10 @@ def test_offload_plans_deepspeed_and_is_refused_for_other_frameworks():
         out = run("--model", "llama2-7b", "--gpus", "8", "--cluster", "dgx-h100", "--offload", "--framework", framework)
         one_line_error(out, f"genconf plans no CPU offload for --framework {framework}")
         assert out.stderr.startswith("genconf: error: --offload is DeepSpeed's ZeRO-Offload")
+
+
+def test_offload_on_a_model_only_megatron_builds_says_to_drop_it():
+    # Mixtral under --offload (DeepSpeed only) ended "no valid layout ... Nothing tried makes it valid".
+    out = run("--model", "mixtral-8x7b", "--gpus", "64", "--offload")
+    one_line_error(out, "--offload is DeepSpeed's ZeRO-Offload: mixtral-8x7b has mixture-of-experts layers")
+    assert out.stderr.strip().endswith("drop --offload")

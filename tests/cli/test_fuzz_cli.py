@@ -237,8 +237,7 @@ def test_a_model_that_fits_nowhere_near_is_refused_fast_with_what_would_fit():
     """Found by the long mode: proving that no GPU count up to 64x fits took 2.5 s of suggestions alone. The
     suggestions spend a fixed number of memory estimates (search.SUGGESTION_ESTIMATES), so the line is the same
     on every machine."""
-    args = ["plan", "--model", "mixtral-8x7b", "--cluster", "kempner-a100", "--zero", "2", "--layer-spec", "local",
-            "--offload"]
+    args = ["plan", "--model", "mixtral-8x7b", "--cluster", "kempner-a100", "--zero", "2", "--layer-spec", "local"]
     code, out, err, seconds = run_cli(args)
     if seconds >= TIME_LIMIT_S:  # as in the fuzz test: a loaded shared machine gets a second timing
         seconds = min(seconds, run_cli(args)[3])
