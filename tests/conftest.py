@@ -259,3 +259,13 @@ def injection_dir(tmp_path: Path) -> tuple[Path, Path, str]:
     assert genconf_quiet(*PLANS["fsdp1b"], "-o", str(out), "--job-name", INJECTION_JOB_NAME, "--run-dir", str(run_dir),
                          "--partition", "debug") == 0
     return out, run_dir, INJECTION_JOB_NAME
+
+
+def copy_artifacts(src: Path, dst: Path) -> Path:
+    """An artifacts directory copied as `genconf render SRC/plan.json -o DST` would write it: its sbatch scripts'
+    ARTIFACTS and RUN_DIR name DST (a plain copy still points at SRC, which genconf check reports)."""
+    shutil.copytree(src, dst)
+    for script in dst.glob("*.sbatch"):
+        script.write_text(script.read_text().replace(f"={src}", f"={dst}"))
+    return dst
+

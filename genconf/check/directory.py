@@ -9,14 +9,15 @@ from genconf.check.deepspeed import check_ds_config
 from genconf.check.megatron import check_megatron_args
 from genconf.check.olmo import check_olmo
 from genconf.check.plan import check_plan
-from genconf.check.slurm import check_launch_env, check_sbatch, sbatch_test_only
+from genconf.check.slurm import check_launch_env, check_sbatch, rendered_elsewhere, sbatch_test_only
 from genconf.plan.errors import GenconfError
 from genconf.render.fidelity import olmo_config_omitted
 from genconf.render.files import artifact_names
 
 
-def check_dir(path: Path, *, slurm: bool = False) -> CheckResult:
-    """Every problem in an artifacts directory; files named relative to it."""
+def check_dir(path: Path, *, slurm: bool = False, rendered_for: Path | None = None) -> CheckResult:
+    """Every problem in an artifacts directory; files named relative to it. rendered_for: the directory the files
+    are written for, where it is not `path` (genconf render checks a temporary copy before it moves it there)."""
     path = Path(path)
     if not path.is_dir():
         raise GenconfError(f"{path} is not a directory")
@@ -57,6 +58,8 @@ def check_dir(path: Path, *, slurm: bool = False) -> CheckResult:
                 problems += check_launch_env(text, planned)
             else:
                 problems += check_sbatch(name, text, planned)
+                elsewhere = rendered_elsewhere(name, text, rendered_for or path)
+                problems += [elsewhere] if elsewhere else []
         except (ValueError, TypeError) as exc:
             problems.append(Problem(name, None, str(exc)))
         if slurm and name.endswith(".sbatch"):

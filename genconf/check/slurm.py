@@ -192,6 +192,23 @@ def check_sbatch(name: str, text: str, p: PlanFile) -> list[Problem]:
     return problems + check_preemption(name, text, options.get("--signal"))
 
 
+def rendered_elsewhere(name: str, text: str, directory: Path) -> Problem | None:
+    """A generated script's ARTIFACTS= line naming another directory than the one it is in: the directory was copied
+    or moved after it was rendered, and the job would read (and, through RUN_DIR, write) the old paths."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("ARTIFACTS="):
+            try:
+                rendered = Path(shlex.split(line.split("=", 1)[1])[0])
+            except (ValueError, IndexError):
+                return Problem(name, number, f"cannot parse {line.strip()!r}")
+            if rendered.resolve() == Path(directory).resolve():
+                return None
+            return Problem(name, number, f"rendered at {rendered} (ARTIFACTS and RUN_DIR point there, not here): "
+                                         f"re-render it here with `genconf render {Path(directory) / 'plan.json'} "
+                                         f"-o {directory} --force`")
+    return None
+
+
 def check_launch_env(text: str, p: PlanFile) -> list[Problem]:
     """launch_env.sh against the plan: the cluster's NCCL settings, and CUDA_DEVICE_MAX_CONNECTIONS=1 where Megatron's
     tensor or context parallelism needs it (what launch_megatron.sbatch exports)."""

@@ -319,6 +319,56 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
 # --- launch and verify ----------------------------------------------------------------------------
 
+def _launch_flag_conflicts(args: argparse.Namespace) -> None:
+    """Flags that would be ignored together: each pair is one line, before anything starts."""
+    if args.wait and not args.submit:
+        raise GenconfError("--wait waits for a submitted job: add --submit (a local launch runs in the foreground)")
+    if args.submit and (args.run_dir or args.name):
+        raise GenconfError(f"--submit trains in the RUN_DIR its sbatch script was rendered with: drop "
+                           f"{'--run-dir' if args.run_dir else '--name'}, or render the plan with --run-dir")
+    if args.submit and args.force:
+        raise GenconfError("--force overrides a local launch's CPU checks; a submitted job has none: drop it")
+    if args.run_dir and args.name:
+        raise GenconfError("--name names a run under the artifacts' runs directory and --run-dir gives its whole "
+                           "path: use one")
+
+
+def _resumes_this_plan(saved, artifacts, run_dir) -> None:
+    """A --resume of a run planned from another directory whose plan differs is refused: the saved run is what
+    trains, and the DIR given would be silently ignored."""
+    from pathlib import Path
+
+    from genconf.plan import runconfig
+
+    if not saved.artifacts or Path(saved.artifacts).resolve() == Path(artifacts).resolve():
+        return
+    try:
+        here = runconfig.read_plan(Path(artifacts)).plan
+    except GenconfError:
+        here = None
+    if here is not None and here == saved.plan:
+        return  # the same plan, from a copied or moved directory
+    raise GenconfError(f"--resume: {run_dir} is a run of {saved.artifacts}, whose plan is not {artifacts}'s: give "
+                       f"that directory (the saved run is what trains)")
+
+
+def _checks_clean(artifacts) -> None:
+    """A launch trains plan.json: files that contradict it (a hand edit) would not take effect, so they are refused
+    with genconf check's first problem."""
+    from pathlib import Path
+
+    from genconf.check.directory import check_dir
+
+    if not (Path(artifacts) / "plan.json").is_file():
+        return  # read_plan's own message
+    problems = check_dir(Path(artifacts)).problems
+    if problems:
+        more = f" (and {len(problems) - 1} more: genconf check {artifacts})" if len(problems) > 1 else ""
+        raise GenconfError(f"{artifacts} does not check: {problems[0]}{more}; a launch trains plan.json, so "
+                           f"re-render the files from it (genconf render {Path(artifacts) / 'plan.json'} -o "
+                           f"{artifacts} --force) or re-plan")
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     import dataclasses as dc
     import shlex
@@ -329,6 +379,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from genconf.run import launch, rank_signal
 
     artifacts = Path(args.dir)
+    _launch_flag_conflicts(args)
     flags = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
              "seq_len": args.seq_len, "global_batch": args.global_batch, "mbs": args.mbs, "steps": args.steps,
              "lr": args.lr, "checkpoint_every": args.checkpoint_every, "keep_checkpoints": args.keep_checkpoints,
@@ -336,7 +387,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     data = {"kind": "memmap", "path": str(Path(args.data).resolve()), "dtype": args.data_dtype} if args.data else None
     if args.submit:
         plan = runconfig.read_plan(artifacts).plan
-        run_dir = launch.script_run_dir(launch.sbatch_script(artifacts, args.framework or plan.framework))
+        script = launch.sbatch_script(artifacts, args.framework or plan.framework)
+        moved = launch.moved_since_render(artifacts, script)
+        if moved:
+            raise GenconfError(moved)
+        run_dir = launch.script_run_dir(script)
     else:
         # Local runs go beside the script's: under the RUN_DIR it was rendered with (--run-dir at render time;
         # DIR/runs by default), one directory per run.
@@ -346,8 +401,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
             runs = artifacts / "runs"
             script = artifacts / f"launch_{args.framework or runconfig.read_plan(artifacts).plan.framework}.sbatch"
             if script.is_file():
+                moved = launch.moved_since_render(artifacts, script)
+                if moved:
+                    raise GenconfError(f"{moved}, or give --run-dir")
                 runs = launch.script_run_dir(script)
             run_dir = runs / (args.name or time.strftime("%Y%m%d-%H%M%S"))
+        if run_dir.exists() and not run_dir.is_dir():
+            raise GenconfError(f"--run-dir {run_dir} is a file, not a run directory")
     speed = {"attention": args.attention, "compile": args.compile, "fused_optimizer": not args.no_fused_optimizer}
     defaults = {"attention": "auto", "compile": False, "fused_optimizer": True}
     speed = {k: v for k, v in speed.items() if v != defaults[k]}
@@ -357,6 +417,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if not (run_dir / "config.json").is_file():
             raise GenconfError(f"--resume: {run_dir} has no config.json (give the --run-dir of the run to resume)")
         saved = runconfig.RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+        _resumes_this_plan(saved, artifacts, run_dir)
         cfg, notes = runconfig.resumed(saved, flags, data, args.framework)
         if speed:  # how kernels run (attention, compile, fused optimizer), not what the run is: the flags win
             cfg = dc.replace(cfg, speed=speed)
@@ -364,6 +425,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"genconf: {note}", file=sys.stderr)
     else:
+        _checks_clean(artifacts)
         cfg = dc.replace(launch.run_config_from_artifacts(artifacts, flags, data), speed=speed)
         if args.framework and args.framework != cfg.plan.framework:
             raise GenconfError(f"--framework {args.framework}: this directory's plan is a {cfg.plan.framework} plan; "

@@ -154,7 +154,9 @@ def from_artifacts(artifacts: Path, shrink_args: dict, data: dict | None = None)
                 if not _structural(m2, cluster, p2):
                     raise GenconfError(f"the shrunk plan is invalid: {v.rule}: --global-batch {batch} gives "
                                        f"{plan.num_microbatches} micro-batches of {plan.mbs}; use --global-batch {gbs}")
-        raise GenconfError(f"the shrunk plan is invalid: {v}")
+        shrunk = any(shrink_args.get(k) is not None for k in ("layers", "hidden", "heads", "vocab", "seq_len",
+                                                               "global_batch", "mbs"))
+        raise GenconfError(f"the shrunk plan is invalid: {v}" if shrunk else f"{artifacts / 'plan.json'} is invalid: {v}")
     recipe = recipe_for(plan.precision, plan.fp8_recipe or train.fp8_recipe)
     prediction = {"gpu": cluster.gpu.name, "num_gpus": num_gpus,
                   "tokens_per_s_per_gpu": d.get("perf", {}).get("tokens_per_s_per_gpu"),

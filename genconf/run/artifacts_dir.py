@@ -90,7 +90,7 @@ def write_artifacts(out_dir: Path, files: dict[str, str], force: bool, *, run_di
         inside = _inside(run_dir, out_dir)
         if inside is not None:
             (tmp / inside / "logs").mkdir(parents=True, exist_ok=True)  # Slurm opens --output before the job runs
-        problems = check_dir(tmp).problems
+        problems = check_dir(tmp, rendered_for=out_dir).problems
         if problems:
             raise GenconfError(f"the rendered artifacts fail their own check: {problems[0]}")
         if out_dir.exists():

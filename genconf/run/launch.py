@@ -304,6 +304,15 @@ def script_run_dir(script: Path) -> Path:
     raise GenconfError(f"{script}: no RUN_DIR= line")
 
 
+def moved_since_render(artifacts: Path, script: Path) -> str | None:
+    """Why DIR's sbatch scripts point elsewhere (a copied or moved directory: their ARTIFACTS and RUN_DIR are the
+    paths it was rendered at), with the command that re-renders them here; None where they point at DIR."""
+    from genconf.check.slurm import rendered_elsewhere
+
+    problem = rendered_elsewhere(script.name, script.read_text(), artifacts)
+    return None if problem is None else f"{artifacts}: {problem.message}"
+
+
 JOB_DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
             "PREEMPTED")
 

@@ -4,12 +4,11 @@ megatron-core alone would let through."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import needs_megatron, one_line_error, plan_of, run_genconf, transformer_config
+from conftest import copy_artifacts, needs_megatron, one_line_error, plan_of, run_genconf, transformer_config
 from genconf.check.megatron import parse_megatron_args
 
 
@@ -19,7 +18,7 @@ def test_pp2_interleaving_guard(rendered, tmp_path):
     assert "--no-overlap-p2p-communication" not in text.replace("# Never add --no-overlap-p2p-communication", "")
     assert "Megatron-LM issues 750, 1450" in text
     edited = tmp_path / "edited"
-    shutil.copytree(d, edited)
+    copy_artifacts(d, edited)
     (edited / "megatron_args.txt").write_text(text + "--no-overlap-p2p-communication\n")
     out = run_genconf("check", str(edited))
     line = len(text.splitlines()) + 1
@@ -31,7 +30,7 @@ def test_broken_plan_is_caught_by_genconf_not_by_megatron_core(rendered, tmp_pat
     """pp=3 on an 80-layer model with 4 virtual stages: megatron-core's TransformerConfig accepts it; genconf
     check names the line, and genconf never writes such a plan in the first place."""
     edited = tmp_path / "edited"
-    shutil.copytree(rendered["olmo70b"], edited)
+    copy_artifacts(rendered["olmo70b"], edited)
     path = edited / "megatron_args.txt"
     text = path.read_text().replace("--pipeline-model-parallel-size 4\n", "--pipeline-model-parallel-size 3\n")
     path.write_text(text)
@@ -53,7 +52,7 @@ def test_broken_plan_is_caught_by_genconf_not_by_megatron_core(rendered, tmp_pat
     assert not target.exists()
 
 def _edit(src: Path, dst: Path, name: str, old: str, new: str) -> int:
-    shutil.copytree(src, dst)
+    copy_artifacts(src, dst)
     text = (dst / name).read_text()
     assert old in text, (name, old)
     (dst / name).write_text(text.replace(old, new, 1))
@@ -133,7 +132,7 @@ def test_check_names_an_sbatch_whose_preemption_notice_would_kill_torchrun(rende
 
 
 def test_check_reports_a_broken_plan_json_and_missing_files(rendered, tmp_path):
-    shutil.copytree(rendered["olmo70b"], tmp_path / "a")
+    copy_artifacts(rendered["olmo70b"], tmp_path / "a")
     run_ = plan_of(tmp_path / "a")
     run_["plan"].update(pp=3, dp=32)  # keeps the 384 GPUs; 80 layers do not split over pp x vp = 3 x 4
     text = json.dumps(run_, indent=2, sort_keys=True)
@@ -143,7 +142,7 @@ def test_check_reports_a_broken_plan_json_and_missing_files(rendered, tmp_path):
     out = run_genconf("check", str(tmp_path / "a"))
     assert out.returncode == 2
     assert f"plan.json:{line}: pipeline_split: num_layers (80) is not divisible by pp x vp (3 x 4 = 12)" in out.stdout
-    shutil.copytree(rendered["olmo70b"], tmp_path / "b")
+    copy_artifacts(rendered["olmo70b"], tmp_path / "b")
     (tmp_path / "b" / "ds_config.json").unlink()
     out = run_genconf("check", str(tmp_path / "b"))
     assert out.returncode == 2 and out.stdout.strip() == "ds_config.json: missing (re-render with genconf render)"
@@ -166,7 +165,7 @@ def test_check_holds_the_ep_overlap_to_megatrons_rules(rendered, tmp_path):
     assert any("is only supported with --transformer-impl transformer_engine" in l for l in out.stdout.splitlines())
     # The overlap on a pipeline without virtual stages: the rule book's message, on the overlap's line.
     (tmp_path / "c").mkdir()
-    shutil.copytree(d, tmp_path / "c" / "d")
+    copy_artifacts(d, tmp_path / "c" / "d")
     edited = text.replace("--num-virtual-stages-per-pipeline-rank 2\n", "")
     (tmp_path / "c" / "d" / "megatron_args.txt").write_text(edited)
     line = edited.splitlines().index("--overlap-moe-expert-parallel-comm") + 1

@@ -4,10 +4,9 @@ OLMo config (and says why), and `genconf check` holds launch_env.sh and a stray 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
-from conftest import plan_of
+from conftest import copy_artifacts, plan_of
 from genconf.check.directory import check_dir
 from genconf.render.fidelity import OLMO_NO_EXPERTS
 
@@ -74,12 +73,12 @@ def test_an_moe_plan_writes_no_olmo_config_and_says_why(rendered):
 
 def test_check_flags_a_stray_olmo_config_and_a_wrong_launch_env(rendered, tmp_path):
     moe = tmp_path / "moe"
-    shutil.copytree(rendered["moe_ep_cp"], moe)
+    copy_artifacts(rendered["moe_ep_cp"], moe)
     (moe / "olmo_fsdp.yaml").write_text("model: {d_model: 4096}\n")
     problems = [str(p) for p in check_dir(moe).problems]
     assert len(problems) == 1 and "olmo_fsdp.yaml" in problems[0] and "dense model" in problems[0]
     d = tmp_path / "o70"
-    shutil.copytree(rendered["olmo70b"], d)
+    copy_artifacts(rendered["olmo70b"], d)
     text = (d / "launch_env.sh").read_text()
     (d / "launch_env.sh").write_text(text.replace("export CUDA_DEVICE_MAX_CONNECTIONS=1", "true")
                                      .replace("export NCCL_IB_HCA=mlx5", "export NCCL_IB_HCA=mlx4"))

@@ -1,0 +1,90 @@
+"""`genconf launch` refuses, in one line and before anything starts, what it would otherwise do silently: flags it
+would ignore, a directory copied or moved since it was rendered (its scripts write to the old paths), files edited
+by hand that contradict the plan.json it trains, and a --resume of another directory's run. Found by a new-user probe
+of the launch flows (2026-11-30)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import REPO, copy_artifacts, one_line_error, run_genconf
+
+TINY_GPT = str(REPO / "tests" / "data" / "tiny-gpt.yaml")
+
+
+def _runs(artifacts) -> list[str]:
+    """The run directories under DIR/runs (logs/ is Slurm's, made by render)."""
+    runs = artifacts / "runs"
+    return sorted(p.name for p in runs.iterdir() if p.name != "logs") if runs.is_dir() else []
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    d = tmp_path_factory.mktemp("guards") / "tiny"
+    out = run_genconf("--model", TINY_GPT, "--gpus", "2", "--cluster", "dgx-h100", "--framework", "megatron",
+                      "--tp", "1", "--pp", "1", "--zero", "0", "-o", str(d))
+    assert out.returncode == 0, out.stderr
+    return d
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--wait"], "--wait waits for a submitted job: add --submit"),
+    (["--submit", "--name", "x"], "--submit trains in the RUN_DIR its sbatch script was rendered with: drop --name"),
+    (["--submit", "--force"], "a submitted job has none: drop it"),
+    (["--run-dir", "/tmp/r", "--name", "x"], "--run-dir gives its whole path: use one"),
+])
+def test_flags_a_launch_would_ignore_are_refused(planned, flags, needle):
+    one_line_error(run_genconf("launch", str(planned), *flags), needle)
+    assert _runs(planned) == []
+
+
+def test_a_run_dir_that_is_a_file_is_one_line(planned, tmp_path):
+    file = tmp_path / "afile"
+    file.write_text("")
+    one_line_error(run_genconf("launch", str(planned), "--run-dir", str(file), "--steps", "1"),
+                   f"--run-dir {file} is a file, not a run directory")
+
+
+def test_a_copied_directory_is_re_rendered_before_it_launches(planned, tmp_path):
+    # A plain copy's sbatch scripts still say ARTIFACTS=<the original>: its runs went there (re-creating it if gone).
+    copy = tmp_path / "copy"
+    shutil.copytree(planned, copy)
+    checked = run_genconf("check", str(copy))
+    assert checked.returncode == 2 and f"rendered at {planned} (ARTIFACTS and RUN_DIR point there" in checked.stdout
+    one_line_error(run_genconf("launch", str(copy), "--steps", "1"), f"{copy}: rendered at {planned}")
+    assert _runs(planned) == []
+    rerendered = run_genconf("render", str(copy / "plan.json"), "-o", str(copy), "--force")  # the message's command
+    assert rerendered.returncode == 0, rerendered.stderr
+    assert run_genconf("check", str(copy)).stdout.startswith("ok:")
+
+
+def test_files_that_contradict_the_plan_are_refused_not_ignored(planned, tmp_path):
+    # A launch trains plan.json: an edited megatron_args.txt would not take effect.
+    edited = copy_artifacts(planned, tmp_path / "edited")
+    args = edited / "megatron_args.txt"
+    text = args.read_text()
+    assert "--micro-batch-size 8\n" in text
+    args.write_text(text.replace("--micro-batch-size 8\n", "--micro-batch-size 7\n"))
+    out = run_genconf("launch", str(edited), "--steps", "1")
+    one_line_error(out, f"{edited} does not check: megatron_args.txt:")
+    assert "a launch trains plan.json, so re-render the files from it" in out.stderr
+    assert _runs(edited) == []
+
+
+def test_a_resume_of_another_directorys_run_is_refused(planned, tmp_path):
+    # The saved run is what trains; a DIR whose plan differs was silently ignored.
+    from genconf.plan import runconfig
+
+    other = tmp_path / "other"
+    out = run_genconf("--model", TINY_GPT, "--gpus", "2", "--cluster", "dgx-h100", "--framework", "fsdp",
+                      "--zero", "3", "-o", str(other))
+    assert out.returncode == 0, out.stderr
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = runconfig.from_artifacts(planned, {})
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+    one_line_error(run_genconf("launch", str(other), "--run-dir", str(run), "--resume"),
+                   f"--resume: {run} is a run of {planned}, whose plan is not {other}'s")
