@@ -526,11 +526,16 @@ def cmd_ci(args: argparse.Namespace) -> int:
     from genconf.run import ci
 
     if args.recipes_dir:
+        if not os.path.isdir(args.recipes_dir):
+            raise GenconfError(f"--recipes-dir {args.recipes_dir} is not a directory")
         os.environ[recipes.RECIPES_DIR_ENV] = os.path.abspath(args.recipes_dir)
+    for flag, path in (("--work-dir", args.work_dir), ("--plot", args.plot)):  # before anything runs
+        if path and os.path.exists(path) and not os.path.isdir(path):
+            raise GenconfError(f"{flag} {path} is a file, not a directory")
     if args.plot:
         from genconf.run import plots
 
-        plots.require_matplotlib()  # before anything runs
+        plots.require_matplotlib()
     rows = ci.run(args.names, update_golden=args.update_golden, work_dir=args.work_dir, plot_dir=args.plot)
     if args.plot:
         print(f"genconf: wrote {sum(len(r.plots) for r in rows)} files to {args.plot}", file=sys.stderr)

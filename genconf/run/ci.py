@@ -200,6 +200,8 @@ def run(names: list[str], *, update_golden: str | None, work_dir: str | None,
             raise GenconfError(f"--update-golden: unknown recipe '{update_golden}' (one of: {', '.join(available)})")
         names = [update_golden]
     names = names or [n for n in available if _has_smoke(n)]
+    if not names:  # a CI gate pointed at the wrong folder must not pass
+        raise GenconfError(f"no recipe with a smoke variant in {recipes.recipe_dir()}")
     for name in names:
         if name not in available:
             raise GenconfError(f"unknown recipe '{name}' (one of: {', '.join(available)})")

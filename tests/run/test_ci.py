@@ -174,3 +174,19 @@ def test_golden_files_record_the_cpu_pins_and_precision():
         assert "precision: fp32" in text, name
 
 
+
+
+def test_a_ci_pointed_at_nothing_fails_in_one_line_before_running(tmp_path):
+    # An empty recipes folder printed "0/0 recipes passed" and exited 0; a --work-dir that is a file was a traceback
+    # after nothing ran; a --plot file was refused only after the smoke run, counted as a failed recipe.
+    from conftest import one_line_error
+
+    (tmp_path / "empty").mkdir()
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    one_line_error(genconf("ci", "--recipes-dir", str(tmp_path / "empty")), "no recipe with a smoke variant in")
+    one_line_error(genconf("ci", "--recipes-dir", str(tmp_path / "nowhere")), "is not a directory")
+    for flag in ("--work-dir", "--plot"):
+        out = genconf("ci", "olmo-1b-ddp", flag, str(afile))
+        one_line_error(out, f"{flag} {afile} is a file, not a directory")
+        assert "genconf ci: olmo-1b-ddp" not in out.stderr  # nothing ran
