@@ -239,7 +239,9 @@ def needs_te_attention(model: ModelSpec, plan: ParallelPlan) -> str | None:
         # extensions/transformer_engine.py puts in TE's place, another TypeError.
         return (f"{model.name} has multi-latent attention, which megatron-core 0.16.1 builds only with Transformer "
                 f"Engine attention on a GPU: its local DotProductAttention takes no k_channels/v_channels, which "
-                f"MLASelfAttention passes it")
+                f"MLASelfAttention passes it; launch it on a CUDA machine with pip install -e '.[te]', or smoke-test "
+                f"the rest of the shape here from a copy of the model without its MLA fields (q_lora_rank, "
+                f"kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim)")
     return None
 
 

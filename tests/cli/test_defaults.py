@@ -138,3 +138,28 @@ def test_launch_force_is_a_flag():
     out = run_genconf("launch", "--help")
     assert "--force" in out.stdout and "10 minutes" in out.stdout
     one_line_error(run_genconf("launch", "/nonexistent", "--force"), "no plan.json")
+
+
+@needs_torch
+def test_a_cpu_launch_says_how_long_the_whole_run_takes(capsys):
+    # A shrunk model keeps the plan's steps: `launch --layers 2 --hidden 64 ...` of a 1B plan printed a second a
+    # step and then ran 27,234 of them (10 hours) without a word.
+    from genconf.catalog.models import resolve_model
+    from genconf.plan.specs import ParallelPlan, TrainSpec
+    from genconf.run import launch
+
+    class Cfg:
+        model = resolve_model("gpt3-125m")[0]
+        plan = ParallelPlan(framework="fsdp", dp=2, mbs=1, gbs=2, seq_length=128, zero_stage=0, precision="fp32")
+        train = TrainSpec(train_steps=100_000)
+        shrink: dict = {}
+
+    est = launch.cpu_step_estimate(Cfg, force=True, cores=2)
+    total = est.step_time_s * 100_000
+    assert total > launch.SMOKE_HINT_S
+    err = capsys.readouterr().err
+    assert "genconf: 100,000 steps: about " in err and "in all (a smoke test: add --steps N)" in err
+    Cfg.shrink = {"steps": 100_000}  # asked for: no hint
+    launch.cpu_step_estimate(Cfg, force=True, cores=2)
+    assert "add --steps N" not in capsys.readouterr().err
+

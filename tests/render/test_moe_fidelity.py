@@ -183,6 +183,7 @@ def test_mla_needs_transformer_engine_attention():
     assert "mla_needs_te" in _rejected(deepseek, _plan(deepseek, layer_spec="local"), 8)
     assert "mla_needs_te" not in _rejected(deepseek, _plan(deepseek), 8)
     assert "k_channels/v_channels" in needs_te_attention(deepseek, _plan(deepseek))
+    assert "pip install -e '.[te]', or smoke-test the rest" in needs_te_attention(deepseek, _plan(deepseek))
     assert needs_te_attention(_tiny_moe(first_k_dense_replace=1, mtp_num_layers=1), _plan(_tiny_moe())) is None
 
 
