@@ -76,6 +76,7 @@ def check_ds_config(text: str, p: PlanFile) -> list[Problem]:
         problems.append(Problem(name, at("fp16" if fp16 else "bf16"),
                                 f"{'fp16' if fp16 else 'bf16'} contradicts plan.json (precision "
                                 f"{'fp16' if want_fp16 else ds_plan.precision})"))
+    problems += _zero_keys_deepspeed_refuses(name, text, zero, expected["zero_optimization"])
     scheduler = config.get("scheduler")
     if isinstance(scheduler, dict) and isinstance(scheduler.get("params"), dict):
         warmup = scheduler["params"].get("warmup_num_steps")
@@ -83,3 +84,33 @@ def check_ds_config(text: str, p: PlanFile) -> list[Problem]:
             problems.append(Problem(name, at("scheduler", "params", "warmup_num_steps"),
                                     f"warmup_num_steps must be a positive integer (DeepSpeed refuses {warmup!r})"))
     return problems
+
+
+def _zero_keys_deepspeed_refuses(name: str, text: str, zero: dict, rendered: dict) -> list[Problem]:
+    """zero_optimization keys genconf did not write, held to DeepSpeed's own DeepSpeedZeroConfig where DeepSpeed is
+    installed (it forbids unknown keys: a misspelt `overlap_com` fails deepspeed.initialize). Imported only for such
+    a key: the import takes seconds."""
+    import importlib.util
+
+    added = [k for k in zero if k not in rendered]
+    if not added or importlib.util.find_spec("deepspeed") is None:
+        return []
+    import logging
+
+    logging.disable(logging.WARNING)  # DeepSpeed's accelerator probe warns on import on a machine without a GPU
+    try:
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+        from pydantic import ValidationError
+    finally:
+        logging.disable(logging.NOTSET)
+    try:
+        DeepSpeedZeroConfig(**zero)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0]) if error.get("loc") else None
+        where = json_line(text, "zero_optimization", key) if key else json_line(text, "zero_optimization")
+        return [Problem(name, where, f"zero_optimization.{key}: {error['msg']} (DeepSpeed's DeepSpeedZeroConfig)")]
+    except (TypeError, ValueError) as exc:
+        return [Problem(name, json_line(text, "zero_optimization"), f"zero_optimization: {exc}")]
+    return []
+

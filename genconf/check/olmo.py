@@ -60,8 +60,15 @@ def check_olmo(text: str, p: PlanFile) -> list[Problem]:
                 break
         problems.append(Problem(name, line, message))
 
+    section = config.get("model") if isinstance(config.get("model"), dict) else {}
     for key in ("d_model", "n_heads", "n_layers", "mlp_hidden_size", "vocab_size"):
-        if get("model", key) != expected["model"][key]:
+        if key not in section:
+            # A renamed key (a typo) is what usually removed it: name the keys genconf did not write.
+            strays = [k for k in section if k not in expected["model"]]
+            bad(("model", strays[0]) if strays else ("model",),
+                f"model.{key} is missing (plan.json: {expected['model'][key]})"
+                + (f"; model.{strays[0]} is not a key genconf writes" if strays else ""))
+        elif get("model", key) != expected["model"][key]:
             bad(("model", key), f"model.{key} {get('model', key)!r} contradicts plan.json ({expected['model'][key]})")
     strategy = get("fsdp", "sharding_strategy")
     if strategy not in olmo.FSDP_SHARDING:

@@ -177,6 +177,9 @@ def check_sbatch(name: str, text: str, p: PlanFile) -> list[Problem]:
     if "--time" in options and not slurm.SLURM_TIME.match(options["--time"][1]):
         line, value = options["--time"]
         problems.append(Problem(name, line, f"#SBATCH --time={value!r} is not a Slurm time (HH:MM:SS or D-HH:MM:SS)"))
+    elif "--time" in options and "--signal" in options:
+        problems += _notice_inside_the_limit(name, options["--time"][1], options["--signal"])
+    problems += _shell_syntax(name, text)
     torchrun = _torchrun_flags(text)
     if not torchrun:
         problems.append(Problem(name, None, "no torchrun (python -m torch.distributed.run) command"))
@@ -207,6 +210,30 @@ def rendered_elsewhere(name: str, text: str, directory: Path) -> Problem | None:
                                          f"re-render it here with `genconf render {Path(directory) / 'plan.json'} "
                                          f"-o {directory} --force`")
     return None
+
+
+def _notice_inside_the_limit(name: str, time: str, signal_option: tuple[int, str]) -> list[Problem]:
+    """`--signal=SIG@SECONDS` must come inside `--time`: a notice as long as the limit arrives as the job starts."""
+    line, value = signal_option
+    lead = re.search(r"@(\d+)$", value)
+    limit = slurm.time_limit_s(time) if time not in ("UNLIMITED", "INFINITE") else 0
+    if lead and limit and int(lead.group(1)) >= limit:
+        return [Problem(name, line, f"#SBATCH --signal={value} comes {lead.group(1)} s before a {limit} s --time: "
+                                    f"at the job's start; genconf renders @{slurm.preempt_signal_s(time)} for it")]
+    return []
+
+
+def _shell_syntax(name: str, text: str) -> list[Problem]:
+    """bash -n's first complaint (an unbalanced quote from a hand edit): the script would not run at all."""
+    bash = shutil.which("bash")
+    if bash is None:
+        return []
+    out = subprocess.run([bash, "-n"], input=text, capture_output=True, text=True, timeout=30)
+    if out.returncode == 0:
+        return []
+    first = (out.stderr.strip().splitlines() or ["syntax error"])[0]
+    found = re.match(r"^.*?: line (\d+): (.*)$", first)
+    return [Problem(name, int(found.group(1)) if found else None, f"bash -n: {found.group(2) if found else first}")]
 
 
 def check_launch_env(text: str, p: PlanFile) -> list[Problem]:

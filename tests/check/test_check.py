@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_artifacts, needs_megatron, one_line_error, plan_of, run_genconf, transformer_config
+from conftest import copy_artifacts, needs_deepspeed, needs_megatron, one_line_error, plan_of, run_genconf, transformer_config
 from genconf.check.megatron import parse_megatron_args
 
 
@@ -78,6 +78,13 @@ def _edit(src: Path, dst: Path, name: str, old: str, new: str) -> int:
     ("olmo_fsdp.yaml", "sharding_strategy: FULL_SHARD", "sharding_strategy: FULLSHARD",
      "fsdp.sharding_strategy 'FULLSHARD' is not one of FULL_SHARD|SHARD_GRAD_OP|HYBRID_SHARD|NO_SHARD"),
     ("olmo_fsdp.yaml", "  n_layers: 80", "  n_layers: 80: 1", "invalid YAML: mapping values are not allowed here"),
+    # a misspelt key is named where it is (it read "model.n_layers None contradicts plan.json" at `model:`)
+    ("olmo_fsdp.yaml", "  n_layers: 80", "  n_layer: 80",
+     "model.n_layers is missing (plan.json: 80); model.n_layer is not a key genconf writes"),
+    # a nested key DeepSpeed's own DeepSpeedZeroConfig refuses (deepspeed.initialize would)
+    pytest.param("ds_config.json", '"stage": 3,', '"stage": 3, "overlap_com": true,',
+                 "zero_optimization.overlap_com: Extra inputs are not permitted (DeepSpeed's DeepSpeedZeroConfig)",
+                 marks=needs_deepspeed),
     ("launch_megatron.sbatch", "#SBATCH --nodes=96", "#SBATCH --nodes=95",
      "#SBATCH --nodes=95 contradicts the plan: 384 GPUs on 4-GPU nodes needs --nodes=96"),
     ("launch_deepspeed.sbatch", "--nproc-per-node=4", "--nproc-per-node=8",
@@ -94,6 +101,21 @@ def test_check_names_the_offending_line(rendered, tmp_path, name, old, new, mess
     out = run_genconf("check", str(tmp_path / "edited"))
     assert out.returncode == 2 and out.stderr == ""
     assert any(l.startswith(f"{name}:{line}: ") and message in l for l in out.stdout.splitlines()), out.stdout
+
+def test_check_runs_the_sbatch_script_past_bash_and_its_notice_inside_the_limit(rendered, tmp_path):
+    # Hand edits that passed: an unbalanced quote (the script would not run at all) and a time limit shorter than
+    # the preemption notice (the notice would come as the job starts; genconf renders a quarter of a short limit).
+    _edit(rendered["olmo70b"], tmp_path / "quote", "launch_megatron.sbatch", "RUN_DIR=", 'RUN_DIR="')
+    out = run_genconf("check", str(tmp_path / "quote"))
+    assert out.returncode == 2 and "launch_megatron.sbatch:" in out.stdout and "bash -n: unexpected EOF" in out.stdout
+    _edit(rendered["olmo70b"], tmp_path / "short", "launch_megatron.sbatch", "#SBATCH --time=24:00:00",
+          "#SBATCH --time=00:02:00")
+    signal = (tmp_path / "short" / "launch_megatron.sbatch").read_text().split("\n").index("#SBATCH --signal=USR1@180")
+    out = run_genconf("check", str(tmp_path / "short"))
+    assert out.returncode == 2
+    assert (f"launch_megatron.sbatch:{signal + 1}: #SBATCH --signal=USR1@180 comes 180 s before a 120 s --time: at the "
+            f"job's start; genconf renders @30 for it") in out.stdout.splitlines()
+
 
 @pytest.mark.parametrize("plan,old,new,message", [
     # the layout places the layers (and an MTP model's m layers): one edited by hand is not what launch trains
