@@ -85,11 +85,15 @@ def read_metrics(run: Path) -> list[dict]:
     if not path.is_file():
         raise GenconfError(f"{run} has no metrics.jsonl (is it a genconf run directory?)")
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    text = path.read_text()
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
+                if number == len(lines) and not text.endswith("\n"):
+                    break  # a run killed while writing its last line: the steps before it are the run's
                 raise GenconfError(f"{path}:{number}: not a JSON line") from None
     if not rows:
         raise GenconfError(f"{path} is empty: the run logged no step")

@@ -55,6 +55,23 @@ def test_a_run_that_stopped_part_way_does_not_pass(smoke_run, tmp_path):
 
 
 @needs_torch
+def test_a_run_killed_while_writing_its_last_line_is_a_run_that_stopped(smoke_run, tmp_path):
+    # The last metrics line cut mid-write (no newline) stopped verify with "metrics.jsonl:7: not a JSON line".
+    run = tmp_path / "runs" / "killed"
+    shutil.copytree(smoke_run, run)
+    (run / "finished").unlink()
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join(lines[:6]) + "\n" + lines[6][: len(lines[6]) // 2])
+    report = json.loads(genconf("verify", str(run), "--json").stdout)
+    completed = next(c for c in report["checks"] if c["name"] == "completed")
+    assert completed["status"] == "fail" and "stopped at 6 of 12 steps" in completed["detail"]
+    metrics.write_text("\n".join(lines[:6]) + "\n{broken\n" + "\n".join(lines[7:]) + "\n")  # not the last line
+    done = genconf("verify", str(run))
+    assert done.returncode == 2 and "metrics.jsonl:7: not a JSON line" in done.stderr
+
+
+@needs_torch
 def test_a_local_launch_runs_under_the_rendered_run_dir(tmp_path):
     """--run-dir given when rendering is where the sbatch script trains; a local launch goes there too (it went
     to DIR/runs, so checkpoints meant for scratch storage landed beside the artifacts)."""
