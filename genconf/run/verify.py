@@ -111,8 +111,12 @@ def check_loss(rows: list[dict], golden: dict[int, float] | None, tolerance: flo
         worst = max(golden, key=lambda s: abs(losses[s] - golden[s]))
         diff = abs(losses[worst] - golden[worst])
         if diff > tolerance:
+            # A golden of another length is likely another run's (another recipe, another --steps): say so.
+            other = (f"; the golden curve has {len(golden)} steps, the run {len(losses)}: is it this run's?"
+                     if len(golden) != len(losses) else "")
             return Check("loss", "fail", f"step {worst}: loss {losses[worst]:.6f} vs golden {golden[worst]:.6f} "
-                                         f"(|diff| {diff:.2e} > tolerance {tolerance:g})", losses[worst], golden[worst])
+                                         f"(|diff| {diff:.2e} > tolerance {tolerance:g}){other}", losses[worst],
+                         golden[worst])
         return Check("loss", "pass", f"{len(golden)} steps within {tolerance:g} of the golden curve "
                                      f"(largest |diff| {diff:.2e} at step {worst})", losses[worst], golden[worst])
     from genconf.run import loss_rule

@@ -39,3 +39,13 @@ def test_model_states_fail_where_one_stage_differs_from_its_own_plan():
     check = verify.check_model_states([row])
     assert check.status == "fail" and "optimizer" in check.detail and "48" in check.detail
     assert verify.check_model_states([{**row, "optimizer_bytes_off_by": 0}]).status == "pass"
+
+
+def test_a_golden_curve_of_another_length_is_said_to_be_likely_another_runs():
+    # verify --golden with another recipe's file (12 steps against the run's 15) named only a step's difference.
+    rows = [{"step": i, "loss": 5.0 - 0.1 * i} for i in range(15)]
+    other = {i: 6.0 - 0.1 * i for i in range(12)}
+    check = verify.check_loss(rows, other, 1e-4)
+    assert check.status == "fail" and "the golden curve has 12 steps, the run 15: is it this run's?" in check.detail
+    same_length = verify.check_loss(rows[:12], other, 1e-4)
+    assert same_length.status == "fail" and "is it this run's" not in same_length.detail
