@@ -112,6 +112,11 @@ def read_plan(artifacts: Path) -> PlanFile:
     """The decoded plan.json of an artifacts directory."""
     path = artifacts / "plan.json"
     if not path.is_file():
+        if artifacts.is_file() and artifacts.name == "plan.json":
+            raise GenconfError(f"{artifacts} is the plan file: give its directory, {artifacts.parent}")
+        if (artifacts / "config.json").is_file() and (artifacts / "metrics.jsonl").exists():
+            raise GenconfError(f"{artifacts} is a run directory: give the artifacts directory it was launched from "
+                               f"(and --run-dir {artifacts} --resume to continue it)")
         raise GenconfError(f"{artifacts} has no plan.json (write one with: genconf ... -o {artifacts})")
     return decode(load(path))
 

@@ -83,6 +83,12 @@ def write_golden(path: Path, losses: dict[int, float], header: str = "") -> None
 def read_metrics(run: Path) -> list[dict]:
     path = run / "metrics.jsonl"
     if not path.is_file():
+        runs = run / "runs"
+        if (run / "plan.json").is_file() and runs.is_dir():
+            names = sorted(p.name for p in runs.iterdir() if (p / "metrics.jsonl").is_file())
+            raise GenconfError(f"{run} is an artifacts directory: give one of its runs"
+                               + (f" ({', '.join(str(runs / n) for n in names[-3:])})" if names else
+                                  " (none under runs/ yet)"))
         raise GenconfError(f"{run} has no metrics.jsonl (is it a genconf run directory?)")
     rows = []
     text = path.read_text()

@@ -88,3 +88,13 @@ def test_a_resume_of_another_directorys_run_is_refused(planned, tmp_path):
     (run / "config.json").write_text(json.dumps(cfg.to_dict()))
     one_line_error(run_genconf("launch", str(other), "--run-dir", str(run), "--resume"),
                    f"--resume: {run} is a run of {planned}, whose plan is not {other}'s")
+
+
+def test_the_plan_file_or_a_run_given_for_the_directory_says_which_to_give(planned, tmp_path):
+    one_line_error(run_genconf("launch", str(planned / "plan.json")), f"is the plan file: give its directory, {planned}")
+    run = tmp_path / "r1"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text("")
+    one_line_error(run_genconf("launch", str(run)), f"{run} is a run directory: give the artifacts directory")
+    one_line_error(run_genconf("verify", str(planned)), f"{planned} is an artifacts directory: give one of its runs")
