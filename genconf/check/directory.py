@@ -15,9 +15,11 @@ from genconf.render.fidelity import olmo_config_omitted
 from genconf.render.files import artifact_names
 
 
-def check_dir(path: Path, *, slurm: bool = False, rendered_for: Path | None = None) -> CheckResult:
+def check_dir(path: Path, *, slurm: bool = False, rendered_for: Path | None = None,
+              scripts: bool = True) -> CheckResult:
     """Every problem in an artifacts directory; files named relative to it. rendered_for: the directory the files
-    are written for, where it is not `path` (genconf render checks a temporary copy before it moves it there)."""
+    are written for, where it is not `path` (genconf render checks a temporary copy before it moves it there).
+    scripts=False leaves out the Slurm scripts and launch_env.sh (what a local launch does not run)."""
     path = Path(path)
     if not path.is_dir():
         raise GenconfError(f"{path} is not a directory")
@@ -35,7 +37,7 @@ def check_dir(path: Path, *, slurm: bool = False, rendered_for: Path | None = No
         problems.append(Problem("olmo_fsdp.yaml", None, f"describes a dense model: {omitted.split(', so')[0]}; "
                                                         f"remove it (genconf does not write it for {planned.model.name})"))
     for name in names:
-        if name in ("plan.json", "README.md"):
+        if name in ("plan.json", "README.md") or (not scripts and (name.endswith(".sbatch") or name.endswith(".sh"))):
             continue
         file = path / name
         if not file.is_file():

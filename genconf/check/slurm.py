@@ -195,6 +195,41 @@ def check_sbatch(name: str, text: str, p: PlanFile) -> list[Problem]:
     return problems + check_preemption(name, text, options.get("--signal"))
 
 
+def rerender_command(directory: Path) -> str:
+    """`genconf render DIR/plan.json -o DIR --force` with the Slurm options DIR's launch script was rendered with
+    (plan.json does not keep them: a bare re-render would reset the time limit, partition, account, job name and a
+    run directory outside DIR to their defaults). The interpreter (--python) is left to this machine's."""
+    directory = Path(directory)
+    words = ["genconf", "render", shlex.quote(str(directory / "plan.json")), "-o", shlex.quote(str(directory)),
+             "--force"]
+    script = next(iter(sorted(directory.glob("launch_*.sbatch"))), None)
+    if script is None:
+        return " ".join(words)
+    text = script.read_text()
+    options, _ = sbatch_options(text)
+    for option in ("--job-name", "--account", "--partition", "--time"):
+        if option in options:
+            words += [option, shlex.quote(options[option][1])]
+    values = _assignments(text)
+    run_dir, rendered_at = values.get("RUN_DIR"), values.get("ARTIFACTS")
+    if run_dir and rendered_at and Path(run_dir) != Path(rendered_at) / "runs":
+        words += ["--run-dir", shlex.quote(run_dir)]  # chosen at render time, outside the directory
+    return " ".join(words)
+
+
+def _assignments(text: str) -> dict[str, str]:
+    """The script's top-level VAR=value lines (RUN_DIR, ARTIFACTS, ...), unquoted."""
+    out = {}
+    for line in text.splitlines():
+        found = re.match(r"^([A-Z_]+)=(.*)$", line)
+        if found:
+            try:
+                out[found.group(1)] = shlex.split(found.group(2))[0]
+            except (ValueError, IndexError):
+                continue
+    return out
+
+
 def rendered_elsewhere(name: str, text: str, directory: Path) -> Problem | None:
     """A generated script's ARTIFACTS= line naming another directory than the one it is in: the directory was copied
     or moved after it was rendered, and the job would read (and, through RUN_DIR, write) the old paths."""
@@ -207,8 +242,7 @@ def rendered_elsewhere(name: str, text: str, directory: Path) -> Problem | None:
             if rendered.resolve() == Path(directory).resolve():
                 return None
             return Problem(name, number, f"rendered at {rendered} (ARTIFACTS and RUN_DIR point there, not here): "
-                                         f"re-render it here with `genconf render {Path(directory) / 'plan.json'} "
-                                         f"-o {directory} --force`")
+                                         f"re-render it here with `{rerender_command(directory)}`")
     return None
 
 
@@ -217,7 +251,7 @@ def _notice_inside_the_limit(name: str, time: str, signal_option: tuple[int, str
     line, value = signal_option
     lead = re.search(r"@(\d+)$", value)
     limit = slurm.time_limit_s(time) if time not in ("UNLIMITED", "INFINITE") else 0
-    if lead and limit and int(lead.group(1)) >= limit:
+    if lead and limit and int(lead.group(1)) >= limit and int(lead.group(1)) != slurm.preempt_signal_s(time):
         return [Problem(name, line, f"#SBATCH --signal={value} comes {lead.group(1)} s before a {limit} s --time: "
                                     f"at the job's start; genconf renders @{slurm.preempt_signal_s(time)} for it")]
     return []

@@ -343,7 +343,7 @@ def _resumes_this_plan(saved, artifacts, run_dir) -> None:
     if not saved.artifacts or Path(saved.artifacts).resolve() == Path(artifacts).resolve():
         return
     try:
-        here = runconfig.read_plan(Path(artifacts)).plan
+        here = runconfig.from_artifacts(Path(artifacts), saved.shrink).plan  # shrunk as the run was
     except GenconfError:
         here = None
     if here is not None and here == saved.plan:
@@ -352,21 +352,22 @@ def _resumes_this_plan(saved, artifacts, run_dir) -> None:
                        f"that directory (the saved run is what trains)")
 
 
-def _checks_clean(artifacts) -> None:
-    """A launch trains plan.json: files that contradict it (a hand edit) would not take effect, so they are refused
-    with genconf check's first problem."""
+def _checks_clean(artifacts, *, submit: bool) -> None:
+    """genconf check's first problem, refused: a local launch trains plan.json, so a config file that contradicts it
+    (a hand edit) would not take effect; a submitted job also runs DIR's Slurm scripts, which are checked too."""
     from pathlib import Path
 
     from genconf.check.directory import check_dir
+    from genconf.check.slurm import rerender_command
 
     if not (Path(artifacts) / "plan.json").is_file():
         return  # read_plan's own message
-    problems = check_dir(Path(artifacts)).problems
+    problems = check_dir(Path(artifacts), scripts=submit).problems
     if problems:
         more = f" (and {len(problems) - 1} more: genconf check {artifacts})" if len(problems) > 1 else ""
-        raise GenconfError(f"{artifacts} does not check: {problems[0]}{more}; a launch trains plan.json, so "
-                           f"re-render the files from it (genconf render {Path(artifacts) / 'plan.json'} -o "
-                           f"{artifacts} --force) or re-plan")
+        trains = "a submitted job runs these files" if submit else "a local launch trains plan.json"
+        raise GenconfError(f"{artifacts} does not check: {problems[0]}{more}; {trains}, so re-render them from it "
+                           f"({rerender_command(Path(artifacts))}) or re-plan")
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -421,11 +422,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
         cfg, notes = runconfig.resumed(saved, flags, data, args.framework)
         if speed:  # how kernels run (attention, compile, fused optimizer), not what the run is: the flags win
             cfg = dc.replace(cfg, speed=speed)
-        launch.check_resumable(run_dir, cfg, args.steps)
+        done_steps = launch.check_resumable(run_dir, cfg, args.steps)
         for note in notes:
             print(f"genconf: {note}", file=sys.stderr)
     else:
-        _checks_clean(artifacts)
+        done_steps = 0
+        _checks_clean(artifacts, submit=args.submit)
         cfg = dc.replace(launch.run_config_from_artifacts(artifacts, flags, data), speed=speed)
         if args.framework and args.framework != cfg.plan.framework:
             raise GenconfError(f"--framework {args.framework}: this directory's plan is a {cfg.plan.framework} plan; "
@@ -445,7 +447,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if note:
         print(f"genconf: {note}", file=sys.stderr, flush=True)
     if not launch.cuda_available():
-        launch.cpu_step_estimate(cfg, force=args.force)
+        launch.cpu_step_estimate(cfg, force=args.force, done_steps=done_steps)
     since = time.time()
     interrupts = rank_signal.Interrupts()
     rc = launch.launch_local(cfg, run_dir, resume=args.resume, interrupts=interrupts)

@@ -120,19 +120,22 @@ SMOKE_HINT_S = 3600.0
 """A CPU launch expected to run longer than this without --steps is told how to make it a smoke test."""
 
 
-def cpu_step_estimate(cfg, *, force: bool, cores: int | None = None):
+def cpu_step_estimate(cfg, *, force: bool, cores: int | None = None, done_steps: int = 0):
     """Print the expected time of one step on this machine's CPUs (genconf.plan.cpu_time) before a CPU launch, and
     refuse one expected to take more than CPU_STEP_LIMIT_S (10 minutes) a step unless `force`."""
     from genconf.plan.cpu_time import CPU_STEP_LIMIT_S, cpu_step_time, format_seconds
 
     est = cpu_step_time(cfg.model, cfg.plan, cores=cores or len(os.sched_getaffinity(0)))
     print(f"genconf: expected {est.describe()}", file=sys.stderr, flush=True)
-    steps = getattr(getattr(cfg, "train", None), "train_steps", 0)
+    steps = getattr(getattr(cfg, "train", None), "train_steps", 0) - done_steps
     if steps > 1:
         # A shrunk model keeps the plan's steps unless --steps says otherwise: hours of CPU for a smoke test.
         total = est.step_time_s * steps
-        hint = " (a smoke test: add --steps N)" if total > SMOKE_HINT_S and not cfg.shrink.get("steps") else ""
-        print(f"genconf: {steps:,} steps: about {format_seconds(total)} in all{hint}", file=sys.stderr, flush=True)
+        hint = (" (a smoke test: add --steps N)" if total > SMOKE_HINT_S and not cfg.shrink.get("steps")
+                and not done_steps else "")
+        left = " left" if done_steps else ""
+        print(f"genconf: {steps:,} steps{left}: about {format_seconds(total)} in all{hint}", file=sys.stderr,
+              flush=True)
     if est.step_time_s > CPU_STEP_LIMIT_S and not force:
         raise GenconfError(f"a step is expected to take {format_seconds(est.step_time_s)} on this CPU "
                            f"({est.passes_per_rank} micro-batch passes per rank, {est.flops_per_step:.3g} FLOPs), over "

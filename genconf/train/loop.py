@@ -280,8 +280,11 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, d: runtime.Dist, *, start: in
         (run_dir / "seed").write_text(f"{cfg.train.seed}\n")
         metrics = run_dir / runtime.METRICS
         if metrics.exists():
-            kept = [line for line in metrics.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] < start]
+            text = metrics.read_text()
+            lines = [line for line in text.splitlines() if line.strip()]
+            if lines and not text.endswith("\n"):
+                lines = lines[:-1]  # cut mid-write by a killed run: a step the checkpoint does not hold either
+            kept = [line for line in lines if json.loads(line)["step"] < start]
             metrics.write_text("".join(line + "\n" for line in kept))
         preempt.clear_marker(run_dir)
     if dist.is_initialized():

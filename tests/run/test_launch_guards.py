@@ -70,7 +70,7 @@ def test_files_that_contradict_the_plan_are_refused_not_ignored(planned, tmp_pat
     args.write_text(text.replace("--micro-batch-size 8\n", "--micro-batch-size 7\n"))
     out = run_genconf("launch", str(edited), "--steps", "1")
     one_line_error(out, f"{edited} does not check: megatron_args.txt:")
-    assert "a launch trains plan.json, so re-render the files from it" in out.stderr
+    assert "a local launch trains plan.json, so re-render them from it (genconf render " in out.stderr
     assert _runs(edited) == []
 
 
@@ -98,3 +98,54 @@ def test_the_plan_file_or_a_run_given_for_the_directory_says_which_to_give(plann
     (run / "metrics.jsonl").write_text("")
     one_line_error(run_genconf("launch", str(run)), f"{run} is a run directory: give the artifacts directory")
     one_line_error(run_genconf("verify", str(planned)), f"{planned} is an artifacts directory: give one of its runs")
+
+
+def test_a_local_launch_holds_only_the_configs_to_the_plan_a_submit_the_scripts_too(planned, tmp_path):
+    # A local launch runs torchrun, not the sbatch scripts: a copy given --run-dir (the refusal's own advice) was
+    # refused over its scripts' old ARTIFACTS, and so was a hand-shortened --time.
+    from genconf.cli.commands import _checks_clean
+    from genconf.plan.errors import GenconfError
+
+    copy = tmp_path / "copy"
+    shutil.copytree(planned, copy)
+    _checks_clean(copy, submit=False)
+    with pytest.raises(GenconfError, match=r"rendered at .*a submitted job runs these files"):
+        _checks_clean(copy, submit=True)
+
+
+def test_the_re_render_advice_keeps_the_slurm_options_plan_json_does_not(tmp_path):
+    from genconf.check.slurm import rerender_command
+
+    d = tmp_path / "opts"
+    out = run_genconf("--model", TINY_GPT, "--gpus", "2", "--cluster", "dgx-h100", "--framework", "megatron",
+                      "--partition", "gpu", "--time", "48:00:00", "--job-name", "myjob", "--account", "acct",
+                      "--run-dir", str(tmp_path / "outruns"), "-o", str(d))
+    assert out.returncode == 0, out.stderr
+    command = rerender_command(d)
+    assert command == (f"genconf render {d / 'plan.json'} -o {d} --force --job-name myjob --account acct --partition "
+                       f"gpu --time 48:00:00 --run-dir {tmp_path / 'outruns'}")
+    copy = tmp_path / "copy"
+    shutil.copytree(d, copy)
+    argv = rerender_command(copy).split()[1:]  # what a user pastes: the scripts name the copy, the options kept
+    assert run_genconf(*argv).returncode == 0 and run_genconf("check", str(copy)).stdout.startswith("ok:")
+    script = (copy / "launch_megatron.sbatch").read_text()
+    assert "#SBATCH --time=48:00:00" in script and f"ARTIFACTS={copy}" in script
+
+
+def test_a_resume_of_a_shrunk_run_from_its_moved_directory_goes_on(planned, tmp_path):
+    # The saved plan is the shrunk one: compared with the directory's unshrunk plan, every moved shrunk run was
+    # refused as another directory's.
+    from genconf.cli.commands import _resumes_this_plan
+    from genconf.plan import runconfig
+
+    moved = tmp_path / "moved"
+    shutil.copytree(planned, moved)
+    saved = runconfig.from_artifacts(planned, {"global_batch": 16, "steps": 2})
+    assert saved.plan != runconfig.read_plan(planned).plan
+    _resumes_this_plan(saved, moved, tmp_path / "run")
+
+
+def test_a_one_second_time_limit_passes_its_own_check(tmp_path):
+    out = run_genconf("--model", TINY_GPT, "--gpus", "2", "--cluster", "dgx-h100", "--time", "0:1", "-o",
+                      str(tmp_path / "short"))
+    assert out.returncode == 0, out.stderr
