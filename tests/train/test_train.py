@@ -252,6 +252,16 @@ def test_unrunnable_precision_is_refused_before_launch(runs):
 
 
 @needs_megatron
+@needs_megatron
+def test_a_multi_token_prediction_run_logs_its_mtp_loss(runs):
+    # Megatron-LM logs "mtp_1 loss" beside the LM loss; the runner's MTP loss reached the gradients unlogged.
+    rows = [json.loads(line) for line in (runs["megatron-deepseek-gqa"] / "metrics.jsonl").read_text().splitlines()]
+    mtp = [r["mtp_loss"] for r in rows]
+    assert len(mtp) == 24 and all(3.0 < x < 6.0 for x in mtp)  # a next-next-token cross entropy, vocab 128
+    assert sum(mtp[-4:]) / 4 < sum(mtp[:4]) / 4 - 0.3  # it trains
+    assert "mtp_loss" not in json.loads((runs["megatron-moe-ep2"] / "metrics.jsonl").read_text().splitlines()[0])
+
+
 def test_deepseek_shape_built_by_megatron_core_has_genconf_s_count(tmp_path):
     """megatron-core builds the DeepSeek-V3 shape (dense first layer, shared expert, MTP block) with exactly the
     parameters genconf counts, as the runner builds it (meta device, TP 1, local spec)."""

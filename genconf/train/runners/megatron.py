@@ -344,11 +344,33 @@ class MegatronRunner(loop.Runner):
         sums = torch.stack([o["lm loss"].float().cpu() for o in out]).sum(dim=0) if out else torch.ones(2)
         local = (sums[0] / sums[1]).item() if out else 0.0  # this rank's tokens' mean loss over its micro-batches
         reporter = self.last_stage_reporter
-        total, count = collectives.sum_over_ranks([local if reporter else 0.0, 1.0 if reporter else 0.0], d)
-        return total / count, float(grad_norm) if grad_norm is not None else None
+        mtp = self._mtp_loss() if cfg.model.mtp_num_layers else None
+        sent = [local if reporter else 0.0, 1.0 if reporter else 0.0]
+        if cfg.model.mtp_num_layers:
+            sent += [mtp if reporter and mtp is not None else 0.0, 1.0 if reporter and mtp is not None else 0.0]
+        got = collectives.sum_over_ranks(sent, d)
+        self.mtp_loss = (got[2] / got[3] if got[3] else None) if cfg.model.mtp_num_layers else None
+        return got[0] / got[1], float(grad_norm) if grad_norm is not None else None
+
+    def _mtp_loss(self) -> float | None:
+        """This rank's multi-token-prediction loss of the step, the mean over its MTP depths (megatron-core's
+        MTPLossLoggingHelper holds each depth's sum over the micro-batches, averaged over dp x cp as Megatron-LM's
+        training_log does); reset for the next step. None on a rank that holds no MTP layer."""
+        from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
+
+        MTPLossLoggingHelper.reduce_loss_in_tracker()
+        values = MTPLossLoggingHelper.tracker.get("values")
+        if values is None:
+            return None
+        loss = float(values.float().mean().item()) / self.cfg.plan.num_microbatches
+        MTPLossLoggingHelper.clean_loss_in_tracker()
+        return loss
 
     def step_metrics(self) -> dict:
-        return {"layer_spec": self.spec_name}
+        extra = {"layer_spec": self.spec_name}
+        if getattr(self, "mtp_loss", None) is not None:
+            extra["mtp_loss"] = self.mtp_loss  # Megatron-LM's "mtp_1 loss" (the mean over depths)
+        return extra
 
     def save(self, path: Path, d: runtime.Dist) -> None:
         from megatron.core import tensor_parallel
