@@ -17,6 +17,7 @@ Loaders reject unknown keys and name the file and the key, as the other catalogs
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,16 @@ def term_names() -> tuple[str, ...]:
     """The cost model's scalar calibration terms (genconf.plan.cost.Calibration's number fields; the error bands
     and per-direction byte pairs are not fitted by calibrate)."""
     return tuple(f.name for f in dataclasses.fields(Calibration) if f.type in (float, int, "float", "int"))
+
+
+def term_range(name: str) -> tuple[float, float, bool]:
+    """(low, high, low allowed) of a term's value: efficiencies, exposed shares and the clock factor are fractions of
+    a peak (above 1 would price faster than the hardware: MFU past 100%), an efficiency that defaults to 0 keeps 0
+    for "unset" (mxfp8_gemm_efficiency: FP8's); a slowdown is at least 1; times, counts and factors are at least 0."""
+    default = {f.name: f.default for f in dataclasses.fields(Calibration)}.get(name)
+    if name.endswith(("_efficiency", "_exposed")) or name == "clock_factor":
+        return 0.0, 1.0, default == 0.0 or name.endswith("_exposed")
+    return 0.0, math.inf, True
 
 
 def _typed(terms: dict[str, float]) -> dict:
@@ -92,6 +103,11 @@ def read_file(path: str | Path) -> CalibrationFile:
             terms[name] = float(entry["value"])
         except (TypeError, ValueError):
             raise GenconfError(f"{p}: terms: {name}: value {entry['value']!r} is not a number") from None
+        low, high, low_ok = term_range(name)
+        value = terms[name]
+        if not (math.isfinite(value) and (value >= low if low_ok else value > low) and value <= high):
+            span = f"{'[' if low_ok else '('}{low:g}, {high:g}]" if math.isfinite(high) else f"{low:g} or more"
+            raise GenconfError(f"{p}: terms: {name}: {value!r} is out of range ({span})")
         provenance[name] = str(entry.get("from", ""))
     gpu = data.get("gpu")
     if gpu is not None:

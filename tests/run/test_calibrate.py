@@ -196,6 +196,14 @@ def test_informed_terms_never_exceed_the_observations():
     ("format: genconf-calibration/1\ngpu: h100-sxm\nterms: {gemm_speed: {value: 1}}\n", "unknown term 'gemm_speed'"),
     ("format: genconf-calibration/1\ngpu: h100-sxm\nextra: 1\n", "unknown key 'extra'"),
     ("format: genconf-calibration/1\ngpu: h100-sxm\nterms: {gemm_efficiency: {value: fast}}\n", "is not a number"),
+    # out of range: a planned MFU of 131% (-0.5), a ZeroDivisionError (0), a traceback from a negative overhead
+    ("format: genconf-calibration/1\ngpu: h100-sxm\nterms: {gemm_efficiency: {value: -0.5}}\n",
+     r"gemm_efficiency: -0.5 is out of range \(\(0, 1\]\)"),
+    ("format: genconf-calibration/1\ngpu: h100-sxm\nterms: {gemm_efficiency: {value: 0}}\n", "out of range"),
+    ("format: genconf-calibration/1\ngpu: h100-sxm\nterms: {gemm_efficiency: {value: 1.5}}\n", "out of range"),
+    ("format: genconf-calibration/1\ngpu: h100-sxm\nterms: {step_overhead_s: {value: -1.0}}\n",
+     r"step_overhead_s: -1.0 is out of range \(0 or more\)"),
+    ("format: genconf-calibration/1\ngpu: h100-sxm\nterms: {clock_factor: {value: .inf}}\n", "out of range"),
 ])
 def test_bad_files_are_one_line(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
@@ -304,3 +312,21 @@ def test_calibrate_checks_its_input_before_the_benchmark_and_keeps_an_existing_f
     one_line_error(run_genconf("calibrate", "--bench", "--gpu", "nosuch", "-o", str(tmp_path / "a.yaml")),
                    "unknown GPU 'nosuch'")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.yaml"]
+
+
+def test_every_term_the_committed_calibration_sets_is_in_its_range():
+    # The ranges refuse nothing genconf itself writes: the built-in calibration and the committed H200 file.
+    import dataclasses as dc
+    import math
+
+    from genconf.catalog.hardware import calibration_for
+
+    for gpu in ("h100-sxm", "a100-80gb", "b200", "h200"):
+        cal = calibration_for(gpu)
+        for name in calibration_file.term_names():
+            low, high, low_ok = calibration_file.term_range(name)
+            value = getattr(cal, name)
+            assert math.isfinite(value) and low <= value <= high and (low_ok or value > low), (gpu, name, value)
+    committed = calibration_file.read_file(REPO / "benchmarks" / "results" / "gpu_runs" / "calibration.yaml")
+    assert committed.terms and dc.is_dataclass(committed)
+
