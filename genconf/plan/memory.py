@@ -949,7 +949,8 @@ def fused_attention(model: ModelSpec, plan: ParallelPlan) -> bool:
     d = model.attention_head_dim
     if plan.torch_layers:
         return plan.attention_kernel != "math" and sdpa_fused_supported(d, gqa=model.grouped_query)
-    return plan.layer_spec == "te" and fused_attention_supported(d)
+    # Transformer Engine's flash and fused kernels take fp16/bf16 inputs only: an fp32 plan keeps the scores.
+    return plan.layer_spec == "te" and plan.precision != "fp32" and fused_attention_supported(d)
 
 
 def _sdpa_math_terms(model: ModelSpec, d: _Dims) -> list[tuple[str, float]]:

@@ -148,6 +148,9 @@ def _cp_sequence(c: Context) -> str | None:
 def _cp_needs_te(c: Context) -> str | None:
     if c.plan.cp > 1 and c.plan.layer_spec != "te":
         return "context parallelism needs Transformer Engine attention (--layer-spec te)"
+    if c.plan.cp > 1 and c.plan.precision == "fp32":
+        # TE runs fp32 attention unfused (its flash and fused kernels take fp16/bf16), which CP does not support.
+        return "context parallelism needs TE's flash or fused attention, which take fp16/bf16: not --precision fp32"
     return None
 
 

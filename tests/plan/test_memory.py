@@ -454,3 +454,23 @@ def test_cached_layer_bytes_equal_the_terms_for_every_field_the_terms_read(name)
     assert len(checked) > 10  # the variants do move the bytes
     math_plan = dataclasses.replace(base, attention_kernel="math")
     assert layer_activation_bytes(model, math_plan) > 2 * layer_activation_bytes(model, base)  # s x s scores kept
+
+
+def test_fp32_under_transformer_engine_keeps_the_attention_scores_and_takes_no_cp():
+    # TE's flash and fused attention take fp16/bf16 inputs (get_attention_backend): an fp32 plan runs its unfused
+    # attention, which keeps the s x s scores and which context parallelism does not support. It was priced as flash
+    # attention and planned with cp 2 (a start-up failure: "No dot product attention support").
+    from genconf.plan import rules
+    from genconf.plan.memory import fused_attention
+
+    model, _ = resolve_model("llama3-8b")
+    cluster = resolve_cluster("dgx-h100")
+    bf16 = ParallelPlan(framework="megatron", tp=2, dp=4, mbs=1, gbs=8, seq_length=8192, zero_stage=1)
+    fp32 = dataclasses.replace(bf16, precision="fp32")
+    assert fused_attention(model, bf16) and not fused_attention(model, fp32)
+    assert layer_activation_bytes(model, fp32) > 3 * layer_activation_bytes(model, bf16)  # the 8k x 8k scores
+    errors = [v.rule for v in rules.check(rules.Context(model, cluster, dataclasses.replace(fp32, cp=2, dp=2), 8))
+              if v.severity == rules.ERROR]
+    assert errors == ["cp_needs_te"]
+    assert not [v for v in rules.check(rules.Context(model, cluster, dataclasses.replace(bf16, cp=2, dp=2), 8))
+                if v.severity == rules.ERROR]
