@@ -50,6 +50,9 @@ class FitResult:
     """Per observation: label, measured_s, predicted_s_before, predicted_s_after."""
     at_bound: tuple[str, ...] = ()
     """Fitted terms that ended on a bound (the data wanted them further out: treat with suspicion)."""
+    uninformed: tuple[str, ...] = ()
+    """Named terms the predictions depend on less than MIN_ELASTICITY, kept at their starting values (not in
+    `fitted`)."""
 
 
 def _log_residuals(obs: Sequence[Observation], terms: Terms) -> list[float]:
@@ -129,6 +132,11 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
+MIN_ELASTICITY = 0.01
+"""A fitted term must move some observation's prediction by at least this share of its own change (10% of the term:
+0.1% of the time), or the observations do not inform it and it is left unfitted."""
+
+
 def fit_terms(base: Terms, names: Sequence[str], obs: Sequence[Observation], *,
               bounds: Mapping[str, tuple[float, float]] | None = None, iterations: int = 100) -> FitResult:
     """Least squares on log(predicted / measured) over the named terms (each kept positive and inside its
@@ -191,10 +199,19 @@ def fit_terms(base: Terms, names: Sequence[str], obs: Sequence[Observation], *,
         if not improved:
             break
     final = terms_at(x)
+    # A term the predictions barely depend on drifts wherever the solver leaves it (to a bound) and would move every
+    # later plan for nothing: it is not fitted, and keeps its starting value.
+    def elasticity(o: Observation, n: str) -> float:  # d log(predicted) / d log(term), at the fitted point
+        return abs(math.log(o.predict_s({**final, n: final[n] * 1.1}) / o.predict_s(final))) / math.log(1.1)
+
+    uninformed = tuple(n for n in names if max(elasticity(o, n) for o in obs) < MIN_ELASTICITY)
+    final.update({n: base[n] for n in uninformed})
     predicted_before = [o.predict_s(base) for o in obs]
     predicted_after = [o.predict_s(final) for o in obs]
     rows = [{"label": o.label, "measured_s": o.measured_s, "predicted_s_before": b, "predicted_s_after": a}
             for o, b, a in zip(obs, predicted_before, predicted_after)]
-    edge = tuple(n for n, v, l_, u in zip(names, x, lo, hi) if abs(v - l_) < 1e-9 or abs(v - u) < 1e-9)
-    return FitResult(terms=final, fitted=tuple(names), before_log_rmse=_rmse(start_residuals), after_log_rmse=_rmse(r),
-                     rows=rows, at_bound=edge)
+    edge = tuple(n for n, v, l_, u in zip(names, x, lo, hi)
+                 if n not in uninformed and (abs(v - l_) < 1e-9 or abs(v - u) < 1e-9))
+    return FitResult(terms=final, fitted=tuple(n for n in names if n not in uninformed),
+                     before_log_rmse=_rmse(start_residuals), after_log_rmse=_rmse(_log_residuals(obs, final)),
+                     rows=rows, at_bound=edge, uninformed=uninformed)

@@ -89,8 +89,11 @@ def _term_entries(result: fit.FitResult, base: dict[str, float], source: str, co
 
 
 def _fit_summary(result: fit.FitResult) -> dict:
-    return {"terms": list(result.fitted), "before_log_rmse": round(result.before_log_rmse, 6),
-            "after_log_rmse": round(result.after_log_rmse, 6), "at_bound": list(result.at_bound)}
+    summary = {"terms": list(result.fitted), "before_log_rmse": round(result.before_log_rmse, 6),
+               "after_log_rmse": round(result.after_log_rmse, 6), "at_bound": list(result.at_bound)}
+    if result.uninformed:
+        summary["uninformed"] = list(result.uninformed)  # named, but no observation depends on them: not written
+    return summary
 
 
 # --- bench tables -> observations ------------------------------------------------------------------
@@ -289,6 +292,9 @@ def fit_runs(run_dirs: list[str], *, gpu: str | None = None, terms: list[str] | 
     if len(names) > len(obs):
         raise GenconfError(f"calibrate: {len(names)} terms cannot be fitted to {len(obs)} runs")
     result = fit.fit_terms(base, names, obs, bounds={n: _bounds(n) for n in names})
+    if names and not result.fitted:
+        raise GenconfError(f"calibrate: the runs' predicted step times do not depend on {', '.join(names)}: nothing to "
+                           f"fit (without --terms, calibrate picks the terms the runs inform)")
     source = f"runs: {', '.join(c.run for c in cases)}"
     versions = json.loads((Path(cases[0].run) / "versions.json").read_text())
     env = {k: versions.get(k) for k in ("device", "cuda", "torch", "deepspeed", "megatron-core", "transformer-engine",

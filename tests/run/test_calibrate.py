@@ -330,3 +330,15 @@ def test_every_term_the_committed_calibration_sets_is_in_its_range():
     committed = calibration_file.read_file(REPO / "benchmarks" / "results" / "gpu_runs" / "calibration.yaml")
     assert committed.terms and dc.is_dataclass(committed)
 
+
+
+def test_a_term_the_predictions_do_not_depend_on_is_left_unfitted():
+    # `calibrate RUN --terms gemm_efficiency` on a run whose step is its fixed overhead wrote gemm_efficiency 0.7 -> 1
+    # ("at a bound", the error unchanged), which then moved every later plan (70B on 64 H100s: 49.5% -> 66.7% MFU).
+    obs = [fit.Observation(label=f"r{i}", measured_s=m, predict_s=lambda t, i=i: t["overhead"] * (1 + i) + 1e-9 * t["eff"])
+           for i, m in enumerate((0.5, 1.1))]
+    result = fit.fit_terms({"overhead": 0.4, "eff": 0.7}, ["overhead", "eff"], obs, bounds={"eff": (0.1, 1.0)})
+    assert result.fitted == ("overhead",) and result.uninformed == ("eff",)
+    assert result.terms["eff"] == 0.7 and result.at_bound == ()
+    with pytest.raises(GenconfError, match="do not depend on gemm_efficiency: nothing to fit"):
+        calibrate.fit_runs([str(REPO / "tests" / "data" / "verify-run")], gpu="h100-sxm", terms=["gemm_efficiency"])
