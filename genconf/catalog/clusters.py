@@ -39,10 +39,15 @@ def usual_nodes() -> dict[str, str]:
     return usual
 
 
+CLUSTER_REQUIRED = ("gpu", "gpus_per_node", "ib_gbit_per_s_per_gpu")
+"""Keys a cluster file must give (the others have defaults)."""
+
+
 def cluster_from_mapping(name: str, values: dict, where: str) -> ClusterSpec:
     check_keys(where, values, CLUSTER_KEYS)
-    if "gpu" not in values:
-        raise GenconfError(f"{where}: missing key 'gpu'")
+    for key in CLUSTER_REQUIRED:
+        if key not in values:
+            raise GenconfError(f"{where}: missing key '{key}' (a cluster needs {', '.join(CLUSTER_REQUIRED)})")
     values = dict(values)
     values.pop("name", None)
     values["gpu"] = resolve_gpu(str(values["gpu"]))
@@ -50,6 +55,10 @@ def cluster_from_mapping(name: str, values: dict, where: str) -> ClusterSpec:
     if not isinstance(env, dict):  # a list or a string raised AttributeError (issue 15 item 2)
         raise GenconfError(f"{where}: nccl_env must be a mapping of variable names to values (NCCL_IB_HCA: mlx5), "
                            f"got {type(env).__name__}")
+    for key, value in env.items():
+        if value is None or isinstance(value, (dict, list)):  # null rendered `export NCCL_X=None`
+            raise GenconfError(f"{where}: nccl_env: {key} must be a value (a string or number), got "
+                               f"{'null' if value is None else type(value).__name__}")
     values["nccl_env"] = tuple((str(k), str(v)) for k, v in env.items())
     for key, _ in values["nccl_env"]:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):  # as the launch scripts export it (render/slurm.py)

@@ -285,6 +285,20 @@ def test_a_cluster_file_with_a_bad_nccl_env_name_is_refused_when_read(tmp_path):
                    f"{bad}: nccl_env: 'BAD NAME' is not an environment variable name")
 
 
+@pytest.mark.parametrize("text,needle", [
+    # a missing key read as a Python signature ("ClusterSpec.__init__() missing 1 required keyword-only argument")
+    ("name: c\ngpu: h100-sxm\nib_gbit_per_s_per_gpu: 400\n", "missing key 'gpus_per_node' (a cluster needs gpu, "
+                                                           "gpus_per_node, ib_gbit_per_s_per_gpu)"),
+    # a null value was written into launch_env.sh as `export NCCL_X=None`
+    ("name: c\ngpu: h100-sxm\ngpus_per_node: 8\nib_gbit_per_s_per_gpu: 400\nnccl_env: {NCCL_X: null}\n",
+     "nccl_env: NCCL_X must be a value (a string or number), got null"),
+])
+def test_a_cluster_file_missing_a_key_or_a_value_is_one_line(tmp_path, text, needle):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    one_line_error(run_genconf("--model", "1b", "--gpus", "8", "--cluster", str(bad)), f"{bad}: {needle}")
+
+
 def test_mfu_with_causal_attention_halved_is_shown_where_the_convention_misleads():
     """MFU counts causal attention unhalved (Megatron-LM's formula): at 1M tokens Llama 3 8B shows 97.6%, which reads
     as impossible; the plan then also shows the MFU of the FLOPs the GPU runs. At 8K the two are close: one line."""
