@@ -39,13 +39,17 @@ def test_a_recipe_smoke_run_is_verified_against_the_recipe_s_golden_curve(smoke_
     assert completed["status"] == "pass" and completed["detail"] == "12 of 12 steps"
 
 
+def _unfinished_copy(run, to):
+    """A copy of a finished run without its finished marker, and its metrics lines (for the test to cut)."""
+    shutil.copytree(run, to)
+    (to / "finished").unlink()
+    return to, (to / "metrics.jsonl").read_text().splitlines()
+
+
 @needs_torch
 def test_a_run_that_stopped_part_way_does_not_pass(smoke_run, tmp_path):
-    run = tmp_path / "runs" / "cut"
-    shutil.copytree(smoke_run, run)
-    (run / "finished").unlink()
-    metrics = run / "metrics.jsonl"
-    metrics.write_text("\n".join(metrics.read_text().splitlines()[:6]) + "\n")
+    run, lines = _unfinished_copy(smoke_run, tmp_path / "runs" / "cut")
+    (run / "metrics.jsonl").write_text("\n".join(lines[:6]) + "\n")
     done = genconf("verify", str(run), "--json")
     report = json.loads(done.stdout)
     assert done.returncode == 1 and not report["ok"]
@@ -57,11 +61,8 @@ def test_a_run_that_stopped_part_way_does_not_pass(smoke_run, tmp_path):
 @needs_torch
 def test_a_run_killed_while_writing_its_last_line_is_a_run_that_stopped(smoke_run, tmp_path):
     # The last metrics line cut mid-write (no newline) stopped verify with "metrics.jsonl:7: not a JSON line".
-    run = tmp_path / "runs" / "killed"
-    shutil.copytree(smoke_run, run)
-    (run / "finished").unlink()
+    run, lines = _unfinished_copy(smoke_run, tmp_path / "runs" / "killed")
     metrics = run / "metrics.jsonl"
-    lines = metrics.read_text().splitlines()
     metrics.write_text("\n".join(lines[:6]) + "\n" + lines[6][: len(lines[6]) // 2])
     report = json.loads(genconf("verify", str(run), "--json").stdout)
     completed = next(c for c in report["checks"] if c["name"] == "completed")
