@@ -663,8 +663,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
         # and TE's own, computes every score and masks the band: keys = seq.)
         keys, causal = window_keys_per_query(model.sliding_window, seq), False
     peak16 = gpu.peak_bf16_tflops * sustained_clock(gpu, cal, gemm=False)  # attention: the power cap only
-    # TE's flash and fused attention take fp16/bf16 inputs only (its get_attention_backend): fp32 runs unfused.
-    te_unfused = impl == "megatron-te" and (precision == "fp32" or not kernels.fused_attention_supported(d))
+    te_unfused = impl == "megatron-te" and not kernels.te_fused_attention(d, precision)
     # (Windowed layers fold the query heads into rows and pass a mask: memory-efficient attention or math.)
     fused = (kernels.sdpa_backend_takes("efficient", d) if banded
              else kernels.sdpa_fused_supported(d, gqa=model.grouped_query))

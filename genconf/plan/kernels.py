@@ -76,6 +76,12 @@ def fused_attention_supported(head_dim: int) -> bool:
     return aligned(head_dim) and head_dim <= FUSED_ATTENTION_MAX_HEAD_DIM
 
 
+def te_fused_attention(head_dim: int, precision: str) -> bool:
+    """Whether megatron's te spec runs TE's flash or fused attention: fp16/bf16 inputs only (an fp32 plan gets its
+    UnfusedDotProductAttention, get_attention_backend) at a head dim fused_attention_supported takes."""
+    return precision != "fp32" and fused_attention_supported(head_dim)
+
+
 def sdpa_backend_takes(backend: str, head_dim: int, gqa: bool = False) -> bool:
     """Whether PyTorch SDPA's `backend` (genconf.train.speed.ATTENTION's names) runs forward and backward at this head
     dim, `gqa`: with fewer key/value heads than query heads (genconf's model passes enable_gqa). As each did on an

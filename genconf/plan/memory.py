@@ -27,7 +27,7 @@ from genconf.plan.counting import (
     torch_vocab_rows,
     transformer_view,
 )
-from genconf.plan.kernels import fused_attention_supported, sdpa_fused_supported
+from genconf.plan.kernels import sdpa_fused_supported, te_fused_attention
 from genconf.plan.pipeline import (bf16_layers_on_rank, chunk_layers, chunk_patterns, dense_layers_on_rank,
                                    hybrid_kinds_on_rank, inflight_chunks, placement, stage_layers)
 from genconf.plan.specs import HYBRID_LAYER_KINDS, ClusterSpec, ModelSpec, ParallelPlan
@@ -949,8 +949,7 @@ def fused_attention(model: ModelSpec, plan: ParallelPlan) -> bool:
     d = model.attention_head_dim
     if plan.torch_layers:
         return plan.attention_kernel != "math" and sdpa_fused_supported(d, gqa=model.grouped_query)
-    # Transformer Engine's flash and fused kernels take fp16/bf16 inputs only: an fp32 plan keeps the scores.
-    return plan.layer_spec == "te" and plan.precision != "fp32" and fused_attention_supported(d)
+    return plan.layer_spec == "te" and te_fused_attention(d, plan.precision)
 
 
 def _sdpa_math_terms(model: ModelSpec, d: _Dims) -> list[tuple[str, float]]:
