@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from genconf.plan.batch import describe_batch
 from genconf.plan.counting import exact_param_count, human_count
+from genconf.plan.cpu_time import format_seconds
 from genconf.plan.memory import GIB, HEADROOM_FRACTION, StageMemory
 from genconf.plan.pipeline import inflight_chunks
 from genconf.plan.search import Evaluation, SearchResult, describe
@@ -66,6 +67,14 @@ def _hybrid_counts(pattern: str) -> str:
     """'24 Mamba-2, 4 attention, 24 MLP layers' for a hybrid pattern."""
     names = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
     return "hybrid: " + ", ".join(f"{pattern.count(k)} {v}" for k, v in names.items() if pattern.count(k)) + " layers"
+
+
+def _training_time(tr: dict) -> str:
+    """'38.2 days, 352,000 GPU-hours'; a run under two days in hours, minutes or seconds, and its GPU-hours to two
+    figures, so a short run does not read '0.0 days, 0 GPU-hours'."""
+    when = f"{tr['days']:.1f} days" if tr["time_s"] >= 2 * 86400 else format_seconds(tr["time_s"])
+    gpu_hours = f"{tr['gpu_hours']:,.0f}" if tr["gpu_hours"] >= 100 else f"{tr['gpu_hours']:.2g}"
+    return f"{when}, {gpu_hours} GPU-hours"
 
 
 def _track_record_lines(d: dict) -> list[str]:
@@ -152,7 +161,7 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
         *_track_record_lines(d),
         _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
         _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
-        _row(f"train {human_count(tr['tokens'])} tokens", f"{tr['days']:.1f} days, {tr['gpu_hours']:,.0f} GPU-hours"),
+        _row(f"train {human_count(tr['tokens'])} tokens", _training_time(tr)),
         *_checkpoint_lines(d.get("checkpoint")),
         "",
         "why this plan",

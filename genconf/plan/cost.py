@@ -1495,8 +1495,8 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
 
 
 def training_time_s(cost: StepCost, tokens: float) -> float:
-    """Wall time to train `tokens` tokens at this step rate."""
-    return tokens / cost.tokens_per_s
+    """Wall time to train `tokens` tokens at this step rate: one step at least (fewer tokens still run a step)."""
+    return max(tokens / cost.tokens_per_s, cost.step_time_s)
 
 
 LOW_BF16_MFU_FRACTION = 0.10

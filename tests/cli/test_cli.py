@@ -206,6 +206,21 @@ def test_json_has_exact_bytes_and_80_percent_intervals(capsys):
     assert d["plan"]["fp8_recipe"] == "blockwise" and d["plan"]["grad_dtype"] == "bf16"
 
 
+def test_a_short_run_reads_in_seconds_and_takes_one_step_at_least(capsys):
+    # 1,000 tokens is less than one step's batch: the run still takes that step (it read "0.0 days, 0 GPU-hours").
+    assert main(["--model", "1b", "--gpus", "8", "--cluster", "dgx-h100", "--tokens", "1000", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["training"]["time_s"] == pytest.approx(d["perf"]["step_time_s"], abs=1e-3)
+    assert 0 < d["training"]["gpu_hours"] == pytest.approx(d["perf"]["step_time_s"] * 8 / 3600, abs=1e-3)
+    assert main(["--model", "1b", "--gpus", "8", "--cluster", "dgx-h100", "--tokens", "1000"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("train 1K tokens"))
+    assert " s, 0.00" in line and "days" not in line
+    # A long run still reads in days.
+    assert main(["--model", "70b", "--gpus", "384"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("train "))
+    assert line.rstrip().endswith("GPU-hours") and " days, " in line
+
+
 def test_nvfp4_and_mxfp8_need_blackwell(capsys):
     assert main(["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--precision", "mxfp8"]) == 2
     assert "Blackwell" in capsys.readouterr().err
