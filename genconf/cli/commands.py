@@ -14,7 +14,7 @@ from genconf.catalog.models import list_models, model_aliases, resolve_model, re
 from genconf.cli import text
 from genconf.cli.text import print_json
 from genconf.plan import rules
-from genconf.plan.errors import GenconfError
+from genconf.plan.errors import GenconfError, NoFeasiblePlan
 from genconf.plan.search import describe
 
 
@@ -226,6 +226,13 @@ def check_slurm_flags(args: argparse.Namespace) -> None:
         raise GenconfError(str(exc)) from None
 
 
+def explain_dict(result) -> dict:
+    """--json --explain: the search's candidates, rejections by rule and nearest misses."""
+    return {"considered": result.considered, "rejected": result.rejected,
+            "nearest_misses": [{"layout": describe(ev.plan), "reason": str(ev.errors[0])}
+                               for ev in result.nearest_misses]}
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     check_slurm_flags(args)  # a bad --time or --account is an error with or without -o
     if args.plot:
@@ -233,7 +240,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         plots.require_matplotlib()  # before anything is written
         plots.check_plot_dir(args.plot)
-    planned = plan_from_args(args)
+    try:
+        planned = plan_from_args(args)
+    except NoFeasiblePlan as exc:
+        if not (args.explain and exc.result is not None):
+            raise
+        # Asked for: what the search rejected and its nearest misses, after the one-line error.
+        print(f"genconf: error: {exc}", file=sys.stderr)
+        if args.json:
+            print_json({"error": str(exc), "explain": explain_dict(exc.result)})
+        else:
+            print("\n".join(text.explain_lines(exc.result)[1:]))
+        return 2
     if args.output:
         from genconf.run import artifacts_dir
 
@@ -246,9 +264,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         out = dict(planned.run)
         if args.explain:
-            out["explain"] = {"considered": planned.result.considered, "rejected": planned.result.rejected,
-                              "nearest_misses": [{"layout": describe(ev.plan), "reason": str(ev.errors[0])}
-                                                 for ev in planned.result.nearest_misses]}
+            out["explain"] = explain_dict(planned.result)
         print_json(out)
     else:
         print(text.render_text(planned.run, planned.best, explain=planned.result if args.explain else None,

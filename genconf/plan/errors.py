@@ -6,4 +6,9 @@ class GenconfError(Exception):
 
 
 class NoFeasiblePlan(GenconfError):
-    """The search found no layout that satisfies every rule and fits in memory."""
+    """The search found no layout that satisfies every rule and fits in memory. `result`: that search (its rejection
+    counts and nearest misses, for --explain)."""
+
+    def __init__(self, message: str, result: object = None):
+        super().__init__(message)
+        self.result = result

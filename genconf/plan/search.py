@@ -1236,7 +1236,8 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
             why += (f": pinned whole ({flags}) it is planned, with a warning that it may run out of memory"
                     if flags else "")
         tips = what_would_fit(model, cluster, num_gpus, cal, pins)
-        raise NoFeasiblePlan(why + (f". It would fit with: {'; or '.join(tips)}" if tips else ". Nothing tried makes it fit"))
+        raise NoFeasiblePlan(why + (f". It would fit with: {'; or '.join(tips)}" if tips else ". Nothing tried makes it fit"),
+                             result)
     pinned = " ".join(f"{flag} {getattr(pins, field)}" for field, flag in PIN_FLAGS if getattr(pins, field) is not None)
     if result.considered:
         top = ", ".join(f"{name} x{count}" for name, count in list(result.rejected.items())[:3])
@@ -1256,9 +1257,10 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
     tips = what_would_be_valid(model, cluster, num_gpus, cal, pins,
                                batch_rejected=bool(result.rejected.get(BATCH_TOO_LARGE)))
     if tips:
-        raise NoFeasiblePlan(why + f". It would be valid with: {'; or '.join(tips)}")
+        raise NoFeasiblePlan(why + f". It would be valid with: {'; or '.join(tips)}", result)
     tips = what_would_fit(model, cluster, num_gpus, cal, pins)
-    raise NoFeasiblePlan(why + (f". It would fit with: {'; or '.join(tips)}" if tips else ". Nothing tried makes it valid"))
+    raise NoFeasiblePlan(why + (f". It would fit with: {'; or '.join(tips)}" if tips else ". Nothing tried makes it valid"),
+                         result)
 
 
 def describe(plan: ParallelPlan) -> str:

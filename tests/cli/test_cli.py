@@ -221,6 +221,25 @@ def test_a_short_run_reads_in_seconds_and_takes_one_step_at_least(capsys):
     assert line.rstrip().endswith("GPU-hours") and " days, " in line
 
 
+def test_explain_shows_the_rejections_when_nothing_fits(capsys):
+    # --explain asks for the search's rejections and nearest misses: a plan that cannot fit gives them after its
+    # one-line error (before, only the error), in text and in --json.
+    assert main(["--model", "70b", "--gpus", "8", "--cluster", "dgx-h100", "--explain"]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "does not fit" in err
+    assert "memory_fits" in out and "nearest misses:" in out and "GiB usable" in out
+    assert main(["--model", "70b", "--gpus", "8", "--cluster", "dgx-h100", "--explain", "--json"]) == 2
+    out, err = capsys.readouterr()
+    d = json.loads(out)
+    assert d["error"] == err.removeprefix("genconf: error: ").rstrip("\n")
+    assert d["explain"]["considered"] == d["explain"]["rejected"]["memory_fits"] > 0
+    assert d["explain"]["nearest_misses"][0]["reason"].startswith("memory_fits:")
+    # Without --explain, the error alone.
+    assert main(["--model", "70b", "--gpus", "8", "--cluster", "dgx-h100", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+
+
 def test_nvfp4_and_mxfp8_need_blackwell(capsys):
     assert main(["--model", "llama3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--precision", "mxfp8"]) == 2
     assert "Blackwell" in capsys.readouterr().err
