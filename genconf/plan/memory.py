@@ -1067,15 +1067,22 @@ def _loss_bytes(plan: ParallelPlan, d: "_Dims", rows: int) -> tuple[float, tuple
     if plan.framework == "megatron" or plan.fused_kernels:
         # Megatron's model (also under DeepSpeed): vocab_parallel_cross_entropy upcasts once and works in place:
         # bf16 logits + one fp32 buffer.
-        return saved, ("bf16 logits before the fp32 loss", d.e * logits)
+        return saved, (f"{_logits_dtype(plan, d)} logits before the fp32 loss", d.e * logits)
     if plan.framework == "fsdp" and d.t > 1:
         # torchtitan's 2D FSDP + TP computes the loss on vocab-sharded DTensor logits (loss_parallel,
         # torch/distributed/tensor/parallel/loss.py): its nll-loss backward builds fp32 zeros, exp(log-softmax)
         # and their sum beside the saved fp32 log-softmax before multiplying by the gradient, 12 bytes per
         # element (the forward's x - max and exp(x - max) beside the fp32 logits are 8).
         return saved, ("fp32 loss-parallel cross-entropy backward (zeros, exp, sum)", 12.0 * logits)
-    # F.cross_entropy(logits.float()): bf16 logits, their fp32 copy and the fp32 log-softmax coexist.
-    return saved, ("bf16 logits + fp32 copy before the loss", (d.e + 4.0) * logits)
+    # F.cross_entropy(logits.float()): 16-bit logits, their fp32 copy and the fp32 log-softmax coexist (fp32 logits:
+    # .float() is the same tensor, beside the log-softmax).
+    return saved, (f"{_logits_dtype(plan, d)} logits + fp32 {'copy' if d.e < 4 else 'log-softmax'} before the loss",
+                   (d.e + 4.0) * logits)
+
+
+def _logits_dtype(plan: ParallelPlan, d: "_Dims") -> str:
+    """The logits' dtype, for a memory line's name."""
+    return "fp32" if d.e >= 4 else "fp16" if plan.precision == "fp16" else "bf16"
 
 
 # --- a whole stage --------------------------------------------------------------------------------

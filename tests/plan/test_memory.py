@@ -340,6 +340,17 @@ def test_megatron_keeps_its_own_vocab_parallel_loss():
     assert dict(stage_memory(model, plan, 0).other)["bf16 logits before the fp32 loss"] == 2 * 2 * 2048 * 50432
 
 
+def test_the_loss_line_names_the_logits_dtype():
+    # fp32 training keeps fp32 logits (4 bytes each), and F.cross_entropy's .float() is then the same tensor: the
+    # lines said "bf16 logits" whatever the precision.
+    model = mpt_760m()
+    plan = ParallelPlan(framework="megatron", dp=8, mbs=2, gbs=16, seq_length=2048, zero_stage=1, precision="fp32")
+    assert dict(stage_memory(model, plan, 0).other)["fp32 logits before the fp32 loss"] == 4 * 2 * 2048 * 50432
+    fsdp = ParallelPlan(framework="fsdp", dp=8, mbs=2, gbs=16, seq_length=2048, zero_stage=3, precision="fp32")
+    assert dict(stage_memory(model, fsdp, 0).other)["fp32 logits + fp32 log-softmax before the loss"] == \
+        8 * 2 * 2048 * 50432
+
+
 def test_zero0_step_holds_every_gradients_fp32_copy_and_their_flat_concatenation():
     # DeepSpeed's FP16_Optimizer.step (runtime/fp16/fused_optimizer.py, which ZeRO-0 runs for fp16 and for bf16
     # with bf16 gradient accumulation): _flatten_dense_tensors([p.grad.to(fp32) for p in group]) holds the
