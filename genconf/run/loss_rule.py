@@ -98,6 +98,11 @@ def warmup_end(steps: list[int], lrs: list[float | None] | None, warmup_steps: i
     return max(0, min(end, n - MIN_TREND_POINTS, n // 2))
 
 
+def _at_lr(lrs: list[float | None] | None) -> str:
+    """' at a peak lr of 3e-04' where the log has the learning rate, else ''."""
+    return f" at a peak lr of {max(lrs):.0e}" if lrs and all(lr is not None for lr in lrs) else ""
+
+
 def judge(steps: list[int], losses: list[float], *, lrs: list[float | None] | None = None,
           warmup_steps: int | None = None, floor_nats: float | None = None, alpha: float = ALPHA) -> LossJudgement:
     """The loss rule without a golden curve (see the module docstring). `steps` ascending, `losses` in nats,
@@ -135,6 +140,8 @@ def judge(steps: list[int], losses: list[float], *, lrs: list[float | None] | No
                                  detail=f"the loss fell ({trend}) but ended at {last:.4f}, not below {floor_nats:.4f} "
                                         f"(the labels' unigram entropy, less {margin:.1e} for noise): a model that "
                                         "ignores its inputs gets that far (labels shuffled or misaligned?), "
-                                        "or the run is too short to show more")
+                                        f"or {len(steps)} steps{_at_lr(lrs)} are too few to learn more than "
+                                        "the unigram counts: run more --steps, or a higher --lr (tiny smoke "
+                                        "models want ~1e-2)")
         trend += f"; below the labels' unigram entropy {floor_nats:.4f}"
     return LossJudgement(status="pass", detail=f"falling: {trend}", **numbers)

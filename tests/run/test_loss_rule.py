@@ -58,6 +58,9 @@ def test_shuffled_labels_fall_but_stay_above_the_unigram_entropy(name):
     assert without_floor.status == "pass"  # their loss does fall: a trend test alone cannot tell
     j = judge(name)
     assert j.status == "fail" and "unigram entropy" in j.detail and j.last_loss > TINY_FLOOR
+    # The message names what else gets there: this many steps at this lr, and what to change.
+    lr = max(curve(name)["lr"])
+    assert f"{len(curve(name)['steps'])} steps at a peak lr of {lr:.0e}" in j.detail and "--lr" in j.detail
 
 
 def test_nan_and_divergence_fail():
