@@ -80,6 +80,10 @@ def read_file(path: str | Path) -> CalibrationFile:
         raise GenconfError(f"calibration file {p} does not exist")
     try:
         data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise GenconfError(f"cannot read {p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise GenconfError(f"{p}: not UTF-8 text (byte {exc.start}): is it a calibration file?") from None
     except yaml.YAMLError as exc:
         raise GenconfError(f"{p}: not YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):

@@ -31,6 +31,8 @@ def read_yaml(path: Path) -> dict:
         text = path.read_text()
     except OSError as exc:
         raise GenconfError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise GenconfError(f"{path}: not UTF-8 text (byte {exc.start}): is it a YAML file?") from None
     try:
         data = yaml.load(text, Loader=YAML_LOADER)
     except yaml.YAMLError as exc:

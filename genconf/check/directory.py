@@ -26,7 +26,11 @@ def check_dir(path: Path, *, slurm: bool = False, rendered_for: Path | None = No
     plan_file = path / "plan.json"
     if not plan_file.is_file():
         return CheckResult((), (Problem("plan.json", None, "missing: not a genconf artifacts directory"),))
-    planned, problems = check_plan(plan_file.read_text())
+    try:
+        plan_text = plan_file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        return CheckResult((), (Problem("plan.json", None, f"cannot read: {exc}"),))
+    planned, problems = check_plan(plan_text)
     checked = ["plan.json"]
     if planned is None or problems:
         # Every other file derives from plan.json: with the plan itself broken there is nothing to hold them to.

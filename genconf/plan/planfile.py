@@ -224,6 +224,8 @@ def load(path: Path) -> dict:
         text = Path(path).read_text()
     except OSError as exc:
         raise GenconfError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise GenconfError(f"{path}: not UTF-8 text (byte {exc.start}): is it a plan.json?") from None
     return loads(text, str(path))
 
 

@@ -57,8 +57,12 @@ def read_golden(path: Path) -> dict[int, float]:
     """`step loss` per line; '#' starts a comment. Errors name the line."""
     if not path.is_file():
         raise GenconfError(f"golden file {path} does not exist")
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GenconfError(f"golden file {path} cannot be read as text: {exc}") from None
     out: dict[int, float] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
@@ -91,7 +95,10 @@ def read_metrics(run: Path) -> list[dict]:
                                   " (none under runs/ yet)"))
         raise GenconfError(f"{run} has no metrics.jsonl (is it a genconf run directory?)")
     rows = []
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GenconfError(f"{path} cannot be read as text: {exc}") from None
     lines = text.splitlines()
     for number, line in enumerate(lines, 1):
         if line.strip():
