@@ -278,6 +278,9 @@ class PlanFile:
 
 def decode(run: dict) -> PlanFile:
     """The specs of a run dict; GenconfError naming what is missing or invalid."""
+    for key in ("model", "cluster", "plan", "train"):
+        if key in run and not isinstance(run[key], dict):
+            raise GenconfError(f"plan.json is invalid: '{key}' must be a JSON object, got {type(run[key]).__name__}")
     try:
         model = model_from_dict(run["model"])
         cluster = cluster_from_dict(run["cluster"])
