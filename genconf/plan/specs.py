@@ -55,6 +55,13 @@ def _positive(obj: object, *names: str) -> None:
             raise ValueError(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
 
 
+def _text(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, str):
+            raise ValueError(f"{type(obj).__name__}.{name} must be text, got {value!r}")
+
+
 def _one_of(obj: object, name: str, allowed: tuple[str, ...]) -> None:
     value = getattr(obj, name)
     if value not in allowed:
@@ -253,8 +260,9 @@ class ModelSpec(HashOnce):
     them as warnings, so no estimate hides an approximation."""
 
     def __post_init__(self) -> None:
-        if not self.name or self.name != self.name.lower() or " " in self.name:
+        if not isinstance(self.name, str) or not self.name or self.name != self.name.lower() or " " in self.name:
             raise ValueError(f"ModelSpec.name must be lowercase without spaces, got {self.name!r}")
+        _text(self, "source")
         _positive(self, "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size", "seq_length")
         if self.num_query_groups is None:
             object.__setattr__(self, "num_query_groups", self.num_attention_heads)
@@ -690,6 +698,7 @@ class ClusterSpec(HashOnce):
     description: str = ""
 
     def __post_init__(self) -> None:
+        _text(self, "name", "description")
         _positive(self, "gpus_per_node")
         _one_of(self, "host_cpu", HOST_CPUS)
         for name in ("total_gpus", "nvlink_domain_gpus"):

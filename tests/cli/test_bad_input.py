@@ -51,3 +51,37 @@ def test_verify_names_a_binary_golden_file(tmp_path, capsys):
     golden.write_bytes(NOT_UTF8)
     one_line(capsys, ["verify", str(REPO / "tests/data/verify-run"), "--golden", str(golden)],
              f"golden file {golden} cannot be read as text")
+
+
+@pytest.mark.parametrize("section,value", [("plan", []), ("model", []), ("cluster", "x"), ("train", 5)])
+def test_render_and_check_a_plan_json_section_of_the_wrong_type(tmp_path, capsys, section, value):
+    import json
+
+    assert main(["--model", "1b", "--gpus", "8", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    run[section] = value
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(run))
+    one_line(capsys, ["render", str(plan), "-o", str(tmp_path / "out")], f"'{section}' must be a JSON object")
+    assert not (tmp_path / "out").exists()
+    assert main(["check", str(tmp_path)]) == 2
+    assert f"'{section}' must be a JSON object" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("name: 5\nnum_layers: 4\nhidden_size: 256\nnum_attention_heads: 4\nffn_hidden_size: 1024\nvocab_size: 1000\n"
+     "seq_length: 512\n", "ModelSpec.name must be lowercase without spaces, got 5"),
+    ("name: m\nnum_layers: 4\nhidden_size: 256\nnum_attention_heads: 4\nffn_hidden_size: 1024\nvocab_size: 1000\n"
+     "seq_length: 512\nsource: [a, b]\n", "ModelSpec.source must be text, got ['a', 'b']"),
+])
+def test_a_model_file_with_a_name_or_source_not_text(tmp_path, capsys, text, needle):
+    model = tmp_path / "m.yaml"
+    model.write_text(text)
+    one_line(capsys, ["--model", str(model), "--gpus", "8"], needle)
+
+
+def test_a_cluster_file_with_a_description_not_text(tmp_path, capsys):
+    cluster = tmp_path / "lab.yaml"
+    cluster.write_text("gpu: h100-sxm\ngpus_per_node: 8\nib_gbit_per_s_per_gpu: 400\ndescription: [a]\n")
+    one_line(capsys, ["--cluster", str(cluster), "--model", "1b", "--gpus", "8"],
+             "ClusterSpec.description must be text, got ['a']")
