@@ -111,6 +111,10 @@ def _check(path: Path, data: dict) -> None:
         for sub in data["model"]:
             if sub not in allowed:
                 raise GenconfError(f"{path}: unknown key 'model.{sub}'")
+    for key, what in (("extends", "a recipe name"), ("cluster", "a cluster preset or YAML file"),
+                      ("description", "one line of text")):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise GenconfError(f"{path}: {key} must be {what}, got {data[key]!r}")
     if "precision" in data and data["precision"] not in precision.RECIPES:
         raise GenconfError(f"{path}: precision '{data['precision']}' is not a recipe "
                            f"(one of: {', '.join(precision.RECIPES)})")
@@ -165,6 +169,15 @@ def _typed(path: Path, data: dict) -> None:
         m = mapping(section)
         if key in m and m[key] is not None and m[key] not in allowed:
             raise GenconfError(f"{path}: {section}.{key} must be one of {', '.join(allowed)}, got {m[key]!r}")
+    golden = mapping("expect").get("golden")
+    if golden is not None and not isinstance(golden, str):
+        raise GenconfError(f"{path}: expect.golden must be a file name (relative to the recipe), got {golden!r}")
+    band = mapping("expect").get("throughput_band")
+    if band is not None and not (isinstance(band, list) and len(band) == 2
+                                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in band)
+                                 and 0 <= band[0] <= band[1]):
+        raise GenconfError(f"{path}: expect.throughput_band must be [low, high], measured / predicted tokens per "
+                           f"second with 0 <= low <= high (such as [0.8, 1.25]), got {band!r}")
     overlap = mapping("layout").get("tp_comm_overlap")
     if overlap is not None and not isinstance(overlap, bool):
         raise GenconfError(f"{path}: layout.tp_comm_overlap must be true or false, got {overlap!r}")

@@ -78,6 +78,12 @@ def test_unknown_keys_are_refused_with_file_and_key(tmp_path):
     ("layout: {recompute: partial}", "layout.recompute must be one of none, selective, full, got 'partial'"),
     ("smoke: {steps: -3}", "smoke.steps must be a positive integer, got -3"),
     ("layout: {tp_comm_overlap: 'yes'}", "layout.tp_comm_overlap must be true or false"),
+    ("cluster: 5", "cluster must be a cluster preset or YAML file, got 5"),
+    ("extends: 5", "extends must be a recipe name, got 5"),
+    ("description: [a]", "description must be one line of text, got ['a']"),
+    ("expect: {golden: 5}", "expect.golden must be a file name (relative to the recipe), got 5"),
+    ("expect: {throughput_band: [1.25, 0.8]}", "expect.throughput_band must be [low, high]"),
+    ("expect: {throughput_band: x}", "expect.throughput_band must be [low, high]"),
 ])
 def test_wrong_value_types_are_one_line_naming_the_key(tmp_path, text, needle):
     """A value of the wrong type was a traceback (TypeError, KeyError) from deep in planning, or named the wrong
