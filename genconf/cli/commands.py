@@ -480,8 +480,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         from genconf.run import plots
 
         plots.require_matplotlib()
-    if args.tolerance is not None and not args.tolerance >= 0:
-        raise GenconfError(f"--tolerance {args.tolerance:g}: an absolute loss difference, 0 or more")
+    if args.tolerance is not None and not 0 <= args.tolerance < float("inf"):
+        raise GenconfError(f"--tolerance {args.tolerance:g}: an absolute loss difference, 0 or more (and finite)")
     if args.min_drop is not None and not 0 <= args.min_drop < 1:
         raise GenconfError(f"--min-drop {args.min_drop:g}: a fraction of the first loss, from 0 to below 1")
     golden, tolerance = (Path(args.golden) if args.golden else None), args.tolerance

@@ -8,6 +8,7 @@ the run used the hardware the prediction is for.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -73,6 +74,8 @@ def read_golden(path: Path) -> dict[int, float]:
                 raise ValueError
         except (ValueError, IndexError):
             raise GenconfError(f"{path}:{number}: expected 'step loss', got {line!r}") from None
+        if not math.isfinite(loss):
+            raise GenconfError(f"{path}:{number}: the golden loss must be a finite number, got {parts[1]!r}")
         out[step] = loss
     if not out:
         raise GenconfError(f"golden file {path} has no 'step loss' lines")
@@ -121,8 +124,12 @@ def check_loss(rows: list[dict], golden: dict[int, float] | None, tolerance: flo
         if missing:
             return Check("loss", "fail", f"the run has no step {missing[0]} of the golden curve "
                                          f"(ran steps {min(losses)}..{max(losses)})")
-        worst = max(golden, key=lambda s: abs(losses[s] - golden[s]))
-        diff = abs(losses[worst] - golden[worst])
+        def gap(step: int) -> float:
+            diff = abs(losses[step] - golden[step])
+            return diff if math.isfinite(diff) else math.inf  # a NaN loss is as far as can be, not within tolerance
+
+        worst = max(golden, key=gap)
+        diff = gap(worst)
         if diff > tolerance:
             # A golden of another length is likely another run's (another recipe, another --steps): say so.
             other = (f"; the golden curve has {len(golden)} steps, the run {len(losses)}: is it this run's?"

@@ -85,3 +85,10 @@ def test_a_cluster_file_with_a_description_not_text(tmp_path, capsys):
     cluster.write_text("gpu: h100-sxm\ngpus_per_node: 8\nib_gbit_per_s_per_gpu: 400\ndescription: [a]\n")
     one_line(capsys, ["--cluster", str(cluster), "--model", "1b", "--gpus", "8"],
              "ClusterSpec.description must be text, got ['a']")
+
+
+def test_verify_refuses_an_infinite_tolerance(capsys):
+    from conftest import REPO
+
+    one_line(capsys, ["verify", str(REPO / "tests/data/verify-run"), "--tolerance", "inf"],
+             "--tolerance inf: an absolute loss difference, 0 or more (and finite)")

@@ -49,3 +49,24 @@ def test_a_golden_curve_of_another_length_is_said_to_be_likely_another_runs():
     assert check.status == "fail" and "the golden curve has 12 steps, the run 15: is it this run's?" in check.detail
     same_length = verify.check_loss(rows[:12], other, 1e-4)
     assert same_length.status == "fail" and "is it this run's" not in same_length.detail
+
+
+def test_a_nan_loss_fails_the_golden_comparison():
+    # |nan - golden| > tolerance is False: a run that diverged to NaN at one step passed against its golden curve.
+    rows = [{"step": i, "loss": 5.0 - 0.1 * i} for i in range(12)]
+    golden = {r["step"]: r["loss"] for r in rows}
+    assert verify.check_loss(rows, golden, 1e-4).status == "pass"
+    rows[5] = {"step": 5, "loss": float("nan")}
+    check = verify.check_loss(rows, golden, 1e-4)
+    assert check.status == "fail" and "step 5: loss nan" in check.detail
+
+
+def test_a_golden_file_with_a_nan_loss_is_refused(tmp_path):
+    import pytest
+
+    from genconf.plan.errors import GenconfError
+
+    golden = tmp_path / "golden.txt"
+    golden.write_text("0 5.0\n1 nan\n")
+    with pytest.raises(GenconfError, match=r"golden.txt:2: the golden loss must be a finite number, got 'nan'"):
+        verify.read_golden(golden)
