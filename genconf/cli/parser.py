@@ -40,6 +40,22 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def non_empty(text: str) -> str:
+    """A path or name flag's value: an empty one (-o "", an unset shell variable) was silently the default, or the
+    current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give a value, or leave the option out")
+    return text
+
+
+def tp_splits(text: str) -> str:
+    """calibrate --tp: comma-separated positive TP degrees ('1,2,4,8'), checked before the bench starts."""
+    parts = [t.strip() for t in text.split(",")]
+    if not all(t.isdigit() and int(t) >= 1 for t in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers such as 1,2,4,8, got {text!r}")
+    return ",".join(parts)
+
+
 def check_ranges(args: argparse.Namespace) -> None:
     """Every numeric flag against its documented range (genconf.plan.limits), before anything is searched or
     started: the first one out of range is one line."""
@@ -68,10 +84,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", "-m", default="70b", help="catalog name, size alias (1b, 7b, 70b), the Hugging Face id of a catalog model "
                    "(meta-llama/Llama-3.1-70B), a YAML file or a Hugging Face config.json (default: 70b)")
     g.add_argument("--gpus", "-n", type=positive_int, help="number of GPUs (default: the cluster's total)")
-    g.add_argument("--cluster", help="cluster preset or YAML file (default: kempner-h100, the seed's cluster)")
-    g.add_argument("--gpu", help="override the cluster's GPU (see 'genconf hardware')")
+    g.add_argument("--cluster", type=non_empty, help="cluster preset or YAML file (default: kempner-h100, the seed's cluster)")
+    g.add_argument("--gpu", type=non_empty, help="override the cluster's GPU (see 'genconf hardware')")
     g.add_argument("--gpus-per-node", type=positive_int, help="override GPUs per node")
-    g.add_argument("--calibration", metavar="FILE", help="plan with the cost-model terms of a calibration file "
+    g.add_argument("--calibration", metavar="FILE", type=non_empty, help="plan with the cost-model terms of a calibration file "
                    "(written by 'genconf calibrate') over the GPU's built-in ones")
     g = p.add_argument_group("pinned choices (evaluate exactly these; the rest is searched)")
     g.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"))
@@ -98,7 +114,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="also search Megatron-FSDP (megatron --zero 3) beside the distributed optimizer (default: only "
                         "where no other megatron plan fits, or with --zero 2/3)")
     g.add_argument("--recompute", choices=("none", "selective", "full"))
-    g.add_argument("--recompute-modules", metavar="M[,M...]",
+    g.add_argument("--recompute-modules", metavar="M[,M...]", type=non_empty,
                    help="with selective recompute: the modules repeated (megatron --recompute-modules): core_attn, "
                         "mla_up_proj, moe_act, layernorm, mlp (default core_attn); implies --recompute selective")
     g.add_argument("--precision", choices=PRECISION_NAMES, default="bf16",
@@ -166,7 +182,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top", type=positive_int, default=3, help="show this many ranked plans (default 3)")
     g.add_argument("--explain", action="store_true", help="counts of rejected candidates per rule and the nearest misses")
     g.add_argument("--json", action="store_true", help="print one JSON object")
-    g.add_argument("--plot", metavar="DIR", help="draw memory.png (per pipeline stage) and schedule.png (the pipeline "
+    g.add_argument("--plot", metavar="DIR", type=non_empty, help="draw memory.png (per pipeline stage) and schedule.png (the pipeline "
                    "schedule), with their numbers in CSV, into DIR (needs the plot extra)")
     add_artifact_arguments(p)
 
@@ -174,17 +190,17 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 def add_artifact_arguments(p: argparse.ArgumentParser, *, output_required: bool = False) -> None:
     """Where and how the plan's artifacts are written (plan -o DIR, render PLAN.json -o DIR)."""
     g = p.add_argument_group("artifacts (DeepSpeed, Megatron, OLMo-FSDP and Slurm files from the plan)")
-    g.add_argument("-o", "--output", metavar="DIR", required=output_required,
+    g.add_argument("-o", "--output", metavar="DIR", type=non_empty, required=output_required,
                    help="write plan.json, ds_config.json, megatron_args.txt, olmo_fsdp.yaml, launch_*.sbatch and "
                         "README.md to DIR (atomically)")
     g.add_argument("--force", action="store_true",
                    help="replace an existing DIR (directories in it, such as runs/, are kept)")
     g.add_argument("--account", help="Slurm account (#SBATCH --account)")
     g.add_argument("--partition", help="Slurm partition (#SBATCH --partition)")
-    g.add_argument("--time", default="24:00:00", help="Slurm time limit (default 24:00:00)")
-    g.add_argument("--job-name", help="Slurm job name (default genconf-<model>)")
-    g.add_argument("--run-dir", help="run directory for logs and checkpoints (default DIR/runs)")
-    g.add_argument("--python", help="interpreter that starts torchrun on the nodes (default: this one)")
+    g.add_argument("--time", type=non_empty, default="24:00:00", help="Slurm time limit (default 24:00:00)")
+    g.add_argument("--job-name", type=non_empty, help="Slurm job name (default genconf-<model>)")
+    g.add_argument("--run-dir", type=non_empty, help="run directory for logs and checkpoints (default DIR/runs)")
+    g.add_argument("--python", type=non_empty, help="interpreter that starts torchrun on the nodes (default: this one)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,11 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_arguments(plan)
     models = sub.add_parser("models", help="list the model catalog, or import a Hugging Face config.json")
     models.add_argument("--json", action="store_true")
-    models.add_argument("--from-hf", metavar="FILE", help="write the catalog YAML of a Hugging Face config.json "
+    models.add_argument("--from-hf", metavar="FILE", type=non_empty, help="write the catalog YAML of a Hugging Face config.json "
                         "(or a directory holding one) to stdout, or to -o")
-    models.add_argument("-o", "--output", metavar="OUT.yaml", help="with --from-hf: write here; the model is named "
+    models.add_argument("-o", "--output", metavar="OUT.yaml", type=non_empty, help="with --from-hf: write here; the model is named "
                         "after the file, so it can go into models/")
-    models.add_argument("--name", help="with --from-hf: the model's name (default: the -o file's or the folder's)")
+    models.add_argument("--name", type=non_empty, help="with --from-hf: the model's name (default: the -o file's or the folder's)")
     models.add_argument("--force", action="store_true", help="with --from-hf -o: replace an existing file")
     hardware = sub.add_parser("hardware", help="list GPUs and cluster presets")
     hardware.add_argument("--json", action="store_true")
@@ -211,16 +227,16 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     """render, check, launch, verify, recipe, ci."""
 
     render = sub.add_parser("render", help="write a plan.json's artifacts (configs, Slurm scripts) to a directory")
-    render.add_argument("plan", metavar="PLAN.json", help="a plan as `genconf --json` prints it")
+    render.add_argument("plan", metavar="PLAN.json", type=non_empty, help="a plan as `genconf --json` prints it")
     add_artifact_arguments(render, output_required=True)
     check = sub.add_parser("check", help="re-validate an artifacts directory and name the offending lines")
-    check.add_argument("dir", metavar="DIR", help="a directory written by genconf -o or genconf render")
+    check.add_argument("dir", metavar="DIR", type=non_empty, help="a directory written by genconf -o or genconf render")
     check.add_argument("--slurm", action="store_true", help="also ask Slurm (sbatch --test-only) about each script")
 
     launch = sub.add_parser("launch", help="train the plan in an artifacts directory (torchrun, or Slurm with --submit)")
-    launch.add_argument("dir", metavar="DIR", help="a directory written by genconf -o")
-    launch.add_argument("--run-dir", help="where metrics, checkpoints and logs go (default: DIR/runs/<name>)")
-    launch.add_argument("--name", help="run name under DIR/runs (default: a timestamp)")
+    launch.add_argument("dir", metavar="DIR", type=non_empty, help="a directory written by genconf -o")
+    launch.add_argument("--run-dir", type=non_empty, help="where metrics, checkpoints and logs go (default: DIR/runs/<name>)")
+    launch.add_argument("--name", type=non_empty, help="run name under DIR/runs (default: a timestamp)")
     launch.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"),
                         help="the plan's own framework (the default), the only one launched: the other "
                              "frameworks' files approximate the plan (its README's 'what differs'); re-plan with "
@@ -244,7 +260,7 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
                    help="keep the newest N checkpoints on disk (default 2); older ones are deleted")
     g.add_argument("--precision", choices=PLAN_PRECISIONS, help="run with another precision recipe")
     g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
-    g.add_argument("--data", help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
+    g.add_argument("--data", type=non_empty, help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
     g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")
     g = launch.add_argument_group("speed on a GPU (FSDP and DeepSpeed runners; genconf.train.speed)")
     g.add_argument("--attention", choices=("auto", "flash", "cudnn", "efficient", "math"), default="auto",
@@ -253,40 +269,40 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-fused-optimizer", action="store_true", help="plain torch AdamW instead of the fused one")
 
     verify = sub.add_parser("verify", help="compare a run's loss, speed and memory with its expectations")
-    verify.add_argument("run", metavar="RUN", help="a run directory (with metrics.jsonl)")
-    verify.add_argument("--golden", help="golden loss file: 'step loss' per line")
+    verify.add_argument("run", metavar="RUN", type=non_empty, help="a run directory (with metrics.jsonl)")
+    verify.add_argument("--golden", type=non_empty, help="golden loss file: 'step loss' per line")
     verify.add_argument("--tolerance", type=float, help="absolute loss tolerance against the golden file (default 1e-4)")
     verify.add_argument("--min-drop", type=float, help="without a golden file: also require the loss to fall by this "
                         "fraction (default: the statistical trend rule alone)")
     verify.add_argument("--json", action="store_true")
-    verify.add_argument("--plot", metavar="DIR", help="draw verify.png (loss against the golden curve, tokens/s and peak "
+    verify.add_argument("--plot", metavar="DIR", type=non_empty, help="draw verify.png (loss against the golden curve, tokens/s and peak "
                         "memory per step against the prediction) with its numbers in verify.csv (needs the plot extra)")
 
     recipe = sub.add_parser("recipe", help="plan (and with -o render) a recipe from recipes/")
-    recipe.add_argument("name", metavar="NAME", nargs="?", help="recipe name (omit to list them)")
+    recipe.add_argument("name", metavar="NAME", nargs="?", type=non_empty, help="recipe name (omit to list them)")
     recipe.add_argument("--smoke", action="store_true", help="the recipe's CPU smoke variant instead of the full run")
     recipe.add_argument("--json", action="store_true")
     recipe.add_argument("--top", type=positive_int, default=3)
     add_artifact_arguments(recipe, output_required=False)
 
     ci = sub.add_parser("ci", help="run the recipes' smoke variants and verify them against their golden files")
-    ci.add_argument("names", metavar="NAME", nargs="*", help="recipes to run (default: every recipe with a smoke variant)")
-    ci.add_argument("--update-golden", metavar="NAME", help="rewrite NAME's golden file from a fresh run (shows the diff)")
-    ci.add_argument("--work-dir", help="where the artifacts and runs go (default: a new temporary directory)")
-    ci.add_argument("--recipes-dir", help="run the recipes of another folder (default: genconf's recipes/)")
-    ci.add_argument("--plot", metavar="DIR", help="draw each recipe's memory.png and schedule.png (its full-size plan) "
+    ci.add_argument("names", metavar="NAME", nargs="*", type=non_empty, help="recipes to run (default: every recipe with a smoke variant)")
+    ci.add_argument("--update-golden", metavar="NAME", type=non_empty, help="rewrite NAME's golden file from a fresh run (shows the diff)")
+    ci.add_argument("--work-dir", type=non_empty, help="where the artifacts and runs go (default: a new temporary directory)")
+    ci.add_argument("--recipes-dir", type=non_empty, help="run the recipes of another folder (default: genconf's recipes/)")
+    ci.add_argument("--plot", metavar="DIR", type=non_empty, help="draw each recipe's memory.png and schedule.png (its full-size plan) "
                     "and verify.png (its smoke run against the golden curve) into DIR/<recipe>/ (needs the plot extra)")
     ci.add_argument("--json", action="store_true")
 
     cal = sub.add_parser("calibrate", help="fit the cost model's terms to this machine's GPUs (--bench) or to measured runs")
-    cal.add_argument("runs", metavar="RUN_DIR", nargs="*", help="run directories (metrics.jsonl, config.json, versions.json)")
+    cal.add_argument("runs", metavar="RUN_DIR", nargs="*", type=non_empty, help="run directories (metrics.jsonl, config.json, versions.json)")
     cal.add_argument("--bench", action="store_true", help="measure GEMMs, attention, bandwidth and collectives here")
     cal.add_argument("--nproc", type=positive_int, help="ranks for --bench (default: every visible GPU, 1 on a CPU)")
-    cal.add_argument("--model", help="--bench: the model whose layer shapes to time (default 1b; on a machine without "
+    cal.add_argument("--model", type=non_empty, help="--bench: the model whose layer shapes to time (default 1b; on a machine without "
                                      "a CUDA GPU, required: there the bench only tests the plumbing)")
     cal.add_argument("--tokens", type=positive_int, help="--bench: tokens per micro-batch (default 8192; 128 on a CPU)")
-    cal.add_argument("--tp", help="--bench: TP splits of the shapes, comma-separated (default 1,2,4,8)")
-    cal.add_argument("--gpu", help="the catalog GPU to fit against (default: the device the bench or runs ran on)")
-    cal.add_argument("--terms", help="runs: the terms to refit, comma-separated (default: those the runs inform)")
-    cal.add_argument("-o", "--output", default="calibration.yaml", help="the calibration file (default calibration.yaml)")
+    cal.add_argument("--tp", type=tp_splits, help="--bench: TP splits of the shapes, comma-separated (default 1,2,4,8)")
+    cal.add_argument("--gpu", type=non_empty, help="the catalog GPU to fit against (default: the device the bench or runs ran on)")
+    cal.add_argument("--terms", type=non_empty, help="runs: the terms to refit, comma-separated (default: those the runs inform)")
+    cal.add_argument("-o", "--output", type=non_empty, default="calibration.yaml", help="the calibration file (default calibration.yaml)")
     cal.add_argument("--force", action="store_true", help="replace an existing calibration file")

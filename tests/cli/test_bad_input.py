@@ -92,3 +92,24 @@ def test_verify_refuses_an_infinite_tolerance(capsys):
 
     one_line(capsys, ["verify", str(REPO / "tests/data/verify-run"), "--tolerance", "inf"],
              "--tolerance inf: an absolute loss difference, 0 or more (and finite)")
+
+
+@pytest.mark.parametrize("argv", [
+    ["-o", ""], ["--plot", ""], ["--cluster", ""], ["--calibration", ""], ["--time", ""], ["--job-name", " "],
+    ["--run-dir", ""], ["--python", ""], ["--recompute-modules", ""],
+    ["models", "--from-hf", ""], ["render", "", "-o", "out"], ["check", ""], ["launch", ""], ["verify", ""],
+    ["recipe", ""], ["ci", "--work-dir", ""], ["calibrate", "--bench", "-o", ""], ["calibrate", "--bench", "--terms", ""],
+])
+def test_an_empty_path_or_name_is_refused(tmp_path, monkeypatch, capsys, argv):
+    """An empty value (an unset shell variable) was the default in silence: plan -o "" wrote nothing and said nothing,
+    --cluster "" planned the default cluster, check "" checked the current directory, recipe "" listed the recipes."""
+    monkeypatch.chdir(tmp_path)
+    one_line(capsys, argv, "is empty: give a value, or leave the option out")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tp", ["3,x", "0", "", "1,,2"])
+def test_calibrate_bench_tp_splits_are_checked_before_the_bench_starts(tmp_path, capsys, tp):
+    # --tp 3,x started torchrun, whose ranks failed with a ValueError several lines long.
+    one_line(capsys, ["calibrate", "--bench", "--model", "tests/data/tiny-llama.yaml", "--tp", tp,
+                      "-o", str(tmp_path / "c.yaml")], "argument --tp: expected comma-separated positive integers")
