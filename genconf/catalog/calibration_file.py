@@ -134,9 +134,14 @@ def apply(cal, cf: CalibrationFile, gpu_name: str):
 
 def write_file(path: str | Path, content: dict) -> None:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     header = ("# genconf calibration file: the cost-model terms it sets, the values they replace and where each\n"
               "# came from. Plan with it: genconf --calibration " + p.name + " ...\n")
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(header + yaml.safe_dump(content, sort_keys=False, width=120))
-    os.replace(tmp, p)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(header + yaml.safe_dump(content, sort_keys=False, width=120))
+        os.replace(tmp, p)
+    except OSError as exc:
+        if tmp.is_file():
+            tmp.unlink()
+        raise GenconfError(f"cannot write {p}: {exc.strerror or exc}") from None

@@ -574,6 +574,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.bench == bool(args.runs):
         raise GenconfError("calibrate: give either --bench or run directories")
     out = Path(args.output)
+    if out.is_dir():  # before a benchmark that may take minutes
+        raise GenconfError(f"-o {out} is a directory: give the calibration file's path, such as "
+                           f"{out / 'calibration.yaml'}")
+    above = next(a for a in out.absolute().parents if a.exists())
+    if not above.is_dir():
+        raise GenconfError(f"cannot write {out}: {above} is not a directory")
     if out.exists() and not args.force:  # a GPU-measured calibration is not replaced unasked (as plan -o)
         raise GenconfError(f"{out} exists; use --force to replace it, or -o another file")
     if args.gpu:

@@ -113,3 +113,23 @@ def test_calibrate_bench_tp_splits_are_checked_before_the_bench_starts(tmp_path,
     # --tp 3,x started torchrun, whose ranks failed with a ValueError several lines long.
     one_line(capsys, ["calibrate", "--bench", "--model", "tests/data/tiny-llama.yaml", "--tp", tp,
                       "-o", str(tmp_path / "c.yaml")], "argument --tp: expected comma-separated positive integers")
+
+
+def test_calibrate_output_that_is_a_directory_or_under_a_file(tmp_path, capsys):
+    # -o DIR --force was an IsADirectoryError traceback after the fit (or a benchmark of minutes).
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    run = str(tmp_path / "no-run")
+    one_line(capsys, ["calibrate", run, "-o", str(tmp_path / "dir"), "--force"],
+             f"-o {tmp_path / 'dir'} is a directory: give the calibration file's path")
+    one_line(capsys, ["calibrate", run, "-o", str(tmp_path / "file" / "c.yaml")], f"{tmp_path / 'file'} is not a directory")
+
+
+def test_calibration_file_write_errors_are_one_line(tmp_path):
+    from genconf.catalog import calibration_file
+    from genconf.plan.errors import GenconfError
+
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(GenconfError, match="cannot write .*dir"):
+        calibration_file.write_file(tmp_path / "dir", {"format": calibration_file.FORMAT})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]
