@@ -303,9 +303,13 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.from_hf:
         from genconf.catalog import hf
 
+        if args.json:
+            raise GenconfError("--from-hf writes the model's catalog YAML, not JSON: drop --json")
+        if args.force and not args.output:
+            raise GenconfError("--force replaces an existing -o file: add -o OUT.yaml, or drop --force")
         return hf.write_catalog_yaml(args.from_hf, output=args.output, name=args.name, force=args.force)
-    if args.output or args.name:
-        raise GenconfError("-o/--name go with --from-hf FILE")
+    if args.output or args.name or args.force:
+        raise GenconfError("-o/--name/--force go with --from-hf FILE")
     models = list_models()
     aliases = model_aliases()
     by_model = {}
@@ -512,6 +516,11 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     from genconf.plan import planfile
 
     if not args.name:
+        given = [flag for flag, value in (("--smoke", args.smoke), ("--json", args.json), ("-o", args.output),
+                                          ("--force", args.force)) if value]
+        if given:
+            raise GenconfError(f"{'/'.join(given)} {'goes' if len(given) == 1 else 'go'} with one recipe: name it "
+                               f"(genconf recipe NAME; 'genconf recipe' alone lists them)")
         for name in recipes.list_recipes():
             r = recipes.load_recipe(name)
             print(f"{name:<22} v{r.version}  {r.data.get('description', '')}")

@@ -133,3 +133,20 @@ def test_calibration_file_write_errors_are_one_line(tmp_path):
     with pytest.raises(GenconfError, match="cannot write .*dir"):
         calibration_file.write_file(tmp_path / "dir", {"format": calibration_file.FORMAT})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["models", "--force"], "-o/--name/--force go with --from-hf FILE"),
+    (["models", "--from-hf", "tests/data/hf/gemma-2-2b", "--json"], "--from-hf writes the model's catalog YAML, not JSON"),
+    (["models", "--from-hf", "tests/data/hf/gemma-2-2b", "--force"], "--force replaces an existing -o file: add -o OUT.yaml"),
+    (["recipe", "-o", "out"], "-o goes with one recipe: name it"),
+    (["recipe", "--smoke", "--json"], "--smoke/--json go with one recipe: name it"),
+])
+def test_flags_that_would_be_ignored_are_refused(tmp_path, monkeypatch, capsys, argv, needle):
+    """models --from-hf F --json printed YAML; recipe -o DIR (no NAME) listed the recipes and wrote nothing."""
+    from conftest import REPO
+
+    argv = [str(REPO / a) if a.startswith("tests/") else a for a in argv]
+    monkeypatch.chdir(tmp_path)
+    one_line(capsys, argv, needle)
+    assert list(tmp_path.iterdir()) == []
