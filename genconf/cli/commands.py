@@ -484,6 +484,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         from genconf.run import plots
 
         plots.require_matplotlib()
+        plots.check_plot_dir(args.plot)  # before the run is read and judged
     if args.tolerance is not None and not 0 <= args.tolerance < float("inf"):
         raise GenconfError(f"--tolerance {args.tolerance:g}: an absolute loss difference, 0 or more (and finite)")
     if args.min_drop is not None and not 0 <= args.min_drop < 1:

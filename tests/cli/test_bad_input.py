@@ -150,3 +150,13 @@ def test_flags_that_would_be_ignored_are_refused(tmp_path, monkeypatch, capsys, 
     monkeypatch.chdir(tmp_path)
     one_line(capsys, argv, needle)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_verify_plot_into_a_file_is_refused_before_the_run_is_judged(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from conftest import REPO
+
+    (tmp_path / "file").write_text("x")
+    # It printed the verdict's note first and failed after the verdict: two lines.
+    one_line(capsys, ["verify", str(REPO / "tests/data/verify-run"), "--plot", str(tmp_path / "file")],
+             "exists and is not a directory")
