@@ -351,6 +351,9 @@ def _launch_flag_conflicts(args: argparse.Namespace) -> None:
     if args.run_dir and args.name:
         raise GenconfError("--name names a run under the artifacts' runs directory and --run-dir gives its whole "
                            "path: use one")
+    if args.name and (args.name in (".", "..") or "/" in args.name):
+        raise GenconfError(f"--name {args.name!r}: a run's name is one directory under the runs directory (no '/', "
+                           f"not . or ..); give a path elsewhere with --run-dir")
 
 
 def _resumes_this_plan(saved, artifacts, run_dir) -> None:

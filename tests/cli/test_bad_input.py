@@ -160,3 +160,9 @@ def test_verify_plot_into_a_file_is_refused_before_the_run_is_judged(tmp_path, c
     # It printed the verdict's note first and failed after the verdict: two lines.
     one_line(capsys, ["verify", str(REPO / "tests/data/verify-run"), "--plot", str(tmp_path / "file")],
              "exists and is not a directory")
+
+
+@pytest.mark.parametrize("name", ["../../elsewhere", "a/b", ".."])
+def test_launch_name_is_one_directory_under_runs(tmp_path, capsys, name):
+    # --name ../../x put the run outside DIR/runs (after planning the launch).
+    one_line(capsys, ["launch", str(tmp_path), "--name", name], "a run's name is one directory under the runs directory")
