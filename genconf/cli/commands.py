@@ -176,6 +176,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         raise GenconfError(f"--packed-doc-len {args.packed_doc_len} is longer than the sequence ({seq}): documents "
                            f"packed into a sequence are at most that long")
     pins = pins_from_args(args)
+    _pinned_split_fits(args, model)
     if pins.offload:
         offload = rules.architecture_conflict(model, "deepspeed")
         if offload:  # --offload plans DeepSpeed only (pins_from_args)
@@ -212,6 +213,26 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         # The model's published runs against genconf's numbers (LoRA is another workload than the runs recorded).
         run["track_record"] = track_record.record_for(model, cluster.gpu.arch)
     return Planned(model, alias, cluster, num_gpus, best, result, run)
+
+
+def _pinned_split_fits(args: argparse.Namespace, model) -> None:
+    """A pinned pipeline split with more layers than the model, as one line naming the model's count (the search's
+    own reason could be another framework's, when --framework was not pinned)."""
+    from genconf.plan.pipeline import parse_layout
+    from genconf.plan.search import DEFAULT_LAYOUT
+
+    layout = getattr(args, "pp_layout", None)
+    if layout is not None and layout != DEFAULT_LAYOUT:
+        placed = sum(parse_layout(layout))  # pins_from_args parsed it
+        if placed != model.num_layers:
+            raise GenconfError(f"--pp-layout places {placed} layers, {model.name} has {model.num_layers}: write a "
+                               f"layout with {model.num_layers} t's, or drop --pp-layout")
+    first, last = args.first_stage_layers or 0, args.last_stage_layers or 0
+    if max(first, last) >= model.num_layers or first + last > model.num_layers:
+        given = " ".join(f"{flag} {n}" for flag, n in (("--first-stage-layers", first), ("--last-stage-layers", last))
+                         if n)
+        raise GenconfError(f"{given} leaves no layers for the other pipeline stages: {model.name} has "
+                           f"{model.num_layers} layers; pin fewer")
 
 
 def check_slurm_flags(args: argparse.Namespace) -> None:

@@ -166,3 +166,15 @@ def test_verify_plot_into_a_file_is_refused_before_the_run_is_judged(tmp_path, c
 def test_launch_name_is_one_directory_under_runs(tmp_path, capsys, name):
     # --name ../../x put the run outside DIR/runs (after planning the launch).
     one_line(capsys, ["launch", str(tmp_path), "--name", name], "a run's name is one directory under the runs directory")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--pp-layout", "Et|tL", "--pp", "2"], "--pp-layout places 2 layers, olmo-70b has 80: write a layout with 80 t's"),
+    (["--first-stage-layers", "100", "--pp", "4"],
+     "--first-stage-layers 100 leaves no layers for the other pipeline stages: olmo-70b has 80 layers"),
+    (["--first-stage-layers", "40", "--last-stage-layers", "41"], "leaves no layers for the other pipeline stages"),
+])
+def test_a_pinned_split_with_more_layers_than_the_model_says_so(capsys, argv, needle):
+    # With --pp pinned and no --framework, the search's reason was DeepSpeed's: "framework deepspeed runs data
+    # parallelism only here ... pp=4 needs --framework megatron. Nothing tried makes it valid".
+    one_line(capsys, ["--model", "70b", "--gpus", "64", *argv], needle)
