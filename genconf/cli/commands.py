@@ -171,7 +171,11 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
                            f"{cluster.nvlink_domain}-GPU NVLink domain of {cluster.name}")
     seq = args.seq_len or model.seq_length
     if args.cp and args.cp > 1 and seq % (2 * args.cp):
-        raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks")
+        below = next((c for c in range(args.cp - 1, 0, -1) if seq % (2 * c) == 0), 1)
+        above = next((c for c in range(args.cp + 1, seq // 2 + 1) if seq % (2 * c) == 0), None)
+        nearest = f"--cp {below}" + (f" or {above}" if above else "")
+        raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks; use {nearest}, "
+                           f"or a --seq-len divisible by {2 * args.cp}")
     if getattr(args, "packed_doc_len", None) and args.packed_doc_len > seq:
         raise GenconfError(f"--packed-doc-len {args.packed_doc_len} is longer than the sequence ({seq}): documents "
                            f"packed into a sequence are at most that long")

@@ -178,3 +178,10 @@ def test_a_pinned_split_with_more_layers_than_the_model_says_so(capsys, argv, ne
     # With --pp pinned and no --framework, the search's reason was DeepSpeed's: "framework deepspeed runs data
     # parallelism only here ... pp=4 needs --framework megatron. Nothing tried makes it valid".
     one_line(capsys, ["--model", "70b", "--gpus", "64", *argv], needle)
+
+
+def test_a_cp_that_does_not_split_the_sequence_names_the_nearest_that_does(capsys):
+    # It said only what was wrong: "--cp 3 does not divide the sequence (4096) into 2 x cp chunks".
+    one_line(capsys, ["--model", "70b", "--gpus", "64", "--cp", "3"],
+             "--cp 3 does not divide the sequence (4096) into 2 x cp chunks; use --cp 2 or 4, or a --seq-len divisible "
+             "by 6")
