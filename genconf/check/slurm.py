@@ -205,7 +205,10 @@ def rerender_command(directory: Path) -> str:
     script = next(iter(sorted(directory.glob("launch_*.sbatch"))), None)
     if script is None:
         return " ".join(words)
-    text = script.read_text()
+    try:
+        text = script.read_text()
+    except (OSError, UnicodeDecodeError):
+        return " ".join(words)  # its options cannot be read back
     options, _ = sbatch_options(text)
     for option in ("--job-name", "--account", "--partition", "--time"):
         if option in options:

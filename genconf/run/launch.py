@@ -307,11 +307,22 @@ def sbatch_script(artifacts: Path, framework: str) -> Path:
     return script
 
 
+def _script_text(script: Path) -> str:
+    """A generated sbatch script's text; a binary or unreadable one is one line (a hand edit, a copy gone wrong)."""
+    from genconf.check.slurm import rerender_command
+
+    try:
+        return script.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GenconfError(f"{script} cannot be read as text ({exc}): re-render it "
+                           f"({rerender_command(script.parent)})") from None
+
+
 def script_run_dir(script: Path) -> Path:
     """The RUN_DIR the generated sbatch script trains into (the quoted assignment genconf rendered)."""
     import shlex
 
-    for line in script.read_text().splitlines():
+    for line in _script_text(script).splitlines():
         if line.startswith("RUN_DIR="):
             return Path(shlex.split(line.split("=", 1)[1])[0])
     raise GenconfError(f"{script}: no RUN_DIR= line")
@@ -322,7 +333,7 @@ def moved_since_render(artifacts: Path, script: Path) -> str | None:
     paths it was rendered at), with the command that re-renders them here; None where they point at DIR."""
     from genconf.check.slurm import rendered_elsewhere
 
-    problem = rendered_elsewhere(script.name, script.read_text(), artifacts)
+    problem = rendered_elsewhere(script.name, _script_text(script), artifacts)
     return None if problem is None else f"{artifacts}: {problem.message}"
 
 

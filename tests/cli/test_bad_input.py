@@ -185,3 +185,14 @@ def test_a_cp_that_does_not_split_the_sequence_names_the_nearest_that_does(capsy
     one_line(capsys, ["--model", "70b", "--gpus", "64", "--cp", "3"],
              "--cp 3 does not divide the sequence (4096) into 2 x cp chunks; use --cp 2 or 4, or a --seq-len divisible "
              "by 6")
+
+
+@pytest.mark.parametrize("submit", [False, True])
+def test_launch_names_a_binary_sbatch_script(tmp_path, capsys, submit):
+    out = tmp_path / "art"
+    assert main(["recipe", "olmo-1b-ddp", "--smoke", "-o", str(out)]) == 0
+    capsys.readouterr()
+    for script in out.glob("launch_*.sbatch"):
+        script.write_bytes(NOT_UTF8)
+    one_line(capsys, ["launch", str(out), *(["--submit"] if submit else ["--steps", "1"])],
+             "launch_fsdp.sbatch cannot be read as text")
