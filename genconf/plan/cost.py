@@ -1443,7 +1443,9 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     slowest = stage_s[slowest_i]
     pp_comm = 0.0
     if plan.pp > 1:
-        span = plan.tp * plan.cp * plan.dp * 2
+        # Stage s holds ranks [s B, (s+1) B), B = tp cp dp (Megatron's tp-cp-ep-dp-pp order): a pipeline wider than
+        # one NVLink domain has InfiniBand boundaries, and the rank at one paces the 1F1B schedule.
+        span = plan.pp * plan.tp * plan.cp * plan.dp
         bw = (cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency if span > cluster.nvlink_domain
               else _bandwidth(cluster, cal, span))  # stage to stage: one GPU's link
         sp = plan.tp if plan.sequence_parallel else 1
