@@ -147,6 +147,23 @@ def test_interleaved_p2p_costs_every_rank_its_exposed_share():
                                                                           rel=1e-12)
 
 
+def test_a_pipeline_wider_than_the_nvlink_domain_sends_over_infiniband():
+    # Stage s holds ranks [s B, (s+1) B), B = tp x cp x dp: tp 2 pp 8 dp 1 on 8-GPU nodes puts stages 0-3 in one
+    # node and 4-7 in the next, so the 3 -> 4 boundary crosses a NIC and paces the schedule. Two stages fit in a
+    # node (2 x tp = 4), which had priced every send over NVLink (on a 25 Gb/s fabric the search then chose such
+    # pipelines at NVLink prices).
+    model, _ = resolve_model("llama3-8b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = dataclasses.replace(calibration_for("h100-sxm"), collective_latency_s=0.0)
+    wide = ParallelPlan(framework="megatron", tp=2, pp=8, dp=1, mbs=1, gbs=64, seq_length=4096)
+    narrow = dataclasses.replace(wide, pp=4, gbs=64)  # 8 GPUs: one node
+    send = 2 * 4096 * 4096  # bytes a boundary sends, forward activations (no sequence parallelism)
+    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * 1e9
+    # Forward and backward at each of the 64 micro-batches, blocking (no interleaving).
+    assert step_cost(model, wide, cluster, cal).pp_comm_s == pytest.approx(64 * 2 * send / ib, rel=1e-9)
+    assert step_cost(model, narrow, cluster, cal).pp_comm_s < 64 * 2 * send / ib / 4  # NVLink: over 4x the NIC's
+
+
 def _stated_link():
     """Llama 3 8B on 4-GPU H100 nodes with one 400 Gb/s NIC per GPU, links at full rate (ib_efficiency 1), no call
     latency, and 400M parameters on the reducing rank."""
