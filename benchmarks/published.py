@@ -27,9 +27,19 @@ MOSAIC_FILE = "mosaicml_llm_foundry.csv"
 NEMO25_FILE = "nemo_perf_summary_25.x_excerpts.csv"
 """NeMo 25.02-25.07 performance summaries (docs.nvidia.com), the rows the stored pages show; not from shared/data,
 scored and no term fitted on them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+AUTOMODEL_FILE = "nemo_automodel_perf_summary.csv"
+"""NeMo AutoModel's performance summary (NVIDIA-NeMo/Automodel docs/performance-summary.md): PyTorch FSDP2 with
+expert parallelism and DeepEP on DGX-H100, BF16; not from shared/data, scored and no term fitted on them
+(accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+AUTOMODEL_MODELS = {
+    # The page's model names -> genconf's catalog (the configs load these Hugging Face checkpoints).
+    "deepseek_v3_671b": "deepseek-v3", "kimi_k2": "kimi-k2", "qwen3_moe_30b": "qwen3-30b-a3b",
+    "nemotron_v3_super_120b": "nemotron-3-super", "nemotron_v3_nano_30b": "nemotron-3-nano",
+    "nemotron_v3_ultra_550b": "nemotron-3-ultra", "gpt_oss_120b": "gpt-oss-120b", "llama3_70b": "llama3.1-70b",
+}
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
-         "megatron_bridge_perf_summary.csv", GENCONF_FILE, MOSAIC_FILE, NEMO25_FILE)
+         "megatron_bridge_perf_summary.csv", GENCONF_FILE, MOSAIC_FILE, NEMO25_FILE, AUTOMODEL_FILE)
 TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv")
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv", NEMO25_FILE)
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
@@ -254,6 +264,12 @@ def _model(row: dict, file: str) -> ModelSpec:
         return replace(base, seq_length=seq)
     if file == GENCONF_FILE:
         return resolve_model(row["model"])[0]
+    if file == AUTOMODEL_FILE:
+        base = resolve_model(AUTOMODEL_MODELS[key])[0]
+        if "no MTP" in row["notes"]:
+            # AutoModel's DeepSeek-V3 and Nemotron V3 Super had no MTP head then (the row's notes).
+            base = replace(base, mtp_num_layers=0, mtp_repeated_layer=False)
+        return replace(base, seq_length=seq)
     defaults = _family_defaults(row["model"]) if file in NVIDIA_FILES else {}
     if file == MOSAIC_FILE:
         # MPTConfig's defaults as the benchmark ran them (the row's notes): GELU MLP, LayerNorm with bias, learned
@@ -361,7 +377,9 @@ def _group(row: dict, file: str) -> str:
     if file == "nemo_perf_summary_24.07_and_longseq.csv":
         return "NeMo long-seq" if "long_sequence" in row["source"] else "NeMo 24.07"
     if file == NEMO25_FILE:
-        return f"NeMo {row['notes'].split(' ')[1]}"  # its container release: "NeMo 25.04 container; ..."
+        return f"NeMo {row['notes'].split(' ')[1]}"
+    if file == AUTOMODEL_FILE:
+        return "NeMo AutoModel"  # its container release: "NeMo 25.04 container; ..."
     return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
             "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
             "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
@@ -375,6 +393,8 @@ def _framework_label(file: str, row: dict) -> str:
         return "torchtitan"
     if file == MOSAIC_FILE:
         return "Composer FSDP (llm-foundry)"
+    if file == AUTOMODEL_FILE:
+        return "NeMo AutoModel (FSDP2 + EP)"
     if file == GENCONF_FILE:
         return "genconf " + re.search(r"framework=(\w+)", row["notes"]).group(1)
     if file == "bigscience_bloom_sweep.csv" or "BLOOM" in row["model"]:
@@ -474,6 +494,15 @@ LORA_RANK = 32
 
 def _not_modelled(row: dict) -> str | None:
     key = _model_key(row["model"])
+    if "Automodel" in row["source"]:
+        if key not in AUTOMODEL_MODELS:
+            return "model not in genconf's catalog"
+        if not row["ep"] and key.startswith("gpt_oss"):
+            return ("expert-parallel degree not stated (the table prints '-'; its benchmark config changed between "
+                    "the row's versions): the layout cannot be pinned")
+        if (_int(row["cp"]) or 1) > 1:
+            return ("PyTorch context parallelism under FSDP2 (attn_implementation sdpa, 'required for cp>1'): genconf "
+                    "models Transformer Engine's context parallelism, which FSDP plans do not use")
     for prefix, why in NOT_MODELLED.items():
         if key.startswith(prefix):
             return why
@@ -492,7 +521,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     if why:
         return None, why
     key = _model_key(row["model"])
-    if key not in CATALOG_KEYS and file != GENCONF_FILE and (
+    if key not in CATALOG_KEYS and file not in (GENCONF_FILE, AUTOMODEL_FILE) and (
             not _int(row["layers"]) or not _int(row["hidden"]) or not _int(row["heads"])):
         return None, "architecture not stated"
     num_gpus, tp, pp = _int(row["num_gpus"]), _int(row["tp"]), _int(row["pp"])
@@ -556,7 +585,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     local = re.search(r"local batch size (\d+)", row["notes"])
     gbs = _int(row["gbs"]) or (int(local.group(1)) * dp if local else mbs * dp)
     precision, fp8_recipe = _precision(row, file, cluster.gpu.arch)
-    fsdp = file in ("torchtitan.csv", MOSAIC_FILE)
+    fsdp = file in ("torchtitan.csv", MOSAIC_FILE, AUTOMODEL_FILE)
     # DeepSpeed: Narayanan 2021 Table 2's ZeRO-3 runs, and Megatron-DeepSpeed (BLOOM) with ZeRO-0/1.
     deepspeed = "ZeRO-3" in row["model"] or "ZeRO" in row["precision"]
     zero = 3 if "ZeRO-3" in row["model"] else 0 if "ZeRO-0" in row["precision"] else 1
@@ -574,7 +603,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # trainer.plugins.grad_reduce_in_fp32 = False (v2.2.0 scripts/llm/performance/pretrain_*.py, v2.3.0
         # scripts/performance/utils.py:351, v2.4.0 scripts/performance/helpers.py:224).
         grad_dtype = "bf16"
-    modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv", MOSAIC_FILE) + NVIDIA_FILES
+    modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv", MOSAIC_FILE, AUTOMODEL_FILE) + NVIDIA_FILES
     if file == GENCONF_FILE:
         # The run's own plan, as its notes give it: framework, ZeRO stage, layer spec.
         fields = dict(re.findall(r"(framework|zero|layer_spec)=(\w+)", row["notes"]))
@@ -587,6 +616,12 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         grad_dtype = "bf16" if "mixed_precision PURE" in row["notes"] else "fp32"
         if precision == "fp8":
             fp8_recipe = "delayed"  # Transformer Engine v0.10's default recipe (DelayedScaling)
+    if file == AUTOMODEL_FILE:
+        # AutoModel's MoE parallelizer (nemo_automodel/components/moe/parallelizer.py apply_fsdp at 89e3a9fd):
+        # fully_shard with reshard_after_forward = not pp_enabled (ZeRO-2-like under a pipeline, ZeRO-3 without)
+        # and MixedPrecisionPolicy(param_dtype bf16, reduce_dtype float32).
+        zero = 2 if pp > 1 else 3
+        grad_dtype = "fp32"
     async_tp = re.search(r"async ?TP", row["notes"], re.IGNORECASE) is not None  # torchtitan's notes: three spellings
     lora = "lora" in row["model"].lower() or "LoRA Perf" in row["notes"]
     task = "lora" if lora else "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
@@ -630,7 +665,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
         moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
         # its token dispatcher (flex+deepep / flex+hybridep: megatron's flex dispatcher with that backend)
-        moe_dispatcher=moe_dispatcher_of(recipe),
+        moe_dispatcher=(("hybridep" if "hybridep" in row["notes"] else "deepep") if file == AUTOMODEL_FILE
+                        else moe_dispatcher_of(recipe)),
         # NeMo's and Megatron-Bridge's LoRA recipes: the default adapters (peft/lora.py: dim 32 on linear_qkv,
         # linear_proj, linear_fc1 and linear_fc2).
         lora_rank=LORA_RANK if lora else 0,

@@ -376,7 +376,8 @@ def test_nemo25_rows_are_scored_never_fitted(runs):
     nemo25 = list(_nemo25_runs(runs).values())
     assert {source_of(r) for r in nemo25} == {"NeMo 25.x"}
     fitted = fitted_runs(list(runs.values()))
-    assert not any(r in fitted for r in nemo25) and len(fitted) == len(runs) - len(nemo25) - 216  # and MosaicML's
+    automodel = [r for r in runs.values() if source_of(r) == "NeMo AutoModel"]
+    assert not any(r in fitted for r in nemo25) and len(fitted) == len(runs) - len(nemo25) - 216 - len(automodel)
     cals = cals_for(nemo25)
     assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in nemo25)
 
@@ -394,3 +395,22 @@ def test_nemo25_rows_agree_with_their_own_flop_counts():
     assert len(ratios) == 8 and sum(len(v) for v in ratios.values()) == 18
     for key, values in ratios.items():
         assert max(values) / min(values) < 1.002, key
+
+
+def test_automodel_rows_are_scored_never_fitted(runs):
+    """NeMo AutoModel's H100 MoE rows (nemo_automodel_perf_summary.csv) are a validation source: 7 of its 10 rows
+    load (GPT-OSS 20B is not in the catalog, GPT-OSS 120B's expert-parallel degree is not stated, Llama 3 70B runs
+    PyTorch's context parallelism), the fit and every leave-one-source-out fit leave them out, they are planned as
+    FSDP2 with expert parallelism with genconf's rules off, and each gets a prediction."""
+    from accuracy import SOURCES, VALIDATION_SOURCES, cals_for, fitted_runs, pins_for, predict, source_of
+
+    from published import AUTOMODEL_FILE
+
+    automodel = [r for r in runs.values() if r.file == AUTOMODEL_FILE]
+    assert len(automodel) == 7 and {source_of(r) for r in automodel} == {"NeMo AutoModel"}
+    assert "NeMo AutoModel" in VALIDATION_SOURCES and "NeMo AutoModel" in SOURCES
+    assert not any(r in fitted_runs(list(runs.values())) for r in automodel)
+    assert all(r.plan.framework == "fsdp" and r.plan.ep > 1 and pins_for(r) is None for r in automodel)
+    assert all(r.plan.zero_stage == (2 if r.plan.pp > 1 else 3) and r.plan.grad_dtype == "fp32" for r in automodel)
+    cals = cals_for(automodel)
+    assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in automodel)
