@@ -11,8 +11,7 @@ degrees, micro-batch, global batch, sequence and precision pinned (`genconf --tp
 distributed optimizer or Megatron-FSDP, gradient precision, virtual stages or micro-batch where missing)
 searched by genconf itself. A row is "rejected" when genconf finds no feasible plan for it. Runs genconf's
 rules do not allow (Megatron-DeepSpeed with TP/PP, torchtitan's FSDP with TP/PP/CP or FP8, NeMo AutoModel's FSDP2
-with EP) are evaluated
-directly with the rules off. Error = predicted / measured - 1.
+with EP) are evaluated directly with the rules off. Error = predicted / measured - 1.
 """
 
 from __future__ import annotations
