@@ -667,6 +667,10 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # its token dispatcher (flex+deepep / flex+hybridep: megatron's flex dispatcher with that backend)
         moe_dispatcher=(("hybridep" if "hybridep" in row["notes"] else "deepep") if file == AUTOMODEL_FILE
                         else moe_dispatcher_of(recipe)),
+        # AutoModel's "fake balanced gate (ideal routing)": FakeBalancedGate without noise gives token i the experts
+        # i k .. i k + k - 1 mod E (nemo_automodel/components/moe/layers.py at 89e3a9fd), consecutive experts on one
+        # or two EP ranks; megatron's force-balanced routing draws them from random logits (the default).
+        moe_routing="contiguous" if file == AUTOMODEL_FILE and "fake balanced gate" in row["notes"] else "random",
         # NeMo's and Megatron-Bridge's LoRA recipes: the default adapters (peft/lora.py: dim 32 on linear_qkv,
         # linear_proj, linear_fc1 and linear_fc2).
         lora_rank=LORA_RANK if lora else 0,

@@ -403,30 +403,57 @@ def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, rank
     return max(local / nvlink, remote / ib) + cal.collective_latency_s * (1.0 + math.log2(ranks))
 
 
+def groups_reached(top_k: int, experts: int, groups: int, routing: str = "random") -> float:
+    """Mean number of `groups` (EP ranks, or NVLink domains of them) holding at least one of a token's top_k distinct
+    experts, expert e in group e // (experts / groups) (megatron-core's and AutoModel's expert placement). random
+    (ParallelPlan.moe_routing): k draws without replacement; contiguous: experts i k .. i k + k - 1 mod E for token i,
+    averaged over a period of tokens."""
+    if groups <= 1:
+        return 1.0
+    per = max(1, experts // groups)
+    if routing == "contiguous":
+        return sum(len({(i * top_k + j) % experts // per for j in range(top_k)}) for i in range(experts)) / experts
+    miss = 1.0  # P(a given group holds none of the token's experts)
+    for i in range(top_k):
+        miss *= max(0.0, (experts - per - i) / (experts - i))
+    return groups * (1.0 - miss)
+
+
 def _flex_all_to_all_s(cluster: ClusterSpec, cal: Calibration, token_bytes: float, top_k: int, experts: int,
-                       ranks: int, stride: int) -> float:
+                       ranks: int, stride: int, routing: str = "random") -> float:
     """Dispatch or combine through megatron's flex dispatcher with DeepEP over `ranks` EP ranks `stride`
     GPUs apart: a token crosses the NICs once per other NVLink domain holding one of its top_k experts, then fans out
     over NVLink there (DeepEP's internode kernels: one RDMA copy per destination node, tagged with the bitmask of its
     NVLink ranks, csrc/kernels/internode.cu SourceMeta; combine reduces inside the domain before crossing back).
     Experts spread evenly over the domains; a token's top_k are distinct experts. Inside one domain it is the plain
-    all-to-all."""
+    all-to-all.
+
+    That is the pricing for routing "random", the one the calibration is fitted with. Under another routing
+    (ParallelPlan.moe_routing) the same kernels reach fewer destinations: the NVLink bytes scale by the EP ranks a
+    token reaches and the NIC bytes by the domains, each over random routing's (groups_reached; DeepEP sends a
+    token once per destination rank, get_dispatch_layout's is_token_in_rank). A ratio, so that whatever the fitted
+    random pricing holds of the kernels' own efficiency carries over."""
     if ranks <= 1:
         return 0.0
     per_domain = max(1, min(ranks, cluster.nvlink_domain // max(1, stride)))
     domains = -(-ranks // per_domain)
+    if routing == "random":
+        nvlink_share = nic_share = 1.0
+    else:
+        nvlink_share = groups_reached(top_k, experts, ranks, routing) / groups_reached(top_k, experts, ranks)
+        nic_share = groups_reached(top_k, experts, domains, routing) / groups_reached(top_k, experts, domains)
     if domains == 1:
-        return _all_to_all_s(cluster, cal, token_bytes * top_k, ranks, stride, nccl=False)
+        return _all_to_all_s(cluster, cal, token_bytes * top_k * nvlink_share, ranks, stride, nccl=False)
     # P(a given domain holds none of the token's k experts): k draws without replacement from E, E/D per domain.
     elsewhere = experts - experts / domains
     miss = 1.0
     for i in range(top_k):
         miss *= max(0.0, (elsewhere - i) / (experts - i))
-    remote_copies = domains * (1.0 - miss) * (domains - 1) / domains  # other domains reached, on average
+    remote_copies = domains * (1.0 - miss) * (domains - 1) / domains * nic_share  # other domains reached, on average
     nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency * 1e9
     ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * 1e9
     # Every copy still reaches its expert's GPU over NVLink: directly, or forwarded inside the destination domain.
-    nvlink_bytes = token_bytes * top_k * (ranks - 1) / ranks
+    nvlink_bytes = token_bytes * top_k * (ranks - 1) / ranks * nvlink_share
     return max(nvlink_bytes / nvlink, token_bytes * remote_copies / ib) \
         + cal.collective_latency_s * (1.0 + math.log2(ranks))
 
@@ -506,7 +533,7 @@ def layer_time(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
                        precision, recipe, implementation(plan), plan.tp_comm_overlap, cluster, cal,
                        windowed, plan.expert_tp, ep_unpaired_share(plan), graphed_scopes(plan), plan.attention_kernel,
                        plan.lora_rank, plan.lora_targets, plan.moe_dispatcher, kind, plan.packed_doc_tokens,
-                       checkpoint_early_stop(model, plan))
+                       checkpoint_early_stop(model, plan), plan.moe_routing)
 
 
 def attention_factor(kernel: str, cal: Calibration) -> float:
@@ -546,11 +573,12 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
                 windowed: bool, etp: int | None = None, ep_unpaired: float | None = None,
                 graphs: tuple[str, ...] = (), attention: str = "auto", lora: int = 0,
                 lora_targets: tuple[str, ...] = LORA_TARGETS, dispatcher: str = "alltoall", kind: str = "",
-                doc_tokens: int | None = None, early_stop: bool = False) -> LayerTime:
+                doc_tokens: int | None = None, early_stop: bool = False, routing: str = "random") -> LayerTime:
     """One layer, one micro-batch, one rank. kind: one of a hybrid model's layers (specs.HYBRID_LAYER_KINDS): '*'
     the attention half of a transformer layer, '-' / 'E' its MLP half (dense / MoE), 'M' a Mamba-2 layer.
     doc_tokens: the mean length of the documents packed into each sequence (ParallelPlan.packed_doc_tokens).
-    early_stop: full recompute stops before the MLP's output projection (counting.checkpoint_early_stop)."""
+    early_stop: full recompute stops before the MLP's output projection (counting.checkpoint_early_stop).
+    routing: where a token's experts sit (ParallelPlan.moe_routing), for the flex dispatcher's traffic."""
     if kind == "M":
         return _mamba_time(model, t, cp, mbs, seq, sp, precision, recipe, impl, tp_overlap, cluster, cal, graphs)
     if kind == "-" and model.is_moe:
@@ -840,7 +868,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
             # distributes the received inter-node data locally", its RDMA token buffer one slot per token and other
             # node): a token crosses the NICs once per other NVLink domain holding one of its experts.
             comm = 4 * _flex_all_to_all_s(cluster, cal, act * n * model.expert_width / r, k_top, model.num_experts,
-                                          ep, etp or t)
+                                          ep, etp or t, routing)
         else:
             comm = 4 * _all_to_all_s(cluster, cal, act * n * k_top * model.expert_width / r, ep, etp or t)
         exposed = comm

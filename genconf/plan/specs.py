@@ -36,6 +36,8 @@ CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamb
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 """MoE token dispatchers genconf prices: megatron's alltoall, and its flex dispatcher's two backends (megatron-core
 0.16.1 moe_token_dispatcher_type / moe_flex_dispatcher_backend)."""
+MOE_ROUTINGS = ("random", "contiguous")
+"""Which experts a token's top-k land on, as far as the dispatch's traffic goes (ParallelPlan.moe_routing)."""
 MOE_ROUTER_SCORES = ("softmax", "sigmoid")
 MOE_LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "none")
 ROUTER_DEFAULTS = {"moe_router_score_function": "softmax", "moe_router_pre_softmax": None, "moe_router_expert_bias": False,
@@ -820,6 +822,13 @@ class ParallelPlan(HashOnce):
     (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend). Both send each token once per destination
     NVLink domain over the NICs and fan it out over NVLink there (DeepEP's internode kernels; HybridEP's RDMA path),
     which inside one NVLink domain is the all-to-all (genconf.plan.cost._layer_time)."""
+    moe_routing: str = "random"
+    """MoE: where a token's top-k experts sit (MOE_ROUTINGS), which sets how many EP ranks and NVLink domains the flex
+    dispatcher sends it to. random: spread as independent draws (learned routing; megatron's benchmark
+    --moe-router-force-load-balancing, which routes on random logits: megatron-core router.py apply_random_logits).
+    contiguous: k consecutive experts, token i taking i k .. i k + k - 1 mod E (NeMo AutoModel's FakeBalancedGate
+    without noise, nemo_automodel/components/moe/layers.py at 89e3a9fd): with E / ep a multiple of k a token reaches
+    one rank. Megatron's alltoall dispatcher sends a copy per expert either way."""
     cuda_graph_impl: str = "none"
     """CUDA graphs (megatron --cuda-graph-impl): none; transformer_engine (TE make_graphed_callables, per layer
     or per part of it); local (megatron-core's CudaGraphManager: whole layers, or with scope full_iteration the
@@ -936,6 +945,7 @@ class ParallelPlan(HashOnce):
             raise ValueError(f"ParallelPlan.pp_layout must be a megatron layout string, got {self.pp_layout!r}")
         _one_of(self, "cuda_graph_impl", CUDA_GRAPH_IMPLS)
         _one_of(self, "moe_dispatcher", MOE_DISPATCHERS)
+        _one_of(self, "moe_routing", MOE_ROUTINGS)
         if not isinstance(self.cuda_graph_scope, tuple) or len(set(self.cuda_graph_scope)) != len(self.cuda_graph_scope) \
                 or any(scope not in CUDA_GRAPH_SCOPES for scope in self.cuda_graph_scope):
             raise ValueError(f"ParallelPlan.cuda_graph_scope must be a tuple of distinct names from "

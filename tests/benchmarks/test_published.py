@@ -411,6 +411,9 @@ def test_automodel_rows_are_scored_never_fitted(runs):
     assert "NeMo AutoModel" in VALIDATION_SOURCES and "NeMo AutoModel" in SOURCES
     assert not any(r in fitted_runs(list(runs.values())) for r in automodel)
     assert all(r.plan.framework == "fsdp" and r.plan.ep > 1 and pins_for(r) is None for r in automodel)
+    # Their "fake balanced gate": FakeBalancedGate's consecutive experts, not megatron's random force-balancing.
+    assert all(r.plan.moe_routing == "contiguous" for r in automodel)
+    assert all(r.plan.moe_routing == "random" for r in runs.values() if r.file != AUTOMODEL_FILE)
     assert all(r.plan.zero_stage == (2 if r.plan.pp > 1 else 3) and r.plan.grad_dtype == "fp32" for r in automodel)
     cals = cals_for(automodel)
     assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in automodel)

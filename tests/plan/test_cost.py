@@ -14,7 +14,7 @@ from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import resolve_model
 from genconf.plan import kernels
 from genconf.plan.cost import (Calibration, _all_to_all_s, _dp_comm_s, _flex_all_to_all_s, ep_unpaired_share,
-                               layer_time, linear_s, stage_times, step_cost)
+                               groups_reached, layer_time, linear_s, stage_times, step_cost)
 from genconf.plan.pipeline import bubble_fraction
 from genconf.plan.specs import ClusterSpec, ParallelPlan
 
@@ -329,6 +329,38 @@ def test_the_flex_dispatcher_crosses_the_nics_once_per_destination_node():
     assert hybrid.tp_comm_s == deep.tp_comm_s
     assert (deep.fwd_s, deep.bwd_s) == (alltoall.fwd_s, alltoall.bwd_s)
 
+
+
+def test_contiguous_routing_reaches_fewer_ranks_and_nodes():
+    # NeMo AutoModel's FakeBalancedGate (no noise): token i takes experts i k .. i k + k - 1 mod E. Qwen3-30B-A3B
+    # (128 experts, top 8) at ep 8 holds 16 experts per rank: every token reaches one rank, against ~5.3 under random
+    # draws; DeepSeek-V3 (256, top 8) at ep 64: two ranks, one node of the 8.
+    from math import comb
+    assert groups_reached(8, 128, 8, "contiguous") == 1.0
+    assert groups_reached(8, 128, 8) == pytest.approx(8 * (1 - comb(112, 8) / comb(128, 8)), rel=1e-9)
+    assert groups_reached(8, 256, 64, "contiguous") == 2.0
+    assert groups_reached(8, 256, 8, "contiguous") == 1.0
+    assert groups_reached(6, 128, 8, "contiguous") == pytest.approx(1.25)  # 6 of 16 straddle a rank boundary
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for("h100-sxm")
+    token_bytes = 2 * 4096 * 2048
+    # Inside a node: the random pricing's all-to-all of k copies, scaled by the ranks reached over random's.
+    assert _flex_all_to_all_s(cluster, cal, token_bytes, 8, 128, 8, 1, "contiguous") == pytest.approx(
+        _all_to_all_s(cluster, cal, token_bytes * 8 / groups_reached(8, 128, 8), 8, 1, nccl=False), rel=1e-12)
+    # Random routing is priced as before (the calibration's fit).
+    assert _flex_all_to_all_s(cluster, cal, token_bytes, 8, 128, 16, 1, "random") == \
+        _flex_all_to_all_s(cluster, cal, token_bytes, 8, 128, 16, 1)
+    # Through the layer: the plan field; megatron's alltoall dispatcher sends a copy per expert either way.
+    model, _ = resolve_model("qwen3-30b-a3b")
+    plan = ParallelPlan(framework="megatron", ep=64, dp=64, mbs=1, gbs=64, seq_length=4096, moe_dispatcher="deepep")
+    random_ = layer_time(model, plan, cluster, cal)
+    contiguous = layer_time(model, dataclasses.replace(plan, moe_routing="contiguous"), cluster, cal)
+    assert contiguous.tp_comm_s < random_.tp_comm_s / 3
+    plain = dataclasses.replace(plan, moe_dispatcher="alltoall")
+    assert layer_time(model, plain, cluster, cal).tp_comm_s == \
+        layer_time(model, dataclasses.replace(plain, moe_routing="contiguous"), cluster, cal).tp_comm_s
+    with pytest.raises(ValueError):
+        dataclasses.replace(plan, moe_routing="round-robin")
 
 def test_tp_backward_overlaps_the_column_parallel_collectives_with_independent_gemms():
     # Llama 3 70B, tp 8 with sequence parallelism on a DGX H100, no userbuffers. Forward: two all-gathers and two
