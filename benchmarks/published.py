@@ -377,9 +377,9 @@ def _group(row: dict, file: str) -> str:
     if file == "nemo_perf_summary_24.07_and_longseq.csv":
         return "NeMo long-seq" if "long_sequence" in row["source"] else "NeMo 24.07"
     if file == NEMO25_FILE:
-        return f"NeMo {row['notes'].split(' ')[1]}"
+        return f"NeMo {row['notes'].split(' ')[1]}"  # its container release: "NeMo 25.04 container; ..."
     if file == AUTOMODEL_FILE:
-        return "NeMo AutoModel"  # its container release: "NeMo 25.04 container; ..."
+        return "NeMo AutoModel"
     return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
             "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
             "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
