@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from published import Run, bridge_moe_recipe, load_runs  # noqa: E402
+from published import AUTOMODEL_FILE, Run, bridge_moe_recipe, load_runs  # noqa: E402
 
 from genconf.catalog.hardware import calibration_for  # noqa: E402
 from genconf.catalog.models import catalog_names  # noqa: E402
@@ -112,7 +112,10 @@ def _variants(run: Run):
     plan = run.plan
     mbss = [1, 2, 4, 8] if "mbs" in run.unknown else [plan.mbs]
     vps = [1, 2, 3, 4] if "vp" in run.unknown else [plan.vp]
-    recomputes = ["none", "selective", "full"] if "recompute" in run.unknown else [plan.recompute]
+    recomputes = [plan.recompute]
+    if "recompute" in run.unknown:
+        # NeMo AutoModel checkpoints whole blocks or nothing (activation_checkpointing true/false).
+        recomputes = ["none", "full"] if run.file == AUTOMODEL_FILE else ["none", "selective", "full"]
     # DeepSpeed's pipeline (BLOOM) balances layers that do not divide evenly; use the nearest split
     # megatron can express (embedding/loss as layers, or lighter first/last stages).
     splits = ([{}] if run.model.num_layers % plan.pp == 0 or plan.uneven_pipeline

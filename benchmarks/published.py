@@ -617,11 +617,17 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         if precision == "fp8":
             fp8_recipe = "delayed"  # Transformer Engine v0.10's default recipe (DelayedScaling)
     if file == AUTOMODEL_FILE:
-        # AutoModel's MoE parallelizer (nemo_automodel/components/moe/parallelizer.py apply_fsdp at 89e3a9fd):
-        # fully_shard with reshard_after_forward = not pp_enabled (ZeRO-2-like under a pipeline, ZeRO-3 without)
-        # and MixedPrecisionPolicy(param_dtype bf16, reduce_dtype float32).
-        zero = 2 if pp > 1 else 3
+        # AutoModel's MoE parallelizer: fully_shard with the row's reshard_after_forward (ZeRO-3 when true, ZeRO-2
+        # when false; the notes cite the config or default each row ran) and MixedPrecisionPolicy(param_dtype bf16,
+        # reduce_dtype float32).
+        zero = 3 if "reshard_after_forward true" in row["notes"] else 2
         grad_dtype = "fp32"
+        ga = re.search(r"each of the GA (\d+) steps runs its own pipeline schedule", row["notes"])
+        if ga:
+            # Under a pipeline each accumulation step is a schedule of its own (its own fill and drain, and its own
+            # gradient reduce: no no_sync under PP): typed as one schedule, the rate it runs at (the optimizer
+            # step is then counted once a schedule, a few ms of a seconds-long step).
+            gbs //= int(ga.group(1))
     async_tp = re.search(r"async ?TP", row["notes"], re.IGNORECASE) is not None  # torchtitan's notes: three spellings
     lora = "lora" in row["model"].lower() or "LoRA Perf" in row["notes"]
     task = "lora" if lora else "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
@@ -665,7 +671,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
         moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
         # its token dispatcher (flex+deepep / flex+hybridep: megatron's flex dispatcher with that backend)
-        moe_dispatcher=(("hybridep" if "hybridep" in row["notes"] else "deepep") if file == AUTOMODEL_FILE
+        moe_dispatcher=(("hybridep" if "dispatcher hybridep" in row["notes"] else "deepep") if file == AUTOMODEL_FILE
                         else moe_dispatcher_of(recipe)),
         # AutoModel's "fake balanced gate (ideal routing)": FakeBalancedGate without noise gives token i the experts
         # i k .. i k + k - 1 mod E (nemo_automodel/components/moe/layers.py at 89e3a9fd), consecutive experts on one
