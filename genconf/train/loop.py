@@ -228,7 +228,16 @@ def main(runner_class: type[Runner], argv: list[str] | None = None, *, descripti
     why = unbuildable(cfg.model, cfg.plan)  # a hand-run sbatch script: one line before any rank builds a wrong model
     if why:
         runtime.fail(why)
-    return train(runner_class(cfg), args.run_dir, resume=args.resume)
+    runner = runner_class(cfg)
+    _KEPT_UNTIL_EXIT.append(runner)
+    return train(runner, args.run_dir, resume=args.resume)
+
+
+_KEPT_UNTIL_EXIT: list = []
+"""The runner of main(), never freed: exit_process ends the process with it alive. Freed when main() returned, it
+dropped DDP's Reducer, the last holder of the destroyed gloo process group, whose destructor then joined its worker
+thread and hung for good (a finished 2-rank FSDP run under CPU load, torch 2.13: ~ProcessGroupGloo in
+std::thread::join from the frame's teardown; torchrun waited on that rank)."""
 
 
 # --- metrics, schedule, checkpoints ---------------------------------------------------------------
