@@ -526,7 +526,11 @@ def _optimistic_layer_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibration
                              doc_tokens=pins.packed_doc_tokens, early_stop=not megatron and not pins.fused_kernels)
         except (ValueError, ZeroDivisionError):
             return None
-        selective = lt.recompute_s(pins.recompute_modules or ("core_attn",))
+        # Selective at its cheapest: the modules pinned, else the default core attention or the one module the
+        # memory savers may put in its place (_savers' module recompute starts from one of
+        # model.extra_recompute_modules, without core attention).
+        selective = (lt.recompute_s(pins.recompute_modules) if pins.recompute_modules else
+                     min(lt.recompute_s((module,)) for module in ("core_attn", *model.extra_recompute_modules)))
         # Full recompute at its cheapest: PyTorch's early stop where a torch stack may run it (a bound).
         full = lt.fwd_s - lt.early_stop_skip_s
         per_layer += share * (lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": selective}.get(recompute, full))
