@@ -220,8 +220,8 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
 
 
 def _pinned_split_fits(args: argparse.Namespace, model) -> None:
-    """A pinned pipeline split with more layers than the model, as one line naming the model's count (the search's
-    own reason could be another framework's, when --framework was not pinned)."""
+    """A pinned pipeline split (or block recompute) with more layers than the model, as one line naming the model's
+    count (the search's own reason could be another framework's, when --framework was not pinned)."""
     from genconf.plan.pipeline import parse_layout
     from genconf.plan.search import DEFAULT_LAYOUT
 
@@ -237,6 +237,10 @@ def _pinned_split_fits(args: argparse.Namespace, model) -> None:
                          if n)
         raise GenconfError(f"{given} leaves no layers for the other pipeline stages: {model.name} has "
                            f"{model.num_layers} layers; pin fewer")
+    blocks = getattr(args, "recompute_layers", None)
+    if blocks and blocks > model.num_layers:  # finer: rules._recompute, against the plan's model chunks
+        raise GenconfError(f"--recompute-layers {blocks} is more than {model.name}'s {model.num_layers} layers: block "
+                           f"recompute repeats at most a model chunk's layers (num_layers / (pp x vp)); pin fewer")
 
 
 def check_slurm_flags(args: argparse.Namespace) -> None:

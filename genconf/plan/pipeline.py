@@ -203,6 +203,12 @@ def _chunk_layers(num_layers: int, where: tuple, stage: int) -> tuple[int, ...]:
     return tuple([total // vp] * vp)
 
 
+def largest_chunk_layers(num_layers: int, plan: ParallelPlan) -> int:
+    """The most layers any model chunk of any pipeline rank holds (chunk_layers): the most layers block recompute
+    (megatron --recompute-num-layers) can recompute per chunk. Raises ValueError where the split is impossible."""
+    return max(max(_chunk_layers(num_layers, placement(plan), stage)) for stage in range(plan.pp))
+
+
 def layers_in_range_on_rank(num_layers: int, plan: ParallelPlan, stage: int, lo: int, hi: int) -> int:
     """How many of the layers with global index in [lo, hi) pipeline rank `stage` holds: layers fill the virtual
     stages in order (virtual stage chunk * pp + rank; megatron-core get_transformer_layer_offset)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from genconf.plan import kernels, limits, precision
 from genconf.plan.counting import exact_param_count
 from genconf.plan.memory import GIB, MemoryEstimate, offload_bytes_per_layer
-from genconf.plan.pipeline import bubble_fraction, layout_mtp_layers, stage_layers
+from genconf.plan.pipeline import bubble_fraction, largest_chunk_layers, layout_mtp_layers, stage_layers
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 ERROR, WARNING = "error", "warning"
@@ -365,6 +365,16 @@ def _recompute(c: Context) -> str | None:
     if p.recompute_layers is not None:
         if p.recompute != "full" or p.framework != "megatron":
             return "--recompute-layers (block recompute) needs --framework megatron and --recompute full"
+        try:
+            most = largest_chunk_layers(c.model.num_layers, p)
+        except ValueError:
+            most = None  # the split itself is wrong: pipeline_split says so
+        if most is not None and p.recompute_layers > most:
+            # megatron-core's block method recomputes the first N layers of each chunk: past a chunk's layers it
+            # recomputes them all, so a larger N only misreports the plan
+            return (f"--recompute-layers ({p.recompute_layers}) is more than a model chunk holds: at most {most} "
+                    f"layer{'s' * (most != 1)} ({c.model.num_layers} layers over pp {p.pp} x vp {p.vp}); "
+                    f"use --recompute-layers {most}")
     modules = set(p.recompute_modules)
     if "mla_up_proj" in modules and not c.model.mla:
         return "--recompute-modules mla_up_proj recomputes multi-head latent attention's up projections: the model has none"
@@ -646,7 +656,8 @@ RULES: tuple[Rule, ...] = (
     Rule("sequence_parallel", ERROR, "sequence parallelism needs Megatron TP", _sequence_parallel),
     Rule("offload", ERROR, "offload needs DeepSpeed ZeRO", _offload),
     Rule("offload_host_memory", ERROR, "offloaded states fit in host memory", _offload_host_memory),
-    Rule("recompute", ERROR, "selective and block recompute need Megatron", _recompute),
+    Rule("recompute", ERROR, "selective and block recompute need Megatron; block recompute at most a chunk's layers",
+         _recompute),
     Rule("activation_offload", ERROR, "activation offload needs megatron with TE, no PP, no recompute", _activation_offload),
     Rule("torch_compile", ERROR, "torch.compile is for the DeepSpeed/FSDP model", _compile),
     Rule("attention_kernel", ERROR, "a flash-attention kernel is chosen for the DeepSpeed/FSDP model",

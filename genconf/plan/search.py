@@ -27,7 +27,7 @@ from genconf.plan.cost import (Calibration, StepCost, _layer_time, balanced_layo
 from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
-from genconf.plan.pipeline import layout_vp, parse_layout
+from genconf.plan.pipeline import largest_chunk_layers, layout_vp, parse_layout
 from genconf.plan.precision import bf16_edge_default
 from genconf.plan.specs import (HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, HashOnce, ModelSpec, ParallelPlan,
                                 hash_once)
@@ -1183,6 +1183,14 @@ def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, c
                    f"{flag} {value}" + (f" --vp {plan.vp}" if field == "pp" and pins.vp else ""))
             if tip not in tips:
                 tips.append(tip)
+    if pins.recompute_layers is not None:
+        # Block recompute past a model chunk's layers (rules._recompute): the most the best plan without the pin
+        # holds in a chunk, where the search takes it (a layout the search balanced may hold more than its split)
+        freed = search(model, cluster, num_gpus, cal, replace(pins, recompute_layers=None), keep=1)
+        most = largest_chunk_layers(model.num_layers, freed.best.plan) if freed.ranked else pins.recompute_layers
+        if most < pins.recompute_layers and search(model, cluster, num_gpus, cal,
+                                                   replace(pins, recompute_layers=most), keep=1).ranked:
+            tips.append(f"--recompute-layers {most}")
     if pins.attention_kernel != "auto" and search(model, cluster, num_gpus, cal,
                                                   replace(pins, attention_kernel="auto"), keep=1).ranked:
         tips.append("--attention-kernel auto")  # a kernel that cannot run this model (head dim, window)

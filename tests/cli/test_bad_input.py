@@ -196,3 +196,15 @@ def test_launch_names_a_binary_sbatch_script(tmp_path, capsys, submit):
         script.write_bytes(NOT_UTF8)
     one_line(capsys, ["launch", str(out), *(["--submit"] if submit else ["--steps", "1"])],
              "launch_fsdp.sbatch cannot be read as text")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    # It planned "recompute=full(100/chunk)": megatron recomputes at most a chunk's layers.
+    (["--recompute-layers", "100"], "--recompute-layers 100 is more than kempner-olmo-1b's 16 layers"),
+    # 16 layers over pp 8 x vp 2: one a chunk (rules._recompute, with the most the search's plan takes)
+    (["--recompute-layers", "2", "--pp", "8", "--vp", "2", "--tp", "1"],
+     "--recompute-layers (2) is more than a model chunk holds: at most 1 layer (16 layers over pp 8 x vp 2); use "
+     "--recompute-layers 1. It would be valid with: --pp 1 --vp 1; or --vp 1; or --recompute-layers 1"),
+])
+def test_block_recompute_of_more_layers_than_a_chunk_holds_is_refused(capsys, argv, needle):
+    one_line(capsys, ["--model", "1b", "--gpus", "8", *argv], needle)

@@ -265,3 +265,13 @@ def test_a_pinned_attention_kernel_must_take_the_head_dim():
     assert any("--attention-kernel cudnn" in v.message for v in found), found
     auto = rules.check(rules.Context(model, resolve_cluster("dgx-h100"), replace(plan, attention_kernel="auto"), 8))
     assert not any("--attention-kernel" in v.message for v in auto), auto
+
+
+def test_block_recompute_takes_at_most_a_chunks_layers():
+    # 1b: 16 layers over pp 8 x vp 1 = 2 a chunk; megatron's block method recomputes min(N, chunk) layers, so a
+    # larger N is full recompute shown as something else.
+    found = violations("1b", megatron(pp=8, recompute="full", recompute_layers=100))
+    assert found["recompute"] == ("--recompute-layers (100) is more than a model chunk holds: at most 2 layers "
+                                  "(16 layers over pp 8 x vp 1); use --recompute-layers 2")
+    assert "recompute" not in violations("1b", megatron(pp=8, recompute="full", recompute_layers=2))
+    assert "recompute" not in violations("1b", megatron(recompute="full", recompute_layers=16))
