@@ -276,11 +276,11 @@ class PlanFile:
     train: TrainSpec
 
 
-def decode(run: dict) -> PlanFile:
-    """The specs of a run dict; GenconfError naming what is missing or invalid."""
+def decode(run: dict, source: str = "plan.json") -> PlanFile:
+    """The specs of a run dict; GenconfError naming what is missing or invalid (`source`: the file it came from)."""
     for key in ("model", "cluster", "plan", "train"):
         if key in run and not isinstance(run[key], dict):
-            raise GenconfError(f"plan.json is invalid: '{key}' must be a JSON object, got {type(run[key]).__name__}")
+            raise GenconfError(f"{source} is invalid: '{key}' must be a JSON object, got {type(run[key]).__name__}")
     try:
         model = model_from_dict(run["model"])
         cluster = cluster_from_dict(run["cluster"])
@@ -293,9 +293,9 @@ def decode(run: dict) -> PlanFile:
             plan = dataclasses.replace(plan, bf16_layers_start=int(legacy), bf16_layers_end=int(legacy))
         train = TrainSpec(**train_fields)
     except KeyError as exc:
-        raise GenconfError(f"plan.json is missing {exc}") from None
+        raise GenconfError(f"{source} is missing {exc}") from None
     except (TypeError, ValueError) as exc:
-        raise GenconfError(f"plan.json is invalid: {exc}") from None
+        raise GenconfError(f"{source} is invalid: {exc}") from None
     return PlanFile(run, model, cluster, plan, num_gpus, train)
 
 

@@ -118,7 +118,7 @@ def read_plan(artifacts: Path) -> PlanFile:
             raise GenconfError(f"{artifacts} is a run directory: give the artifacts directory it was launched from "
                                f"(and --run-dir {artifacts} --resume to continue it)")
         raise GenconfError(f"{artifacts} has no plan.json (write one with: genconf ... -o {artifacts})")
-    return decode(load(path))
+    return decode(load(path), str(path))
 
 
 def _structural(model: ModelSpec, cluster, plan: ParallelPlan) -> list:

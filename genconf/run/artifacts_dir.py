@@ -159,7 +159,7 @@ def render_plan_file(args: argparse.Namespace) -> Path:
     from genconf.plan.memory import estimate
 
     run = planfile.load(args.plan)
-    pf = planfile.decode(run)
+    pf = planfile.decode(run, str(args.plan))
     model, cluster, plan = pf.model, pf.cluster, pf.plan
     ctx = rules.Context(model, cluster, plan, pf.num_gpus)
     errors = [v for v in rules.check(ctx) if v.severity == rules.ERROR]

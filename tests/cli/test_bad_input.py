@@ -208,3 +208,16 @@ def test_launch_names_a_binary_sbatch_script(tmp_path, capsys, submit):
 ])
 def test_block_recompute_of_more_layers_than_a_chunk_holds_is_refused(capsys, argv, needle):
     one_line(capsys, ["--model", "1b", "--gpus", "8", *argv], needle)
+
+
+def test_render_names_the_plan_file_it_was_given(tmp_path, capsys):
+    import json
+
+    assert main(["--model", "1b", "--gpus", "8", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    del run["cluster"]
+    other = tmp_path / "OTHER.json"
+    other.write_text(json.dumps(run))
+    # It said "plan.json is missing 'cluster'" of a file named otherwise.
+    one_line(capsys, ["render", str(other), "-o", str(tmp_path / "out")], f"{other} is missing 'cluster'")
+    assert not (tmp_path / "out").exists()
