@@ -268,7 +268,8 @@ class PlanFile:
     """A decoded plan.json: the specs every artifact is rendered from and held against."""
 
     run: dict
-    """The dict itself (layout, memory, perf and why are read from it as they are)."""
+    """The dict itself (memory, perf and why are read from it as they are), with the values genconf derives from the
+    specs that it left out (counts, node count, stage layers, the layout line) filled in."""
     model: ModelSpec
     cluster: ClusterSpec
     plan: ParallelPlan
@@ -276,16 +277,69 @@ class PlanFile:
     train: TrainSpec
 
 
+def _schema_error(run: dict) -> str | None:
+    """Why plan.json's schema_version cannot be read here (None: it can). Files from before the field are read as
+    version 1, which added nothing to them; a newer version may mean what this genconf would misread."""
+    version = run.get("schema_version", SCHEMA_VERSION)
+    if type(version) is not int or version < 1:
+        return f"schema_version must be a whole number from 1, got {version!r}"
+    if version > SCHEMA_VERSION:
+        writer = run.get("genconf_version")
+        need = (f"genconf {writer} or newer, which wrote it" if isinstance(writer, str) and writer and writer != __version__
+                else f"a genconf that writes schema_version {version}")
+        return (f"schema_version {version} is newer than genconf {__version__} reads ({SCHEMA_VERSION}): use {need}")
+    return None
+
+
+def _same(a, b) -> bool:
+    """JSON values equal as JSON sees them: true is not 1, "64" is not 64."""
+    if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or isinstance(b, str) or a is None or b is None:
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return False
+
+
+_CLUSTER_READ = frozenset({"name", "gpu_spec", "gpus_per_node", "nvlink_domain_gpus", "ib_gbit_per_s_per_gpu",
+                           "cpu_mem_gib_per_node", "host_link_gbyte_per_s_per_gpu", "host_cpu", "nccl_env", "num_gpus"})
+"""The `cluster` keys cluster_from_dict and decode read; cluster_dict derives the rest."""
+
+
+def _derived(run: dict, model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, num_gpus: int) -> dict | None:
+    """The values plan.json carries beside the specs (counts, node count, micro-batches, stage layers, the layout line),
+    as genconf derives them, by section ("" for the top level); None where the plan cannot split its layers (the rule
+    book says so, on the plan's own keys: pipeline_split)."""
+    model_fields = {f.name for f in dataclasses.fields(ModelSpec)} | {"alias"}
+    plan_fields = {f.name for f in dataclasses.fields(ParallelPlan)}
+    try:
+        derived = {"model": {k: v for k, v in model_dict(model, None).items() if k not in model_fields},
+                   "cluster": {k: v for k, v in cluster_dict(cluster, num_gpus).items() if k not in _CLUSTER_READ},
+                   "plan": {k: v for k, v in plan_dict(plan, model).items() if k not in plan_fields},
+                   "": {"layout": describe(plan)}}
+    except ValueError:
+        return None
+    return json.loads(json.dumps(derived))  # as plan.json holds them: lists, not tuples
+
+
 def decode(run: dict, source: str = "plan.json") -> PlanFile:
     """The specs of a run dict; GenconfError naming what is missing or invalid (`source`: the file it came from)."""
     for key in ("model", "cluster", "plan", "train"):
         if key in run and not isinstance(run[key], dict):
             raise GenconfError(f"{source} is invalid: '{key}' must be a JSON object, got {type(run[key]).__name__}")
+    schema = _schema_error(run)
+    if schema:
+        raise GenconfError(f"{source}: {schema}")
     try:
         model = model_from_dict(run["model"])
         cluster = cluster_from_dict(run["cluster"])
         plan = plan_from_dict(run["plan"])
-        num_gpus = int(run["cluster"]["num_gpus"])
+        num_gpus = run["cluster"]["num_gpus"]
+        if type(num_gpus) is not int:
+            raise ValueError(f"cluster.num_gpus must be a whole number, got {num_gpus!r}")
         train_fields = dict(run["train"])
         legacy = train_fields.pop(LEGACY_BF16_LAYERS_KEY, None)
         if legacy and "bf16_layers_start" not in run["plan"]:
@@ -296,6 +350,19 @@ def decode(run: dict, source: str = "plan.json") -> PlanFile:
         raise GenconfError(f"{source} is missing {exc}") from None
     except (TypeError, ValueError) as exc:
         raise GenconfError(f"{source} is invalid: {exc}") from None
+    derived = _derived(run, model, cluster, plan, num_gpus)
+    if derived is not None:
+        # What the file leaves out is derived (render writes it); what it gives must be what genconf derives.
+        stale = []
+        for section, values in derived.items():
+            given = run[section] if section else run
+            stale += [f"{section}.{key}".lstrip(".") + f" is {given[key]!r}, genconf derives {value!r}"
+                      for key, value in values.items() if key in given and not _same(given[key], value)]
+        if stale:
+            raise GenconfError(f"{source} is invalid: {'; '.join(stale)} (from the file's specs): write what genconf "
+                               f"derives, or leave the key out")
+        run = {**run, **derived[""], **{section: {**values, **run[section]} for section, values in derived.items()
+                                        if section}}
     return PlanFile(run, model, cluster, plan, num_gpus, train)
 
 

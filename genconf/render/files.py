@@ -29,6 +29,7 @@ def artifact_names(plan: ParallelPlan, model: ModelSpec) -> tuple[str, ...]:
 def render_all(run: dict, options: slurm.SlurmOptions) -> dict[str, str]:
     """Every artifact's text, keyed by file name, from one run dict."""
     pf = planfile.decode(run)
+    run = pf.run  # with what the file left out of the values genconf derives
     model, cluster, plan, num_gpus, train = pf.model, pf.cluster, pf.plan, pf.num_gpus, pf.train
     names = artifact_names(plan, model)
     try:

@@ -221,3 +221,18 @@ def test_render_names_the_plan_file_it_was_given(tmp_path, capsys):
     # It said "plan.json is missing 'cluster'" of a file named otherwise.
     one_line(capsys, ["render", str(other), "-o", str(tmp_path / "out")], f"{other} is missing 'cluster'")
     assert not (tmp_path / "out").exists()
+
+
+def test_render_checks_the_values_genconf_derives_and_fills_in_those_left_out(tmp_path, capsys):
+    import json
+
+    assert main(["--model", "1b", "--gpus", "8", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps({**run, "plan": {**run["plan"], "stage_layers": "x"}}))
+    one_line(capsys, ["render", str(plan), "-o", str(tmp_path / "out")], "plan.stage_layers is 'x', genconf derives [16]")
+    assert not (tmp_path / "out").exists()
+    del run["layout"]  # it was a KeyError traceback
+    plan.write_text(json.dumps(run))
+    assert main(["render", str(plan), "-o", str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["layout"].startswith("megatron tp=1")

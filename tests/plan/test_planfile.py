@@ -65,6 +65,45 @@ def test_missing_or_invalid_parts_are_one_line(run):
         planfile.decode(d)
 
 
+@pytest.mark.parametrize("where,key,value,needle", [
+    # Each was rendered as it stood: "x" and a node count the cluster does not have went into the artifacts.
+    ("plan", "stage_layers", "x", "plan.stage_layers is 'x', genconf derives [20, 20, 20, 20]"),
+    ("plan", "num_microbatches", True, "plan.num_microbatches is True, genconf derives "),
+    ("cluster", "num_nodes", 3, "cluster.num_nodes is 3, genconf derives 96"),
+    ("model", "params", 5, "model.params is 5, genconf derives 65250926592"),
+    ("", "layout", "megatron tp=8", "layout is 'megatron tp=8', genconf derives 'megatron tp=4"),
+    ("cluster", "num_gpus", "64", "cluster.num_gpus must be a whole number, got '64'"),
+])
+def test_values_genconf_derives_must_be_what_it_derives(run, where, key, value, needle):
+    d = json.loads(planfile.dumps(run[0]))
+    (d[where] if where else d)[key] = value
+    with pytest.raises(GenconfError, match=r"^x.json is invalid: ") as info:
+        planfile.decode(d, "x.json")
+    assert needle in str(info.value)
+
+
+def test_values_genconf_derives_are_filled_in_where_left_out(run):
+    d = json.loads(planfile.dumps(run[0]))
+    del d["layout"], d["plan"]["stage_layers"], d["cluster"]["num_nodes"]
+    # render read them as they stood: KeyError 'layout' (a traceback), a template error for num_nodes
+    assert planfile.decode(d).run == json.loads(planfile.dumps(run[0]))
+
+
+@pytest.mark.parametrize("version,needle", [
+    (999, "x.json: schema_version 999 is newer than genconf 0.1.0 reads (1): use genconf 9.0 or newer, which wrote it"),
+    ("1", "x.json: schema_version must be a whole number from 1, got '1'"),
+    (0, "x.json: schema_version must be a whole number from 1, got 0"),
+])
+def test_a_schema_version_genconf_does_not_read_is_refused(run, version, needle):
+    d = json.loads(planfile.dumps(run[0]))
+    d.update(schema_version=version, genconf_version="9.0")
+    with pytest.raises(GenconfError) as info:
+        planfile.decode(d, "x.json")
+    assert str(info.value) == needle
+    del d["schema_version"]  # written before the field: read as version 1
+    assert planfile.decode(d).plan == run[3]
+
+
 
 def _low(model_ref: str, gpus: int, **pins) -> tuple[list[str], object]:
     model, alias = resolve_model(model_ref)
