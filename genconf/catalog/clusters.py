@@ -108,7 +108,8 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
         if not path.is_file():
             raise GenconfError(f"cluster file {ref} does not exist")
         data = read_yaml(path)
-        cluster = cluster_from_mapping(str(data.get("name", path.stem)), data, str(path))
+        # Not str(): `name: [1]` became the cluster "[1]"; ClusterSpec says a name must be text.
+        cluster = cluster_from_mapping(data.get("name", path.stem), data, str(path))
     else:
         raise GenconfError(f"unknown cluster '{ref}' (presets: {', '.join(presets)}; or a YAML file)")
     changes: dict = {}

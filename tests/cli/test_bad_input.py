@@ -87,6 +87,14 @@ def test_a_cluster_file_with_a_description_not_text(tmp_path, capsys):
              "ClusterSpec.description must be text, got ['a']")
 
 
+def test_a_cluster_file_with_a_name_not_text(tmp_path, capsys):
+    # `name: [1]` planned a cluster called "[1]".
+    cluster = tmp_path / "lab.yaml"
+    cluster.write_text("gpu: h100-sxm\ngpus_per_node: 8\nib_gbit_per_s_per_gpu: 400\nname: [1]\n")
+    one_line(capsys, ["--cluster", str(cluster), "--model", "1b", "--gpus", "8"],
+             f"{cluster}: ClusterSpec.name must be text, got [1]")
+
+
 def test_verify_refuses_an_infinite_tolerance(capsys):
     from conftest import REPO
 
