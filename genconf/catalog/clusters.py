@@ -110,6 +110,9 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
         data = read_yaml(path)
         # Not str(): `name: [1]` became the cluster "[1]"; ClusterSpec says a name must be text.
         cluster = cluster_from_mapping(data.get("name", path.stem), data, str(path))
+    elif os.path.isfile(ref):
+        raise GenconfError(f"cluster file {ref}: cluster files are YAML, named .yaml or .yml (gpu, gpus_per_node, "
+                           f"ib_gbit_per_s_per_gpu, ...); or give a preset: {', '.join(presets)}")
     else:
         raise GenconfError(f"unknown cluster '{ref}' (presets: {', '.join(presets)}; or a YAML file)")
     changes: dict = {}

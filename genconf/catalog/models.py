@@ -173,6 +173,9 @@ def resolve_model_noted(ref: str) -> tuple[ModelSpec, str | None, tuple[str, ...
                                    f"config.json)")
             raise GenconfError(f"model file {ref} does not exist")
         return model_from_file(path), None, ()
+    if os.path.isfile(ref):
+        raise GenconfError(f"model file {ref}: genconf reads a model YAML (.yaml or .yml, as in models/) or a Hugging "
+                           f"Face config.json")
     catalog = _model_catalog()
     names = list(catalog.models) + [a for a in catalog.aliases if "/" not in a]
     shared = {n: len(os.path.commonprefix([key, n])) for n in names}

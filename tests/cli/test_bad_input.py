@@ -244,3 +244,15 @@ def test_render_checks_the_values_genconf_derives_and_fills_in_those_left_out(tm
     plan.write_text(json.dumps(run))
     assert main(["render", str(plan), "-o", str(tmp_path / "out")]) == 0
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["layout"].startswith("megatron tp=1")
+
+
+@pytest.mark.parametrize("flag,name,needle", [
+    ("--cluster", "lab.json", "cluster file lab.json: cluster files are YAML, named .yaml or .yml"),
+    ("--model", "m.txt", "model file m.txt: genconf reads a model YAML (.yaml or .yml, as in models/) or a Hugging Face "
+                         "config.json"),
+])
+def test_a_file_that_is_not_yaml_is_named_as_a_file(tmp_path, monkeypatch, capsys, flag, name, needle):
+    # Both said "unknown cluster/model" of a file that was there.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text("gpu: h100-sxm\n")
+    one_line(capsys, [flag, name, "--gpus", "8"], needle)
