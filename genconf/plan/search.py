@@ -1197,6 +1197,9 @@ def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, c
     gbs = _smallest_valid_batch(model, cluster, num_gpus, cal, pins) if batch_rejected else None
     if gbs is not None:
         tips.append(f"--global-batch {gbs}")
+    fewer = _most_gpus_for_the_batch(model, cluster, num_gpus, cal, pins) if batch_rejected and pins.gbs is None else None
+    if fewer is not None:
+        tips.append(f"--gpus {fewer}")
     return tips
 
 
@@ -1204,20 +1207,49 @@ BATCH_TIP_SEARCHES = 8
 """At most this many searches look for a --global-batch tip."""
 
 
+def _fewest_data_parallel(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, pins: Pins) -> int:
+    """The fewest data-parallel ranks any layout the search considers has: each needs at least one sequence a step,
+    so no global batch below it is valid (1 where there is no layout)."""
+    seq = pins.seq_length or model.seq_length
+    return min((layout.dp for layout in _layouts(model, cluster, num_gpus, pins, seq)), default=1)
+
+
 def _smallest_valid_batch(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration,
                           pins: Pins) -> int | None:
-    """Where the default batch is too small for every layout (long sequences: each data-parallel rank needs a
-    sequence, and the default's tokens per step make few), the smallest global batch a layout takes: the data-
-    parallel degrees (divisors of the GPUs) and doublings of the default past it, smallest first. None with a
-    pinned batch, or where none of the first BATCH_TIP_SEARCHES is valid."""
+    """Where the default batch is too small for every layout (long sequences, or more GPUs than sequences: each
+    data-parallel rank needs a sequence, and the default's tokens per step make few), the smallest global batch a
+    layout takes: the data-parallel degrees (divisors of the GPUs) and doublings of the default past it, from the
+    fewest data-parallel ranks a layout has, smallest first. None with a pinned batch, or where none of the first
+    BATCH_TIP_SEARCHES is valid."""
     if pins.gbs is not None:
         return None
     seq = pins.seq_length or model.seq_length
     target = default_batch(exact_param_count(model), seq).sequences
-    sizes = {d for d in range(1, num_gpus + 1) if num_gpus % d == 0} | {target << k for k in range(1, 8)}
-    for gbs in sorted(g for g in sizes if g > MAX_BATCH_GROWTH * target)[:BATCH_TIP_SEARCHES]:
+    floor = _fewest_data_parallel(model, cluster, num_gpus, pins)
+    sizes = set(divisors(num_gpus)) | {target << k for k in range(1, 8)} | {floor}
+    for gbs in sorted(g for g in sizes if g > MAX_BATCH_GROWTH * target and g >= floor)[:BATCH_TIP_SEARCHES]:
         if search(model, cluster, num_gpus, cal, replace(pins, gbs=gbs), keep=1).ranked:
             return gbs
+    return None
+
+
+def _most_gpus_for_the_batch(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration,
+                             pins: Pins) -> int | None:
+    """Where the default batch is too small for every layout on num_gpus: fewer GPUs (whole nodes) whose fewest
+    data-parallel ranks the default batch gives a sequence each, the most of them that plans; None where none of
+    the first BATCH_TIP_SEARCHES does."""
+    seq = pins.seq_length or model.seq_length
+    target = default_batch(exact_param_count(model), seq).sequences
+    width = num_gpus // _fewest_data_parallel(model, cluster, num_gpus, pins)  # tp x pp x cp of the widest layout
+    per_node = cluster.gpus_per_node
+    gpus = min(width * max(1, int(MAX_BATCH_GROWTH * target)), num_gpus - 1)
+    for _ in range(BATCH_TIP_SEARCHES):  # whole nodes, a node or a layout's width fewer each time
+        gpus = gpus // per_node * per_node if gpus > per_node else gpus
+        if gpus < 1:
+            return None
+        if search(model, cluster, gpus, cal, pins, keep=1).ranked:
+            return gpus
+        gpus -= max(per_node, width)
     return None
 
 
@@ -1257,9 +1289,12 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
         if example is None and next(iter(result.rejected)) == BATCH_TOO_LARGE:
             seq = pins.seq_length or model.seq_length
             target = default_batch(exact_param_count(model), seq)
+            fewest = _fewest_data_parallel(model, cluster, num_gpus, pins)
             example = (f"every layout needs a global batch over {MAX_BATCH_GROWTH:g} x the default "
                        f"{target.sequences:,} sequences of {seq:,} tokens ({target.tokens_per_step / 1e6:.1f}M tokens a step, "
-                       f"from the model's size)")
+                       f"from the model's size)"
+                       + (f": each of the {fewest:,} or more data-parallel ranks of a layout on {num_gpus:,} GPUs needs "
+                          f"a sequence" if fewest > MAX_BATCH_GROWTH * target.sequences else ""))
         why = (f"no valid layout for {model.name} on {num_gpus} x {gpu.name} ({result.considered} candidates rejected: "
                f"{top})" + (f"; e.g. {example}" if example else ""))
     else:

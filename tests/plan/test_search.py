@@ -446,8 +446,24 @@ def test_a_default_batch_too_small_for_every_layout_is_told_the_batch_that_is_va
         plan_or_explain(model, cluster, 64, cal, pins)
     text = str(info.value)
     assert "batch_above_target" in text and "over 1.5 x the default 32 sequences of 131,072 tokens" in text
-    assert text.endswith("It would be valid with: --global-batch 64")
+    assert text.endswith("It would be valid with: --global-batch 64; or --gpus 40")
     assert search(model, cluster, 64, cal, dataclasses.replace(pins, gbs=64)).best.plan.dp == 64  # the tip is true
+    assert search(model, cluster, 40, cal, pins).ranked
+
+
+def test_more_data_parallel_ranks_than_the_default_batch_has_sequences_says_so():
+    # 1B on 1,048,576 GPUs: the widest layout (tp 4 x pp 16 x cp 2) leaves 8,192 data-parallel ranks for the default
+    # 335 sequences. It ended "Nothing tried makes it valid": the batch tip tried 8 sizes below 8,192.
+    model, _ = resolve_model("1b")
+    cluster = resolve_cluster()
+    cal = calibration_for(cluster.gpu.name)
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 1 << 20, cal, Pins())
+    text = str(info.value)
+    assert "each of the 8,192 or more data-parallel ranks of a layout on 1,048,576 GPUs needs a sequence" in text
+    assert text.endswith("It would be valid with: --global-batch 8192; or --gpus 64256")
+    assert search(model, cluster, 1 << 20, cal, Pins(gbs=8192)).ranked  # the tips are true
+    assert search(model, cluster, 64256, cal, Pins()).ranked
 
 
 def test_refusals_name_what_would_work_on_the_gpu_at_hand():
