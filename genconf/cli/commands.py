@@ -615,6 +615,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if args.bench == bool(args.runs):
         raise GenconfError("calibrate: give either --bench or run directories")
+    # Each applies to one of the two only: silently dropped on the other.
+    bench_only = [flag for flag, value in (("--nproc", args.nproc), ("--model", args.model), ("--tokens", args.tokens),
+                                           ("--tp", args.tp)) if value is not None]
+    if bench_only and not args.bench:
+        raise GenconfError(f"{'/'.join(bench_only)} {'sets' if len(bench_only) == 1 else 'set'} up --bench's "
+                           f"measurements; fitting run directories reads what the runs measured: drop "
+                           f"{'it' if len(bench_only) == 1 else 'them'}, or calibrate with --bench")
+    if args.terms is not None and args.bench:
+        raise GenconfError("--terms chooses what run directories refit; --bench fits every term it measures: drop "
+                           "--terms, or give run directories")
     out = Path(args.output)
     if out.is_dir():  # before a benchmark that may take minutes
         raise GenconfError(f"-o {out} is a directory: give the calibration file's path, such as "

@@ -256,3 +256,16 @@ def test_a_file_that_is_not_yaml_is_named_as_a_file(tmp_path, monkeypatch, capsy
     monkeypatch.chdir(tmp_path)
     (tmp_path / name).write_text("gpu: h100-sxm\n")
     one_line(capsys, [flag, name, "--gpus", "8"], needle)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--nproc", "2"], "--nproc sets up --bench's measurements; fitting run directories reads what the runs measured: "
+                       "drop it, or calibrate with --bench"),
+    (["--model", "1b", "--tokens", "64", "--tp", "1,2"], "--model/--tokens/--tp set up --bench's measurements"),
+    (["--bench", "--terms", "gemm"], "--terms chooses what run directories refit; --bench fits every term it measures"),
+])
+def test_calibrate_refuses_the_flags_of_the_other_mode(tmp_path, capsys, argv, needle):
+    # calibrate RUN_DIR --nproc 2 --model 1b fitted the runs and dropped both in silence.
+    args = argv if "--bench" in argv else [str(tmp_path / "run"), *argv]
+    one_line(capsys, ["calibrate", *args, "-o", str(tmp_path / "c.yaml")], needle)
+    assert list(tmp_path.iterdir()) == []
