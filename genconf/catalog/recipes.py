@@ -132,7 +132,8 @@ _NUMBERS = {"optimizer": ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps
 _CHOICES = {("layout", "framework"): ("megatron", "deepspeed", "fsdp"),
             ("layout", "recompute"): ("none", "selective", "full"),
             ("smoke.layout", "recompute"): ("none", "selective", "full"),
-            ("layout", "layer_spec"): ("te", "local"), ("layout", "grad_dtype"): ("fp32", "bf16")}
+            ("layout", "layer_spec"): ("te", "local"), ("layout", "grad_dtype"): ("fp32", "bf16"),
+            ("data", "kind"): ("synthetic", "memmap")}  # genconf.train.data.source_from
 _ZERO_ALLOWED = {"zero", "warmup_steps", "seed"}
 _FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -169,6 +170,9 @@ def _typed(path: Path, data: dict) -> None:
         m = mapping(section)
         if key in m and m[key] is not None and m[key] not in allowed:
             raise GenconfError(f"{path}: {section}.{key} must be one of {', '.join(allowed)}, got {m[key]!r}")
+    data_path = mapping("data").get("path")
+    if mapping("data").get("kind") == "memmap" and not (isinstance(data_path, str) and data_path):
+        raise GenconfError(f"{path}: data.kind memmap reads a tokenized file: give data.path, got {data_path!r}")
     golden = mapping("expect").get("golden")
     if golden is not None and not isinstance(golden, str):
         raise GenconfError(f"{path}: expect.golden must be a file name (relative to the recipe), got {golden!r}")

@@ -84,6 +84,9 @@ def test_unknown_keys_are_refused_with_file_and_key(tmp_path):
     ("expect: {golden: 5}", "expect.golden must be a file name (relative to the recipe), got 5"),
     ("expect: {throughput_band: [1.25, 0.8]}", "expect.throughput_band must be [low, high]"),
     ("expect: {throughput_band: x}", "expect.throughput_band must be [low, high]"),
+    # Planned, rendered and launched (which trains on synthetic tokens or --data): only ci's ranks stopped at it.
+    ("data: {kind: x}", "data.kind must be one of synthetic, memmap, got 'x'"),
+    ("data: {kind: memmap}", "data.kind memmap reads a tokenized file: give data.path, got None"),
 ])
 def test_wrong_value_types_are_one_line_naming_the_key(tmp_path, text, needle):
     """A value of the wrong type was a traceback (TypeError, KeyError) from deep in planning, or named the wrong
