@@ -207,7 +207,6 @@ def rendered(tmp_path_factory) -> dict[str, Path]:
     # HYBRID_SHARD: the search prefers FULL_SHARD here, so set the shard group (a node) in plan.json and re-render.
     run_ = plan_of(dirs["hsdp7b"])
     run_["plan"]["shard_group_size"] = 4
-    del run_["plan"]["fsdp_sharding_strategy"], run_["layout"]  # derived from it: render writes them anew
     (root / "hsdp7b.json").write_text(json.dumps(run_))
     assert genconf_quiet("render", str(root / "hsdp7b.json"), "-o", str(dirs["hsdp7b"]), "--force") == 0
     return dirs

@@ -269,7 +269,7 @@ class PlanFile:
 
     run: dict
     """The dict itself (memory, perf and why are read from it as they are), with the values genconf derives from the
-    specs that it left out (counts, node count, stage layers, the layout line) filled in."""
+    specs (counts, node count, stage layers, the layout line) as it derives them."""
     model: ModelSpec
     cluster: ClusterSpec
     plan: ParallelPlan
@@ -352,16 +352,16 @@ def decode(run: dict, source: str = "plan.json") -> PlanFile:
         raise GenconfError(f"{source} is invalid: {exc}") from None
     derived = _derived(run, model, cluster, plan, num_gpus)
     if derived is not None:
-        # What the file leaves out is derived (render writes it); what it gives must be what genconf derives.
-        stale = []
-        for section, values in derived.items():
-            given = run[section] if section else run
-            stale += [f"{section}.{key}".lstrip(".") + f" is {given[key]!r}, genconf derives {value!r}"
-                      for key, value in values.items() if key in given and not _same(given[key], value)]
-        if stale:
-            raise GenconfError(f"{source} is invalid: {'; '.join(stale)} (from the file's specs): write what genconf "
-                               f"derives, or leave the key out")
-        run = {**run, **derived[""], **{section: {**values, **run[section]} for section, values in derived.items()
+        # The values genconf derives are written as it derives them (a hand-edited plan.json keeps its old layout line
+        # and counts, and render had put those in the artifacts). The one that reads like a setting, the layers per
+        # stage, must agree: the split is set by plan.pp_layout or pp_first/last_stage_layers, not by this list.
+        given = run["plan"].get("stage_layers", derived["plan"]["stage_layers"])
+        if not _same(given, derived["plan"]["stage_layers"]):
+            raise GenconfError(f"{source} is invalid: plan.stage_layers is {given!r}, genconf derives "
+                               f"{derived['plan']['stage_layers']!r} from the plan: the layers per stage follow from "
+                               f"pp, vp and plan.pp_layout or pp_first_stage_layers / pp_last_stage_layers; set those, "
+                               f"or leave stage_layers out")
+        run = {**run, **derived[""], **{section: {**run[section], **values} for section, values in derived.items()
                                         if section}}
     return PlanFile(run, model, cluster, plan, num_gpus, train)
 

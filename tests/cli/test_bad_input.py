@@ -231,7 +231,7 @@ def test_render_names_the_plan_file_it_was_given(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_render_checks_the_values_genconf_derives_and_fills_in_those_left_out(tmp_path, capsys):
+def test_render_checks_the_stage_split_and_derives_what_is_left_out(tmp_path, capsys):
     import json
 
     assert main(["--model", "1b", "--gpus", "8", "--json"]) == 0
