@@ -26,10 +26,15 @@ def artifact_names(plan: ParallelPlan, model: ModelSpec) -> tuple[str, ...]:
     return tuple(names + ["launch_env.sh", "README.md"])
 
 
-def render_all(run: dict, options: slurm.SlurmOptions) -> dict[str, str]:
-    """Every artifact's text, keyed by file name, from one run dict."""
-    pf = planfile.decode(run)
+def render_all(run: dict, options: slurm.SlurmOptions, source: str = "plan.json") -> dict[str, str]:
+    """Every artifact's text, keyed by file name, from one run dict (`source`: the file it came from, for errors)."""
+    pf = planfile.decode(run, source)
     run = pf.run  # with what the file left out of the values genconf derives
+    for key in PREDICTIONS:
+        if not isinstance(run.get(key), dict):
+            what = f"'{key}' is {type(run[key]).__name__}, not a JSON object" if key in run else f"is missing '{key}'"
+            raise GenconfError(f"{source} {what}: the plan's predictions, which its README shows; render a plan "
+                               f"genconf wrote (genconf ... --json, or -o DIR)")
     model, cluster, plan, num_gpus, train = pf.model, pf.cluster, pf.plan, pf.num_gpus, pf.train
     names = artifact_names(plan, model)
     try:
@@ -62,4 +67,11 @@ def render_all(run: dict, options: slurm.SlurmOptions) -> dict[str, str]:
             **readme.context(run, plan, options, files, model=model, settings=settings))
     except jinja2.TemplateError as exc:
         raise GenconfError(f"template error: {exc}") from None
+    except (TypeError, ValueError) as exc:  # a prediction of the wrong type, formatted by the README's template
+        raise GenconfError(f"{source}'s {'/'.join(PREDICTIONS)} hold a value of the wrong type ({exc}): render a "
+                           f"plan genconf wrote") from None
     return files
+
+
+PREDICTIONS = ("memory", "perf", "training")
+"""The run dict's predictions the run README's template reads (render_all checks them before rendering)."""

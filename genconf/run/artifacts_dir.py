@@ -137,8 +137,9 @@ def _inside(run_dir: str | None, out_dir: Path) -> Path | None:
     return rel if rel.parts else None
 
 
-def write_from_run(run: dict, args: argparse.Namespace) -> Path:
-    """Render and write a run dict's artifacts to args.output with the Slurm options from the command line."""
+def write_from_run(run: dict, args: argparse.Namespace, source: str = "plan.json") -> Path:
+    """Render and write a run dict's artifacts to args.output with the Slurm options from the command line
+    (`source`: the file the run dict came from, for errors)."""
     from genconf.plan import rules
 
     refusal = rules.lora_artifacts_refusal(int(run.get("plan", {}).get("lora_rank") or 0))
@@ -147,7 +148,7 @@ def write_from_run(run: dict, args: argparse.Namespace) -> Path:
     out_dir = Path(os.path.abspath(args.output))
     options = default_options(run, out_dir, job_name=args.job_name, run_dir=args.run_dir, python=args.python,
                               account=args.account, partition=args.partition, time=args.time)
-    files = render_all(run, options)
+    files = render_all(run, options, source)
     write_artifacts(out_dir, files, args.force, run_dir=options.run_dir)
     print(f"genconf: wrote {len(files)} files to {out_dir}", file=sys.stderr)
     return out_dir
@@ -168,4 +169,4 @@ def render_plan_file(args: argparse.Namespace) -> Path:
         errors += [too_big] if too_big is not None else []
     if errors:
         raise GenconfError(f"{args.plan}: {errors[0]}")
-    return write_from_run(run, args)
+    return write_from_run(run, args, str(args.plan))

@@ -246,6 +246,24 @@ def test_render_checks_the_stage_split_and_derives_what_is_left_out(tmp_path, ca
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["layout"].startswith("megatron tp=1")
 
 
+@pytest.mark.parametrize("edit,needle", [
+    # Each was a KeyError or TypeError traceback: the run README's template reads these predictions.
+    (lambda run: run.pop("memory"), "p.json is missing 'memory': the plan's predictions"),
+    (lambda run: run.update(perf=[]), "p.json 'perf' is list, not a JSON object"),
+    (lambda run: run["memory"].update(total_gib="x"), "p.json's memory/perf/training hold a value of the wrong type"),
+])
+def test_render_needs_the_plans_predictions(tmp_path, capsys, edit, needle):
+    import json
+
+    assert main(["--model", "1b", "--gpus", "8", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    edit(run)
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps(run))
+    one_line(capsys, ["render", str(plan), "-o", str(tmp_path / "out")], needle)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("flag,name,needle", [
     ("--cluster", "lab.json", "cluster file lab.json: cluster files are YAML, named .yaml or .yml"),
     ("--model", "m.txt", "model file m.txt: genconf reads a model YAML (.yaml or .yml, as in models/) or a Hugging Face "
