@@ -69,12 +69,12 @@ def _hybrid_counts(pattern: str) -> str:
     return "hybrid: " + ", ".join(f"{pattern.count(k)} {v}" for k, v in names.items() if pattern.count(k)) + " layers"
 
 
-def _training_time(tr: dict) -> str:
+def _training_time(tr: dict, num_gpus: int) -> str:
     """'38.2 days, 352,000 GPU-hours'; a run under two days in hours, minutes or seconds, and its GPU-hours to two
-    figures, so a short run does not read '0.0 days, 0 GPU-hours'."""
+    figures (from the unrounded time), so a short run does not read '0.0 days, 0 GPU-hours'."""
     when = f"{tr['days']:.1f} days" if tr["time_s"] >= 2 * 86400 else format_seconds(tr["time_s"])
-    gpu_hours = f"{tr['gpu_hours']:,.0f}" if tr["gpu_hours"] >= 100 else f"{tr['gpu_hours']:.2g}"
-    return f"{when}, {gpu_hours} GPU-hours"
+    hours = tr["time_s"] * num_gpus / 3600
+    return f"{when}, {f'{hours:,.0f}' if hours >= 100 else f'{hours:.2g}'} GPU-hours"
 
 
 def _track_record_lines(d: dict) -> list[str]:
@@ -161,7 +161,7 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
         *_track_record_lines(d),
         _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
         _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
-        _row(f"train {human_count(tr['tokens'])} tokens", _training_time(tr)),
+        _row(f"train {human_count(tr['tokens'])} tokens", _training_time(tr, c["num_gpus"])),
         *_checkpoint_lines(d.get("checkpoint")),
         "",
         "why this plan",
