@@ -410,12 +410,12 @@ def groups_reached(top_k: int, experts: int, groups: int, routing: str = "random
     averaged over a period of tokens."""
     if groups <= 1:
         return 1.0
-    per = max(1, experts // groups)
     if routing == "contiguous":
+        per = max(1, experts // groups)
         return sum(len({(i * top_k + j) % experts // per for j in range(top_k)}) for i in range(experts)) / experts
-    miss = 1.0  # P(a given group holds none of the token's experts)
+    miss = 1.0  # P(a given group holds none of the token's experts): k draws from E, E / groups in the group
     for i in range(top_k):
-        miss *= max(0.0, (experts - per - i) / (experts - i))
+        miss *= max(0.0, (experts - experts / groups - i) / (experts - i))
     return groups * (1.0 - miss)
 
 
@@ -444,12 +444,8 @@ def _flex_all_to_all_s(cluster: ClusterSpec, cal: Calibration, token_bytes: floa
         nic_share = groups_reached(top_k, experts, domains, routing) / groups_reached(top_k, experts, domains)
     if domains == 1:
         return _all_to_all_s(cluster, cal, token_bytes * top_k * nvlink_share, ranks, stride, nccl=False)
-    # P(a given domain holds none of the token's k experts): k draws without replacement from E, E/D per domain.
-    elsewhere = experts - experts / domains
-    miss = 1.0
-    for i in range(top_k):
-        miss *= max(0.0, (elsewhere - i) / (experts - i))
-    remote_copies = domains * (1.0 - miss) * (domains - 1) / domains * nic_share  # other domains reached, on average
+    # Other domains reached, on average (a token's own domain is one of those reached with chance 1 / domains).
+    remote_copies = groups_reached(top_k, experts, domains) * (domains - 1) / domains * nic_share
     nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency * 1e9
     ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * 1e9
     # Every copy still reaches its expert's GPU over NVLink: directly, or forwarded inside the destination domain.
