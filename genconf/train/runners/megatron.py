@@ -229,12 +229,44 @@ def _forward_step(data_iterator, model):
 
 
 def _ensure_adam_state(inner) -> None:
-    """torch Adam creates its state at the first step; a resume must restore into existing tensors."""
+    """Adam creates its state at the first step; a resume must restore into existing tensors, made as the optimizer
+    itself makes them. megatron-core 0.16.1 steps with Transformer Engine's FusedAdam where TE imports, else apex's,
+    and torch's AdamW only without either (optimizer/__init__.py:12-34): the fused ones keep exp_avg and exp_avg_sq
+    (TE: and master_param) per parameter and the step count in the parameter group (TE 2.9 fused_adam.py:401
+    initialize_state, :497 group["step"]), torch's a per-parameter "step" tensor as well. A torch-style state on TE's
+    FusedAdam held one tensor more per parameter than the checkpoint it was to load (written after real steps)."""
     for group in inner.param_groups:
         for p in group["params"]:
-            if not inner.state.get(p):
+            if inner.state.get(p):
+                continue
+            if hasattr(inner, "initialize_state"):  # TE's FusedAdam: its own dtypes, scales and master weights
+                inner.initialize_state(p, bool(getattr(inner, "store_param_remainders", False))
+                                       and p.dtype == torch.bfloat16)
+            elif isinstance(inner, torch.optim.Optimizer) and type(inner).__module__.startswith("torch."):
                 inner.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
                                   "exp_avg_sq": torch.zeros_like(p)}
+            else:  # apex's FusedAdam (fused_adam.py: fp32 moments, the step in the group)
+                inner.state[p] = {"exp_avg": torch.zeros_like(p, dtype=torch.float32),
+                                  "exp_avg_sq": torch.zeros_like(p, dtype=torch.float32)}
+
+
+def _torch_optimizers(optimizer) -> list:
+    """The optimizers that hold Adam's state behind megatron's wrappers, each once."""
+    wrappers = measure._inner_optimizers(optimizer)
+    return list({id(o): o for o in (getattr(w, "optimizer", w) for w in wrappers)}.values())
+
+
+def _group_steps(optimizer) -> list:
+    """The step counts fused Adams keep per parameter group (TE 2.9 fused_adam.py:497, apex likewise): without them a
+    resumed run's first update takes step 1's bias correction. None for torch's Adam (its steps are state tensors)."""
+    return [group.get("step") for inner in _torch_optimizers(optimizer) for group in inner.param_groups]
+
+
+def _set_group_steps(optimizer, steps: list | None) -> None:
+    groups = [group for inner in _torch_optimizers(optimizer) for group in inner.param_groups]
+    for group, step in zip(groups, steps or []):
+        if step is not None:
+            group["step"] = step
 
 
 def _state_tensors(chunks, optimizer) -> list[torch.Tensor]:
@@ -377,6 +409,7 @@ class MegatronRunner(loop.Runner):
 
         path.mkdir(parents=True, exist_ok=True)
         torch.save({"tensors": [t.detach().cpu() for t in _state_tensors(self.chunks, self.optimizer)],
+                    "group_steps": [s.cpu() if torch.is_tensor(s) else s for s in _group_steps(self.optimizer)],
                     "rng": torch.get_rng_state(), "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()},
                    path / f"rank{d.rank:05d}.pt")
 
@@ -391,6 +424,8 @@ class MegatronRunner(loop.Runner):
         with torch.no_grad():
             for dst, src in zip(ours, state["tensors"]):
                 dst.copy_(src)
+        _set_group_steps(self.optimizer, [s.to(d.device) if torch.is_tensor(s) else s
+                                          for s in state.get("group_steps") or []])
         torch.set_rng_state(state["rng"])
         tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
 
