@@ -46,3 +46,38 @@ def test_megatron_core_makes_it_the_mean_per_micro_batch_whatever_the_cp_size(cp
 
 if __name__ == "__main__":
     pytest.main([__file__])
+
+
+def _cp_reporter(rank: int, world: int, init: str, out: str) -> None:
+    import json
+
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from genconf.train import mcore_compat
+    from genconf.train.runners.megatron import reports_loss
+
+    compat = mcore_compat.install()
+    try:
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+        ps.initialize_model_parallel(context_parallel_size=world)
+        with open(f"{out}.{rank}", "w") as f:
+            json.dump({"cp_rank": ps.get_context_parallel_rank(), "reports": reports_loss()}, f)
+        ps.destroy_model_parallel()
+        dist.destroy_process_group()
+    finally:
+        compat.uninstall()
+
+
+@needs_megatron
+def test_every_context_parallel_rank_reports_its_share_of_the_loss(tmp_path):
+    # Megatron-LM core_v0.16.1 train_step sums (loss, tokens) over dp x cp ranks (training.py:1739-1753): each CP rank
+    # holds its own two chunks of every sequence. The runner took CP rank 0's alone: the first and last chunks' loss.
+    import json
+
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "reporter")
+    mp.spawn(_cp_reporter, args=(2, f"file://{tmp_path / 'init'}", out), nprocs=2, join=True)
+    got = sorted((json.loads((tmp_path / f"reporter.{r}").read_text()) for r in range(2)), key=lambda g: g["cp_rank"])
+    assert got == [{"cp_rank": 0, "reports": True}, {"cp_rank": 1, "reports": True}]

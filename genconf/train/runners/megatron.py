@@ -288,6 +288,17 @@ def _state_tensors(chunks, optimizer) -> list[torch.Tensor]:
     return out
 
 
+def reports_loss() -> bool:
+    """Whether this rank's token mean enters the step's loss: each last-stage rank of tensor-parallel rank 0, one per
+    data-parallel x context-parallel rank, as Megatron-LM core_v0.16.1's train_step reduces the loss over
+    get_data_parallel_group(with_context_parallel=True) (megatron/training/training.py:1739-1753). A CP rank holds
+    two of the 2 cp chunks of every sequence (megatron-core utils.py:2021 get_batch_on_this_cp_rank): CP rank 0 alone
+    reported the loss of the sequences' first and last chunks only."""
+    from megatron.core import parallel_state as ps
+
+    return ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank() == 0
+
+
 class MegatronRunner(loop.Runner):
     """megatron-core's model chunks, DDP and (distributed) optimizer, stepped by get_forward_backward_func();
     each rank saves every tensor a same-layout resume needs (parameters, fp32 masters, Adam state) with the torch
@@ -354,8 +365,7 @@ class MegatronRunner(loop.Runner):
         config.grad_scale_func = self.optimizer.scale_loss
         self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
         self.fwd_bwd = get_forward_backward_func()
-        self.last_stage_reporter = ps.is_pipeline_last_stage(ignore_virtual=True) \
-            and ps.get_tensor_model_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
+        self.last_stage_reporter = reports_loss()
 
     def describe(self) -> str:
         plan = self.cfg.plan
