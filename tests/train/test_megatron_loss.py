@@ -44,9 +44,6 @@ def test_megatron_core_makes_it_the_mean_per_micro_batch_whatever_the_cp_size(cp
     assert out.item() == pytest.approx(3.0 / 2) and num_tokens.item() == 4  # mean 3.0 over 2 micro-batches
 
 
-if __name__ == "__main__":
-    pytest.main([__file__])
-
 
 def _cp_reporter(rank: int, world: int, init: str, out: str) -> None:
     import json
@@ -81,3 +78,7 @@ def test_every_context_parallel_rank_reports_its_share_of_the_loss(tmp_path):
     mp.spawn(_cp_reporter, args=(2, f"file://{tmp_path / 'init'}", out), nprocs=2, join=True)
     got = sorted((json.loads((tmp_path / f"reporter.{r}").read_text()) for r in range(2)), key=lambda g: g["cp_rank"])
     assert got == [{"cp_rank": 0, "reports": True}, {"cp_rank": 1, "reports": True}]
+
+
+if __name__ == "__main__":
+    pytest.main([__file__])
