@@ -11,7 +11,7 @@ degrees, micro-batch, global batch, sequence and precision pinned (`genconf --tp
 distributed optimizer or Megatron-FSDP, gradient precision, virtual stages or micro-batch where missing)
 searched by genconf itself. A row is "rejected" when genconf finds no feasible plan for it. Runs genconf's
 rules do not allow (Megatron-DeepSpeed with TP/PP, torchtitan's FSDP with TP/PP/CP or FP8, NeMo AutoModel's FSDP2
-with EP) are evaluated directly with the rules off. Error = predicted / measured - 1.
+with EP, OLMo-core's compiled FSDP2) are evaluated directly with the rules off. Error = predicted / measured - 1.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from genconf.plan.search import DEFAULT_LAYOUT, Pins, _split_options, _vp_option
 RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("Narayanan 2021", "Korthikanti 2022", "Megatron-LM H100 2024", "torchtitan", "BLOOM sweep",
            "OPT/BLOOM/FSDP papers", "NeMo 24.07", "NeMo long-seq", "Megatron-Bridge", "genconf H100 (issue 13)",
-           "MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel")
+           "MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core")
 """Leave-one-source-out units: one publication each (Megatron-Bridge's releases are one source, NeMo 2.0's 25.x
 releases another; source_of)."""
-VALIDATION_SOURCES = ("MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel")
+VALIDATION_SOURCES = ("MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core")
 """Scored, never fitted: sources added after the calibration, kept out of every fit (the committed one and each
 leave-one-source-out fit) so that they measure how genconf transfers to a team and stack it was not fitted on.
 Their rows count in every table; their held-out error is their in-sample error."""

@@ -37,9 +37,20 @@ AUTOMODEL_MODELS = {
     "nemotron_v3_super_120b": "nemotron-3-super", "nemotron_v3_nano_30b": "nemotron-3-nano",
     "nemotron_v3_ultra_550b": "nemotron-3-ultra", "gpt_oss_120b": "gpt-oss-120b", "llama3_70b": "llama3.1-70b",
 }
+OLMO_CORE_FILE = "olmo_core_readme_throughput.csv"
+"""AI2's OLMo-core README throughput table (September 2024 to March 2025): PyTorch FSDP2 with torch.compile on H100s,
+BF16 and torchao float8, OLMo-1124 1B / 7B / 13B and a Llama 3 8B; not from shared/data, scored and no term fitted on
+them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+OLMO_CORE_BASES = {
+    # The architecture of each row's OLMo-core config (the row's notes): OLMo-1124's blocks (norm on each sublayer's
+    # output, full-width QK norm) as the catalog's OLMo 2 entries hold them, or Llama 3's; its own sizes and the
+    # dolma2 vocabulary from the row's columns.
+    "olmo": "olmo2-7b", "llama": "llama3-8b",
+}
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
-         "megatron_bridge_perf_summary.csv", GENCONF_FILE, MOSAIC_FILE, NEMO25_FILE, AUTOMODEL_FILE)
+         "megatron_bridge_perf_summary.csv", GENCONF_FILE, MOSAIC_FILE, NEMO25_FILE, AUTOMODEL_FILE,
+         OLMO_CORE_FILE)
 TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv")
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv", NEMO25_FILE)
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
@@ -270,6 +281,8 @@ def _model(row: dict, file: str) -> ModelSpec:
             # AutoModel's DeepSeek-V3 and Nemotron V3 Super had no MTP head then (the row's notes).
             base = replace(base, mtp_num_layers=0, mtp_repeated_layer=False)
         return replace(base, seq_length=seq)
+    if file == OLMO_CORE_FILE:
+        return olmo_core_model(row)
     defaults = _family_defaults(row["model"]) if file in NVIDIA_FILES else {}
     if file == MOSAIC_FILE:
         # MPTConfig's defaults as the benchmark ran them (the row's notes): GELU MLP, LayerNorm with bias, learned
@@ -291,6 +304,22 @@ def _model(row: dict, file: str) -> ModelSpec:
         name=re.sub(r"[^a-z0-9.]+", "-", row["model"].lower()).strip("-") or "run",
         num_layers=layers, hidden_size=h, num_attention_heads=heads, num_query_groups=kv,
         ffn_hidden_size=ffn or 4 * h, vocab_size=vocab, seq_length=seq, **spec)
+
+
+def olmo_core_model(row: dict) -> ModelSpec:
+    """An OLMo-core README row's model: the catalog entry of its family with the row's sizes, vocabulary and sequence
+    (the catalog's own entry where they match: olmo2-7b, olmo2-13b)."""
+    base = resolve_model(OLMO_CORE_BASES["llama" if "llama" in row["model"].lower() else "olmo"])[0]
+    h, heads = _int(row["hidden"]), _int(row["heads"])
+    sizes = dict(num_layers=_int(row["layers"]), hidden_size=h, num_attention_heads=heads,
+                 num_query_groups=_int(row["kv_heads"]) or heads, kv_channels=h // heads,
+                 ffn_hidden_size=_int(row["ffn_hidden"]), vocab_size=_int(row["vocab"]), seq_length=_int(row["seq_len"]))
+    for name in ("olmo2-7b", "olmo2-13b") if base.name != "llama3-8b" else ():
+        entry = resolve_model(name)[0]
+        if all(getattr(entry, k) == v for k, v in sizes.items()):
+            return entry
+    name = "olmo-core-" + re.sub(r"[^a-z0-9.]+", "-", row["model"].split(" (")[0].lower()).strip("-")
+    return replace(base, name=name, source=row["source"], **sizes)
 
 
 def _flops_per_token(row: dict, file: str, model: ModelSpec) -> float | None:
@@ -380,6 +409,8 @@ def _group(row: dict, file: str) -> str:
         return f"NeMo {row['notes'].split(' ')[1]}"  # its container release: "NeMo 25.04 container; ..."
     if file == AUTOMODEL_FILE:
         return "NeMo AutoModel"
+    if file == OLMO_CORE_FILE:
+        return "OLMo-core"
     return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
             "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
             "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
@@ -395,6 +426,8 @@ def _framework_label(file: str, row: dict) -> str:
         return "Composer FSDP (llm-foundry)"
     if file == AUTOMODEL_FILE:
         return "NeMo AutoModel (FSDP2 + EP)"
+    if file == OLMO_CORE_FILE:
+        return "OLMo-core (FSDP2)"
     if file == GENCONF_FILE:
         return "genconf " + re.search(r"framework=(\w+)", row["notes"]).group(1)
     if file == "bigscience_bloom_sweep.csv" or "BLOOM" in row["model"]:
@@ -585,7 +618,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     local = re.search(r"local batch size (\d+)", row["notes"])
     gbs = _int(row["gbs"]) or (int(local.group(1)) * dp if local else mbs * dp)
     precision, fp8_recipe = _precision(row, file, cluster.gpu.arch)
-    fsdp = file in ("torchtitan.csv", MOSAIC_FILE, AUTOMODEL_FILE)
+    fsdp = file in ("torchtitan.csv", MOSAIC_FILE, AUTOMODEL_FILE, OLMO_CORE_FILE)
     # DeepSpeed: Narayanan 2021 Table 2's ZeRO-3 runs, and Megatron-DeepSpeed (BLOOM) with ZeRO-0/1.
     deepspeed = "ZeRO-3" in row["model"] or "ZeRO" in row["precision"]
     zero = 3 if "ZeRO-3" in row["model"] else 0 if "ZeRO-0" in row["precision"] else 1
@@ -603,7 +636,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # trainer.plugins.grad_reduce_in_fp32 = False (v2.2.0 scripts/llm/performance/pretrain_*.py, v2.3.0
         # scripts/performance/utils.py:351, v2.4.0 scripts/performance/helpers.py:224).
         grad_dtype = "bf16"
-    modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv", MOSAIC_FILE, AUTOMODEL_FILE) + NVIDIA_FILES
+    modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv", MOSAIC_FILE, AUTOMODEL_FILE,
+                      OLMO_CORE_FILE) + NVIDIA_FILES
     if file == GENCONF_FILE:
         # The run's own plan, as its notes give it: framework, ZeRO stage, layer spec.
         fields = dict(re.findall(r"(framework|zero|layer_spec)=(\w+)", row["notes"]))
@@ -628,6 +662,13 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
             # gradient reduce: no no_sync under PP): typed as one schedule, the rate it runs at (the optimizer
             # step is then counted once a schedule, a few ms of a seconds-long step).
             gbs //= int(ga.group(1))
+    if file == OLMO_CORE_FILE:
+        # OLMo-core's FSDP2 (the row's notes): fully_shard per block with reshard_after_forward true (ZeRO-3; the
+        # last block's kept, as FSDP would prefetch it at once), MixedPrecisionPolicy(bf16 params, fp32 reduce).
+        # torchao float8 with dynamic tensorwise scales is the per-tensor current recipe (_precision), as
+        # torchtitan's rows; its FP8 all-gather is not genconf's fp8_param_gather (megatron's FP8 parameters).
+        zero = 3
+        grad_dtype = "fp32"
     async_tp = re.search(r"async ?TP", row["notes"], re.IGNORECASE) is not None  # torchtitan's notes: three spellings
     lora = "lora" in row["model"].lower() or "LoRA Perf" in row["notes"]
     task = "lora" if lora else "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
@@ -665,9 +706,12 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         expandable_segments=_expandable_segments(row, file, cluster.gpu.name, fp8_recipe, task, zero),
         # The stacks' flash attention as they ran: torchtitan's SDPA lists FlashAttention-2 first on Hopper (cuDNN
         # only from Blackwell); llm-foundry's benchmarks ran attn_impl triton (the row's notes).
-        attention_kernel="flash2" if file == "torchtitan.csv" else "triton" if file == MOSAIC_FILE else "auto",
+        # OLMo-core with compile=True runs PyTorch's SDPA (use_flash False; the row's notes), as torchtitan.
+        attention_kernel=("flash2" if file in ("torchtitan.csv", OLMO_CORE_FILE) else "triton" if file == MOSAIC_FILE
+                          else "auto"),
         # llm-foundry's MPT loss_fn default: flash-attn's fused cross entropy (the row's notes).
-        fused_loss=file == MOSAIC_FILE,
+        # OLMo-core's fused_loss=True: its Triton cross entropy (flash-attn's port), where the row's script set it.
+        fused_loss=file == MOSAIC_FILE or (file == OLMO_CORE_FILE and "fused_loss=True" in row["notes"]),
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
         moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
         # its token dispatcher (flex+deepep / flex+hybridep: megatron's flex dispatcher with that backend)
