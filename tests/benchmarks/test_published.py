@@ -428,3 +428,69 @@ def test_automodel_rows_are_scored_never_fitted(runs):
     assert by_gpus[("deepseek-v3", 256)].gbs == 512
     cals = cals_for(automodel)
     assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in automodel)
+
+
+# --- OLMo-core's README throughput table: a validation source, scored and never fitted --------------------------
+
+OLMO_CORE_ROWS = [
+    # (README line at the commit that set the figure, model, precision, tokens/s/GPU, micro-batch, global batch):
+    # allenai/OLMo-core README.md, the table as it stood from e27ba745 (2024-11-05) until 41f8ddc9 removed it.
+    ("e27ba745:README.md:42", "olmo-core-olmo-1124-1b", "bf16", 55000, 8, 1024),
+    ("e27ba745:README.md:43", "olmo-core-olmo-1124-1b", "fp8", 65000, 8, 1024),
+    ("8c03ca8a:README.md:31", "olmo2-7b", "bf16", 10000, 2, 1024),
+    ("8c03ca8a:README.md:32", "olmo2-7b", "fp8", 13000, 2, 1024),
+    ("41400c46:README.md:41", "olmo-core-llama-3-8b", "bf16", 9500, 2, 1024),
+    ("41400c46:README.md:42", "olmo-core-llama-3-8b", "fp8", 12500, 2, 1024),
+    ("8c03ca8a:README.md:33", "olmo2-13b", "bf16", 4600, 1, 2048),
+    ("310866e4:README.md:42", "olmo2-13b", "fp8", 5500, 1, 2048),
+]
+
+
+def test_olmo_core_rows_are_read_as_the_readme_and_scripts_state_them(runs):
+    """Known answers: the README's eight figures, and each row's micro-batch (rank_microbatch_size / 4096) and global
+    batch (global_batch_size / 4096) from its script at the commit that published the figure; the 7B and 13B are the
+    catalog's OLMo 2 entries, the 1B (18 layers, FFN 5632) and the Llama 3 8B (dolma2's 100,352-row vocabulary, 4096
+    tokens) are not catalog models."""
+    from published import OLMO_CORE_FILE
+
+    got = sorted((r for r in runs.values() if r.file == OLMO_CORE_FILE), key=lambda r: int(r.label.rsplit("#", 1)[1]))
+    assert [(r.source.split("@")[1], r.model.name, r.plan.precision, r.measured_tokens_per_s_per_gpu, r.plan.mbs,
+             r.plan.gbs) for r in got] == OLMO_CORE_ROWS
+    one_b, llama = got[0].model, got[4].model
+    assert (one_b.num_layers, one_b.hidden_size, one_b.num_attention_heads, one_b.ffn_hidden_size) == (18, 2048, 16, 5632)
+    assert one_b.qk_layernorm and not one_b.tie_embeddings and one_b.vocab_size == 100352
+    assert (llama.num_query_groups, llama.ffn_hidden_size, llama.vocab_size, llama.seq_length) == (8, 14336, 100352, 4096)
+    assert not llama.qk_layernorm
+    # Each row's notes cite its figure's README line and the script lines of its micro-batch and global batch.
+    import csv
+
+    from published import DATA
+
+    with open(DATA / OLMO_CORE_FILE) as f:
+        for row, (where, _, _, _, mbs, gbs) in zip(csv.DictReader(f), OLMO_CORE_ROWS):
+            assert f"allenai/OLMo-core@{where}" in row["notes"]
+            assert f"rank_microbatch_size={mbs} * 4096" in row["notes"] and f"global batch {gbs} * 4096" in row["notes"]
+
+
+def test_olmo_core_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
+    """FSDP2 on the launcher's default 8 GPUs, reshard_after_forward true (ZeRO-3), fp32 gradient reduction, no
+    activation checkpointing, torch.compile with PyTorch's SDPA (flash2), OLMo-core's Triton cross entropy where the
+    script set fused_loss (not the 1B's compile_loss), torchao float8 as per-tensor current scaling; evaluated with
+    the rules off (compiled FSDP), left out of every fit, and each gets a prediction."""
+    from accuracy import SOURCES, VALIDATION_SOURCES, cals_for, fitted_runs, pins_for, predict, source_of
+
+    from published import OLMO_CORE_FILE
+
+    olmo = [r for r in runs.values() if r.file == OLMO_CORE_FILE]
+    assert len(olmo) == 8 and {source_of(r) for r in olmo} == {"OLMo-core"}
+    assert "OLMo-core" in VALIDATION_SOURCES and "OLMo-core" in SOURCES
+    assert not any(r in fitted_runs(list(runs.values())) for r in olmo)
+    for r in olmo:
+        p = r.plan
+        assert (p.framework, p.world_size, p.tp, p.pp, p.cp, p.zero_stage, p.grad_dtype) == ("fsdp", 8, 1, 1, 1, 3, "fp32")
+        assert (p.recompute, p.torch_compile, p.attention_kernel, r.unknown) == ("none", True, "flash2", ())
+        assert p.fused_loss == ("1B" not in r.label)
+        assert p.fp8_recipe == ("current" if p.precision == "fp8" else None) and not p.fp8_param_gather
+        assert r.cluster.gpu.name == "h100-sxm" and pins_for(r) is None
+    cals = cals_for(olmo)
+    assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in olmo)
