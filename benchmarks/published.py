@@ -710,8 +710,12 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         attention_kernel=("flash2" if file in ("torchtitan.csv", OLMO_CORE_FILE) else "triton" if file == MOSAIC_FILE
                           else "auto"),
         # llm-foundry's MPT loss_fn default: flash-attn's fused cross entropy (the row's notes).
-        # OLMo-core's fused_loss=True: its Triton cross entropy (flash-attn's port), where the row's script set it.
-        fused_loss=file == MOSAIC_FILE or (file == OLMO_CORE_FILE and "fused_loss=True" in row["notes"]),
+        # OLMo-core's fused_loss=True: its Triton cross entropy (flash-attn's port), where the row's script set it;
+        # compile_loss=True, PyTorch's cross entropy under torch.compile, is priced as one too: AOTAutograd's
+        # partitioner saves the 16-bit logits and the fp32 log-sum-exp, not the fp32 log-softmax, and inductor
+        # fuses the upcast, the reduction and the gradient into single passes over the logits.
+        fused_loss=file == MOSAIC_FILE or (file == OLMO_CORE_FILE and ("fused_loss=True" in row["notes"]
+                                                                        or "compile_loss=True" in row["notes"])),
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
         moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
         # its token dispatcher (flex+deepep / flex+hybridep: megatron's flex dispatcher with that backend)

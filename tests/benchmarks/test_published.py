@@ -474,8 +474,8 @@ def test_olmo_core_rows_are_read_as_the_readme_and_scripts_state_them(runs):
 
 def test_olmo_core_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
     """FSDP2 on the launcher's default 8 GPUs, reshard_after_forward true (ZeRO-3), fp32 gradient reduction, no
-    activation checkpointing, torch.compile with PyTorch's SDPA (flash2), OLMo-core's Triton cross entropy where the
-    script set fused_loss (not the 1B's compile_loss), torchao float8 as per-tensor current scaling; evaluated with
+    activation checkpointing, torch.compile with PyTorch's SDPA (flash2), a fused cross entropy (OLMo-core's Triton one
+    where the script set fused_loss, the 1B's compile_loss: PyTorch's under torch.compile), torchao float8 as per-tensor current scaling; evaluated with
     the rules off (compiled FSDP), left out of every fit, and each gets a prediction."""
     from accuracy import SOURCES, VALIDATION_SOURCES, cals_for, fitted_runs, pins_for, predict, source_of
 
@@ -489,7 +489,7 @@ def test_olmo_core_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
         p = r.plan
         assert (p.framework, p.world_size, p.tp, p.pp, p.cp, p.zero_stage, p.grad_dtype) == ("fsdp", 8, 1, 1, 1, 3, "fp32")
         assert (p.recompute, p.torch_compile, p.attention_kernel, r.unknown) == ("none", True, "flash2", ())
-        assert p.fused_loss == ("1B" not in r.label)
+        assert p.fused_loss
         assert p.fp8_recipe == ("current" if p.precision == "fp8" else None) and not p.fp8_param_gather
         assert r.cluster.gpu.name == "h100-sxm" and pins_for(r) is None
     cals = cals_for(olmo)
