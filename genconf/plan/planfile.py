@@ -325,6 +325,25 @@ def _derived(run: dict, model: ModelSpec, cluster: ClusterSpec, plan: ParallelPl
     return json.loads(json.dumps(derived))  # as plan.json holds them: lists, not tuples
 
 
+REQUIRED_KEYS = {
+    "model": ("name", "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size", "seq_length",
+              "num_query_groups", "kv_channels", "activation", "normalization", "position_embedding", "tie_embeddings",
+              "add_bias_linear", "hidden_dropout", "attention_dropout", "num_experts", "moe_top_k"),
+    "plan": ("framework", "tp", "pp", "vp", "cp", "ep", "dp", "mbs", "gbs", "seq_length", "zero_stage", "recompute",
+             "precision", "layer_spec"),
+    "train": ("train_steps", "lr", "min_lr", "warmup_steps", "lr_decay", "weight_decay", "beta1", "beta2", "eps",
+              "grad_clip", "seed", "checkpoint_every_steps"),
+}
+"""The settings every plan.json has held since its first version: one left out is refused, not taken as the spec's
+default (a plan.json without plan.tp rendered tp=1, without plan.mbs mbs=1, without model.activation gelu). Keys added
+later (moe_routing, bf16_layers_start, ...) still default, so older files read."""
+
+
+def _missing_keys(run: dict) -> list[str]:
+    return [f"{section}.{key}" for section, keys in REQUIRED_KEYS.items() if isinstance(run.get(section), dict)
+            for key in keys if key not in run[section]]
+
+
 def decode(run: dict, source: str = "plan.json") -> PlanFile:
     """The specs of a run dict; GenconfError naming what is missing or invalid (`source`: the file it came from)."""
     for key in ("model", "cluster", "plan", "train"):
@@ -333,6 +352,10 @@ def decode(run: dict, source: str = "plan.json") -> PlanFile:
     schema = _schema_error(run)
     if schema:
         raise GenconfError(f"{source}: {schema}")
+    missing = _missing_keys(run)
+    if missing:
+        raise GenconfError(f"{source} is missing {', '.join(missing)}: genconf does not guess a plan's settings; add "
+                           f"{'it' if len(missing) == 1 else 'them'}, or write the plan anew with genconf --json")
     try:
         model = model_from_dict(run["model"])
         cluster = cluster_from_dict(run["cluster"])

@@ -160,3 +160,16 @@ def test_a_plan_json_from_before_unmodelled_decodes(run):
     d["model"]["unmodelled"] = [1]
     with pytest.raises(GenconfError, match="unmodelled must be a list of sentences, got \\[1\\]"):
         planfile.decode(d)
+
+
+@pytest.mark.parametrize("where,key", [("plan", "tp"), ("plan", "mbs"), ("plan", "gbs"), ("plan", "framework"),
+                                       ("plan", "seq_length"), ("model", "activation"), ("train", "lr")])
+def test_a_setting_left_out_is_refused_not_defaulted(run, where, key):
+    # A plan.json without plan.tp rendered tp=1, without plan.mbs mbs=1 (the spec's defaults, in silence); without
+    # plan.gbs it said 'global batch (1) must be divisible', without plan.framework it named ParallelPlan.__init__.
+    d = json.loads(planfile.dumps(run[0]))
+    del d[where][key]
+    with pytest.raises(GenconfError) as info:
+        planfile.decode(d, "x.json")
+    assert str(info.value) == (f"x.json is missing {where}.{key}: genconf does not guess a plan's settings; add it, "
+                               f"or write the plan anew with genconf --json")
