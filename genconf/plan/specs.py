@@ -1150,6 +1150,14 @@ class TrainSpec:
 
     def __post_init__(self) -> None:
         _positive(self, "train_steps", "seed", "keep_checkpoints")
+        for name in ("warmup_steps", "checkpoint_every_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"TrainSpec.{name} must be a whole number, got {value!r}")
+        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"TrainSpec.{name} must be a number, got {value!r}")
         if self.warmup_steps < 0 or self.checkpoint_every_steps < 0:
             raise ValueError("TrainSpec: warmup_steps and checkpoint_every_steps must be >= 0")
         if not 0 <= self.min_lr <= self.lr:

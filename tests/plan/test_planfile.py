@@ -173,3 +173,18 @@ def test_a_setting_left_out_is_refused_not_defaulted(run, where, key):
         planfile.decode(d, "x.json")
     assert str(info.value) == (f"x.json is missing {where}.{key}: genconf does not guess a plan's settings; add it, "
                                f"or write the plan anew with genconf --json")
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("lr", "x", "x.json is invalid: TrainSpec.lr must be a number, got 'x'"),
+    ("lr", True, "x.json is invalid: TrainSpec.lr must be a number, got True"),
+    ("warmup_steps", "5", "x.json is invalid: TrainSpec.warmup_steps must be a whole number, got '5'"),
+    ("warmup_steps", 1.5, "x.json is invalid: TrainSpec.warmup_steps must be a whole number, got 1.5"),
+])
+def test_a_training_setting_of_the_wrong_type_names_itself(run, key, value, needle):
+    # train.lr "x" was "'<=' not supported between instances of 'float' and 'str'"; lr true rendered lr True
+    d = json.loads(planfile.dumps(run[0]))
+    d["train"][key] = value
+    with pytest.raises(GenconfError) as info:
+        planfile.decode(d, "x.json")
+    assert str(info.value) == needle
