@@ -368,6 +368,11 @@ def decode(run: dict, source: str = "plan.json") -> PlanFile:
         if legacy and "bf16_layers_start" not in run["plan"]:
             # plan.json written before the plan carried its BF16 end layers: the same count at each end.
             plan = dataclasses.replace(plan, bf16_layers_start=int(legacy), bf16_layers_end=int(legacy))
+        known = {f.name for f in dataclasses.fields(TrainSpec)}
+        unknown = sorted(k for k in train_fields if k not in known)
+        if unknown:
+            raise ValueError(f"train.{unknown[0]} is not a training setting genconf knows (train holds "
+                             f"{', '.join(sorted(known))})")
         train = TrainSpec(**train_fields)
     except KeyError as exc:
         raise GenconfError(f"{source} is missing {exc}") from None

@@ -188,3 +188,12 @@ def test_a_training_setting_of_the_wrong_type_names_itself(run, key, value, need
     with pytest.raises(GenconfError) as info:
         planfile.decode(d, "x.json")
     assert str(info.value) == needle
+
+
+def test_a_training_key_genconf_does_not_know_names_itself(run):
+    # it was "TrainSpec.__init__() got an unexpected keyword argument 'learning_rate'"
+    d = json.loads(planfile.dumps(run[0]))
+    d["train"]["learning_rate"] = 1e-4
+    with pytest.raises(GenconfError, match=r"^x.json is invalid: train.learning_rate is not a training setting genconf "
+                                           r"knows \(train holds beta1, beta2, .*, lr, .*warmup_steps, weight_decay\)$"):
+        planfile.decode(d, "x.json")
