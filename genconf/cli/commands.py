@@ -165,6 +165,10 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         cluster_note = f"{cluster_note}; {more}" if cluster_note else more
     whole = rules.whole_nodes_error(num_gpus, cluster.gpus_per_node)
     if whole:
+        if not args.gpus:  # the cluster's size, not a number the user gave
+            per = cluster.gpus_per_node
+            whole = (f"cluster {cluster.name} has {num_gpus:,} GPUs (its total_gpus), not a whole number of {per}-GPU "
+                     f"nodes: give --gpus {num_gpus // per * per} or --gpus {-(-num_gpus // per) * per}")
         raise GenconfError(whole)
     if args.tp and args.tp > cluster.nvlink_domain:
         raise GenconfError(f"--tp {args.tp} is larger than a node: tensor parallelism must stay inside the "

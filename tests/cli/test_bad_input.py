@@ -287,3 +287,16 @@ def test_calibrate_refuses_the_flags_of_the_other_mode(tmp_path, capsys, argv, n
     args = argv if "--bench" in argv else [str(tmp_path / "run"), *argv]
     one_line(capsys, ["calibrate", *args, "-o", str(tmp_path / "c.yaml")], needle)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cluster_size_that_is_not_whole_nodes_names_the_cluster_and_gpus(tmp_path, capsys):
+    # It read '384 GPUs is not a whole number of 5-GPU nodes; use 380 or 385': 384, the preset's size, was no number
+    # the user gave, and 'use' did not say where.
+    one_line(capsys, ["--model", "1b", "--gpus-per-node", "5"],
+             "cluster kempner-h100 has 384 GPUs (its total_gpus), not a whole number of 5-GPU nodes: give --gpus 380 "
+             "or --gpus 385")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("name: c\ngpu: h100-sxm\ngpus_per_node: 8\nib_gbit_per_s_per_gpu: 400\ntotal_gpus: 12\n")
+    one_line(capsys, ["--model", "1b", "--cluster", str(cluster)], "cluster c has 12 GPUs (its total_gpus)")
+    one_line(capsys, ["--model", "1b", "--cluster", str(cluster), "--gpus", "12"],
+             "12 GPUs is not a whole number of 8-GPU nodes; use 8 or 16")
