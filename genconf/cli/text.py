@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from genconf.plan.batch import describe_batch
 from genconf.plan.counting import exact_param_count, human_count
-from genconf.plan.cpu_time import format_seconds
+from genconf.plan.cpu_time import format_seconds, format_training_time
 from genconf.plan.memory import GIB, HEADROOM_FRACTION, StageMemory
 from genconf.plan.pipeline import inflight_chunks
 from genconf.plan.search import Evaluation, SearchResult, describe
@@ -70,11 +70,8 @@ def _hybrid_counts(pattern: str) -> str:
 
 
 def _training_time(tr: dict, num_gpus: int) -> str:
-    """'38.2 days, 352,000 GPU-hours'; a run under two days in hours, minutes or seconds, and its GPU-hours to two
-    figures (from the unrounded time), so a short run does not read '0.0 days, 0 GPU-hours'."""
-    when = f"{tr['days']:.1f} days" if tr["time_s"] >= 2 * 86400 else format_seconds(tr["time_s"])
-    hours = tr["time_s"] * num_gpus / 3600
-    return f"{when}, {f'{hours:,.0f}' if hours >= 100 else f'{hours:.2g}'} GPU-hours"
+    """'38.2 days, 352,000 GPU-hours' (genconf.plan.cpu_time.format_training_time)."""
+    return format_training_time(tr["time_s"], num_gpus)
 
 
 def _track_record_lines(d: dict) -> list[str]:

@@ -77,6 +77,17 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def format_training_time(time_s: float, num_gpus: int) -> str:
+    """'34.3 days, 315,652 GPU-hours'; a run under two days in hours, minutes or seconds (format_seconds), and its
+    GPU-hours to two figures, so a short run does not read '0.0 days, 0 GPU-hours'; a run of a year or more says its
+    years ('2,187.0 days (6.0 years)'). From the unrounded time: plan.json's days (34.25) read '34.2' for 34.2504."""
+    days = time_s / 86400
+    years = f" ({days / 365.25:.1f} years)" if days >= 365.25 else ""
+    when = f"{days:,.1f} days{years}" if days >= 2 else format_seconds(time_s)
+    hours = time_s * num_gpus / 3600
+    return f"{when}, {f'{hours:,.0f}' if hours >= 100 else f'{hours:.2g}'} GPU-hours"
+
+
 def cpu_step_time(model: ModelSpec, plan: ParallelPlan, *, cores: int,
                   flop_per_s_per_core: float = CPU_FLOP_PER_S_PER_CORE, seconds_per_pass: float = CPU_SECONDS_PER_PASS,
                   gloo_bytes_per_s: float = GLOO_BYTES_PER_S, bf16_slowdown: float = CPU_BF16_SLOWDOWN) -> CpuStepEstimate:
