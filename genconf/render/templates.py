@@ -9,6 +9,7 @@ import shlex
 import jinja2
 
 from genconf.catalog.files import resource_dir
+from genconf.plan.cpu_time import format_training_time
 from genconf.plan.errors import GenconfError
 
 
@@ -50,10 +51,17 @@ def thousands(value: object) -> str:
     return f"{value:,.0f}" if isinstance(value, (int, float)) else str(value)
 
 
+def training_time(time_s: object, num_gpus: object) -> str:
+    """The README's training time as the plan's text gives it (genconf.plan.cpu_time.format_training_time)."""
+    if isinstance(time_s, bool) or isinstance(num_gpus, bool):
+        raise TypeError(f"training.time_s {time_s!r} and cluster.num_gpus {num_gpus!r} must be numbers")
+    return format_training_time(time_s, num_gpus)
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
                              undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters.update(shquote=shquote, sbatch_quote=sbatch_quote, sbatch_path=sbatch_path, sbatch_token=sbatch_token,
-                       comment=comment, thousands=thousands)
+                       comment=comment, thousands=thousands, training_time=training_time)
     return env

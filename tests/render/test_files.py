@@ -69,3 +69,14 @@ def test_configs_is_pure():
                           "('jinja2', 'yaml', 'torch', 'subprocess', 'deepspeed', 'megatron')))"],
                          capture_output=True, text=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_readme_gives_the_training_time_as_the_plan_text_does(tmp_path):
+    # A short run's README read '2 steps, 0.0 days, 0 GPU-hours' (the plan's text: '1.71 s, 0.0038 GPU-hours'), a long
+    # one '491495 steps, 1528.73 days'.
+    out = run_genconf("--model", "1b", "--gpus", "8", "--cluster", "dgx-h100", "--tokens", "1e6", "-o",
+                      str(tmp_path / "short"))
+    assert out.returncode == 0, out.stderr
+    text = next(x for x in out.stdout.splitlines() if x.strip().startswith("train "))
+    row = next(x for x in (tmp_path / "short" / "README.md").read_text().splitlines() if x.startswith("| training |"))
+    assert row.endswith(f" steps, {text.split('tokens', 1)[1].strip()} |") and "days" not in row
