@@ -405,3 +405,12 @@ def test_offload_on_a_model_only_megatron_builds_says_to_drop_it():
     out = run("--model", "mixtral-8x7b", "--gpus", "64", "--offload")
     one_line_error(out, "--offload is DeepSpeed's ZeRO-Offload: mixtral-8x7b has mixture-of-experts layers")
     assert out.stderr.strip().endswith("drop --offload")
+
+
+def test_the_pipeline_bubble_reads_the_same_in_performance_and_why(capsys):
+    # The 405B on 384 read 'pipeline bubble 1.1%' (the JSON's 0.0115) and 'bubble 1.2% ((p-1)/(v*m))' (31/2688).
+    assert main(["--model", "llama3.1-405b", "--gpus", "384"]) == 0
+    out = capsys.readouterr().out
+    row = next(x for x in out.splitlines() if x.strip().startswith("pipeline bubble"))
+    why = next(x for x in out.splitlines() if "((p-1)/(v*m))" in x)
+    assert row.split()[-1] == "1.2%" and " bubble 1.2% " in why
