@@ -69,6 +69,14 @@ def _hybrid_counts(pattern: str) -> str:
     return "hybrid: " + ", ".join(f"{pattern.count(k)} {v}" for k, v in names.items() if pattern.count(k)) + " layers"
 
 
+def _breakdown_name(key: str, plan: dict) -> str:
+    """A step breakdown part's name; tp_comm holds the exposed EP all-to-all and CP ring traffic too (StepCost.tp_comm_s),
+    so an expert- or context-parallel plan names them: DeepSeek-V3's 13.6 s of all-to-all read 'tp_comm 13.599'."""
+    if key != "tp_comm":
+        return key
+    return "+".join([x for x in ("tp", "cp", "ep") if (plan.get(x) or 1) > 1] or ["tp"]) + "_comm"
+
+
 def _training_time(tr: dict, num_gpus: int) -> str:
     """'38.2 days, 352,000 GPU-hours' (genconf.plan.cpu_time.format_training_time)."""
     return format_training_time(tr["time_s"], num_gpus)
@@ -157,7 +165,8 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
                                               f"{within('tokens_per_s_per_gpu', ',.0f')}"),
         *_track_record_lines(d),
         _row("pipeline bubble", f"{perf['bubble_fraction']:.1%}"),
-        _row("step breakdown (s)", "  ".join(f"{k} {v:.3f}" for k, v in perf["breakdown_s"].items() if v > 0)),
+        _row("step breakdown (s)", "  ".join(f"{_breakdown_name(k, d['plan'])} {v:.3f}"
+                                             for k, v in perf["breakdown_s"].items() if v > 0)),
         _row(f"train {human_count(tr['tokens'])} tokens", _training_time(tr, c["num_gpus"])),
         *_checkpoint_lines(d.get("checkpoint")),
         "",
