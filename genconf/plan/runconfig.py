@@ -117,6 +117,11 @@ def read_plan(artifacts: Path) -> PlanFile:
         if (artifacts / "config.json").is_file() and (artifacts / "metrics.jsonl").exists():
             raise GenconfError(f"{artifacts} is a run directory: give the artifacts directory it was launched from "
                                f"(and --run-dir {artifacts} --resume to continue it)")
+        if artifacts.is_file():  # '-o afile' would fail: it is a file, not an artifacts directory
+            raise GenconfError(f"{artifacts} is a file: give an artifacts directory (written by genconf ... -o DIR)")
+        if not artifacts.exists():
+            raise GenconfError(f"{artifacts} does not exist: give an artifacts directory (write one with: genconf "
+                               f"... -o {artifacts})")
         raise GenconfError(f"{artifacts} has no plan.json (write one with: genconf ... -o {artifacts})")
     return decode(load(path), str(path))
 

@@ -96,6 +96,9 @@ def read_metrics(run: Path) -> list[dict]:
             raise GenconfError(f"{run} is an artifacts directory: give one of its runs"
                                + (f" ({', '.join(str(runs / n) for n in names[-3:])})" if names else
                                   " (none under runs/ yet)"))
+        if not run.exists() or run.is_file():  # it read 'has no metrics.jsonl' for a typo or a file
+            raise GenconfError(f"{run} {'does not exist' if not run.exists() else 'is a file'}: give a run directory "
+                               f"(DIR/runs/<name>, with metrics.jsonl)")
         raise GenconfError(f"{run} has no metrics.jsonl (is it a genconf run directory?)")
     rows = []
     try:

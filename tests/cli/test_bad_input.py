@@ -300,3 +300,14 @@ def test_a_cluster_size_that_is_not_whole_nodes_names_the_cluster_and_gpus(tmp_p
     one_line(capsys, ["--model", "1b", "--cluster", str(cluster)], "cluster c has 12 GPUs (its total_gpus)")
     one_line(capsys, ["--model", "1b", "--cluster", str(cluster), "--gpus", "12"],
              "12 GPUs is not a whole number of 8-GPU nodes; use 8 or 16")
+
+
+def test_verify_and_launch_name_a_path_that_is_missing_or_a_file(tmp_path, capsys):
+    # verify read 'has no metrics.jsonl (is it a genconf run directory?)' for a typo or a file; launch of a file said
+    # 'write one with: genconf ... -o FILE', which fails there.
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    one_line(capsys, ["verify", str(tmp_path / "nosuch")], f"{tmp_path / 'nosuch'} does not exist: give a run directory")
+    one_line(capsys, ["verify", str(afile)], f"{afile} is a file: give a run directory")
+    one_line(capsys, ["launch", str(afile)], f"{afile} is a file: give an artifacts directory")
+    one_line(capsys, ["launch", str(tmp_path / "nosuch")], f"{tmp_path / 'nosuch'} does not exist: give an artifacts")

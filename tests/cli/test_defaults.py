@@ -137,7 +137,7 @@ def test_force_lets_a_slow_step_through(monkeypatch):
 def test_launch_force_is_a_flag():
     out = run_genconf("launch", "--help")
     assert "--force" in out.stdout and "10 minutes" in out.stdout
-    one_line_error(run_genconf("launch", "/nonexistent", "--force"), "no plan.json")
+    one_line_error(run_genconf("launch", "/nonexistent", "--force"), "/nonexistent does not exist: give an artifacts directory")
 
 
 @needs_torch
