@@ -266,8 +266,22 @@ def explain_dict(result) -> dict:
                                for ev in result.nearest_misses]}
 
 
+def refuse_artifact_flags_without_output(args: argparse.Namespace) -> None:
+    """--force, --account, --partition, --job-name, --run-dir and --python say how -o writes the artifacts: without -o
+    they were ignored in silence (the plan printed, no file written)."""
+    if args.output:
+        return
+    given = [flag for flag, name in (("--force", "force"), ("--account", "account"), ("--partition", "partition"),
+                                     ("--job-name", "job_name"), ("--run-dir", "run_dir"), ("--python", "python"))
+             if getattr(args, name, None)]
+    if given:
+        raise GenconfError(f"{'/'.join(given)} {'says' if len(given) == 1 else 'say'} how the artifacts are written: "
+                           f"add -o DIR, or leave {'it' if len(given) == 1 else 'them'} out")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     check_slurm_flags(args)  # a bad --time or --account is an error with or without -o
+    refuse_artifact_flags_without_output(args)
     if args.plot:
         from genconf.run import plots
 
@@ -562,6 +576,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
             r = recipes.load_recipe(name)
             print(f"{name:<22} v{r.version}  {r.data.get('description', '')}")
         return 0
+    refuse_artifact_flags_without_output(args)
     recipe = recipes.load_recipe(args.name)
     run = recipes.smoke_run(recipe) if args.smoke else recipes.full_run(recipe)
     if args.output:

@@ -311,3 +311,14 @@ def test_verify_and_launch_name_a_path_that_is_missing_or_a_file(tmp_path, capsy
     one_line(capsys, ["verify", str(afile)], f"{afile} is a file: give a run directory")
     one_line(capsys, ["launch", str(afile)], f"{afile} is a file: give an artifacts directory")
     one_line(capsys, ["launch", str(tmp_path / "nosuch")], f"{tmp_path / 'nosuch'} does not exist: give an artifacts")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--model", "1b", "--gpus", "8", "--account", "foo"], "--account says how the artifacts are written: add -o DIR"),
+    (["--model", "1b", "--gpus", "8", "--force", "--run-dir", "/x"], "--force/--run-dir say how the artifacts are "
+                                                                      "written: add -o DIR, or leave them out"),
+    (["recipe", "olmo-1b-ddp", "--job-name", "j"], "--job-name says how the artifacts are written"),
+])
+def test_artifact_flags_without_o_are_refused(capsys, argv, needle):
+    # They were ignored in silence: the plan printed and no file was written.
+    one_line(capsys, argv, needle)
