@@ -1264,7 +1264,7 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
     if result.rejected.get("memory_fits") and memory_misses:
         closest = memory_misses[0]
         peak = closest.memory.peak
-        why = (f"{model.name} does not fit on {num_gpus} x {gpu.name} ({gpu.hbm_gib:g} GiB each): the closest plan "
+        why = (f"{model.name} does not fit on {num_gpus:,} x {gpu.name} ({gpu.hbm_gib:g} GiB each): the closest plan "
                f"({describe(closest.plan)}) needs {peak.total_bytes / GIB:.1f} GiB per GPU on stage {peak.stage}, "
                f"over the {closest.memory.usable_bytes / GIB:.1f} GiB a plan may use "
                f"({mem.HEADROOM_FRACTION:.0%} kept free for the estimate's error)")
@@ -1295,10 +1295,10 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
                        f"from the model's size)"
                        + (f": each of the {fewest:,} or more data-parallel ranks of a layout on {num_gpus:,} GPUs needs "
                           f"a sequence" if fewest > MAX_BATCH_GROWTH * target.sequences else ""))
-        why = (f"no valid layout for {model.name} on {num_gpus} x {gpu.name} ({result.considered} candidates rejected: "
+        why = (f"no valid layout for {model.name} on {num_gpus:,} x {gpu.name} ({result.considered} candidates rejected: "
                f"{top})" + (f"; e.g. {example}" if example else ""))
     else:
-        why = (f"no layout of {model.name} on {num_gpus} x {gpu.name} has {pinned or 'these settings'}: the degrees must "
+        why = (f"no layout of {model.name} on {num_gpus:,} x {gpu.name} has {pinned or 'these settings'}: the degrees must "
                f"divide the GPUs (tp x pp x cp x dp), the heads, layers and experts they split"
                + (", and the global batch must be a multiple of mbs x dp" if pins.gbs is not None else ""))
     tips = what_would_be_valid(model, cluster, num_gpus, cal, pins,

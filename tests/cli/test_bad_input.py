@@ -322,3 +322,8 @@ def test_verify_and_launch_name_a_path_that_is_missing_or_a_file(tmp_path, capsy
 def test_artifact_flags_without_o_are_refused(capsys, argv, needle):
     # They were ignored in silence: the plan printed and no file was written.
     one_line(capsys, argv, needle)
+
+
+def test_a_large_gpu_count_reads_with_separators_in_the_refusal(capsys):
+    # It read 'no valid layout for kempner-olmo-1b on 1000000 x h100-sxm' and then '1,000,000 GPUs' in the same line.
+    one_line(capsys, ["--model", "1b", "--gpus", "1000000"], "no valid layout for kempner-olmo-1b on 1,000,000 x h100-sxm")
