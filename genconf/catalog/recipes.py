@@ -187,11 +187,22 @@ def _typed(path: Path, data: dict) -> None:
         raise GenconfError(f"{path}: layout.tp_comm_overlap must be true or false, got {overlap!r}")
 
 
+def unknown_recipe(ref: str, what: str = "unknown recipe") -> str:
+    """Why recipe `ref` is not found: a path that is not there, or a name not in the recipes folder (naming the folder
+    when it holds none: an empty GENCONF_RECIPES_DIR read '(one of: )')."""
+    if ref.endswith((".yaml", ".yml")):
+        return f"recipe file {ref} {'is not a file' if Path(ref).exists() else 'does not exist'}"
+    available = list_recipes()
+    if not available:
+        return f"{what} '{ref}': {recipe_dir()} holds no recipes (NAME.yaml files)"
+    return f"{what} '{ref}' (one of: {', '.join(available)})"
+
+
 def load_recipe(ref: str, _seen: tuple[str, ...] = ()) -> Recipe:
     """A recipe by name (recipes/NAME.yaml) or path, with its `extends:` chain merged (child keys win)."""
     path = Path(ref) if ref.endswith((".yaml", ".yml")) else recipe_dir() / f"{ref}.yaml"
     if not path.is_file():
-        raise GenconfError(f"unknown recipe '{ref}' (one of: {', '.join(list_recipes())})")
+        raise GenconfError(unknown_recipe(ref))
     data = read_yaml(path)
     _check(path, data)
     name = data.get("name", path.stem)

@@ -197,14 +197,14 @@ def run(names: list[str], *, update_golden: str | None, work_dir: str | None,
     available = recipes.list_recipes()
     if update_golden:
         if update_golden not in available:
-            raise GenconfError(f"--update-golden: unknown recipe '{update_golden}' (one of: {', '.join(available)})")
+            raise GenconfError("--update-golden: " + recipes.unknown_recipe(update_golden))
         names = [update_golden]
     names = names or [n for n in available if _has_smoke(n)]
     if not names:  # a CI gate pointed at the wrong folder must not pass
         raise GenconfError(f"no recipe with a smoke variant in {recipes.recipe_dir()}")
     for name in names:
         if name not in available:
-            raise GenconfError(f"unknown recipe '{name}' (one of: {', '.join(available)})")
+            raise GenconfError(recipes.unknown_recipe(name))
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="genconf-ci-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -118,3 +118,14 @@ def test_ci_reports_a_broken_recipe_as_its_own_fail_row(tmp_path, monkeypatch):
     rows = ci.run([], update_golden=None, work_dir=str(tmp_path / "work"))
     assert [(r.recipe, r.verdict) for r in rows] == [("bad", "FAIL")]
     assert "smoke.steps must be a positive integer, got -3" in rows[0].detail
+
+
+def test_a_recipe_not_found_says_why(tmp_path, monkeypatch):
+    # An empty recipes folder read "unknown recipe 'olmo-1b-ddp' (one of: )"; a missing recipe file "unknown recipe
+    # './nope.yaml' (one of: gpt3-175b-megatron, ...)".
+    with pytest.raises(GenconfError, match=r"^recipe file \./nope\.yaml does not exist$"):
+        recipes.load_recipe("./nope.yaml")
+    monkeypatch.setenv(recipes.RECIPES_DIR_ENV, str(tmp_path))
+    with pytest.raises(GenconfError, match=rf"^unknown recipe 'olmo-1b-ddp': {re.escape(str(tmp_path))} holds no "
+                                           rf"recipes \(NAME\.yaml files\)$"):
+        recipes.load_recipe("olmo-1b-ddp")
