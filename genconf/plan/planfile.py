@@ -55,7 +55,8 @@ def memory_dict(est: MemoryEstimate) -> dict:
              fragmentation_bytes=int(peak.unreleasable_bytes), runtime_bytes=int(peak.runtime_bytes),
              stages=[{"stage": s.stage, "layers": s.layers, "total_gib": _gib(s.total_bytes),
                       "total_bytes": int(s.total_bytes), "params_gib": _gib(s.params_bytes),
-                      "activations_gib": _gib(s.activations_bytes)} for s in est.stages])
+                      "params_bytes": int(s.params_bytes), "activations_gib": _gib(s.activations_bytes),
+                      "activations_bytes": int(s.activations_bytes)} for s in est.stages])
     return d
 
 

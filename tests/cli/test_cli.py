@@ -424,3 +424,25 @@ def test_the_step_breakdown_names_expert_and_context_parallel_traffic(capsys):
     assert main(["--model", "70b", "--gpus", "384"]) == 0
     row = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("step breakdown"))
     assert " tp_comm " in row
+
+
+def test_every_gib_figure_in_the_json_has_its_exact_bytes_beside_it():
+    # memory.stages gave params_gib and activations_gib without their bytes (the busiest stage's had both).
+    out = run("--model", "70b", "--gpus", "384", "--json")
+    d = json.loads(out.stdout)
+    missing = []
+
+    def walk(x, where):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k.endswith("_gib") and k[:-4] + "_bytes" not in x and where not in ("cluster", "cluster.gpu_spec"):
+                    missing.append(f"{where}.{k}")
+                if k.endswith("_gib") and k[:-4] + "_bytes" in x and isinstance(v, float):
+                    assert v == pytest.approx(x[k[:-4] + "_bytes"] / 2**30, abs=1e-3), f"{where}.{k}"
+                walk(v, f"{where}.{k}" if where else k)
+        elif isinstance(x, list):
+            for item in x:
+                walk(item, where)
+
+    walk(d, "")
+    assert missing == []
