@@ -476,6 +476,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 if moved:
                     raise GenconfError(f"{moved}, or give --run-dir")
                 runs = launch.script_run_dir(script)
+            if args.resume and not args.name:  # a new run's timestamp has nothing to resume
+                saved = sorted(p.parent.name for p in runs.glob("*/config.json")) if runs.is_dir() else []
+                raise GenconfError(f"--resume continues a saved run: give its --name under {runs} or its --run-dir"
+                                   + (f" ({', '.join(saved[-3:])})" if saved else f" (none under {runs} yet)"))
             run_dir = runs / (args.name or time.strftime("%Y%m%d-%H%M%S"))
         if run_dir.exists() and not run_dir.is_dir():
             raise GenconfError(f"--run-dir {run_dir} is a file, not a run directory")

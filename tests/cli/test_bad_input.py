@@ -327,3 +327,15 @@ def test_artifact_flags_without_o_are_refused(capsys, argv, needle):
 def test_a_large_gpu_count_reads_with_separators_in_the_refusal(capsys):
     # It read 'no valid layout for kempner-olmo-1b on 1000000 x h100-sxm' and then '1,000,000 GPUs' in the same line.
     one_line(capsys, ["--model", "1b", "--gpus", "1000000"], "no valid layout for kempner-olmo-1b on 1,000,000 x h100-sxm")
+
+
+def test_a_resume_without_the_run_says_which_to_give(tmp_path, capsys):
+    # It read '--resume: DIR/runs/20261130-085143 has no config.json': a fresh timestamp, named as if it were the run.
+    out = tmp_path / "out"
+    assert main(["--model", "1b", "--gpus", "8", "-o", str(out)]) == 0
+    capsys.readouterr()
+    one_line(capsys, ["launch", str(out), "--resume"], f"--resume continues a saved run: give its --name under "
+                                                      f"{out / 'runs'} or its --run-dir (none under {out / 'runs'} yet)")
+    (out / "runs" / "first").mkdir()
+    (out / "runs" / "first" / "config.json").write_text("{}")
+    one_line(capsys, ["launch", str(out), "--resume"], "or its --run-dir (first)")
