@@ -395,6 +395,8 @@ def _launch_flag_conflicts(args: argparse.Namespace) -> None:
                            f"{'--run-dir' if args.run_dir else '--name'}, or render the plan with --run-dir")
     if args.submit and args.force:
         raise GenconfError("--force overrides a local launch's CPU checks; a submitted job has none: drop it")
+    if args.data_dtype and not args.data:  # it was ignored: the run trained on its synthetic tokens
+        raise GenconfError(f"--data-dtype {args.data_dtype} is the dtype of a --data file: add --data FILE, or drop it")
     if args.run_dir and args.name:
         raise GenconfError("--name names a run under the artifacts' runs directory and --run-dir gives its whole "
                            "path: use one")
@@ -455,7 +457,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
              "seq_len": args.seq_len, "global_batch": args.global_batch, "mbs": args.mbs, "steps": args.steps,
              "lr": args.lr, "checkpoint_every": args.checkpoint_every, "keep_checkpoints": args.keep_checkpoints,
              "precision": args.precision}
-    data = {"kind": "memmap", "path": str(Path(args.data).resolve()), "dtype": args.data_dtype} if args.data else None
+    data = ({"kind": "memmap", "path": str(Path(args.data).resolve()), "dtype": args.data_dtype or "uint16"}
+            if args.data else None)
     if args.submit:
         plan = runconfig.read_plan(artifacts).plan
         script = launch.sbatch_script(artifacts, args.framework or plan.framework)

@@ -261,7 +261,7 @@ def _add_shell_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--precision", choices=PLAN_PRECISIONS, help="run with another precision recipe")
     g.add_argument("--lr", type=float, help="peak learning rate (smoke tests of tiny models want ~1e-2)")
     g.add_argument("--data", type=non_empty, help="a tokenized binary file (uint16 tokens; uint32 with --data-dtype)")
-    g.add_argument("--data-dtype", choices=("uint16", "uint32"), default="uint16")
+    g.add_argument("--data-dtype", choices=("uint16", "uint32"), help="with --data: its token dtype (default uint16)")
     g = launch.add_argument_group("speed on a GPU (FSDP and DeepSpeed runners; genconf.train.speed)")
     g.add_argument("--attention", choices=("auto", "flash", "cudnn", "efficient", "math"), default="auto",
                    help="scaled_dot_product_attention backend (default auto: torch picks flash/cuDNN on a GPU)")

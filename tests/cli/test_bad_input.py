@@ -339,3 +339,9 @@ def test_a_resume_without_the_run_says_which_to_give(tmp_path, capsys):
     (out / "runs" / "first").mkdir()
     (out / "runs" / "first" / "config.json").write_text("{}")
     one_line(capsys, ["launch", str(out), "--resume"], "or its --run-dir (first)")
+
+
+def test_a_data_dtype_without_data_is_refused(tmp_path, capsys):
+    # It was ignored: the run trained on synthetic tokens.
+    one_line(capsys, ["launch", str(tmp_path), "--data-dtype", "uint32"],
+             "--data-dtype uint32 is the dtype of a --data file: add --data FILE, or drop it")
