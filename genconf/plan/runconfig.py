@@ -65,7 +65,12 @@ def shrink(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, *, layers: in
         h = hidden or m.hidden_size
         a = heads or m.num_attention_heads
         if h % a:
-            raise GenconfError(f"--hidden {h} is not divisible by {a} attention heads (give --heads)")
+            if hidden is None:
+                raise GenconfError(f"--heads {a} does not divide the model's hidden size {h}: give --heads dividing "
+                                   f"it, or --hidden")
+            raise GenconfError(f"--hidden {h} is not divisible by {a} attention heads"
+                               + (": give --heads dividing it, or another --hidden" if heads else
+                                  f" (the model's): give --heads dividing {h}, or a --hidden divisible by {a}"))
         ratio = m.num_attention_heads // m.num_query_groups
         groups = max(1, a // ratio) if a % max(1, a // ratio) == 0 else a
         scale = h / m.hidden_size

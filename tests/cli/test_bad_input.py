@@ -345,3 +345,19 @@ def test_a_data_dtype_without_data_is_refused(tmp_path, capsys):
     # It was ignored: the run trained on synthetic tokens.
     one_line(capsys, ["launch", str(tmp_path), "--data-dtype", "uint32"],
              "--data-dtype uint32 is the dtype of a --data file: add --data FILE, or drop it")
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--heads", "3", "--hidden", "64"], "--hidden 64 is not divisible by 3 attention heads: give --heads dividing it, "
+                                         "or another --hidden"),
+    (["--hidden", "100"], "--hidden 100 is not divisible by 16 attention heads (the model's): give --heads dividing "
+                          "100, or a --hidden divisible by 16"),
+    (["--heads", "3"], "--heads 3 does not divide the model's hidden size 2048: give --heads dividing it, or --hidden"),
+])
+def test_a_shrink_whose_heads_do_not_divide_the_hidden_size_names_what_was_given(tmp_path, capsys, flags, needle):
+    # Each read '--hidden H is not divisible by A attention heads (give --heads)': --heads 3 alone named a --hidden
+    # the user never gave, and with --heads given it said to give --heads.
+    out = tmp_path / "out"
+    assert main(["--model", "1b", "--gpus", "8", "-o", str(out)]) == 0
+    capsys.readouterr()
+    one_line(capsys, ["launch", str(out), *flags], needle)
