@@ -77,7 +77,7 @@ def read_file(path: str | Path) -> CalibrationFile:
     """Load and validate a calibration file; errors name the file and the key."""
     p = Path(path)
     if not p.is_file():
-        raise GenconfError(f"calibration file {p} does not exist")
+        raise GenconfError(f"calibration file {p} {'is a directory' if p.is_dir() else 'does not exist'}")
     try:
         data = yaml.safe_load(p.read_text())
     except OSError as exc:

@@ -106,7 +106,7 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
     elif ref.endswith((".yaml", ".yml")) or os.sep in ref:
         path = Path(ref)
         if not path.is_file():
-            raise GenconfError(f"cluster file {ref} does not exist")
+            raise GenconfError(f"cluster file {ref} {'is a directory' if path.is_dir() else 'does not exist'}")
         data = read_yaml(path)
         # Not str(): `name: [1]` became the cluster "[1]"; ClusterSpec says a name must be text.
         cluster = cluster_from_mapping(data.get("name", path.stem), data, str(path))

@@ -361,3 +361,11 @@ def test_a_shrink_whose_heads_do_not_divide_the_hidden_size_names_what_was_given
     assert main(["--model", "1b", "--gpus", "8", "-o", str(out)]) == 0
     capsys.readouterr()
     one_line(capsys, ["launch", str(out), *flags], needle)
+
+
+@pytest.mark.parametrize("flag", ["--cluster", "--calibration"])
+def test_a_directory_given_for_a_file_says_so(tmp_path, capsys, flag):
+    # It read 'cluster file X.yaml does not exist' / 'calibration file X does not exist' for a directory that does.
+    folder = tmp_path / "c.yaml"
+    folder.mkdir()
+    one_line(capsys, ["--model", "1b", "--gpus", "8", flag, str(folder)], f"file {folder} is a directory")
