@@ -119,6 +119,10 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
     lines = [
         f"model    {alias}{m['name']}: {m['params']:,} parameters ({_hybrid_counts(m['hybrid_pattern'])})"
         if m.get("hybrid_pattern") else
+        # MoE: the workshop formula counts a dense GPT of the shape (DeepSeek-V3 read 'workshop formula: 39.5B' beside
+        # its 683B, and nothing said it has experts)
+        f"model    {alias}{m['name']}: {m['params']:,} parameters, {m['params_active']:,} active per token "
+        f"({m['moe_top_k']} of {m['num_experts']} experts)" if m.get("num_experts") and "params_active" in m else
         f"model    {alias}{m['name']}: {m['params']:,} parameters (workshop formula: {m['params_workshop']:,})",
         f"         {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_attention_heads']} heads"
         f" ({m['num_query_groups']} KV), ffn {m['ffn_hidden_size']} {m['activation']}, vocab {m['vocab_size']}, "

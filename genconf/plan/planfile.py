@@ -17,7 +17,7 @@ from genconf import __version__
 from genconf.plan.batch import batch_summary
 from genconf.plan.checkpoint_size import checkpoint_size
 from genconf.plan.cost import Calibration, StepCost, training_time_s, utilization_warning
-from genconf.plan.counting import exact_param_count, workshop_param_count
+from genconf.plan.counting import active_param_count, exact_param_count, workshop_param_count
 from genconf.plan.errors import GenconfError
 from genconf.plan.memory import GIB, HEADROOM_FRACTION, MemoryEstimate, megatron_optimizer_bytes
 from genconf.plan.pipeline import stage_layers
@@ -85,7 +85,8 @@ def plan_dict(plan: ParallelPlan, model: ModelSpec) -> dict:
 
 def model_dict(model: ModelSpec, alias: str | None) -> dict:
     d = dataclasses.asdict(model)
-    d.update(params=exact_param_count(model), params_workshop=workshop_param_count(model), alias=alias)
+    d.update(params=exact_param_count(model), params_active=active_param_count(model),
+             params_workshop=workshop_param_count(model), alias=alias)
     if model.sliding_window:
         d.update(windowed_layers=model.windowed_layers, window_text=model.window_text)
     return d

@@ -446,3 +446,17 @@ def test_every_gib_figure_in_the_json_has_its_exact_bytes_beside_it():
 
     walk(d, "")
     assert missing == []
+
+
+def test_a_moe_model_line_gives_its_active_parameters_not_the_dense_formula(capsys):
+    # Mixtral 8x7B read '46,702,792,704 parameters (workshop formula: 6,840,163,584)': a dense GPT's count of its
+    # shape, and nothing on the line said it has experts.
+    assert main(["--model", "mixtral-8x7b", "--gpus", "64", "--cluster", "dgx-h100", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["model"]
+    assert m["params_active"] == 12_879_925_248 < m["params"]
+    assert main(["--model", "mixtral-8x7b", "--gpus", "64", "--cluster", "dgx-h100"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("46,702,792,704 parameters, 12,879,925,248 active per token (2 of 8 experts)")
+    assert main(["--model", "1b", "--gpus", "8", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["model"]
+    assert m["params_active"] == m["params"]
