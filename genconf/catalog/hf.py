@@ -643,6 +643,10 @@ def write_catalog_yaml(ref: str, *, output: str | None = None, name: str | None 
     from genconf.plan.counting import exact_param_count
 
     out = Path(output) if output else None
+    if name is not None and (name != name.lower() or " " in name):
+        # It was refused as the config.json's fault: 'config.json: ModelSpec.name must be lowercase without spaces'.
+        raise GenconfError(f"--name {name!r}: a model's name is lowercase without spaces, such as "
+                           f"{default_name(Path(name + '.yaml'))!r}")
     if out is not None and name is None:
         name = default_name(out)
     model = model_from_hf(ref, name=name)

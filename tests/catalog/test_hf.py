@@ -470,3 +470,12 @@ def test_router_aux_loss_coef_is_passed_1_to_1_with_its_scale_noted():
     assert not any("router_aux_loss_coef" in n for n in mixtral.spec.unmodelled)  # a note of the import, no warning
     silent = hf.model_from_config(dict(_config("mixtral-8x7b-v0.1"), router_aux_loss_coef=0.0), name="m", where="t")
     assert silent[0].moe_aux_loss_coeff == 0.0 and not any("router_aux_loss_coef" in n for n in silent[2])
+
+
+def test_a_name_that_is_not_a_model_name_is_the_flags_fault(capsys):
+    # It read 'HF/llama3.2-1b/config.json: ModelSpec.name must be lowercase without spaces, got 'My Model'': the
+    # config.json was blamed for --name.
+    assert main(["models", "--from-hf", str(HF / "llama3.2-1b"), "--name", "My Model"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("genconf: error: --name 'My Model': a model's name is lowercase without spaces, such "
+                                 "as 'my-model'\n")
