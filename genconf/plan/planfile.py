@@ -335,6 +335,10 @@ REQUIRED_KEYS = {
              "precision", "layer_spec"),
     "train": ("train_steps", "lr", "min_lr", "warmup_steps", "lr_decay", "weight_decay", "beta1", "beta2", "eps",
               "grad_clip", "seed", "checkpoint_every_steps"),
+    "cluster": ("name", "gpu_spec", "gpus_per_node", "ib_gbit_per_s_per_gpu", "num_gpus"),
+    "cluster.gpu_spec": ("name", "display_name", "arch", "peak_fp32_tflops", "peak_tf32_tflops", "peak_bf16_tflops",
+                         "peak_fp16_tflops", "peak_fp8_tflops", "peak_fp4_tflops", "hbm_gib", "hbm_tbyte_per_s",
+                         "nvlink_gbyte_per_s", "num_sms", "node_sizes", "tdp_w"),
 }
 """The settings every plan.json has held since its first version: one left out is refused, not taken as the spec's
 default (a plan.json without plan.tp rendered tp=1, without plan.mbs mbs=1, without model.activation gelu). Keys added
@@ -342,8 +346,16 @@ later (moe_routing, bf16_layers_start, ...) still default, so older files read."
 
 
 def _missing_keys(run: dict) -> list[str]:
-    return [f"{section}.{key}" for section, keys in REQUIRED_KEYS.items() if isinstance(run.get(section), dict)
-            for key in keys if key not in run[section]]
+    """The REQUIRED_KEYS a run dict leaves out, as section.key (a section that is not a JSON object is decode's to
+    refuse)."""
+    missing = []
+    for section, keys in REQUIRED_KEYS.items():
+        where: object = run
+        for part in section.split("."):
+            where = where.get(part) if isinstance(where, dict) else None
+        if isinstance(where, dict):
+            missing += [f"{section}.{key}" for key in keys if key not in where]
+    return missing
 
 
 def decode(run: dict, source: str = "plan.json") -> PlanFile:
@@ -354,6 +366,9 @@ def decode(run: dict, source: str = "plan.json") -> PlanFile:
     schema = _schema_error(run)
     if schema:
         raise GenconfError(f"{source}: {schema}")
+    spec = run.get("cluster", {}).get("gpu_spec", {})
+    if not isinstance(spec, dict):
+        raise GenconfError(f"{source} is invalid: 'cluster.gpu_spec' must be a JSON object, got {type(spec).__name__}")
     missing = _missing_keys(run)
     if missing:
         raise GenconfError(f"{source} is missing {', '.join(missing)}: genconf does not guess a plan's settings; add "

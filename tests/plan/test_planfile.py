@@ -197,3 +197,20 @@ def test_a_training_key_genconf_does_not_know_names_itself(run):
     with pytest.raises(GenconfError, match=r"^x.json is invalid: train.learning_rate is not a training setting genconf "
                                            r"knows \(train holds beta1, beta2, .*, lr, .*warmup_steps, weight_decay\)$"):
         planfile.decode(d, "x.json")
+
+
+@pytest.mark.parametrize("path", [("cluster", "gpus_per_node"), ("cluster", "gpu_spec", "node_sizes"),
+                                  ("cluster", "gpu_spec", "hbm_gib")])
+def test_a_cluster_key_left_out_names_its_section(run, path):
+    # It read "x.json is missing 'node_sizes'" or "GPUSpec.__init__() missing 1 required keyword-only argument".
+    d = json.loads(planfile.dumps(run[0]))
+    where = d
+    for part in path[:-1]:
+        where = where[part]
+    del where[path[-1]]
+    with pytest.raises(GenconfError, match=rf"^x.json is missing {'.'.join(path)}: "):
+        planfile.decode(d, "x.json")
+    d = json.loads(planfile.dumps(run[0]))
+    d["cluster"]["gpu_spec"] = 5
+    with pytest.raises(GenconfError, match=r"^x.json is invalid: 'cluster.gpu_spec' must be a JSON object, got int$"):
+        planfile.decode(d, "x.json")
