@@ -422,6 +422,14 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> 
     if p.tp > 1:
         reasons.append(f"tp={p.tp} splits each layer inside the {cluster.nvlink_domain}-GPU NVLink domain "
                        f"(sequence parallel on); TP never crosses InfiniBand")
+    if p.cp > 1:
+        # Megatron's context parallelism (TE's ring attention, cp_comm_type p2p): the load-balanced split of each
+        # sequence, key/value blocks passed around the ring while each block's attention runs (cost.py _layer_time).
+        ring = ("inside the NVLink domain" if p.tp * p.cp <= cluster.nvlink_domain
+                else "over InfiniBand, as tp x cp spans more than one NVLink domain")
+        reasons.append(f"cp={p.cp} splits each {p.seq_length:,}-token sequence into {p.cp} parts of "
+                       f"{p.seq_length // p.cp:,} tokens, one per context-parallel rank; attention passes key/value "
+                       f"blocks around the ring {ring}, beside each block's compute")
     if p.pp > 1:
         chunks = f" with {p.vp} virtual stages each" if p.vp > 1 else ""
         reasons.append(f"pp={p.pp}{chunks} over {p.num_microbatches} micro-batches: bubble {cost.bubble_fraction:.1%} "

@@ -357,6 +357,20 @@ def test_why_names_the_next_layout_when_the_fastest_is_this_one_with_another_sch
     assert any("the runner-up (" + describe(runner.plan) + ")" in r for r in reasons)
 
 
+def test_why_says_what_context_parallelism_does_and_where_its_ring_runs():
+    # Llama 3 8B at 131,072 tokens on 64 H100 (4 per node): the plan takes cp, and "why this plan" said nothing of it.
+    # tp x cp = 16 spans four 4-GPU nodes: the ring crosses InfiniBand; on 8-GPU DGX nodes, tp2 cp4 stays on NVLink.
+    from genconf.plan.planfile import why
+
+    model, _ = resolve_model("llama3-8b")
+    for cluster_name, tp, where in (("kempner-h100", 4, "over InfiniBand"), ("dgx-h100", 2, "inside the NVLink domain")):
+        cluster = resolve_cluster(cluster_name)
+        pins = Pins(framework="megatron", tp=tp, cp=4, seq_length=131072)
+        best = search(model, cluster, 64, calibration_for(cluster.gpu.name), pins, keep=1).best
+        line = next(r for r in why(best, None, cluster) if r.startswith("cp=4"))
+        assert "131,072-token sequence into 4 parts of 32,768 tokens" in line and where in line
+
+
 def test_a_memory_saver_the_later_ones_make_unneeded_is_dropped():
     # Llama 3.1 405B as Meta trained it (8,192 H100s, tp8 pp16, 16M-token batches), selective recompute pinned.
     # The saver ladder adds the precision-aware optimizer first (it frees the least), then recomputes the MLP,
