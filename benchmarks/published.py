@@ -710,12 +710,14 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         attention_kernel=("flash2" if file in ("torchtitan.csv", OLMO_CORE_FILE) else "triton" if file == MOSAIC_FILE
                           else "auto"),
         # llm-foundry's MPT loss_fn default: flash-attn's fused cross entropy (the row's notes).
-        # OLMo-core's fused_loss=True: its Triton cross entropy (flash-attn's port), where the row's script set it;
-        # compile_loss=True, PyTorch's cross entropy under torch.compile, is priced as one too: AOTAutograd's
+        # OLMo-core's fused_loss=True: its Triton cross entropy (flash-attn's port), where the row's script set it
+        # and the logits reached it in 16 bits; before 00d34f69 (2024-11-01) the model's forward cast them to fp32
+        # (the row's notes: "on fp32 logits"), the kernel saved them and wrote an fp32 gradient: the unfused loss's
+        # bytes. compile_loss=True, PyTorch's cross entropy under torch.compile, is priced as a fused one: AOTAutograd's
         # partitioner saves the 16-bit logits and the fp32 log-sum-exp, not the fp32 log-softmax, and inductor
         # fuses the upcast, the reduction and the gradient into single passes over the logits.
-        fused_loss=file == MOSAIC_FILE or (file == OLMO_CORE_FILE and ("fused_loss=True" in row["notes"]
-                                                                        or "compile_loss=True" in row["notes"])),
+        fused_loss=file == MOSAIC_FILE or (file == OLMO_CORE_FILE and "on fp32 logits" not in row["notes"]
+                                           and ("fused_loss=True" in row["notes"] or "compile_loss=True" in row["notes"])),
         # megatron's EP all-to-all overlap, where the row's benchmark config turned it on (moe_a2a_overlap)
         moe_ep_overlap=recipe is not None and recipe["moe_a2a_overlap"] == "on",
         # its token dispatcher (flex+deepep / flex+hybridep: megatron's flex dispatcher with that backend)

@@ -474,9 +474,11 @@ def test_olmo_core_rows_are_read_as_the_readme_and_scripts_state_them(runs):
 
 def test_olmo_core_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
     """FSDP2 on the launcher's default 8 GPUs, reshard_after_forward true (ZeRO-3), fp32 gradient reduction, no
-    activation checkpointing, torch.compile with PyTorch's SDPA (flash2), a fused cross entropy (OLMo-core's Triton one
-    where the script set fused_loss, the 1B's compile_loss: PyTorch's under torch.compile), torchao float8 as per-tensor current scaling; evaluated with
-    the rules off (compiled FSDP), left out of every fit, and each gets a prediction."""
+    activation checkpointing, torch.compile with PyTorch's SDPA (flash2), a fused cross entropy over 16-bit logits for
+    the 1B (compile_loss: PyTorch's under torch.compile, the logits' cast inside it), the unfused loss's bytes for the
+    7B, 8B and 13B (their Triton cross entropy ran on logits the model's forward cast to fp32: it saved them and wrote
+    an fp32 gradient, until 00d34f69 moved the cast into the loss), torchao float8 as per-tensor current scaling;
+    evaluated with the rules off (compiled FSDP), left out of every fit, and each gets a prediction."""
     from accuracy import SOURCES, VALIDATION_SOURCES, cals_for, fitted_runs, pins_for, predict, source_of
 
     from published import OLMO_CORE_FILE
@@ -489,8 +491,29 @@ def test_olmo_core_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
         p = r.plan
         assert (p.framework, p.world_size, p.tp, p.pp, p.cp, p.zero_stage, p.grad_dtype) == ("fsdp", 8, 1, 1, 1, 3, "fp32")
         assert (p.recompute, p.torch_compile, p.attention_kernel, r.unknown) == ("none", True, "flash2", ())
-        assert p.fused_loss
+        assert p.fused_loss == ("1B" in r.label)
         assert p.fp8_recipe == ("current" if p.precision == "fp8" else None) and not p.fp8_param_gather
         assert r.cluster.gpu.name == "h100-sxm" and pins_for(r) is None
     cals = cals_for(olmo)
     assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in olmo)
+
+
+def test_olmo_core_rows_before_the_loss_took_the_fp32_cast_are_not_a_16_bit_fused_loss(runs):
+    """The 7B, 8B and 13B figures were set at 8c03ca8a, 310866e4 and 41400c46, where Transformer.forward returned
+    self.w_out(h).float() (model.py:705 / :215): their Triton cross entropy (inplace_backward=False) saved fp32 logits
+    and wrote an fp32 gradient. genconf's fused_loss prices 16-bit logits (memory._loss_bytes), 2 bytes a logit where
+    they held 4 saved and 6 in the backward; 00d34f69 (2024-11-01) moved the cast into the loss, before e27ba745 set
+    the 1B's figures."""
+    import csv
+
+    from published import DATA, OLMO_CORE_FILE
+
+    with open(DATA / OLMO_CORE_FILE) as f:
+        notes = {row["source"]: row["notes"] for row in csv.DictReader(f)}
+    for r in (r for r in runs.values() if r.file == OLMO_CORE_FILE):
+        commit = r.source.split("@")[1].split(":")[0]
+        fp32_logits = commit in ("8c03ca8a", "310866e4", "41400c46")
+        assert ("on fp32 logits" in notes[r.source]) == fp32_logits, r.label
+        if fp32_logits:
+            assert f"allenai/OLMo-core@{commit}:src/olmo_core/nn/transformer/model.py:" in notes[r.source]
+        assert r.plan.fused_loss == (not fp32_logits), r.label
