@@ -267,12 +267,13 @@ def explain_dict(result) -> dict:
 
 
 def refuse_artifact_flags_without_output(args: argparse.Namespace) -> None:
-    """--force, --account, --partition, --job-name, --run-dir and --python say how -o writes the artifacts: without -o
-    they were ignored in silence (the plan printed, no file written)."""
+    """--force, --account, --partition, --time, --job-name, --run-dir and --python say how -o writes the artifacts:
+    without -o they were ignored in silence (the plan printed, no file written)."""
     if args.output:
         return
     given = [flag for flag, name in (("--force", "force"), ("--account", "account"), ("--partition", "partition"),
-                                     ("--job-name", "job_name"), ("--run-dir", "run_dir"), ("--python", "python"))
+                                     ("--time", "time"), ("--job-name", "job_name"), ("--run-dir", "run_dir"),
+                                     ("--python", "python"))
              if getattr(args, name, None)]
     if given:
         raise GenconfError(f"{'/'.join(given)} {'says' if len(given) == 1 else 'say'} how the artifacts are written: "

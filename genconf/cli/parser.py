@@ -197,7 +197,9 @@ def add_artifact_arguments(p: argparse.ArgumentParser, *, output_required: bool 
                    help="replace an existing DIR (directories in it, such as runs/, are kept)")
     g.add_argument("--account", help="Slurm account (#SBATCH --account)")
     g.add_argument("--partition", help="Slurm partition (#SBATCH --partition)")
-    g.add_argument("--time", type=non_empty, default="24:00:00", help="Slurm time limit (default 24:00:00)")
+    # No argparse default: plan and recipe refuse a --time given without -o, as its siblings (the default is
+    # render.slurm.SlurmOptions's, applied by artifacts_dir.default_options).
+    g.add_argument("--time", type=non_empty, help="Slurm time limit (default 24:00:00)")
     g.add_argument("--job-name", type=non_empty, help="Slurm job name (default genconf-<model>)")
     g.add_argument("--run-dir", type=non_empty, help="run directory for logs and checkpoints (default DIR/runs)")
     g.add_argument("--python", type=non_empty, help="interpreter that starts torchrun on the nodes (default: this one)")

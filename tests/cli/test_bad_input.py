@@ -318,10 +318,20 @@ def test_verify_and_launch_name_a_path_that_is_missing_or_a_file(tmp_path, capsy
     (["--model", "1b", "--gpus", "8", "--force", "--run-dir", "/x"], "--force/--run-dir say how the artifacts are "
                                                                       "written: add -o DIR, or leave them out"),
     (["recipe", "olmo-1b-ddp", "--job-name", "j"], "--job-name says how the artifacts are written"),
+    # --time, of the same group, was still ignored in silence (its argparse default hid whether it was given)
+    (["--model", "1b", "--gpus", "8", "--time", "1:00:00"], "--time says how the artifacts are written: add -o DIR"),
+    (["recipe", "olmo-1b-ddp", "--time", "30"], "--time says how the artifacts are written"),
 ])
 def test_artifact_flags_without_o_are_refused(capsys, argv, needle):
     # They were ignored in silence: the plan printed and no file was written.
     one_line(capsys, argv, needle)
+
+
+def test_the_default_slurm_time_still_reaches_the_script(tmp_path, capsys):
+    # --time has no argparse default (so that one given without -o is refused): without it the script keeps 24:00:00.
+    out = tmp_path / "out"
+    assert main(["--model", "1b", "--gpus", "8", "-o", str(out)]) == 0
+    assert "#SBATCH --time=24:00:00\n" in (out / "launch_megatron.sbatch").read_text()
 
 
 def test_a_large_gpu_count_reads_with_separators_in_the_refusal(capsys):
