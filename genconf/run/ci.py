@@ -190,6 +190,17 @@ def _has_smoke(name: str) -> bool:
         return True
 
 
+def _not_a_recipe_name(name: str, available: list[str]) -> str:
+    """Why `name` is not one of the recipes ci runs: ci takes the recipes folder's names, so a recipe file that is there
+    is not refused as missing (recipes.unknown_recipe read 'recipe file recipes/olmo-1b-ddp.yaml is not a file')."""
+    if name.endswith((".yaml", ".yml")) and Path(name).is_file():
+        stem = Path(name).stem
+        hint = f": give {stem}" if stem in available else ""
+        return (f"{name}: genconf ci runs the recipes of {recipes.recipe_dir()} by name (one of: "
+                f"{', '.join(available) or 'none'}){hint}")
+    return recipes.unknown_recipe(name)
+
+
 def run(names: list[str], *, update_golden: str | None, work_dir: str | None,
         plot_dir: str | None = None) -> list[Row]:
     """Run the named recipes' smoke variants (default: every recipe that has one) and verify each; with `plot_dir`,
@@ -197,14 +208,14 @@ def run(names: list[str], *, update_golden: str | None, work_dir: str | None,
     available = recipes.list_recipes()
     if update_golden:
         if update_golden not in available:
-            raise GenconfError("--update-golden: " + recipes.unknown_recipe(update_golden))
+            raise GenconfError("--update-golden: " + _not_a_recipe_name(update_golden, available))
         names = [update_golden]
     names = names or [n for n in available if _has_smoke(n)]
     if not names:  # a CI gate pointed at the wrong folder must not pass
         raise GenconfError(f"no recipe with a smoke variant in {recipes.recipe_dir()}")
     for name in names:
         if name not in available:
-            raise GenconfError(recipes.unknown_recipe(name))
+            raise GenconfError(_not_a_recipe_name(name, available))
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="genconf-ci-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -129,3 +129,20 @@ def test_a_recipe_not_found_says_why(tmp_path, monkeypatch):
     with pytest.raises(GenconfError, match=rf"^unknown recipe 'olmo-1b-ddp': {re.escape(str(tmp_path))} holds no "
                                            rf"recipes \(NAME\.yaml files\)$"):
         recipes.load_recipe("olmo-1b-ddp")
+
+
+def test_ci_given_a_recipe_file_says_it_takes_names():
+    # 2372217 sent ci's names through unknown_recipe, whose '.yaml' branch is load_recipe's (a path that is not a
+    # file): 'genconf ci recipes/olmo-1b-ddp.yaml' read "recipe file recipes/olmo-1b-ddp.yaml is not a file" for a file
+    # that is there. ci runs the recipes folder's recipes by name.
+    from genconf.run import ci
+
+    path = str(recipes.recipe_dir() / "olmo-1b-ddp.yaml")
+    for kw in ({"names": [path], "update_golden": None}, {"names": [], "update_golden": path}):
+        with pytest.raises(GenconfError) as exc:
+            ci.run(work_dir=None, **kw)
+        assert "is not a file" not in str(exc.value)
+        assert f"{path}: genconf ci runs the recipes of {recipes.recipe_dir()} by name" in str(exc.value)
+        assert str(exc.value).endswith(": give olmo-1b-ddp")
+    with pytest.raises(GenconfError, match=r"^recipe file \./nope\.yaml does not exist$"):
+        ci.run(["./nope.yaml"], update_golden=None, work_dir=None)
