@@ -170,7 +170,7 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
         "train": dataclasses.asdict(train),
         "memory": memory_dict(best.memory), "perf": perf_dict(cost),
         "checkpoint": checkpoint_dict(model, best.plan, train.keep_checkpoints),
-        "training": {"tokens": tokens, "time_s": round(train_s, 3), "days": round(train_s / 86400, 2),
+        "training": {"tokens": round(tokens), "time_s": round(train_s, 3), "days": round(train_s / 86400, 2),
                      "gpu_hours": round(train_s * num_gpus / 3600, 3)},
         "intervals_80": intervals_dict(best, cal, moe=model.is_moe) if cal is not None else None,
         "why": why(best, result, cluster),

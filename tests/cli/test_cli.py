@@ -40,6 +40,7 @@ def test_main_job_json_contract():
     assert m["total_gib"] == pytest.approx(m["params_gib"] + m["grads_gib"] + m["optimizer_gib"] + m["activations_gib"]
                                            + m["other_gib"], abs=0.01)
     assert d["training"]["tokens"] == 20 * 65_250_926_592
+    assert type(d["training"]["tokens"]) is int  # a count of tokens, not 1305018531840.0
 
 
 def test_main_job_human_output_says_what_the_alias_resolved_to():
