@@ -11,7 +11,7 @@ degrees, micro-batch, global batch, sequence and precision pinned (`genconf --tp
 distributed optimizer or Megatron-FSDP, gradient precision, virtual stages or micro-batch where missing)
 searched by genconf itself. A row is "rejected" when genconf finds no feasible plan for it. Runs genconf's
 rules do not allow (Megatron-DeepSpeed with TP/PP, torchtitan's FSDP with TP/PP/CP or FP8, NeMo AutoModel's FSDP2
-with EP, OLMo-core's compiled FSDP2) are evaluated directly with the rules off. Error = predicted / measured - 1.
+with EP, OLMo-core's compiled FSDP2, nanotron's TP/PP with its own DP) are evaluated directly with the rules off. Error = predicted / measured - 1.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from published import AUTOMODEL_FILE, Run, bridge_moe_recipe, load_runs  # noqa: E402
+from published import AUTOMODEL_FILE, NANOTRON_FILE, Run, bridge_moe_recipe, load_runs  # noqa: E402
 
 from genconf.catalog.hardware import calibration_for  # noqa: E402
 from genconf.catalog.models import catalog_names  # noqa: E402
@@ -40,10 +40,10 @@ from genconf.plan.search import DEFAULT_LAYOUT, Pins, _split_options, _vp_option
 RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("Narayanan 2021", "Korthikanti 2022", "Megatron-LM H100 2024", "torchtitan", "BLOOM sweep",
            "OPT/BLOOM/FSDP papers", "NeMo 24.07", "NeMo long-seq", "Megatron-Bridge", "genconf H100 (issue 13)",
-           "MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core")
+           "MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core", "nanotron playbook")
 """Leave-one-source-out units: one publication each (Megatron-Bridge's releases are one source, NeMo 2.0's 25.x
 releases another; source_of)."""
-VALIDATION_SOURCES = ("MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core")
+VALIDATION_SOURCES = ("MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core", "nanotron playbook")
 """Scored, never fitted: sources added after the calibration, kept out of every fit (the committed one and each
 leave-one-source-out fit) so that they measure how genconf transfers to a team and stack it was not fitted on.
 Their rows count in every table; their held-out error is their in-sample error."""
@@ -61,6 +61,8 @@ def source_of(run: Run) -> str:
 def pins_for(run: Run) -> Pins | None:
     """What a user types for this row, or None when genconf's rules cannot express it."""
     p = run.plan
+    if run.file == NANOTRON_FILE:
+        return None  # nanotron, typed as megatron's layers (published.py); genconf's rules follow megatron-core
     if p.framework != "megatron" and (p.tp > 1 or p.pp > 1 or p.cp > 1 or p.ep > 1 or p.precision == "fp8"
                                       or p.torch_compile):
         return None

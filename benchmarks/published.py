@@ -47,10 +47,15 @@ OLMO_CORE_BASES = {
     # dolma2 vocabulary from the row's columns.
     "olmo": "olmo2-7b", "llama": "llama3-8b",
 }
+NANOTRON_FILE = "nanotron_ultrascale_playbook.csv"
+"""Hugging Face's Ultra-Scale Playbook benchmarks (huggingface/nanotron docs/benchmark_summary.svg, the playbook's
+heatmap of the best configuration per model size and node count): nanotron v0.5 on 1-64 nodes of 8 H100s, BF16,
+Llama-style 1.34B / 3.57B / 8.86B / 80B at sequence 4096 and 1M-token batches; not from shared/data, scored and no
+term fitted on them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
          "megatron_bridge_perf_summary.csv", GENCONF_FILE, MOSAIC_FILE, NEMO25_FILE, AUTOMODEL_FILE,
-         OLMO_CORE_FILE)
+         OLMO_CORE_FILE, NANOTRON_FILE)
 TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv")
 NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv", NEMO25_FILE)
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
@@ -283,6 +288,8 @@ def _model(row: dict, file: str) -> ModelSpec:
         return replace(base, seq_length=seq)
     if file == OLMO_CORE_FILE:
         return olmo_core_model(row)
+    if file == NANOTRON_FILE:
+        return nanotron_model(row)
     defaults = _family_defaults(row["model"]) if file in NVIDIA_FILES else {}
     if file == MOSAIC_FILE:
         # MPTConfig's defaults as the benchmark ran them (the row's notes): GELU MLP, LayerNorm with bias, learned
@@ -320,6 +327,19 @@ def olmo_core_model(row: dict) -> ModelSpec:
             return entry
     name = "olmo-core-" + re.sub(r"[^a-z0-9.]+", "-", row["model"].split(" (")[0].lower()).strip("-")
     return replace(base, name=name, source=row["source"], **sizes)
+
+
+def nanotron_model(row: dict) -> ModelSpec:
+    """A playbook row's model: Llama blocks (SwiGLU, RMSNorm, RoPE, no biases: the catalog's llama3-8b) with the
+    scaling script's sizes, kv heads = heads, the 131,072 vocabulary, and the output layer tied below an FFN of 10,000
+    (scripts/scaling_benchmarks.py; the row's notes)."""
+    base = resolve_model("llama3-8b")[0]
+    h, heads, ffn = _int(row["hidden"]), _int(row["heads"]), _int(row["ffn_hidden"])
+    return replace(base, name="nanotron-llama-" + row["params_b"] + "b", source=row["source"],
+                   num_layers=_int(row["layers"]), hidden_size=h, num_attention_heads=heads,
+                   num_query_groups=_int(row["kv_heads"]) or heads, kv_channels=h // heads, ffn_hidden_size=ffn,
+                   moe_ffn_hidden_size=ffn, vocab_size=_int(row["vocab"]), seq_length=_int(row["seq_len"]),
+                   tie_embeddings=ffn < 10_000)
 
 
 def _flops_per_token(row: dict, file: str, model: ModelSpec) -> float | None:
@@ -411,6 +431,8 @@ def _group(row: dict, file: str) -> str:
         return "NeMo AutoModel"
     if file == OLMO_CORE_FILE:
         return "OLMo-core"
+    if file == NANOTRON_FILE:
+        return "nanotron playbook"
     return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
             "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
             "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
@@ -428,6 +450,8 @@ def _framework_label(file: str, row: dict) -> str:
         return "NeMo AutoModel (FSDP2 + EP)"
     if file == OLMO_CORE_FILE:
         return "OLMo-core (FSDP2)"
+    if file == NANOTRON_FILE:
+        return "nanotron (TP/PP + DP/ZeRO-1)"
     if file == GENCONF_FILE:
         return "genconf " + re.search(r"framework=(\w+)", row["notes"]).group(1)
     if file == "bigscience_bloom_sweep.csv" or "BLOOM" in row["model"]:
@@ -637,7 +661,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # scripts/performance/utils.py:351, v2.4.0 scripts/performance/helpers.py:224).
         grad_dtype = "bf16"
     modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv", MOSAIC_FILE, AUTOMODEL_FILE,
-                      OLMO_CORE_FILE) + NVIDIA_FILES
+                      OLMO_CORE_FILE, NANOTRON_FILE) + NVIDIA_FILES
     if file == GENCONF_FILE:
         # The run's own plan, as its notes give it: framework, ZeRO stage, layer spec.
         fields = dict(re.findall(r"(framework|zero|layer_spec)=(\w+)", row["notes"]))
@@ -669,6 +693,19 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # torchtitan's rows; its FP8 all-gather is not genconf's fp8_param_gather (megatron's FP8 parameters).
         zero = 3
         grad_dtype = "fp32"
+    if file == NANOTRON_FILE:
+        # nanotron as the playbook ran it (the row's notes): Megatron-style TP with sequence parallelism (tp_mode
+        # REDUCE_SCATTER) and 1F1B pipelining, typed as genconf's megatron; its own DP: plain DDP (ZeRO-0, every
+        # rank keeps the optimizer state) or ZeRO-1 (optimizer state sharded over DP, gradients reduce-scattered),
+        # the same split as megatron's DDP / distributed optimizer; gradients accumulated and reduced in fp32
+        # (accumulate_grad_in_fp32). Fused layers with flash attention: nanotron runs flash-attn 2 and a Triton
+        # RMSNorm, no Transformer Engine, but megatron's local spec is priced with unfused attention (s x s scores
+        # through HBM), so the rows take the TE spec with attention_kernel flash2; no fused weight-gradient
+        # accumulation into main_grad (nanotron's fp32 accumulator adds through hooks); its async TP linear
+        # communication overlaps as megatron does by default (not TE's userbuffers: tp_comm_overlap off); its
+        # vocab-parallel cross entropy as megatron's; no torch.compile.
+        zero = int(re.search(r"ZeRO-(\d)", row["notes"]).group(1))
+        grad_dtype = "fp32"
     async_tp = re.search(r"async ?TP", row["notes"], re.IGNORECASE) is not None  # torchtitan's notes: three spellings
     lora = "lora" in row["model"].lower() or "LoRA Perf" in row["notes"]
     task = "lora" if lora else "sft" if "SFT" in row["model"] or "SFT Perf" in row["notes"] else "pretrain"
@@ -680,15 +717,15 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         seq_length=model.seq_length, zero_stage=3 if file == "torchtitan.csv" else zero, recompute=recompute,
         # NVIDIA's fine-tuning rows train on SQuAD packed into each sequence: documents attend within themselves.
         packed_doc_tokens=SQUAD_DOC_TOKENS if task != "pretrain" and file in NVIDIA_FILES else None,
-        sequence_parallel=tp > 1 and (file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv")
-                                      + NVIDIA_FILES and "no sequence parallel" not in row["recompute"]),
+        sequence_parallel=tp > 1 and (file in ("korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
+                                               NANOTRON_FILE) + NVIDIA_FILES and "no sequence parallel" not in row["recompute"]),
         grad_dtype=grad_dtype,
         precision=precision, fp8_recipe=fp8_recipe, layer_spec="te" if modern else "local",
         # Megatron-LM and Megatron-DeepSpeed (2021-22) built megatron's fused softmax/bias kernels at start-up.
         fused_kernels=not modern and file != GENCONF_FILE,
         # Megatron-LM fused weight-gradient accumulation into main_grad from 83b1e42 (February 2022): Narayanan
         # 2021's runs predate it.
-        grad_accum_fusion=file != "megatron_narayanan2021.csv",
+        grad_accum_fusion=file not in ("megatron_narayanan2021.csv", NANOTRON_FILE),
         # PyTorch's checkpoint stops at a layer's last saved tensor from torch 2.1: llm-foundry's large-scale H100 table
         # came with 5e85bd62, whose setup.py pins torch 2.1; its other tables date from 2023: 300cc5c pinned torch
         # 1.13.1 (the A100 40GB table, two A100 80GB rows), and b2a43a1 allowed 1.13.1-2.1.0 with the default image
@@ -707,7 +744,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # The stacks' flash attention as they ran: torchtitan's SDPA lists FlashAttention-2 first on Hopper (cuDNN
         # only from Blackwell); llm-foundry's benchmarks ran attn_impl triton (the row's notes).
         # OLMo-core with compile=True runs PyTorch's SDPA (use_flash False; the row's notes), as torchtitan.
-        attention_kernel=("flash2" if file in ("torchtitan.csv", OLMO_CORE_FILE) else "triton" if file == MOSAIC_FILE
+        # nanotron calls flash-attn's flash_attn_varlen_func (the row's notes).
+        attention_kernel=("flash2" if file in ("torchtitan.csv", OLMO_CORE_FILE, NANOTRON_FILE) else "triton" if file == MOSAIC_FILE
                           else "auto"),
         # llm-foundry's MPT loss_fn default: flash-attn's fused cross entropy (the row's notes).
         # OLMo-core's fused_loss=True: its Triton cross entropy (flash-attn's port), where the row's script set it
