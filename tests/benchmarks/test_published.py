@@ -378,8 +378,9 @@ def test_nemo25_rows_are_scored_never_fitted(runs):
     fitted = fitted_runs(list(runs.values()))
     automodel = [r for r in runs.values() if source_of(r) == "NeMo AutoModel"]
     olmo_core = [r for r in runs.values() if source_of(r) == "OLMo-core"]
+    nanotron = [r for r in runs.values() if source_of(r) == "nanotron playbook"]
     assert not any(r in fitted for r in nemo25) and len(fitted) == (len(runs) - len(nemo25) - 216 - len(automodel)
-                                                                    - len(olmo_core))
+                                                                    - len(olmo_core) - len(nanotron))
     cals = cals_for(nemo25)
     assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in nemo25)
 
@@ -517,3 +518,81 @@ def test_olmo_core_rows_before_the_loss_took_the_fp32_cast_are_not_a_16_bit_fuse
         if fp32_logits:
             assert f"allenai/OLMo-core@{commit}:src/olmo_core/nn/transformer/model.py:" in notes[r.source]
         assert r.plan.fused_loss == (not fp32_logits), r.label
+
+
+# --- nanotron's Ultra-Scale Playbook best configurations: a validation source, scored and never fitted ----------
+
+NANOTRON_ROWS = [
+    # (params_b, nodes, dp, tp, pp, gas, mbs, zero, tokens/s/GPU): huggingface/nanotron docs/benchmark_summary.svg at
+    # c2528430 (the layout, ZeRO stage and MFU of each cell), the playbook's interactive plot (tokens/s/GPU).
+    ("1.34", 1, 4, 1, 2, 16, 4, 1, 38895), ("1.34", 2, 8, 1, 2, 32, 1, 1, 36497),
+    ("1.34", 4, 16, 1, 2, 16, 1, 1, 33677), ("1.34", 8, 32, 1, 2, 8, 1, 1, 28494),
+    ("1.34", 16, 64, 2, 1, 1, 4, 0, 30186), ("1.34", 32, 64, 4, 1, 1, 4, 0, 23775),
+    ("1.34", 64, 128, 2, 2, 1, 2, 1, 4603),
+    ("3.57", 1, 4, 1, 2, 32, 2, 1, 16426), ("3.57", 2, 8, 1, 2, 16, 2, 1, 15402),
+    ("3.57", 4, 16, 1, 2, 8, 2, 1, 14210), ("3.57", 8, 32, 1, 2, 8, 1, 1, 12501),
+    ("3.57", 16, 32, 4, 1, 1, 8, 0, 13337), ("3.57", 32, 64, 4, 1, 1, 4, 0, 10323),
+    ("3.57", 64, 128, 4, 1, 1, 2, 1, 4045),
+    ("8.86", 1, 2, 1, 4, 128, 1, 1, 7503), ("8.86", 2, 4, 4, 1, 16, 4, 1, 7290),
+    ("8.86", 4, 16, 1, 2, 16, 1, 1, 7186), ("8.86", 8, 32, 1, 2, 8, 1, 1, 6555),
+    ("8.86", 16, 16, 8, 1, 2, 8, 0, 6028), ("8.86", 32, 32, 8, 1, 1, 8, 0, 5428),
+    ("8.86", 64, 128, 4, 1, 1, 2, 0, 3101),
+    ("80.0", 4, 1, 8, 4, 256, 1, 0, 285), ("80.0", 8, 1, 4, 16, 256, 1, 0, 665),
+    ("80.0", 16, 1, 4, 32, 256, 1, 0, 662), ("80.0", 32, 4, 4, 16, 64, 1, 1, 594),
+    ("80.0", 64, 32, 16, 1, 4, 2, 1, 343),
+]
+
+
+def test_nanotron_rows_are_read_as_the_figure_and_the_scaling_script_state_them(runs):
+    """Known answers: the heatmap's 26 cells (layout, accumulation, micro-batch, ZeRO stage), a 1M-token global batch
+    of 256 sequences of 4096, and the scaling script's shapes: MHA, the 131,072 vocabulary, the output layer tied
+    below an FFN of 10,000; the shapes reproduce the figure's axis (1.34B, 3.57B, 8.86B, 80.0B) through the script's
+    own estimate_num_params."""
+    from published import NANOTRON_FILE
+
+    got = sorted((r for r in runs.values() if r.file == NANOTRON_FILE), key=lambda r: int(r.label.rsplit("#", 1)[1]))
+    assert [(r.model.name.removeprefix("nanotron-llama-").removesuffix("b"), r.plan.world_size // 8, r.plan.dp,
+             r.plan.tp, r.plan.pp, r.plan.gbs // (r.plan.dp * r.plan.mbs), r.plan.mbs, r.plan.zero_stage,
+             r.measured_tokens_per_s_per_gpu) for r in got] == NANOTRON_ROWS
+    for r in got:
+        m = r.model
+        assert r.plan.gbs * r.plan.seq_length == 256 * 4096 and m.seq_length == 4096
+        assert m.num_query_groups == m.num_attention_heads and m.vocab_size == 131072
+        assert m.tie_embeddings == (m.ffn_hidden_size < 10_000)
+        # scripts/scaling_benchmarks.py estimate_num_params: the heatmap's axis value
+        embed = m.vocab_size * m.hidden_size * (1 if m.tie_embeddings else 2)
+        layer = 3 * m.hidden_size * m.ffn_hidden_size + 4 * m.hidden_size ** 2
+        assert f"{(embed + m.num_layers * layer) / 1e9:.3g}" == f"{float(m.name.split('-')[-1][:-1]):.3g}"
+    import csv
+
+    from published import DATA
+
+    with open(DATA / NANOTRON_FILE) as f:
+        for row in csv.DictReader(f):
+            assert row["source"].startswith("huggingface/nanotron@c2528430:docs/benchmark_summary.svg:")
+            assert "vinjn/nanotron-ultrascale-playbook@e3bcfc5c:assets/data/benchmarks/benchmarks_interactive.html:1" in row["notes"]
+            assert "index.html:1963" in row["notes"] and "scripts/scaling_benchmarks.py" in row["notes"]
+
+
+def test_nanotron_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
+    """Megatron-style TP with sequence parallelism (REDUCE_SCATTER) and 1F1B pipelining, nanotron's own DDP (ZeRO-0)
+    or ZeRO-1, fp32 gradient reduction, no recompute, flash-attn 2 in fused layers, no fused weight-gradient
+    accumulation, no TE userbuffer overlap, no compile; evaluated with the rules off, left out of every fit, and each
+    gets a prediction."""
+    from accuracy import SOURCES, VALIDATION_SOURCES, cals_for, fitted_runs, pins_for, predict, source_of
+
+    from published import NANOTRON_FILE
+
+    rows = [r for r in runs.values() if r.file == NANOTRON_FILE]
+    assert len(rows) == 26 and {source_of(r) for r in rows} == {"nanotron playbook"}
+    assert "nanotron playbook" in VALIDATION_SOURCES and "nanotron playbook" in SOURCES
+    assert not any(r in fitted_runs(list(runs.values())) for r in rows)
+    for r in rows:
+        p = r.plan
+        assert (p.framework, p.vp, p.cp, p.precision, p.grad_dtype, p.recompute) == ("megatron", 1, 1, "bf16", "fp32", "none")
+        assert p.sequence_parallel == (p.tp > 1) and p.zero_stage in (0, 1)
+        assert (p.layer_spec, p.attention_kernel, p.fused_kernels, p.grad_accum_fusion) == ("te", "flash2", False, False)
+        assert (p.tp_comm_overlap, p.torch_compile, p.fused_loss, r.unknown) == (False, False, False, ())
+        assert r.cluster.gpu.name == "h100-sxm" and r.cluster.gpus_per_node == 8 and pins_for(r) is None
+    cals = cals_for(rows)
+    assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in rows)
