@@ -473,6 +473,24 @@ def test_olmo_core_rows_are_read_as_the_readme_and_scripts_state_them(runs):
             assert f"rank_microbatch_size={mbs} * 4096" in row["notes"] and f"global batch {gbs} * 4096" in row["notes"]
 
 
+def _validation_rows(runs, file: str, source: str, count: int) -> list:
+    """A validation source's rows: all `count` of them loaded under `source`, scored, left out of every fit."""
+    from accuracy import SOURCES, VALIDATION_SOURCES, fitted_runs, source_of
+
+    rows = [r for r in runs.values() if r.file == file]
+    assert len(rows) == count and {source_of(r) for r in rows} == {source}
+    assert source in VALIDATION_SOURCES and source in SOURCES
+    assert not any(r in fitted_runs(list(runs.values())) for r in rows)
+    return rows
+
+
+def _assert_all_predicted(rows: list) -> None:
+    from accuracy import cals_for, predict
+
+    cals = cals_for(rows)
+    assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in rows)
+
+
 def test_olmo_core_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
     """FSDP2 on the launcher's default 8 GPUs, reshard_after_forward true (ZeRO-3), fp32 gradient reduction, no
     activation checkpointing, torch.compile with PyTorch's SDPA (flash2), a fused cross entropy over 16-bit logits for
@@ -480,14 +498,11 @@ def test_olmo_core_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
     7B, 8B and 13B (their Triton cross entropy ran on logits the model's forward cast to fp32: it saved them and wrote
     an fp32 gradient, until 00d34f69 moved the cast into the loss), torchao float8 as per-tensor current scaling;
     evaluated with the rules off (compiled FSDP), left out of every fit, and each gets a prediction."""
-    from accuracy import SOURCES, VALIDATION_SOURCES, cals_for, fitted_runs, pins_for, predict, source_of
+    from accuracy import pins_for
 
     from published import OLMO_CORE_FILE
 
-    olmo = [r for r in runs.values() if r.file == OLMO_CORE_FILE]
-    assert len(olmo) == 8 and {source_of(r) for r in olmo} == {"OLMo-core"}
-    assert "OLMo-core" in VALIDATION_SOURCES and "OLMo-core" in SOURCES
-    assert not any(r in fitted_runs(list(runs.values())) for r in olmo)
+    olmo = _validation_rows(runs, OLMO_CORE_FILE, "OLMo-core", 8)
     for r in olmo:
         p = r.plan
         assert (p.framework, p.world_size, p.tp, p.pp, p.cp, p.zero_stage, p.grad_dtype) == ("fsdp", 8, 1, 1, 1, 3, "fp32")
@@ -495,8 +510,7 @@ def test_olmo_core_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
         assert p.fused_loss == ("1B" in r.label)
         assert p.fp8_recipe == ("current" if p.precision == "fp8" else None) and not p.fp8_param_gather
         assert r.cluster.gpu.name == "h100-sxm" and pins_for(r) is None
-    cals = cals_for(olmo)
-    assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in olmo)
+    _assert_all_predicted(olmo)
 
 
 def test_olmo_core_rows_before_the_loss_took_the_fp32_cast_are_not_a_16_bit_fused_loss(runs):
@@ -579,14 +593,11 @@ def test_nanotron_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
     or ZeRO-1, fp32 gradient reduction, no recompute, flash-attn 2 in fused layers, no fused weight-gradient
     accumulation, no TE userbuffer overlap, no compile; evaluated with the rules off, left out of every fit, and each
     gets a prediction."""
-    from accuracy import SOURCES, VALIDATION_SOURCES, cals_for, fitted_runs, pins_for, predict, source_of
+    from accuracy import pins_for
 
     from published import NANOTRON_FILE
 
-    rows = [r for r in runs.values() if r.file == NANOTRON_FILE]
-    assert len(rows) == 26 and {source_of(r) for r in rows} == {"nanotron playbook"}
-    assert "nanotron playbook" in VALIDATION_SOURCES and "nanotron playbook" in SOURCES
-    assert not any(r in fitted_runs(list(runs.values())) for r in rows)
+    rows = _validation_rows(runs, NANOTRON_FILE, "nanotron playbook", 26)
     for r in rows:
         p = r.plan
         assert (p.framework, p.vp, p.cp, p.precision, p.grad_dtype, p.recompute) == ("megatron", 1, 1, "bf16", "fp32", "none")
@@ -594,5 +605,4 @@ def test_nanotron_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
         assert (p.layer_spec, p.attention_kernel, p.fused_kernels, p.grad_accum_fusion) == ("te", "flash2", False, False)
         assert (p.tp_comm_overlap, p.torch_compile, p.fused_loss, r.unknown) == (False, False, False, ())
         assert r.cluster.gpu.name == "h100-sxm" and r.cluster.gpus_per_node == 8 and pins_for(r) is None
-    cals = cals_for(rows)
-    assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in rows)
+    _assert_all_predicted(rows)
