@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from published import AUTOMODEL_FILE, NANOTRON_FILE, Run, bridge_moe_recipe, load_runs  # noqa: E402
+from published import AUTOMODEL_FILE, DGXC_FILE, NANOTRON_FILE, Run, bridge_moe_recipe, load_runs  # noqa: E402
 
 from genconf.catalog.hardware import calibration_for  # noqa: E402
 from genconf.catalog.models import catalog_names  # noqa: E402
@@ -40,10 +40,12 @@ from genconf.plan.search import DEFAULT_LAYOUT, Pins, _split_options, _vp_option
 RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("Narayanan 2021", "Korthikanti 2022", "Megatron-LM H100 2024", "torchtitan", "BLOOM sweep",
            "OPT/BLOOM/FSDP papers", "NeMo 24.07", "NeMo long-seq", "Megatron-Bridge", "genconf H100 (issue 13)",
-           "MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core", "nanotron playbook")
+           "MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core", "nanotron playbook",
+           "DGXC benchmarking")
 """Leave-one-source-out units: one publication each (Megatron-Bridge's releases are one source, NeMo 2.0's 25.x
 releases another; source_of)."""
-VALIDATION_SOURCES = ("MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core", "nanotron playbook")
+VALIDATION_SOURCES = ("MosaicML llm-foundry", "NeMo 25.x", "NeMo AutoModel", "OLMo-core", "nanotron playbook",
+                      "DGXC benchmarking")
 """Scored, never fitted: sources added after the calibration, kept out of every fit (the committed one and each
 leave-one-source-out fit) so that they measure how genconf transfers to a team and stack it was not fitted on.
 Their rows count in every table; their held-out error is their in-sample error."""
@@ -53,6 +55,8 @@ def source_of(run: Run) -> str:
     """The leave-one-source-out unit: a publication; Megatron-Bridge's and NeMo 2.0's releases are one source each."""
     if run.group.startswith("Megatron-Bridge"):
         return "Megatron-Bridge"
+    if run.group.startswith("DGXC "):
+        return "DGXC benchmarking"  # NVIDIA's DGX Cloud recipes, all container releases
     return "NeMo 25.x" if run.group.startswith("NeMo 25.") else run.group
 
 
@@ -61,6 +65,8 @@ def source_of(run: Run) -> str:
 def pins_for(run: Run) -> Pins | None:
     """What a user types for this row, or None when genconf's rules cannot express it."""
     p = run.plan
+    if run.file == DGXC_FILE:
+        return None  # NeMo 1.x launcher recipes as they ran (published.py): evaluated with the rules off
     if run.file == NANOTRON_FILE:
         return None  # nanotron, typed as megatron's layers (published.py); genconf's rules follow megatron-core
     if p.framework != "megatron" and (p.tp > 1 or p.pp > 1 or p.cp > 1 or p.ep > 1 or p.precision == "fp8"

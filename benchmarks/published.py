@@ -52,12 +52,22 @@ NANOTRON_FILE = "nanotron_ultrascale_playbook.csv"
 heatmap of the best configuration per model size and node count): nanotron v0.5 on 1-64 nodes of 8 H100s, BF16,
 Llama-style 1.34B / 3.57B / 8.86B / 80B at sequence 4096 and 1M-token batches; not from shared/data, scored and no
 term fitted on them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+DGXC_FILE = "dgxc_benchmarking.csv"
+"""NVIDIA's DGX Cloud benchmarking recipes (NVIDIA/dgxc-benchmarking READMEs, v24.11.1 to v25.03): NeMo 1.x
+(NeMo-Framework-Launcher) pre-training on DGX-H100 in the NeMo 24.05, 24.09 and 24.12 containers, BF16 and FP8
+with delayed scaling, each typed fact cited in the row's notes; not from shared/data, scored and no term fitted on
+them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+DGXC_MODELS = {
+    # The recipes' models -> genconf's catalog (the recipes' yaml shapes are the public configs').
+    "llama3.1_8b": "llama3.1-8b", "llama3.1_70b": "llama3.1-70b", "llama3.1_405b": "llama3.1-405b",
+    "nemotron4_15b": "nemotron4-15b", "nemotron4_340b": "nemotron4-340b", "gpt3_175b": "gpt3-175b",
+}
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
          "megatron_bridge_perf_summary.csv", GENCONF_FILE, MOSAIC_FILE, NEMO25_FILE, AUTOMODEL_FILE,
-         OLMO_CORE_FILE, NANOTRON_FILE)
+         OLMO_CORE_FILE, NANOTRON_FILE, DGXC_FILE)
 TIED_FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "bigscience_bloom_sweep.csv")
-NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv", NEMO25_FILE)
+NVIDIA_FILES = ("nemo_perf_summary_24.07_and_longseq.csv", "megatron_bridge_perf_summary.csv", NEMO25_FILE, DGXC_FILE)
 BRIDGE_MOE_RECIPES = Path(__file__).resolve().parent / "bridge_moe_recipes.csv"
 """Per MoE row of megatron_bridge_perf_summary.csv (by row index): the Megatron-Bridge ref of its container release
 (docs/versions1.json, docs/releases/software-versions.md), the benchmark config that ran it, whether that config's
@@ -163,6 +173,9 @@ NOT_MODELLED = {
                          "_apply_nemotron_3_ultra_fsdp_hsdp) train with Megatron-FSDP (HSDP inside the NVLink domain) "
                          "and fine-grained offload of the expert MLP's activations, which genconf does not plan for "
                          "hybrid models; the model itself is in the catalog (nemotron-3-ultra)"),
+    "grok1": "Grok-1 (314B, 8 experts, top-2): not in genconf's catalog, and the DGXC tables state no layout per GPU count",
+    "llama3.1_405b_proxy": ("a DGXC 405B proxy configuration (fewer layers to fit under 576 GPUs; NVIDIA: 'not realistic'), "
+                            "its layout not stated"),
 }
 
 
@@ -273,6 +286,12 @@ def _model(row: dict, file: str) -> ModelSpec:
     ffn = _int(row["ffn_hidden"])
     seq = _int(row["seq_len"]) or 2048
     key = _model_key(row["model"])
+    if file == DGXC_FILE:
+        base = resolve_model(DGXC_MODELS[key])[0]
+        if _int(row["vocab"]):
+            # The 24.09/24.12 405B recipes' GPT2BPE proxy tokenizer (the row's notes).
+            base = replace(base, vocab_size=_int(row["vocab"]))
+        return replace(base, seq_length=seq)
     if key in CATALOG_KEYS:
         base = resolve_model(CATALOG_KEYS[key])[0]
         if "w/o MTP" in row["model"]:
@@ -378,6 +397,9 @@ def _precision(row: dict, file: str, gpu_arch: str) -> tuple[str, str | None]:
         return "fp8", "blockwise"  # torchao rowwise scaling: a scale per row/column, both copies kept
     if file == "nemo_perf_summary_24.07_and_longseq.csv":
         return "fp8", "delayed"  # NeMo 1.x/2.0 default FP8 recipe (hybrid, amax history)
+    if file == DGXC_FILE:
+        # NeMo 1.x launcher recipes: fp8_hybrid with an amax history, Transformer Engine's DelayedScaling (the notes).
+        return "fp8", "delayed" if "FP8 delayed scaling" in row["notes"] else "current"
     if file == NEMO25_FILE:
         # NeMo 25.02 (v2.2.0) benchmarked delayed scaling; 25.04 and 25.07 current scaling (the row's notes).
         return "fp8", "delayed" if "FP8 delayed scaling" in row["notes"] else "current"
@@ -433,6 +455,8 @@ def _group(row: dict, file: str) -> str:
         return "OLMo-core"
     if file == NANOTRON_FILE:
         return "nanotron playbook"
+    if file == DGXC_FILE:
+        return "DGXC " + row["notes"].split(" container")[0]  # "DGXC NeMo 24.09"
     return {"megatron_narayanan2021.csv": "Narayanan 2021", "korthikanti2022.csv": "Korthikanti 2022",
             "megatron_core_h100_2024.csv": "Megatron-LM H100 2024", "torchtitan.csv": "torchtitan",
             "bigscience_bloom_sweep.csv": "BLOOM sweep", "opt_bloom_fsdp_papers.csv": "OPT/BLOOM/FSDP papers",
@@ -578,7 +602,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
     if why:
         return None, why
     key = _model_key(row["model"])
-    if key not in CATALOG_KEYS and file not in (GENCONF_FILE, AUTOMODEL_FILE) and (
+    if key not in CATALOG_KEYS and file not in (GENCONF_FILE, AUTOMODEL_FILE, DGXC_FILE) and (
             not _int(row["layers"]) or not _int(row["hidden"]) or not _int(row["heads"])):
         return None, "architecture not stated"
     num_gpus, tp, pp = _int(row["num_gpus"]), _int(row["tp"]), _int(row["pp"])
@@ -654,10 +678,10 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # NeMo 1.x's performance configs (NeMo-Framework-Launcher conf/training/*) reduce gradients in bf16:
         # optim.grad_sync_dtype: bf16 with distributed_fused_adam.
         grad_dtype = "bf16"
-    if file in ("megatron_bridge_perf_summary.csv", NEMO25_FILE):
+    if file in ("megatron_bridge_perf_summary.csv", NEMO25_FILE, DGXC_FILE):
         # Both stacks' performance scripts reduce gradients in bf16: Megatron-Bridge's set_basic_perf_overrides
         # (scripts/performance/utils/helpers.py) sets ddp.grad_reduce_in_fp32 = False, NeMo 2.0's
-        # trainer.plugins.grad_reduce_in_fp32 = False (v2.2.0 scripts/llm/performance/pretrain_*.py, v2.3.0
+        # trainer.plugins.grad_reduce_in_fp32 = False (DGXC's NeMo 1.x recipes: optim.grad_sync_dtype bf16; v2.2.0 scripts/llm/performance/pretrain_*.py, v2.3.0
         # scripts/performance/utils.py:351, v2.4.0 scripts/performance/helpers.py:224).
         grad_dtype = "bf16"
     modern = file in ("torchtitan.csv", "megatron_core_h100_2024.csv", MOSAIC_FILE, AUTOMODEL_FILE,
@@ -732,7 +756,9 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # mosaicml/pytorch:1.13.1 in submit_benchmarks.py (most likely 1.13.1; the script does not record it).
         checkpoint_early_stop=file != MOSAIC_FILE or "Large Scale" in row["source"],
         tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES or async_tp) and tp > 1,
-        fp8_param_gather=file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"),
+        # DGXC's NeMo 1.x FP8 recipes set +model.fp8_params (the row's notes).
+        fp8_param_gather=(file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"))
+        or (file == DGXC_FILE and precision == "fp8" and "fp8 param gather" in row["notes"]),
         # Compiled where the notes say so, and where the run's config was: torchtitan's Async TP requires compile
         # (parallelize_llama.py: "Async TP requires --training.compile"), and its docs/performance.md 405B rows ran
         # train_configs/llama3_405b.toml, compile = true at 9515a140b, the commit that published them (the 8B and
