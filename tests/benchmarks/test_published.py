@@ -379,8 +379,9 @@ def test_nemo25_rows_are_scored_never_fitted(runs):
     automodel = [r for r in runs.values() if source_of(r) == "NeMo AutoModel"]
     olmo_core = [r for r in runs.values() if source_of(r) == "OLMo-core"]
     nanotron = [r for r in runs.values() if source_of(r) == "nanotron playbook"]
+    dgxc = [r for r in runs.values() if source_of(r) == "DGXC benchmarking"]
     assert not any(r in fitted for r in nemo25) and len(fitted) == (len(runs) - len(nemo25) - 216 - len(automodel)
-                                                                    - len(olmo_core) - len(nanotron))
+                                                                    - len(olmo_core) - len(nanotron) - len(dgxc))
     cals = cals_for(nemo25)
     assert all(predict(r, cals[r.cluster.gpu.name]).tokens_per_s_per_gpu for r in nemo25)
 
@@ -605,4 +606,76 @@ def test_nanotron_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
         assert (p.layer_spec, p.attention_kernel, p.fused_kernels, p.grad_accum_fusion) == ("te", "flash2", False, False)
         assert (p.tp_comm_overlap, p.torch_compile, p.fused_loss, r.unknown) == (False, False, False, ())
         assert r.cluster.gpu.name == "h100-sxm" and r.cluster.gpus_per_node == 8 and pins_for(r) is None
+    _assert_all_predicted(rows)
+
+
+DGXC_MIRROR = Path("/work/.mirror/NVIDIA+dgxc-benchmarking/repo")
+
+
+def _dgxc_rows() -> list[dict]:
+    import csv
+
+    from published import DATA, DGXC_FILE
+
+    with open(DATA / DGXC_FILE) as f:
+        return list(csv.DictReader(f))
+
+
+def test_dgxc_rows_are_read_as_the_readmes_state_them():
+    """Each DGXC row's tokens/s/GPU is its README table's tokens/s over the GPU count, agrees with seq x GBS / step
+    time (to 0.5%), and cites the README line of its figure; 149 rows, of which Grok-1's 20 and the 405B proxy
+    scales' 12 are recorded, not modelled."""
+    import re
+
+    rows = _dgxc_rows()
+    assert len(rows) == 149
+    assert sum(r["model"] == "Grok1-314B" for r in rows) == 20 and sum("proxy" in r["model"] for r in rows) == 12
+    for row in rows:
+        assert re.match(r"NVIDIA/dgxc-benchmarking@[0-9a-f]{7}:[\w./]+\.md:\d+ \(NeMo 24\.(05|09|12) container", row["source"])
+        tok = float(re.search(r"([0-9.]+) tokens/s at :", row["notes"]).group(1))
+        assert abs(float(row["tokens_per_sec_per_gpu"]) - tok / int(row["num_gpus"])) < 0.06
+        step = float(re.search(r"step time ([0-9. ]+) s at", row["notes"]).group(1).replace(" ", ""))
+        if row["gbs"]:
+            assert abs(int(row["seq_len"]) * int(row["gbs"]) / step / tok - 1) < 0.005, row["source"]
+
+
+@pytest.mark.parametrize("commit, path, line, text", [
+    ("35a9aec", "llama3.1/README_70b.md", 54, "| Throughput in tokens per second       | 71235  | 142373 | 283399 |"),
+    ("35a9aec", "nemotron/README_340b.md", 55, "28432"),
+    ("8f5cbb3", "nemo_megatron/README_175b.md", None, "| 93190"),
+    ("8f5cbb3", "llama3.1/README_8b.md", None, "111054"),
+])
+def test_dgxc_figures_match_the_mirror(commit, path, line, text):
+    """Transcription spot checks against the mirror's README text, where the mirror is on this machine."""
+    import subprocess
+
+    if not DGXC_MIRROR.exists():
+        pytest.skip("no NVIDIA/dgxc-benchmarking mirror here")
+    lines = subprocess.run(["git", "-C", str(DGXC_MIRROR), "show", f"{commit}:{path}"], capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    hits = [i + 1 for i, l in enumerate(lines) if text in l]
+    assert hits and (line is None or line in hits)
+    cited = [r for r in _dgxc_rows() if f"@{commit}:{path}:{hits[0]}" in r["source"]]
+    assert cited
+
+
+def test_dgxc_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
+    """NeMo 1.x launcher recipes as they ran: Megatron with TE layers and sequence parallelism, the distributed
+    optimizer with bf16 gradient reduction, TP userbuffer overlap where TP > 1, FP8 with delayed scaling and FP8
+    parameters, no recompute but Nemotron-4 340B's selective, the 405B's GPT2BPE proxy vocabulary; evaluated with
+    the rules off, left out of every fit, and each gets a prediction."""
+    from accuracy import pins_for
+
+    from published import DGXC_FILE
+
+    rows = _validation_rows(runs, DGXC_FILE, "DGXC benchmarking", 117)
+    assert {r.group for r in rows} == {"DGXC NeMo 24.05", "DGXC NeMo 24.09", "DGXC NeMo 24.12"}
+    for r in rows:
+        p = r.plan
+        assert (p.framework, p.layer_spec, p.grad_dtype, p.zero_stage) == ("megatron", "te", "bf16", 1)
+        assert p.sequence_parallel == (p.tp > 1) and p.tp_comm_overlap == (p.tp > 1)
+        assert (p.fp8_recipe, p.fp8_param_gather) == (("delayed", True) if p.precision == "fp8" else (None, False))
+        assert p.recompute == ("selective" if r.model.name == "nemotron4-340b" else "none")
+        assert r.model.vocab_size == (50257 if r.model.name == "llama3.1-405b" else r.model.vocab_size)
+        assert r.cluster.gpu.name == "h100-sxm" and pins_for(r) is None and r.task == "pretrain"
     _assert_all_predicted(rows)
