@@ -97,7 +97,9 @@ def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
         "name": cluster.name, "gpu": cluster.gpu.name, "gpu_display_name": cluster.gpu.display_name,
         "num_gpus": num_gpus, "gpus_per_node": cluster.gpus_per_node,
         "num_nodes": max(1, num_gpus // cluster.gpus_per_node),
-        "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "ib_gbit_per_s_per_gpu": cluster.ib_gbit_per_s_per_gpu,
+        # The resolved domain, as `genconf hardware --json` gives it (null, the spec's "the node", read as 4 on one
+        # command and null on the other).
+        "nvlink_domain_gpus": cluster.nvlink_domain, "ib_gbit_per_s_per_gpu": cluster.ib_gbit_per_s_per_gpu,
         "hbm_gib": cluster.gpu.hbm_gib, "cpu_mem_gib_per_node": cluster.cpu_mem_gib_per_node,
         "host_link_gbyte_per_s_per_gpu": cluster.host_link_gbyte_per_s_per_gpu, "host_cpu": cluster.host_cpu,
         "nccl_env": dict(cluster.nccl_env), "gpu_spec": dataclasses.asdict(cluster.gpu),
@@ -255,8 +257,9 @@ def plan_from_dict(d: dict) -> ParallelPlan:
 def cluster_from_dict(c: dict) -> ClusterSpec:
     """The cluster of plan.json's `cluster`, GPU spec included."""
     gpu = GPUSpec(**{**c["gpu_spec"], "node_sizes": tuple(c["gpu_spec"]["node_sizes"])})
+    domain = c.get("nvlink_domain_gpus")  # null in files before the resolved domain was written: the node
     cluster = ClusterSpec(name=c["name"], gpu=gpu, gpus_per_node=c["gpus_per_node"],
-                          nvlink_domain_gpus=c.get("nvlink_domain_gpus"),
+                          nvlink_domain_gpus=None if domain == c["gpus_per_node"] else domain,
                           ib_gbit_per_s_per_gpu=c["ib_gbit_per_s_per_gpu"],
                           cpu_mem_gib_per_node=c.get("cpu_mem_gib_per_node", 1024.0),
                           host_link_gbyte_per_s_per_gpu=c.get("host_link_gbyte_per_s_per_gpu", 55.0),
@@ -319,7 +322,9 @@ def _derived(run: dict, model: ModelSpec, cluster: ClusterSpec, plan: ParallelPl
     plan_fields = {f.name for f in dataclasses.fields(ParallelPlan)}
     try:
         derived = {"model": {k: v for k, v in model_dict(model, None).items() if k not in model_fields},
-                   "cluster": {k: v for k, v in cluster_dict(cluster, num_gpus).items() if k not in _CLUSTER_READ},
+                   # nvlink_domain_gpus too, as resolved: a file from before that wrote null for "the node"
+                   "cluster": {k: v for k, v in cluster_dict(cluster, num_gpus).items()
+                               if k not in _CLUSTER_READ or k == "nvlink_domain_gpus"},
                    "plan": {k: v for k, v in plan_dict(plan, model).items() if k not in plan_fields},
                    "": {"layout": describe(plan)}}
     except ValueError:

@@ -461,3 +461,26 @@ def test_a_moe_model_line_gives_its_active_parameters_not_the_dense_formula(caps
     assert main(["--model", "1b", "--gpus", "8", "--json"]) == 0
     m = json.loads(capsys.readouterr().out)["model"]
     assert m["params_active"] == m["params"]
+
+
+@pytest.mark.parametrize("argv,cluster", [(["--model", "70b", "--gpus", "384"], "kempner-h100"),
+                                          (["--model", "llama3-8b", "--gpus", "144", "--gpu", "gb200"], "gb200-nvl72")])
+def test_plan_json_gives_the_nvlink_domain_hardware_gives(tmp_path, capsys, argv, cluster):
+    """plan.json wrote nvlink_domain_gpus null (the spec's 'the node') where `genconf hardware --json` said 4."""
+    assert main(["hardware", "--json"]) == 0
+    hardware = {c["name"]: c for c in json.loads(capsys.readouterr().out)["clusters"]}
+    assert main([*argv, "--json", "-o", str(tmp_path / "out")]) == 0
+    printed = json.loads(capsys.readouterr().out)["cluster"]
+    written = json.loads((tmp_path / "out" / "plan.json").read_text())["cluster"]
+    assert printed["name"] == cluster
+    assert printed["nvlink_domain_gpus"] == written["nvlink_domain_gpus"] == hardware[cluster]["nvlink_domain_gpus"]
+    # The plan.json reads back to the same plan (render + check), and one written with null still reads as the node.
+    assert main(["check", str(tmp_path / "out")]) == 0
+    old = dict(json.loads((tmp_path / "out" / "plan.json").read_text()))
+    if old["cluster"]["nvlink_domain_gpus"] == old["cluster"]["gpus_per_node"]:
+        old["cluster"]["nvlink_domain_gpus"] = None
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert main(["render", str(tmp_path / "old.json"), "-o", str(tmp_path / "again")]) == 0
+    capsys.readouterr()
+    again = json.loads((tmp_path / "again" / "plan.json").read_text())["cluster"]
+    assert again["nvlink_domain_gpus"] == hardware[cluster]["nvlink_domain_gpus"]
