@@ -9,6 +9,7 @@ rebuild every artifact without the catalog.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -363,6 +364,41 @@ def _missing_keys(run: dict) -> list[str]:
     return missing
 
 
+SECTION_EXTRA_KEYS = {
+    "model": ("alias", "params", "params_active", "params_workshop", "windowed_layers", "window_text",
+              "import_notes"),
+    # grad_accum_fp32: written by genconf's first versions (grad_dtype since), and read as then: ignored.
+    "plan": ("distributed_optimizer", "fsdp_sharding_strategy", "num_microbatches", "stage_layers", "grad_accum_fp32"),
+    "cluster": ("gpu", "gpu_display_name", "num_nodes", "hbm_gib", "note"),
+}
+"""The keys each section of plan.json carries beside its spec's fields: the values genconf derives (model_dict,
+plan_dict, cluster_dict) and the notes the command line adds."""
+
+
+def _unknown_key(run: dict) -> str | None:
+    """The first key of plan.json's model, plan or cluster section that is neither a field of its spec nor one genconf
+    writes beside them, as a one-line reason (a typo such as plan.tpp was dropped in silence: the plan rendered
+    without it)."""
+    fields = {"model": {f.name for f in dataclasses.fields(ModelSpec)},
+              "plan": {f.name for f in dataclasses.fields(ParallelPlan)}, "cluster": set(_CLUSTER_READ)}
+    for section, known in fields.items():
+        known |= set(SECTION_EXTRA_KEYS[section])
+        unknown = sorted(k for k in run.get(section, {}) if k not in known)
+        if unknown:
+            return _unknown_line(f"{section}.{unknown[0]}", f"a {section}", known)
+    spec = run.get("cluster", {}).get("gpu_spec", {})
+    unknown = sorted(k for k in spec if k not in {f.name for f in dataclasses.fields(GPUSpec)})
+    if unknown:
+        return _unknown_line(f"cluster.gpu_spec.{unknown[0]}", "a GPU", {f.name for f in dataclasses.fields(GPUSpec)})
+    return None
+
+
+def _unknown_line(key: str, what: str, known: set[str]) -> str:
+    near = difflib.get_close_matches(key.rsplit(".", 1)[1], sorted(known), n=1)
+    hint = f"did you mean {key.rsplit('.', 1)[0]}.{near[0]}?" if near else "genconf --json writes every key it reads"
+    return f"{key} is not {what} setting genconf knows ({hint})"
+
+
 def decode(run: dict, source: str = "plan.json") -> PlanFile:
     """The specs of a run dict; GenconfError naming what is missing or invalid (`source`: the file it came from)."""
     for key in ("model", "cluster", "plan", "train"):
@@ -374,6 +410,9 @@ def decode(run: dict, source: str = "plan.json") -> PlanFile:
     spec = run.get("cluster", {}).get("gpu_spec", {})
     if not isinstance(spec, dict):
         raise GenconfError(f"{source} is invalid: 'cluster.gpu_spec' must be a JSON object, got {type(spec).__name__}")
+    unknown = _unknown_key(run)
+    if unknown:
+        raise GenconfError(f"{source} is invalid: {unknown}")
     missing = _missing_keys(run)
     if missing:
         raise GenconfError(f"{source} is missing {', '.join(missing)}: genconf does not guess a plan's settings; add "

@@ -379,3 +379,42 @@ def test_a_directory_given_for_a_file_says_so(tmp_path, capsys, flag):
     folder = tmp_path / "c.yaml"
     folder.mkdir()
     one_line(capsys, ["--model", "1b", "--gpus", "8", flag, str(folder)], f"file {folder} is a directory")
+
+
+@pytest.mark.parametrize("where,key,needle", [
+    (("plan",), "tpp", "plan.tpp is not a plan setting genconf knows (did you mean plan.tp?)"),
+    (("model",), "num_layer", "model.num_layer is not a model setting genconf knows (did you mean model.num_layers?)"),
+    (("cluster",), "gpus_per_nod", "cluster.gpus_per_nod is not a cluster setting genconf knows (did you mean "
+                                   "cluster.gpus_per_node?)"),
+    (("cluster", "gpu_spec"), "hbm", "cluster.gpu_spec.hbm is not a GPU setting genconf knows (did you mean "
+                                     "cluster.gpu_spec.hbm_gib?)"),
+])
+def test_an_unknown_key_in_a_plan_json_section_is_refused_by_name(tmp_path, capsys, where, key, needle):
+    # plan.tpp (for tp) was dropped in silence: render wrote the plan without it, as unknown train keys were not.
+    import json
+
+    assert main(["--model", "1b", "--gpus", "8", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    section = run
+    for part in where:
+        section = section[part]
+    section[key] = 2
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(run))
+    one_line(capsys, ["render", str(plan), "-o", str(tmp_path / "out")], f"{plan} is invalid: {needle}")
+    assert not (tmp_path / "out").exists()
+    assert main(["check", str(tmp_path)]) == 2
+    assert needle in capsys.readouterr().out
+
+
+def test_the_keys_plan_json_writes_beside_the_specs_are_read_back(tmp_path, capsys):
+    # Every key genconf itself writes must read back (a sliding-window model, an imported config's notes, a cluster note).
+    from conftest import REPO
+
+    for argv in (["--model", str(REPO / "tests/data/tiny-window.yaml"), "--gpus", "8", "--gpu", "b200"],
+                 ["--model", str(REPO / "tests/data/hf/gemma-3-1b/config.json"), "--gpus", "8"]):
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        assert main([*argv, "-o", str(out)]) == 0
+        assert main(["render", str(out / "plan.json"), "-o", str(tmp_path / "again"), "--force"]) == 0
+        assert main(["check", str(tmp_path / "again")]) == 0
+    capsys.readouterr()
