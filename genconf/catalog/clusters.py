@@ -12,7 +12,7 @@ from pathlib import Path
 from genconf.catalog.files import CATALOG_DIR, build, check_keys, read_yaml
 from genconf.catalog.hardware import resolve_gpu
 from genconf.plan.errors import GenconfError
-from genconf.plan.specs import ClusterSpec
+from genconf.plan.specs import ClusterSpec, GPUSpec
 
 CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "ib_gbit_per_s_per_gpu", "total_gpus",
                 "host_link_gbyte_per_s_per_gpu", "cpu_mem_gib_per_node", "host_cpu", "nccl_env", "description", "name")
@@ -136,3 +136,22 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
         except ValueError as exc:
             raise GenconfError(str(exc)) from None
     return cluster, note
+
+
+def node_size_error(gpus_per_node: int, gpu: GPUSpec) -> str | None:
+    """Why --gpus-per-node cannot be a node of this GPU: neither a node size it comes in (GPUSpec.node_sizes) nor part
+    of one (what Slurm allocates of a larger node); None where it can. 5 on an H100 preset planned five-GPU nodes no
+    server is built as, and 1,000 one NVLink domain of 1,000 GPUs. Other nodes are described in a cluster file."""
+    usual = sorted(gpu.node_sizes, reverse=True)
+    if any(size % gpus_per_node == 0 for size in usual):
+        return None
+    parts = sorted({d for size in usual for d in range(1, size) if size % d == 0} - set(usual), reverse=True)
+    sizes = _either(usual)
+    part = f", or {_either(parts)} to use part of each node" if parts else ""
+    return (f"--gpus-per-node {gpus_per_node}: {gpu.name} nodes hold {sizes} GPUs: give {sizes}{part}; a node of "
+            f"another size goes in a cluster file (--cluster FILE.yaml with gpus_per_node)")
+
+
+def _either(values: list[int]) -> str:
+    """[8, 4, 2] -> '8, 4 or 2'."""
+    return " or ".join(filter(None, (", ".join(map(str, values[:-1])), str(values[-1]))))

@@ -8,7 +8,7 @@ import json
 import sys
 
 from genconf.catalog import track_record
-from genconf.catalog.clusters import default_cluster_name, list_clusters, resolve_cluster_noted
+from genconf.catalog.clusters import default_cluster_name, list_clusters, node_size_error, resolve_cluster_noted
 from genconf.catalog.hardware import calibration_for, list_gpus
 from genconf.catalog.models import list_models, model_aliases, resolve_model, resolve_model_noted
 from genconf.cli import text
@@ -155,6 +155,9 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
 
     model, alias, import_notes = resolve_model_noted(args.model)
     cluster, cluster_note = resolve_cluster_noted(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
+    node = args.gpus_per_node and node_size_error(args.gpus_per_node, cluster.gpu)
+    if node:
+        raise GenconfError(node)
     num_gpus = args.gpus or cluster.total_gpus
     if num_gpus is None:
         raise GenconfError(f"cluster {cluster.name} has no default size: give --gpus")

@@ -3,6 +3,8 @@ nothing on stdout and nothing written (never a traceback, never a silently ignor
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from genconf.cli.main import main
@@ -292,10 +294,10 @@ def test_calibrate_refuses_the_flags_of_the_other_mode(tmp_path, capsys, argv, n
 def test_a_cluster_size_that_is_not_whole_nodes_names_the_cluster_and_gpus(tmp_path, capsys):
     # It read '384 GPUs is not a whole number of 5-GPU nodes; use 380 or 385': 384, the preset's size, was no number
     # the user gave, and 'use' did not say where.
-    one_line(capsys, ["--model", "1b", "--gpus-per-node", "5"],
-             "cluster kempner-h100 has 384 GPUs (its total_gpus), not a whole number of 5-GPU nodes: give --gpus 380 "
-             "or --gpus 385")
     cluster = tmp_path / "c.yaml"
+    cluster.write_text("name: c\ngpu: h100-sxm\ngpus_per_node: 5\nib_gbit_per_s_per_gpu: 400\ntotal_gpus: 384\n")
+    one_line(capsys, ["--model", "1b", "--cluster", str(cluster)],
+             "cluster c has 384 GPUs (its total_gpus), not a whole number of 5-GPU nodes: give --gpus 380 or --gpus 385")
     cluster.write_text("name: c\ngpu: h100-sxm\ngpus_per_node: 8\nib_gbit_per_s_per_gpu: 400\ntotal_gpus: 12\n")
     one_line(capsys, ["--model", "1b", "--cluster", str(cluster)], "cluster c has 12 GPUs (its total_gpus)")
     one_line(capsys, ["--model", "1b", "--cluster", str(cluster), "--gpus", "12"],
@@ -418,3 +420,24 @@ def test_the_keys_plan_json_writes_beside_the_specs_are_read_back(tmp_path, caps
         assert main(["render", str(out / "plan.json"), "-o", str(tmp_path / "again"), "--force"]) == 0
         assert main(["check", str(tmp_path / "again")]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--gpus", "380", "--gpus-per-node", "5"], "--gpus-per-node 5: h100-sxm nodes hold 8 or 4 GPUs: give 8 or 4, or 2 "
+                                                 "or 1 to use part of each node; a node of another size goes in a "
+                                                 "cluster file"),
+    (["--gpus", "384", "--gpus-per-node", "16"], "--gpus-per-node 16: h100-sxm nodes hold 8 or 4 GPUs"),
+    (["--gpus", "384", "--gpus-per-node", "1000"], "--gpus-per-node 1000: h100-sxm nodes hold 8 or 4 GPUs"),
+    (["--gpus", "8", "--gpu", "gb200", "--gpus-per-node", "8"], "--gpus-per-node 8: gb200 nodes hold 4 GPUs: give 4, "
+                                                                 "or 2 or 1 to use part of each node"),
+])
+def test_gpus_per_node_that_no_node_of_the_gpu_has_is_refused(capsys, argv, needle):
+    # --gpus 380 --gpus-per-node 5 planned 76 five-GPU H100 nodes (and 1000 one 1,000-GPU NVLink domain).
+    one_line(capsys, ["--model", "1b", *argv], needle)
+
+
+@pytest.mark.parametrize("argv", [["--gpus-per-node", "8"], ["--gpus-per-node", "2"],
+                                  ["--gpu", "h100-pcie", "--gpus-per-node", "2"]])
+def test_gpus_per_node_of_a_node_or_part_of_one_plans(capsys, argv):
+    assert main(["--model", "1b", "--gpus", "8", "--json", *argv]) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"]["gpus_per_node"] == int(argv[-1])
