@@ -176,7 +176,7 @@ def encode(model: ModelSpec, alias: str | None, cluster: ClusterSpec, num_gpus: 
         "training": {"tokens": round(tokens), "time_s": round(train_s, 3), "days": round(train_s / 86400, 2),
                      "gpu_hours": round(train_s * num_gpus / 3600, 3)},
         "intervals_80": intervals_dict(best, cal, moe=model.is_moe) if cal is not None else None,
-        "why": why(best, result, cluster),
+        "why": why(best, result, cluster, model),
         "warnings": warnings(model, best, cluster, smoke=smoke),
         "search": ({"considered": result.considered, "rejected": result.rejected} if result is not None else None),
         "alternatives": alternatives,
@@ -457,12 +457,16 @@ def decode(run: dict, source: str = "plan.json") -> PlanFile:
 
 # --- why this plan --------------------------------------------------------------------------------
 
-def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec) -> list[str]:
+def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec, model: ModelSpec | None = None) -> list[str]:
     """Reasons for the choice, in a user's terms."""
     p, cost, peak = best.plan, best.cost, best.memory.peak
     reasons = []
     headroom = best.memory.capacity_bytes - peak.total_bytes
     reasons.append(f"fits with {headroom / GIB:.1f} GiB to spare on the busiest GPU (stage {peak.stage})")
+    if model is not None and model.sliding_window and not model.window_binds(p.seq_length):
+        # Legal in Hugging Face configs (Mistral 7B's 4,096 at a 2,048-token sequence): the window hides no key.
+        reasons.append(f"sliding window of {model.sliding_window:,} keys covers the {p.seq_length:,}-token sequence: "
+                       f"its {model.windowed_layers} windowed layers run full causal attention, priced so")
     if p.tp > 1:
         reasons.append(f"tp={p.tp} splits each layer inside the {cluster.nvlink_domain}-GPU NVLink domain "
                        f"(sequence parallel on); TP never crosses InfiniBand")

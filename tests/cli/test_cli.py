@@ -484,3 +484,26 @@ def test_plan_json_gives_the_nvlink_domain_hardware_gives(tmp_path, capsys, argv
     capsys.readouterr()
     again = json.loads((tmp_path / "again" / "plan.json").read_text())["cluster"]
     assert again["nvlink_domain_gpus"] == hardware[cluster]["nvlink_domain_gpus"]
+
+
+def test_a_window_longer_than_the_sequence_is_priced_and_said_as_full_attention(tmp_path, capsys):
+    """Mistral 7B's 4,096-key window at a 2,048-token sequence (legal in its config) was accepted without a word in
+    the JSON: it is full causal attention, priced as the same model without a window and said in the why lines."""
+    import yaml
+
+    spec = yaml.safe_load((REPO / "models" / "mistral-7b-v0.1.yaml").read_text())
+    full = {k: v for k, v in spec.items() if k not in ("sliding_window", "window_attn_skip_freq")}
+    (tmp_path / "full.yaml").write_text(yaml.safe_dump({**full, "name": "mistral-full"}))
+    pins = ["--gpus", "8", "--tp", "1", "--pp", "1", "--mbs", "1", "--global-batch", "64", "--framework", "megatron",
+            "--json"]
+    runs = {}
+    for name, model, seq in (("window", "mistral-7b-v0.1", "2048"), ("full", str(tmp_path / "full.yaml"), "2048"),
+                             ("binds", "mistral-7b-v0.1", "8192")):
+        assert main(["--model", model, "--seq-len", seq, *pins]) == 0
+        runs[name] = json.loads(capsys.readouterr().out)
+    assert runs["window"]["perf"] == runs["full"]["perf"] and runs["window"]["memory"] == runs["full"]["memory"]
+    said = "sliding window of 4,096 keys covers the 2,048-token sequence: its 32 windowed layers run full causal attention"
+    assert any(line.startswith(said) for line in runs["window"]["why"]), runs["window"]["why"]
+    assert not any("sliding window" in line for line in runs["full"]["why"] + runs["binds"]["why"])
+    assert main(["--model", "mistral-7b-v0.1", "--seq-len", "2048", "--gpus", "8"]) == 0
+    assert "window 4,096 (covers the sequence: full attention)" in capsys.readouterr().out
