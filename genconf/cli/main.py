@@ -28,3 +28,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # What a path given on the command line can still raise past the checks (a name longer than the filesystem
+        # takes, ENAMETOOLONG, was a traceback from the first stat of --model, -o, --cluster, verify RUN, ...).
+        print(f"genconf: error: {_os_error_line(exc)}", file=sys.stderr)
+        return 2
+
+
+def _os_error_line(exc: OSError) -> str:
+    """'PATH: reason', a path of more than 80 characters cut in the middle with its length."""
+    name = exc.filename if exc.filename is not None else ""
+    name = str(name)
+    if len(name) > 80:
+        name = f"{name[:38]}...{name[-38:]} ({len(name):,} characters)"
+    reason = exc.strerror or str(exc)
+    return f"{name}: {reason}" if name else reason

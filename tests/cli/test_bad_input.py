@@ -441,3 +441,16 @@ def test_gpus_per_node_that_no_node_of_the_gpu_has_is_refused(capsys, argv, need
 def test_gpus_per_node_of_a_node_or_part_of_one_plans(capsys, argv):
     assert main(["--model", "1b", "--gpus", "8", "--json", *argv]) == 0
     assert json.loads(capsys.readouterr().out)["cluster"]["gpus_per_node"] == int(argv[-1])
+
+
+@pytest.mark.parametrize("argv", [["--model", "{long}"], ["--model", "1b", "--cluster", "{long}.yaml"],
+                                  ["--model", "1b", "-o", "{long}"], ["verify", "{long}"], ["check", "{long}"],
+                                  ["launch", "{long}"], ["models", "--from-hf", "{long}"], ["recipe", "{long}"]])
+def test_a_path_longer_than_the_filesystem_takes_is_one_line(tmp_path, capsys, monkeypatch, argv):
+    # A 5,000-character name was a traceback (OSError ENAMETOOLONG) from the first stat of each of these.
+    monkeypatch.chdir(tmp_path)
+    long = "a" * 5000
+    if argv[0] not in ("verify", "check", "launch", "models", "recipe"):
+        argv = [*argv, "--gpus", "8"]
+    one_line(capsys, [a.replace("{long}", long) for a in argv], "characters): File name too long")
+    assert list(tmp_path.iterdir()) == []
