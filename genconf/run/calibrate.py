@@ -245,13 +245,17 @@ def read_run(run_dir: str | Path, gpu: str | None = None) -> RunCase:
     for name in ("config.json", "versions.json"):
         if not (run / name).is_file():
             raise GenconfError(f"{run} has no {name} (is it a genconf run directory?)")
-    config = json.loads((run / "config.json").read_text())
-    versions = json.loads((run / "versions.json").read_text())
+    config, versions = verify.read_run_json(run, "config.json"), verify.read_run_json(run, "versions.json")
     device = versions.get("device") or "cpu"
     name = gpu or gpu_for_device_name(device)
     if name is None:
         raise GenconfError(f"{run} ran on {device!r}, not a catalog GPU: it calibrates nothing (give --gpu NAME to "
                            "fit it against one anyway)")
+    for key in ("model", "plan"):
+        if key not in config:
+            raise GenconfError(f"{run}/config.json has no '{key}' (genconf launch writes it when the run starts)")
+        if not isinstance(config[key], dict):  # a list was an AttributeError traceback
+            raise GenconfError(f"{run}/config.json: '{key}' must be a JSON object, got {type(config[key]).__name__}")
     try:
         model, plan = model_from_dict(config["model"]), plan_from_dict(config["plan"])
     except (KeyError, TypeError, ValueError) as exc:

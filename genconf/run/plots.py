@@ -13,7 +13,6 @@ when drawing, and its absence is one line (`pip install 'genconf[plot]'`).
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -290,8 +289,7 @@ def verify_plots(run: str | Path, out_dir: str | Path, golden: str | Path | None
     plt = _pyplot()
     run = Path(run)
     rows = verify.read_metrics(run)
-    config = json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
-    versions = json.loads((run / "versions.json").read_text()) if (run / "versions.json").is_file() else {}
+    config, versions = verify.read_run_json(run, "config.json"), verify.read_run_json(run, "versions.json")
     device = versions.get("device") or "cpu"
     curve = verify.read_golden(Path(golden)) if golden else None
     pred = prediction_for(run, config, versions)

@@ -374,13 +374,31 @@ def check_completed(rows: list[dict], config: dict, run: Path) -> Check:
     return Check("completed", "fail", f"stopped at {done} of {steps} steps ({why})", measured=done, expected=steps)
 
 
+def read_run_json(run: Path, name: str) -> dict:
+    """A run directory's config.json or versions.json ({} where it has none); a damaged one is one line naming it (a
+    truncated config.json was a JSONDecodeError traceback)."""
+    path = run / name
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GenconfError(f"{path} cannot be read as text: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise GenconfError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); genconf launch writes it when "
+                           f"the run starts") from None
+    if not isinstance(data, dict):
+        raise GenconfError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def recipe_golden(run: Path) -> tuple[Path, float] | None:
     """The golden curve and tolerance of the recipe smoke variant this run is (plan.json's recipe: name, version,
     smoke), where that recipe is still at that version and the run trained the plan's model, layout and schedule
     unchanged (no launch flag altered them); None otherwise."""
     from genconf.catalog import recipes
 
-    config = json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
+    config = read_run_json(run, "config.json")
     plan = _plan_json(run, config) or {}
     tag = plan.get("recipe") or {}
     if not tag.get("smoke") or not config:
@@ -403,8 +421,8 @@ def verify(run: Path, *, golden: Path | None = None, tolerance: float | None = N
            min_drop: float | None = DEFAULT_MIN_DROP, band: tuple[float, float] = THROUGHPUT_BAND,
            peak_memory_gib: float | None = None) -> Verdict:
     rows = read_metrics(run)
-    config = json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
-    versions = json.loads((run / "versions.json").read_text()) if (run / "versions.json").is_file() else {}
+    config = read_run_json(run, "config.json")
+    versions = read_run_json(run, "versions.json")
     verdict = Verdict(str(run))
     golden_curve = read_golden(golden) if golden else None
     floor = None if golden_curve else loss_floor_nats(config)

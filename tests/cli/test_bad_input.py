@@ -454,3 +454,25 @@ def test_a_path_longer_than_the_filesystem_takes_is_one_line(tmp_path, capsys, m
         argv = [*argv, "--gpus", "8"]
     one_line(capsys, [a.replace("{long}", long) for a in argv], "characters): File name too long")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("config.json", "{\n", "config.json: not valid JSON (line 2: Expecting property name enclosed in double quotes)"),
+    ("versions.json", "[1]", "versions.json: expected a JSON object, got list"),
+    ("config.json", '{"model": [1], "plan": {}}', "config.json: 'model' must be a JSON object, got list"),
+])
+def test_verify_and_calibrate_name_a_damaged_run_json(tmp_path, capsys, name, text, needle):
+    # A truncated config.json was a JSONDecodeError traceback from verify, and calibrate's an AttributeError.
+    import shutil
+
+    from conftest import REPO
+
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "tests/data/verify-run", run)
+    (run / name).write_text(text)
+    commands = [["calibrate", str(run), "--gpu", "h100-sxm", "-o", str(tmp_path / "c.yaml")]]
+    if "must be a JSON object" not in needle:  # verify reads only what it judges from config.json
+        commands.append(["verify", str(run)])
+    for argv in commands:
+        one_line(capsys, argv, f"{run / name}"[:-len(name)] + needle)
+    assert not (tmp_path / "c.yaml").exists()
