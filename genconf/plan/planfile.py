@@ -225,6 +225,10 @@ def loads(text: str, source: str = "plan.json") -> dict:
 
 def load(path: Path) -> dict:
     """The run dict of a plan.json file."""
+    if Path(path).is_dir():  # an artifacts directory read 'cannot read DIR: Is a directory'
+        inside = Path(path) / "plan.json"
+        raise GenconfError(f"{path} is a directory: give a plan.json file"
+                           + (f" ({inside})" if inside.is_file() else ""))
     try:
         text = Path(path).read_text()
     except OSError as exc:

@@ -476,3 +476,14 @@ def test_verify_and_calibrate_name_a_damaged_run_json(tmp_path, capsys, name, te
     for argv in commands:
         one_line(capsys, argv, f"{run / name}"[:-len(name)] + needle)
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_render_of_an_artifacts_directory_names_its_plan_json(tmp_path, capsys):
+    # 'genconf render DIR -o OUT' read 'cannot read DIR: Is a directory'.
+    assert main(["--model", "1b", "--gpus", "8", "-o", str(tmp_path / "art")]) == 0
+    capsys.readouterr()
+    one_line(capsys, ["render", str(tmp_path / "art"), "-o", str(tmp_path / "out")],
+             f"{tmp_path / 'art'} is a directory: give a plan.json file ({tmp_path / 'art' / 'plan.json'})")
+    one_line(capsys, ["render", str(tmp_path), "-o", str(tmp_path / "out")], f"{tmp_path} is a directory: give a "
+                                                                              f"plan.json file")
+    assert not (tmp_path / "out").exists()
