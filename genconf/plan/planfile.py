@@ -261,7 +261,10 @@ def plan_from_dict(d: dict) -> ParallelPlan:
 
 def cluster_from_dict(c: dict) -> ClusterSpec:
     """The cluster of plan.json's `cluster`, GPU spec included."""
-    gpu = GPUSpec(**{**c["gpu_spec"], "node_sizes": tuple(c["gpu_spec"]["node_sizes"])})
+    sizes = c["gpu_spec"]["node_sizes"]
+    if not isinstance(sizes, (list, tuple)):  # a number read "'int' object is not iterable"
+        raise ValueError(f"cluster.gpu_spec.node_sizes must be a list of GPU counts per node, got {sizes!r}")
+    gpu = GPUSpec(**{**c["gpu_spec"], "node_sizes": tuple(sizes)})
     domain = c.get("nvlink_domain_gpus")  # null in files before the resolved domain was written: the node
     cluster = ClusterSpec(name=c["name"], gpu=gpu, gpus_per_node=c["gpus_per_node"],
                           nvlink_domain_gpus=None if domain == c["gpus_per_node"] else domain,

@@ -487,3 +487,15 @@ def test_render_of_an_artifacts_directory_names_its_plan_json(tmp_path, capsys):
     one_line(capsys, ["render", str(tmp_path), "-o", str(tmp_path / "out")], f"{tmp_path} is a directory: give a "
                                                                               f"plan.json file")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_plan_json_node_sizes_that_is_not_a_list_is_named(tmp_path, capsys):
+    # cluster.gpu_spec.node_sizes: 5 read "plan.json is invalid: 'int' object is not iterable".
+    assert main(["--model", "1b", "--gpus", "8", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    run["cluster"]["gpu_spec"]["node_sizes"] = 5
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(run))
+    one_line(capsys, ["render", str(plan), "-o", str(tmp_path / "out")],
+             "is invalid: cluster.gpu_spec.node_sizes must be a list of GPU counts per node, got 5")
+    assert not (tmp_path / "out").exists()
