@@ -128,9 +128,12 @@ def _variants(run: Run):
     # megatron can express (embedding/loss as layers, or lighter first/last stages).
     splits = ([{}] if run.model.num_layers % plan.pp == 0 or plan.uneven_pipeline
               else _split_options(run.model.num_layers, plan.pp))
+    # A published split (the DGXC 405B's embedding and loss counted as layers) is the one the virtual stages divide.
+    own = {k: getattr(plan, k) for k in ("pp_embedding_as_layer", "pp_loss_as_layer", "pp_first_stage_layers",
+                                         "pp_last_stage_layers") if getattr(plan, k)}
     for mbs, vp, rc, split in itertools.product(mbss, vps, recomputes, splits):
         if plan.gbs % (mbs * plan.dp) or (vp > 1 and plan.pp_layout is None
-                                          and vp not in _vp_options(run.model.num_layers, plan.pp, split)):
+                                          and vp not in _vp_options(run.model.num_layers, plan.pp, split or own)):
             continue
         candidate = dataclasses.replace(plan, mbs=mbs, vp=vp, recompute=rc, **split,
                                         recompute_modules=plan.recompute_modules if rc == "selective" else ())

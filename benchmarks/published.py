@@ -53,14 +53,18 @@ heatmap of the best configuration per model size and node count): nanotron v0.5 
 Llama-style 1.34B / 3.57B / 8.86B / 80B at sequence 4096 and 1M-token batches; not from shared/data, scored and no
 term fitted on them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
 DGXC_FILE = "dgxc_benchmarking.csv"
-"""NVIDIA's DGX Cloud benchmarking recipes (NVIDIA/dgxc-benchmarking READMEs, v24.11.1 to v25.03): NeMo 1.x
-(NeMo-Framework-Launcher) pre-training on DGX-H100 in the NeMo 24.05, 24.09 and 24.12 containers, BF16 and FP8
-with delayed scaling, each typed fact cited in the row's notes; not from shared/data, scored and no term fitted on
-them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+"""NVIDIA's DGX Cloud benchmarking recipes (NVIDIA/dgxc-benchmarking READMEs, v24.11.1 to v25.05.04; from v25.07 the
+READMEs publish no tables): NeMo 1.x (NeMo-Framework-Launcher) pre-training on DGX-H100 in the NeMo 24.05, 24.09 and
+24.12 containers, and NeMo 2.0 performance scripts (scripts/performance/llm, the NeMo commit each setup.sh checks out)
+for Llama 3 SFT and LoRA in the 24.12 container and pre-training in the 25.02.01 container, BF16 and FP8 with delayed
+scaling, each typed fact cited in the row's notes; not from shared/data, scored and no term fitted on them
+(accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
 DGXC_MODELS = {
-    # The recipes' models -> genconf's catalog (the recipes' yaml shapes are the public configs').
+    # The recipes' models -> genconf's catalog (the recipes' yaml and NeMo 2.0 config shapes are the public configs').
     "llama3.1_8b": "llama3.1-8b", "llama3.1_70b": "llama3.1-70b", "llama3.1_405b": "llama3.1-405b",
     "nemotron4_15b": "nemotron4-15b", "nemotron4_340b": "nemotron4-340b", "gpt3_175b": "gpt3-175b",
+    # The fine-tuning recipes load Meta-Llama-3-8B / -70B (NeMo 2.0 Llama3Config8B / Llama3Config70B).
+    "llama3_8b": "llama3-8b", "llama3_70b": "llama3-70b",
 }
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
@@ -291,6 +295,9 @@ def _model(row: dict, file: str) -> ModelSpec:
         if _int(row["vocab"]):
             # The 24.09/24.12 405B recipes' GPT2BPE proxy tokenizer (the row's notes).
             base = replace(base, vocab_size=_int(row["vocab"]))
+        if layers and layers != base.num_layers:
+            # v25.04's 405B proxies: the 405B's shapes with fewer layers, their layout stated (the row's notes).
+            base = replace(base, name=f"{base.name}-{layers}l", num_layers=layers)
         return replace(base, seq_length=seq)
     if key in CATALOG_KEYS:
         base = resolve_model(CATALOG_KEYS[key])[0]
@@ -573,6 +580,26 @@ LORA_RANK = 32
 """The adapter rank of the published LoRA rows: Megatron-Bridge peft/lora.py's LoRA.dim default (NeMo 2's likewise)."""
 
 
+def dgxc_plan_fields(row: dict, plan: ParallelPlan) -> dict:
+    """ParallelPlan fields a DGXC row's notes state beyond the NVIDIA defaults (each cited there from the recipe's
+    script or NeMo recipe at the commit its setup.sh checks out): TP communication overlap off (NeMo 2.0 LoRA and the
+    8B recipes add no overlapping MegatronCommOverlapCallback), the pipeline split counting the embedding and the loss
+    as layers (NeMo 2.0's Llama 3.1 405B recipe), plain DDP without the distributed optimizer (NeMo 2.0's LoRA
+    recipes), and the LoRA adapters as the recipe sets them (dim and target_modules)."""
+    notes = row["notes"]
+    fields: dict = {}
+    if "TP comm overlap off" in notes:
+        fields["tp_comm_overlap"] = False
+    if plan.pp > 1 and "pipeline split counts the embedding and the loss as layers" in notes:
+        fields.update(pp_embedding_as_layer=True, pp_loss_as_layer=True)
+    if "distributed optimizer off" in notes:
+        fields["zero_stage"] = 0
+    lora = re.search(r"LoRA dim (\d+) on ([\w, ]+?):", notes)
+    if plan.lora_rank and lora:
+        fields.update(lora_rank=int(lora.group(1)), lora_targets=tuple(lora.group(2).replace(" ", "").split(",")))
+    return fields
+
+
 def _not_modelled(row: dict) -> str | None:
     key = _model_key(row["model"])
     if "Automodel" in row["source"]:
@@ -756,7 +783,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # mosaicml/pytorch:1.13.1 in submit_benchmarks.py (most likely 1.13.1; the script does not record it).
         checkpoint_early_stop=file != MOSAIC_FILE or "Large Scale" in row["source"],
         tp_comm_overlap=(file == "megatron_core_h100_2024.csv" or file in NVIDIA_FILES or async_tp) and tp > 1,
-        # DGXC's NeMo 1.x FP8 recipes set +model.fp8_params (the row's notes).
+        # DGXC's NeMo 1.x FP8 recipes set +model.fp8_params, NeMo 2.0's bf16_with_fp8_mixed fp8_params (the row's notes).
         fp8_param_gather=(file == "megatron_bridge_perf_summary.csv" and fp8_recipe in ("current", "mxfp8"))
         or (file == DGXC_FILE and precision == "fp8" and "fp8 param gather" in row["notes"]),
         # Compiled where the notes say so, and where the run's config was: torchtitan's Async TP requires compile
@@ -798,6 +825,9 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # ['attention_qkv'], adapter_dim 32); Megatron-Bridge's recipes adapt all four linears.
         lora_targets=("linear_qkv",) if lora and file == "nemo_perf_summary_24.07_and_longseq.csv" else LORA_TARGETS,
         **_cuda_graphs(recipe))
+    if file == DGXC_FILE:
+        fields = dgxc_plan_fields(row, plan)
+        plan = replace(plan, **fields)
     modules = tuple(m for m in (recipe or {}).get("recompute_modules", "").split(";") if m in RECOMPUTE_MODULES)
     if modules:
         # The MoE row's recipe recomputes these modules (bridge_moe_recipes.csv, from its config's recompute_modules).
