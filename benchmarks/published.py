@@ -56,15 +56,17 @@ DGXC_FILE = "dgxc_benchmarking.csv"
 """NVIDIA's DGX Cloud benchmarking recipes (NVIDIA/dgxc-benchmarking READMEs, v24.11.1 to v25.05.04; from v25.07 the
 READMEs publish no tables): NeMo 1.x (NeMo-Framework-Launcher) pre-training on DGX-H100 in the NeMo 24.05, 24.09 and
 24.12 containers, and NeMo 2.0 performance scripts (scripts/performance/llm, the NeMo commit each setup.sh checks out)
-for Llama 3 SFT and LoRA in the 24.12 container and pre-training in the 25.02.01 container, BF16 and FP8 with delayed
-scaling, each typed fact cited in the row's notes; not from shared/data, scored and no term fitted on them
-(accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
+for Llama 3 SFT and LoRA in the 24.12 container and pre-training in the 25.02.01 (H100) and 25.04 (H100 and GB200
+NVL72) containers, BF16 and FP8 with delayed scaling, each typed fact cited in the row's notes; not from shared/data,
+scored and no term fitted on them (accuracy.VALIDATION_SOURCES; benchmarks/data/README.md)."""
 DGXC_MODELS = {
     # The recipes' models -> genconf's catalog (the recipes' yaml and NeMo 2.0 config shapes are the public configs').
     "llama3.1_8b": "llama3.1-8b", "llama3.1_70b": "llama3.1-70b", "llama3.1_405b": "llama3.1-405b",
     "nemotron4_15b": "nemotron4-15b", "nemotron4_340b": "nemotron4-340b", "gpt3_175b": "gpt3-175b",
     # The fine-tuning recipes load Meta-Llama-3-8B / -70B (NeMo 2.0 Llama3Config8B / Llama3Config70B).
     "llama3_8b": "llama3-8b", "llama3_70b": "llama3-70b",
+    # NeMo 2.0's NemotronHConfig56B and DeepSeekV3Config (with the recipe's one MTP layer).
+    "nemotronh_56b": "nemotron-h-56b", "deepseekv3": "deepseek-v3",
 }
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
@@ -177,7 +179,10 @@ NOT_MODELLED = {
                          "_apply_nemotron_3_ultra_fsdp_hsdp) train with Megatron-FSDP (HSDP inside the NVLink domain) "
                          "and fine-grained offload of the expert MLP's activations, which genconf does not plan for "
                          "hybrid models; the model itself is in the catalog (nemotron-3-ultra)"),
-    "grok1": "Grok-1 (314B, 8 experts, top-2): not in genconf's catalog, and the DGXC tables state no layout per GPU count",
+    "grok1": ("Grok-1 (314B, 8 experts, top-2): not in genconf's catalog (and the DGXC tables before v25.05 state no layout "
+              "per GPU count)"),
+    "llama4": ("Llama 4 Maverick (400B, 128 experts, interleaved MoE and chunked / no-RoPE attention layers): not in "
+               "genconf's catalog"),
     "llama3.1_405b_proxy": ("a DGXC 405B proxy configuration (fewer layers to fit under 576 GPUs; NVIDIA: 'not realistic'), "
                             "its layout not stated"),
 }
@@ -585,9 +590,25 @@ def dgxc_plan_fields(row: dict, plan: ParallelPlan) -> dict:
     script or NeMo recipe at the commit its setup.sh checks out): TP communication overlap off (NeMo 2.0 LoRA and the
     8B recipes add no overlapping MegatronCommOverlapCallback), the pipeline split counting the embedding and the loss
     as layers (NeMo 2.0's Llama 3.1 405B recipe), plain DDP without the distributed optimizer (NeMo 2.0's LoRA
-    recipes), and the LoRA adapters as the recipe sets them (dim and target_modules)."""
+    recipes), the LoRA adapters as the recipe sets them (dim and target_modules), fp32 gradient reduction where the
+    recipe ran without performance mode (DeepSeek-V3 at NeMo 7a8f1cc7), the precision-aware optimizer NeMo's
+    set_primary_perf_configs turns on for BF16 (r2.3.0 on), megatron-core's per-layer CUDA graphs (enable_cuda_graph:
+    the GB200 Nemotron-4 launcher), explicit first / last pipeline stage layer counts and the recomputed modules
+    (DeepSeek-V3)."""
     notes = row["notes"]
     fields: dict = {}
+    if "gradients reduced in fp32" in notes:
+        fields["grad_dtype"] = "fp32"
+    if plan.precision == "bf16" and "precision-aware optimizer:" in notes:
+        fields["precision_aware_optimizer"] = True
+    if "CUDA graphs on (enable_cuda_graph" in notes:
+        fields.update(cuda_graph_impl="local", cuda_graph_scope=())  # megatron-core's per-layer graphs
+    stages = re.search(r"first pipeline stage (\d+) layers, last (\d+)", notes)
+    if stages and plan.pp > 1:
+        fields.update(pp_first_stage_layers=int(stages.group(1)), pp_last_stage_layers=int(stages.group(2)))
+    modules = re.search(r"selective recompute \((\w+)\)", row["recompute"])
+    if modules and modules.group(1) in RECOMPUTE_MODULES:
+        fields["recompute_modules"] = () if modules.group(1) == "core_attn" else (modules.group(1),)
     if "TP comm overlap off" in notes:
         fields["tp_comm_overlap"] = False
     if plan.pp > 1 and "pipeline split counts the embedding and the loss as layers" in notes:
@@ -850,7 +871,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # common.py:42-45 at v0.6.0).
         plan = replace(plan, precision_aware_optimizer=True, adam_moments_dtype="bf16")
         notes.append("precision-aware optimizer with BF16 Adam moments (Megatron-Bridge's DeepSeek-V3 recipe)")
-    if model.mla and pp > 1:
+    if model.mla and pp > 1 and file != DGXC_FILE:  # DGXC's DeepSeek-V3: the first/last stage counts it set (notes)
         plan = replace(plan, pp_layout=bridge_mla_layout(model, pp, plan.vp))
         notes.append(f"pipeline layout {plan.pp_layout} (Megatron-Bridge's DeepSeek-V3 / Kimi K2 layout map)")
     if dense_recipe is not None:
@@ -873,7 +894,7 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         notes.append("the last 14 layers in BF16 (nemotron_3_super_bf16_with_nvfp4_mixed)")
     if recipe is not None and recipe["moe_a2a_overlap"] == "on":
         notes.append(f"EP all-to-all overlap on ({recipe['bridge_ref']} {recipe['config_name']})")
-    if plan.cuda_graph_impl != "none":
+    if plan.cuda_graph_impl != "none" and file != DGXC_FILE:  # DGXC: the row's notes cite its launcher
         source = recipe or dense_recipe
         notes.append(f"CUDA graphs {plan.cuda_graph_impl} {' '.join(plan.cuda_graph_scope) or 'whole layers'} "
                      f"({source['bridge_ref']} {source['config_name'].split(' ')[0]})"
