@@ -623,18 +623,19 @@ def _dgxc_rows() -> list[dict]:
 
 def test_dgxc_rows_are_read_as_the_readmes_state_them():
     """Each DGXC row's tokens/s/GPU is its README table's tokens/s over the GPU count, agrees with seq x GBS / step
-    time (to 0.5%), and cites the README line of its figure; 227 rows, of which Grok-1's 20 and the 24.09/24.12 405B
-    proxy scales' 12 are recorded, not modelled. Two fine-tuning cells print a tokens/s that their own step time and
-    MFU contradict (the 16-GPU figure doubled): there the step time is taken, and the notes say so."""
+    time (to 0.5%), and cites the README line of its figure; 281 rows, of which Grok-1's 30, Llama 4 Maverick's 8 and
+    the 24.09/24.12 405B proxy scales' 12 are recorded, not modelled. Two fine-tuning cells print a tokens/s that their
+    own step time and MFU contradict (the 16-GPU figure doubled): there the step time is taken, and the notes say so."""
     import re
 
     rows = _dgxc_rows()
-    assert len(rows) == 227
-    assert sum(r["model"] == "Grok1-314B" for r in rows) == 20
+    assert len(rows) == 281
+    assert sum(r["model"] == "Grok1-314B" for r in rows) == 30 and sum(r["model"].startswith("Llama4") for r in rows) == 8
+    assert all("NOT MODELLED" in r["notes"] for r in rows if r["model"].startswith(("Grok1", "Llama4")))
     assert sum("proxy (fewer layers" in r["model"] for r in rows) == 12 and sum("(proxy, " in r["model"] for r in rows) == 6
     inconsistent = 0
     for row in rows:
-        assert re.match(r"NVIDIA/dgxc-benchmarking@[0-9a-f]{7}:[\w./]+\.md:\d+ \(NeMo (24\.(05|09|12)|25\.02\.01) container",
+        assert re.match(r"NVIDIA/dgxc-benchmarking@[0-9a-f]{7}:[\w./]+\.md:\d+ \(NeMo (24\.(05|09|12)|25\.02\.01|25\.04\.0[01]) container",
                         row["source"])
         assert row["notes"].startswith(row["source"].split("(")[1].split(",")[0])  # "NeMo 24.09 container"
         tok = float(re.search(r"([0-9.]+) tokens/s at :", row["notes"]).group(1))
@@ -663,6 +664,13 @@ def test_dgxc_rows_are_read_as_the_readmes_state_them():
     ("8f5cbb3", "llama3/finetuning/README_8b.md", 70, "| Throughput in tokens per second | 192752 | 385505 | 771011 |"),
     ("8f5cbb3", "llama3/finetuning/README_70b.md", 62, "| Throughput in tokens per second | 14375 | 27887 | 53663 |"),
     ("8f5cbb3", "llama3/finetuning/README_70b.md", 48, "| Throughput in tokens per second | 39009 |"),
+    ("68eaf7e", "llama3.1/README.md", 80, "| Throughput in tokens per second       | 85514           | 169590          | 335867"),
+    ("60d6fd3", "llama3.1/README.md", 105, "|     105863      |"),
+    ("68eaf7e", "nemotron/README.md", 158, "| Throughput in tokens per second       |96067  | 187078| 369998|"),
+    ("68eaf7e", "nemotron/README.md", 116, "Throughput in tokens per second |56913|"),
+    ("68eaf7e", "nemotronh/README.md", 72, "Throughput in tokens per second |52016|104454|203003|395888|807321|1605168|3201148|"),
+    ("68eaf7e", "deepseek_v3/pretraining/README.md", 95, "Throughput in tokens per second | 122755.33 | 245323.97 | 489502.71"),
+    ("1f6d9f4", "deepseek_v3/pretraining/README.md", 83, "Throughput in tokens per second | 342755.90 | 644781.55 |"),
 ])
 def test_dgxc_figures_match_the_mirror(commit, path, line, text):
     """Transcription spot checks against the mirror's README text, where the mirror is on this machine."""
@@ -714,9 +722,10 @@ def test_dgxc_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
 
     from published import DGXC_FILE
 
-    rows = _validation_rows(runs, DGXC_FILE, "DGXC benchmarking", 195)
-    assert {r.group for r in rows} == {"DGXC NeMo 24.05", "DGXC NeMo 24.09", "DGXC NeMo 24.12", "DGXC NeMo 25.02.01"}
-    nemo1 = [r for r in rows if r.group != "DGXC NeMo 25.02.01" and r.task == "pretrain"]
+    rows = _validation_rows(runs, DGXC_FILE, "DGXC benchmarking", 231)
+    assert {r.group for r in rows} == {"DGXC NeMo 24.05", "DGXC NeMo 24.09", "DGXC NeMo 24.12", "DGXC NeMo 25.02.01",
+                                       "DGXC NeMo 25.04.00", "DGXC NeMo 25.04.01"}
+    nemo1 = [r for r in rows if r.group in ("DGXC NeMo 24.05", "DGXC NeMo 24.09", "DGXC NeMo 24.12") and r.task == "pretrain"]
     assert len(nemo1) == 117
     for r in nemo1:
         p = r.plan
@@ -730,33 +739,50 @@ def test_dgxc_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
 
 
 def test_dgxc_nemo2_rows_are_typed_as_their_scripts_ran(runs):
-    """The NeMo 2.0 rows as their scripts ran (each fact cited in the row's notes): v25.04's pre-training (NeMo
-    25.02.01 container, scripts/performance/llm at NeMo d2b21556) and v25.02's Llama 3 SFT / LoRA (NeMo 24.12,
-    NeMo 25ec4e98): bf16 gradient reduction, FP8 delayed scaling with FP8 parameters (bf16_with_fp8_mixed), no
-    recompute, no CUDA graphs, sequence parallelism and TP overlap where TP > 1 but LoRA's (no overlap callback),
-    the distributed optimizer but LoRA's plain DDP, the 405B's split counting the embedding and the loss as layers,
-    its proxies' 8 / 30 / 62 layers, LoRA dim 8 (8B) / 16 (70B) on linear_qkv, SQuAD packed to 4096."""
+    """The NeMo 2.0 rows as their scripts ran (each fact cited in the row's notes): v25.02's Llama 3 SFT / LoRA (NeMo
+    24.12, NeMo 25ec4e98), v25.04's pre-training (NeMo 25.02.01, NeMo d2b21556) and v25.05-v25.05.04's (NeMo 25.04.00 /
+    25.04.01 on H100 and GB200 NVL72, NeMo b4148d21 / 7a8f1cc7 / 6f2c6fda): FP8 delayed scaling with FP8 parameters
+    (bf16_with_fp8_mixed, the scripts' default 'ds'), bf16 gradient reduction but DeepSeek-V3's without performance
+    mode, the precision-aware optimizer for BF16 from r2.3.0's set_primary_perf_configs, sequence parallelism where
+    TP > 1, TP overlap where an overlap callback turns it on (not LoRA, Nemotron-H or DeepSeek-V3), the distributed
+    optimizer but LoRA's plain DDP, per-layer CUDA graphs for the GB200 Nemotron-4 launcher, no recompute but
+    DeepSeek-V3's selective modules, the 405B's split counting embedding and loss as layers, DeepSeek-V3's explicit
+    first / last stages and MTP layer, the 405B proxies' 8 / 30 / 62 layers, LoRA dim 8 (8B) / 16 (70B) on linear_qkv,
+    SQuAD packed to 4096."""
     from accuracy import pins_for
 
     from published import DGXC_FILE, SQUAD_DOC_TOKENS
 
-    rows = [r for r in runs.values() if r.file == DGXC_FILE and (r.group == "DGXC NeMo 25.02.01" or r.task != "pretrain")]
-    assert len(rows) == 78 and sum(r.task == "sft" for r in rows) == 8 and sum(r.task == "lora" for r in rows) == 12
+    rows = [r for r in runs.values() if r.file == DGXC_FILE and (r.group.startswith("DGXC NeMo 25.") or r.task != "pretrain")]
+    assert len(rows) == 114 and sum(r.task == "sft" for r in rows) == 8 and sum(r.task == "lora" for r in rows) == 12
     for r in rows:
-        p, lora = r.plan, r.task == "lora"
-        assert (p.framework, p.layer_spec, p.grad_dtype, p.recompute, p.cuda_graph_impl) == ("megatron", "te", "bf16", "none", "none")
-        assert p.sequence_parallel == (p.tp > 1) and p.tp_comm_overlap == (p.tp > 1 and not lora)
+        p, lora, name = r.plan, r.task == "lora", r.model.name
+        deepseek, gb200 = name == "deepseek-v3", r.cluster.gpu.name == "gb200"
+        assert (p.framework, p.layer_spec) == ("megatron", "te") and p.grad_dtype == (
+            "fp32" if deepseek and "@68eaf7e:" in r.source else "bf16")
+        assert p.sequence_parallel == (p.tp > 1)
+        assert p.tp_comm_overlap == (p.tp > 1 and not lora and not deepseek and name != "nemotron-h-56b")
         assert p.zero_stage == (0 if lora else 1)
         assert (p.fp8_recipe, p.fp8_param_gather) == (("delayed", True) if p.precision == "fp8" else (None, False))
-        assert (p.pp_embedding_as_layer, p.pp_loss_as_layer) == ((True, True) if r.model.name.startswith("llama3.1-405b")
+        assert p.precision_aware_optimizer == (p.precision == "bf16" and r.group.startswith("DGXC NeMo 25.04"))
+        assert (p.cuda_graph_impl, p.cuda_graph_scope) == (("local", ()) if gb200 and name == "nemotron4-340b" else ("none", ()))
+        assert (p.recompute, p.recompute_modules) == ((("selective", ("mla_up_proj",) if not gb200 else ()) if deepseek
+                                                       else ("none", ())))
+        assert (p.pp_embedding_as_layer, p.pp_loss_as_layer) == ((True, True) if name.startswith("llama3.1-405b")
                                                                  and p.pp > 1 else (False, False))
-        assert (p.lora_rank, p.lora_targets[:1] if lora else ()) == (({"llama3-8b": 8, "llama3-70b": 16}[r.model.name],
-                                                                     ("linear_qkv",)) if lora else (0, ()))
-        assert len(p.lora_targets) == 1 or not lora
+        assert (p.pp_first_stage_layers, p.pp_last_stage_layers) == ((64 // p.pp - 1, 64 // p.pp - 2) if deepseek else (None, None))
+        assert (r.model.mtp_num_layers or 0) == (1 if deepseek else 0) and (p.ep, p.etp) == ((p.ep, 1) if deepseek else (1, None))
+        assert (p.lora_rank, p.lora_targets if lora else ()) == (({"llama3-8b": 8, "llama3-70b": 16}[name], ("linear_qkv",))
+                                                                 if lora else (0, ()))
         assert p.packed_doc_tokens == (None if r.task == "pretrain" else SQUAD_DOC_TOKENS)
-        assert p.seq_length == {"pretrain": 8192 if "llama" in r.model.name else 4096}.get(r.task, 4096)
-        assert r.model.vocab_size == (256000 if "nemotron" in r.model.name else 128256)
-        assert r.cluster.gpu.name == "h100-sxm" and pins_for(r) is None and r.unknown == ()
+        assert p.seq_length == (4096 if r.task != "pretrain" or deepseek or name.startswith("nemotron4") else 8192)
+        assert r.model.vocab_size == {"nemotron4-15b": 256000, "nemotron4-340b": 256000, "nemotron-h-56b": 131072,
+                                      "deepseek-v3": 129280}.get(name, 128256)
+        assert r.cluster.gpu.name in ("h100-sxm", "gb200") and pins_for(r) is None and r.unknown == ()
+        assert r.cluster.gpus_per_node == (4 if gb200 else 8)
     proxies = sorted((r.model.name, r.model.num_layers, r.plan.pp) for r in rows if r.model.name.startswith("llama3.1-405b-"))
     assert proxies == [("llama3.1-405b-30l", 30, 4)] * 2 + [("llama3.1-405b-62l", 62, 4)] * 2 + [("llama3.1-405b-8l", 8, 1)] * 2
     assert {r.plan.vp for r in rows if r.model.name == "nemotron4-340b"} == {12}
+    assert sum(r.cluster.gpu.name == "gb200" for r in rows) == 21
+    assert sorted(r.plan.gbs for r in rows if "Strong" in r.source or (r.model.name == "nemotron4-340b" and r.plan.gbs == 512
+                                                                         and r.cluster.gpu.name == "gb200")) == [512] * 6
