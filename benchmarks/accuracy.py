@@ -66,7 +66,7 @@ def pins_for(run: Run) -> Pins | None:
     """What a user types for this row, or None when genconf's rules cannot express it."""
     p = run.plan
     if run.file == DGXC_FILE:
-        return None  # the NeMo 1.x launcher and NeMo 2.0 scripts as they ran (published.py): evaluated with the rules off
+        return None  # NeMo 1.x launcher / NeMo 2.0 script recipes as they ran (published.py): rules off
     if run.file == NANOTRON_FILE:
         return None  # nanotron, typed as megatron's layers (published.py); genconf's rules follow megatron-core
     if p.framework != "megatron" and (p.tp > 1 or p.pp > 1 or p.cp > 1 or p.ep > 1 or p.precision == "fp8"
