@@ -44,7 +44,7 @@ def term_range(name: str) -> tuple[float, float, bool]:
     a peak (above 1 would price faster than the hardware: MFU past 100%), an efficiency that defaults to 0 keeps 0
     for "unset" (mxfp8_gemm_efficiency: FP8's); a slowdown is at least 1; times, counts and factors are at least 0."""
     default = {f.name: f.default for f in dataclasses.fields(Calibration)}.get(name)
-    if name.endswith(("_efficiency", "_exposed")) or name == "clock_factor":
+    if name.endswith(("_efficiency", "_exposed")) or name in ("clock_factor", "fp8_clock_ratio"):
         return 0.0, 1.0, default == 0.0 or name.endswith("_exposed")
     return 0.0, math.inf, True
 

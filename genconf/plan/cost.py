@@ -138,6 +138,11 @@ class Calibration(HashOnce):
     slowed by it: the kernel table's flash-attention rates hold end to end (NeMo's long-sequence runs, where
     attention is 95% of the time at 1M tokens, run at the table's boost-clock rates, not 0.8 of them), as the
     softmax phases between their matmuls keep them below the power limit that dense GEMM streams hit."""
+    fp8_clock_ratio: float = 1.0
+    """Sustained clock under FP8/FP4 GEMM streams relative to clock_factor's (BF16's): a part at its power limit
+    holds a lower clock when its tensor cores do twice the operations per cycle. Fitted on Hopper (benchmarks/accuracy.py
+    FIT_GRID: the FP8 rows, with clock_factor measured under BF16); elsewhere 1, as the FP8 efficiencies are fitted at
+    the clock the runs held."""
     full_clock_w_per_tflop: float = 0.0
     """Board power per dense BF16 datasheet TFLOP/s at which a part of this architecture holds the clock its
     efficiencies were fitted at: the best-powered part's TDP over its peak (A100 400 W / 312, H100 SXM
@@ -227,6 +232,8 @@ FP32_CUDA_CORES = "fp32-cuda-cores"
 def _peak(gpu: GPUSpec, cal: Calibration, dtype: str) -> tuple[float, float, float]:
     """(peak TFLOP/s at the sustained clock, main-loop efficiency, bytes per input element) for GEMMs in dtype."""
     clock = sustained_clock(gpu, cal)
+    if dtype in ("fp8", "mxfp8", "fp4"):
+        clock *= cal.fp8_clock_ratio
     if dtype == "fp4":
         return gpu.peak_tflops("fp4") * clock, cal.fp4_gemm_efficiency, 0.5
     if dtype == "fp8":

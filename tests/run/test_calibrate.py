@@ -37,7 +37,7 @@ def synthetic_bench_tables(truth: dict | None = None, floor_s: float = calibrate
     cluster, t = h100()
     t.update(truth or {})
     gpu = cluster.gpu
-    cal = calibrate._calibration({**t, "clock_factor": 1.0}, calibration_for("h100-sxm"))
+    cal = calibrate._calibration({**t, "clock_factor": 1.0, "fp8_clock_ratio": 1.0}, calibration_for("h100-sxm"))
     model, _ = resolve_model("1b")
     gemm = []
     for tp in (1, 2, 4, 8):
