@@ -138,11 +138,12 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
     return cluster, note
 
 
-def node_size_error(gpus_per_node: int, gpu: GPUSpec) -> str | None:
-    """Why --gpus-per-node cannot be a node of this GPU: neither a node size it comes in (GPUSpec.node_sizes) nor part
-    of one (what Slurm allocates of a larger node); None where it can. 5 on an H100 preset planned five-GPU nodes no
-    server is built as, and 1,000 one NVLink domain of 1,000 GPUs. Other nodes are described in a cluster file."""
-    usual = sorted(gpu.node_sizes, reverse=True)
+def node_size_error(gpus_per_node: int, gpu: GPUSpec, cluster_node: int | None = None) -> str | None:
+    """Why --gpus-per-node cannot be a node of this GPU: neither a node size it comes in (GPUSpec.node_sizes), nor the
+    node of the cluster it was given with (`cluster_node`: a cluster file's gpus_per_node, the place the message sends
+    other nodes to), nor part of one (what Slurm allocates of a larger node); None where it can. 5 on an H100 preset
+    planned five-GPU nodes no server is built as, and 1,000 one NVLink domain of 1,000 GPUs."""
+    usual = sorted(set(gpu.node_sizes) | ({cluster_node} if cluster_node else set()), reverse=True)
     if any(size % gpus_per_node == 0 for size in usual):
         return None
     parts = sorted({d for size in usual for d in range(1, size) if size % d == 0} - set(usual), reverse=True)

@@ -155,7 +155,11 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
 
     model, alias, import_notes = resolve_model_noted(args.model)
     cluster, cluster_note = resolve_cluster_noted(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
-    node = args.gpus_per_node and node_size_error(args.gpus_per_node, cluster.gpu)
+    # The cluster's own node counts too: a cluster file's 16-GPU node (where the refusal sends other nodes) with
+    # --gpus-per-node 16, or 8 of it, was refused.
+    own = (resolve_cluster_noted(args.cluster, gpu=args.gpu)[0].gpus_per_node
+           if args.gpus_per_node and args.cluster else None)
+    node = args.gpus_per_node and node_size_error(args.gpus_per_node, cluster.gpu, own)
     if node:
         raise GenconfError(node)
     num_gpus = args.gpus or cluster.total_gpus

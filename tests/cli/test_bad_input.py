@@ -499,3 +499,15 @@ def test_a_plan_json_node_sizes_that_is_not_a_list_is_named(tmp_path, capsys):
     one_line(capsys, ["render", str(plan), "-o", str(tmp_path / "out")],
              "is invalid: cluster.gpu_spec.node_sizes must be a list of GPU counts per node, got 5")
     assert not (tmp_path / "out").exists()
+
+
+def test_gpus_per_node_of_the_cluster_files_own_node_is_taken(tmp_path, capsys):
+    # The refusal above sends other nodes to a cluster file; that file's 16-GPU node, or 8 of it, was refused again
+    # when --gpus-per-node repeated it ('h100-sxm nodes hold 8 or 4 GPUs').
+    cluster = tmp_path / "c16.yaml"
+    cluster.write_text("name: c16\ngpu: h100-sxm\ngpus_per_node: 16\nib_gbit_per_s_per_gpu: 400\n")
+    for n in ("16", "8"):
+        assert main(["--model", "1b", "--gpus", "32", "--cluster", str(cluster), "--gpus-per-node", n]) == 0
+        capsys.readouterr()
+    one_line(capsys, ["--model", "1b", "--gpus", "32", "--cluster", str(cluster), "--gpus-per-node", "5"],
+             "--gpus-per-node 5: h100-sxm nodes hold 16, 8 or 4 GPUs")
