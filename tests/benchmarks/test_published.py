@@ -793,3 +793,15 @@ def test_dgxc_nemo2_rows_are_typed_as_their_scripts_ran(runs):
     assert sum(r.cluster.gpu.name == "gb200" for r in rows) == 21
     strong = [r for r in rows if r.model.name == "nemotron4-340b" and r.cluster.gpu.name == "gb200" and r.plan.gbs == 512]
     assert len(strong) == 6 and {r.plan.world_size for r in strong} == {128, 256, 512}
+
+
+def test_dgxc_no_row_states_both_gradient_reduction_dtypes():
+    # DeepSeek-V3's v25.05 rows (NeMo 7a8f1cc: pretrain_recipe() without performance mode, fp32 reduction) also
+    # carried "grad_reduce_in_fp32 False (the recipe's performance mode)", copied from the rows that ran it.
+    import csv
+
+    import published
+    with open(published.DATA / published.DGXC_FILE) as f:
+        for row in csv.DictReader(f):
+            notes = row["notes"]
+            assert not ("gradients reduced in fp32" in notes and "grad_reduce_in_fp32 False" in notes), row["source"]
