@@ -136,7 +136,7 @@ class Calibration(HashOnce):
     """Sustained tensor-core clock under a training load's dense GEMMs relative to the one the kernels were
     measured at, on the architecture's best-powered part (see sustained_clock). Attention kernels are not
     slowed by it: the kernel table's flash-attention rates hold end to end (NeMo's long-sequence runs, where
-    attention is 95% of the time at 1M tokens, run at the table's boost-clock rates, not 0.8 of them), as the
+    attention is 95% of the time at 1M tokens, run at the table's boost-clock rates, not clock_factor of them), as the
     softmax phases between their matmuls keep them below the power limit that dense GEMM streams hit."""
     fp8_clock_ratio: float = 1.0
     """Sustained clock under FP8/FP4 GEMM streams relative to clock_factor's (BF16's): a part at its power limit

@@ -101,7 +101,7 @@ def _fit_summary(result: fit.FitResult) -> dict:
 def _at_boost(terms: dict[str, float], base: Calibration) -> Calibration:
     """The calibration a bench row is predicted with: clock_factor (and fp8_clock_ratio) 1. Each row times a few calls of one kernel,
     which run at the boost clock, as the H100 kernel tables behind the built-in kernel terms did; a training
-    step's sustained clock (clock_factor, fitted end to end) stays the file's. Fitting the GEMM efficiency
+    step's sustained clock (clock_factor, Hopper's measured under load, and fp8_clock_ratio) stays the file's. Fitting the GEMM efficiency
     at the sustained clock put the boost into it: on an H200 every calibrated prediction came out 1.2-1.3x
     the measured tokens/s while the built-in ones were within 7% (benchmarks/results/gpu_runs/README.md, call 2)."""
     return _calibration({**terms, "clock_factor": 1.0, "fp8_clock_ratio": 1.0}, base)
