@@ -417,8 +417,11 @@ PAIR_FIT_GRID = {
 PAIRED_RECIPES = ("current", "mxfp8")
 """The recipe pair PAIR_FIT_GRID is identified on: FP8 current (per-tensor) scaling against MXFP8."""
 LINKED = {("blackwell", "fp8_gemm_efficiency"): ("gemm_efficiency", 0.70 / 0.68)}
-"""Terms moved with a fitted one: Blackwell's BF16 GEMM keeps the BF16/FP8 ratio measured on the H100 (the
-published Blackwell runs are almost all FP8/FP4: BF16 alone is not identifiable)."""
+"""Terms moved with a fitted one: Blackwell's BF16 GEMM keeps the BF16/FP8 ratio of the H100's kernel tables (the
+published Blackwell runs are almost all FP8/FP4: BF16 alone is not identifiable). That ratio is the kernels' at one
+clock: on Hopper FP8 streams also hold a lower clock than BF16 (fp8_clock_ratio 0.9), but whether Blackwell's do is not
+identified (its fitted FP8 efficiency is the one at whatever clock the runs held), and carrying 0.9 over would price
+Blackwell's BF16 11% faster, where its BF16 rows (Megatron-Bridge's MoE, DGXC's GB200) are already predicted fast."""
 ARCHS = ("ampere", "hopper", "blackwell")
 TIE_OBJECTIVE = 5e-4
 """A term moves only when that improves the objective by more than this (mean |log error|, 0.01%): a term the
@@ -513,7 +516,10 @@ def _pair_search(runs: list[Run], override: dict, grid_of: dict, quiet: bool) ->
 
 
 def _joint_search(runs: list[Run], override: dict, grid_of: dict, quiet: bool) -> dict:
-    """Every combination of the (few, coupled) terms of grid_of, set for all architectures alike."""
+    """Every combination of the (few, coupled) terms of grid_of, set for all architectures alike; where the current
+    values score within TIE_OBJECTIVE of the best, they stay (as in _coordinate_search: a flat objective, e.g. the
+    all-to-all efficiency at 0.8 or 0.4 within 0.0001, does not move a term; in a leave-one-source-out fold the current
+    values are calibration.yaml's, fitted with the held-out source, so such a term keeps what all sources chose)."""
     rows = evaluate_all(runs, cals_for(runs, override))
     plans = {id(r["_run"]): r["_plan"] for r in rows if r["_plan"] is not None}
     scored = [r for r in runs if id(r) in plans]
