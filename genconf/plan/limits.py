@@ -60,7 +60,8 @@ RANGES: dict[str, Range] = {
     # the job and the cluster
     "num_gpus": _GPUS,
     "total_gpus": _GPUS,
-    "gpus_per_node": Range(low=1, high=1_024, unit="GPUs", why="HGX nodes hold 8, GB200 trays 4"),
+    "gpus_per_node": Range(low=1, high=1_024, unit="GPUs", why="HGX nodes hold 8, GB200 trays 4 (the flag: a node "
+                                                                  "size of the GPU or of --cluster's, or a divisor)"),
     "nvlink_domain_gpus": Range(low=1, high=MAX_GPUS, unit="GPUs", why="NVL72 racks: 72; NVL576: 576"),
     "ib_gbit_per_s_per_gpu": Range(low=1e-3, high=1e6, unit="Gb/s", integer=False, why="NDR: 400, XDR: 800"),
     "host_link_gbyte_per_s_per_gpu": Range(low=0, high=1e6, unit="GB/s", integer=False,
