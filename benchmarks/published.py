@@ -409,11 +409,9 @@ def _precision(row: dict, file: str, gpu_arch: str) -> tuple[str, str | None]:
         return "fp8", "blockwise"  # torchao rowwise scaling: a scale per row/column, both copies kept
     if file == "nemo_perf_summary_24.07_and_longseq.csv":
         return "fp8", "delayed"  # NeMo 1.x/2.0 default FP8 recipe (hybrid, amax history)
-    if file == DGXC_FILE:
-        # NeMo 1.x launcher recipes: fp8_hybrid with an amax history, Transformer Engine's DelayedScaling (the notes).
-        return "fp8", "delayed" if "FP8 delayed scaling" in row["notes"] else "current"
-    if file == NEMO25_FILE:
-        # NeMo 25.02 (v2.2.0) benchmarked delayed scaling; 25.04 and 25.07 current scaling (the row's notes).
+    if file in (DGXC_FILE, NEMO25_FILE):
+        # As the row's notes say: DGXC's NeMo 1.x and 2.0 recipes ran TE's DelayedScaling (fp8_hybrid, amax history),
+        # as NeMo 25.02 (v2.2.0) did; NeMo 25.04 and 25.07 per-tensor current scaling.
         return "fp8", "delayed" if "FP8 delayed scaling" in row["notes"] else "current"
     return "fp8", "current"      # Megatron-Bridge "FP8" / "FP8-CS": per-tensor current scaling; torchao tensorwise
 

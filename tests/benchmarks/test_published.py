@@ -621,6 +621,15 @@ def _dgxc_rows() -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def _dgxc_mirror_lines(commit: str, path: str) -> list[str]:
+    import subprocess
+
+    if not DGXC_MIRROR.exists():
+        pytest.skip("no NVIDIA/dgxc-benchmarking mirror here")
+    return subprocess.run(["git", "-C", str(DGXC_MIRROR), "show", f"{commit}:{path}"], capture_output=True, text=True,
+                          check=True).stdout.split("\n")
+
+
 def test_dgxc_rows_are_read_as_the_readmes_state_them():
     """Each DGXC row's tokens/s/GPU is its README table's tokens/s over the GPU count, agrees with seq x GBS / step
     time (to 0.5%), and cites the README line of its figure; 281 rows, of which Grok-1's 30, Llama 4 Maverick's 8 and
@@ -674,25 +683,11 @@ def test_dgxc_rows_are_read_as_the_readmes_state_them():
 ])
 def test_dgxc_figures_match_the_mirror(commit, path, line, text):
     """Transcription spot checks against the mirror's README text, where the mirror is on this machine."""
-    import subprocess
-
-    if not DGXC_MIRROR.exists():
-        pytest.skip("no NVIDIA/dgxc-benchmarking mirror here")
-    lines = subprocess.run(["git", "-C", str(DGXC_MIRROR), "show", f"{commit}:{path}"], capture_output=True,
-                           text=True, check=True).stdout.split("\n")
+    lines = _dgxc_mirror_lines(commit, path)
     hits = [i + 1 for i, l in enumerate(lines) if text in l]
     assert hits and (line is None or line in hits)
     cited = [r for r in _dgxc_rows() if f"@{commit}:{path}:{hits[0]}" in r["source"]]
     assert cited
-
-
-def _dgxc_mirror_lines(commit: str, path: str) -> list[str]:
-    import subprocess
-
-    if not DGXC_MIRROR.exists():
-        pytest.skip("no NVIDIA/dgxc-benchmarking mirror here")
-    return subprocess.run(["git", "-C", str(DGXC_MIRROR), "show", f"{commit}:{path}"], capture_output=True, text=True,
-                          check=True).stdout.split("\n")
 
 
 def test_dgxc_llama3_8b_finetuning_ran_pp_1_not_the_headers_pp_41():
@@ -798,10 +793,6 @@ def test_dgxc_nemo2_rows_are_typed_as_their_scripts_ran(runs):
 def test_dgxc_no_row_states_both_gradient_reduction_dtypes():
     # DeepSeek-V3's v25.05 rows (NeMo 7a8f1cc: pretrain_recipe() without performance mode, fp32 reduction) also
     # carried "grad_reduce_in_fp32 False (the recipe's performance mode)", copied from the rows that ran it.
-    import csv
-
-    import published
-    with open(published.DATA / published.DGXC_FILE) as f:
-        for row in csv.DictReader(f):
-            notes = row["notes"]
-            assert not ("gradients reduced in fp32" in notes and "grad_reduce_in_fp32 False" in notes), row["source"]
+    for row in _dgxc_rows():
+        notes = row["notes"]
+        assert not ("gradients reduced in fp32" in notes and "grad_reduce_in_fp32 False" in notes), row["source"]
