@@ -869,7 +869,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         # common.py:42-45 at v0.6.0).
         plan = replace(plan, precision_aware_optimizer=True, adam_moments_dtype="bf16")
         notes.append("precision-aware optimizer with BF16 Adam moments (Megatron-Bridge's DeepSeek-V3 recipe)")
-    if model.mla and pp > 1 and file != DGXC_FILE:  # DGXC's DeepSeek-V3: the first/last stage counts it set (notes)
+    if model.mla and pp > 1 and plan.pp_first_stage_layers is None and plan.pp_last_stage_layers is None:
+        # A row that states its first/last stage counts (DGXC's DeepSeek-V3, its notes) ran that split, not the map.
         plan = replace(plan, pp_layout=bridge_mla_layout(model, pp, plan.vp))
         notes.append(f"pipeline layout {plan.pp_layout} (Megatron-Bridge's DeepSeek-V3 / Kimi K2 layout map)")
     if dense_recipe is not None:
@@ -892,8 +893,8 @@ def _row_to_run(row: dict, file: str, label: str) -> tuple[Run | None, str]:
         notes.append("the last 14 layers in BF16 (nemotron_3_super_bf16_with_nvfp4_mixed)")
     if recipe is not None and recipe["moe_a2a_overlap"] == "on":
         notes.append(f"EP all-to-all overlap on ({recipe['bridge_ref']} {recipe['config_name']})")
-    if plan.cuda_graph_impl != "none" and file != DGXC_FILE:  # DGXC: the row's notes cite its launcher
-        source = recipe or dense_recipe
+    source = recipe or dense_recipe
+    if plan.cuda_graph_impl != "none" and source is not None:  # else the row's own notes cite its graphs (DGXC)
         notes.append(f"CUDA graphs {plan.cuda_graph_impl} {' '.join(plan.cuda_graph_scope) or 'whole layers'} "
                      f"({source['bridge_ref']} {source['config_name'].split(' ')[0]})"
                      + ("; beside the EP overlap this needs megatron-core 0.18+: evaluated with the rules off"
