@@ -73,8 +73,16 @@ def test_deepspeed_zero0_bf16_optimizer_bytes_are_the_fp32_master_plus_adam():
     model = resolve_model("1b")[0]
     plan = ParallelPlan(framework="deepspeed", dp=1, mbs=4, gbs=32, seq_length=2048, zero_stage=0)
     stage = mem.stage_memory(model, plan, 0)
-    assert stage.optimizer_bytes == 11_244_429_312
-    assert 8 * 937_035_776 == 7_496_286_208
+    # Known answer: the parameters of the model DeepSpeed trains (genconf's own GPT), built on the meta device.
+    import torch
+
+    from genconf.train.torch_model import GPT
+
+    with torch.device("meta"):
+        held = sum(p.numel() for p in GPT(model).parameters())
+    assert held == 937_035_776
+    assert stage.optimizer_bytes == 12 * held == 11_244_429_312
+    assert 8 * held == 7_496_286_208  # the measurement: Adam's m and v of those parameters, no fp32 master
 
 
 def test_allocated_reserved_and_budget_are_separate():
