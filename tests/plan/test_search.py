@@ -150,13 +150,22 @@ def test_explain_counts_reasons():
 
 
 def test_evaluate_without_rules_for_published_runs():
-    # Benchmarks evaluate published layouts that break our rules (e.g. tp=8 on 4-GPU nodes) without rejecting them.
+    # Benchmarks evaluate published layouts that break our rules (e.g. tp=8 on 4-GPU nodes) without rejecting them:
+    # Narayanan et al. 2021's GPT-3 175B PTD-P layout (Table 2: tp 8, pp 12, dp 4 on 384 GPUs, batch 1536) on
+    # 4-GPU H100 nodes spans tp=8 over two nodes, which the rules refuse.
     model, _ = resolve_model("gpt3-175b")
-    cluster = resolve_cluster("dgx-a100")
+    cluster = resolve_cluster("kempner-h100")
+    cal = calibration_for(cluster.gpu.name)
     plan = ParallelPlan(framework="megatron", tp=8, pp=12, dp=4, mbs=1, gbs=1536, seq_length=2048,
                         recompute="full", layer_spec="local")
-    ev = evaluate(model, cluster, plan, 384, calibration_for("a100-80gb"), check_rules=False)
-    assert ev.cost is not None and ev.memory is not None
+    refused = evaluate(model, cluster, plan, 384, cal)
+    assert [v.rule for v in refused.violations] == ["tp_inside_node"] and refused.cost is None
+    ev = evaluate(model, cluster, plan, 384, cal, check_rules=False)
+    assert ev.violations == () and ev.memory.fits and 0 < ev.cost.mfu < 1
+    # Priced as the paper counts it: Korthikanti et al. 2022 eq. 7, 72 B s L h^2 (1 + s/(6h) + V/(12 h L)) a batch.
+    L, h, s, v = model.num_layers, model.hidden_size, 2048, model.vocab_size
+    assert ev.cost.model_flops_per_step == pytest.approx(
+        1536 * s * 72 * L * h * h * (1 + s / (6 * h) + v / (12 * h * L)), rel=1e-12)
 
 
 def test_megatron_fsdp_is_opt_in():
