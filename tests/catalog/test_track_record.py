@@ -56,7 +56,8 @@ def test_a_spec_with_a_catalog_name_but_another_architecture_gets_no_record():
     llama = resolve_model("llama3-70b")[0]
     assert track_record.record_for(llama, "hopper")["scope"] == "hopper"
     assert track_record.record_for(replace(llama, num_layers=8), "hopper") is None
-    assert track_record.record_for(replace(llama, seq_length=4096), "hopper") is not None
+    # The sequence length is not architecture (torchtitan's 8,192-token Llama runs count): the same record.
+    assert track_record.record_for(replace(llama, seq_length=4096), "hopper") == track_record.record_for(llama, "hopper")
 
 
 def test_quantiles_interpolate_as_numpy_does():
