@@ -15,7 +15,10 @@ def test_sixteen_bit_weights_are_the_seeds_14p():
     size = checkpoint_size(model, ParallelPlan(framework="megatron", tp=4, pp=4, dp=24, precision="bf16"))
     # 65,250,926,592 parameters, and the untied embedding and output layer's padding rows: megatron pads the 50,280
     # tokens to 50,688 (a multiple of 128 x 4), genconf's own model (DeepSpeed) to 50,304 (of 64).
-    assert exact_param_count(model) == 65_250_926_592
+    # Counted by hand from models/olmo-70b.yaml (the seed's D=8192, N=80, V=50280; no biases, untied): per layer
+    # 12 D^2 of weights, two weight-only LayerNorms and the full-width q/k norms (4 D); the embedding, the output
+    # layer and the final norm.
+    assert exact_param_count(model) == 80 * (12 * 8192**2 + 4 * 8192) + 2 * 50280 * 8192 + 8192 == 65_250_926_592
     assert size.checkpoint_bytes == seed_model_bytes(65_250_926_592 + 408 * 8192 * 2)
     assert size.disk_bytes == 3 * size.checkpoint_bytes  # keep 2, plus the one being written
     ds = checkpoint_size(model, ParallelPlan(framework="deepspeed", dp=384, zero_stage=3, precision="bf16"), keep_last=5)
