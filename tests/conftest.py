@@ -269,3 +269,28 @@ def copy_artifacts(src: Path, dst: Path) -> Path:
         script.write_text(script.read_text().replace(f"={src}", f"={dst}"))
     return dst
 
+
+
+# --- DeepSpeed's config parser with a real process group ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def deepspeed_rank0(tmp_path_factory):
+    """A real one-process gloo group (rank 0 of 1) on this CPU, joined by deepspeed.comm: DeepSpeedConfig asks the
+    mpu for the data-parallel world size only once deepspeed.comm.get_rank() answers (without a group it falls back
+    to world size 1), so the plan's world size, which the mpu gives, is the one it checks against. Torn down after
+    the module, leaving no group behind."""
+    reader_or_skip("deepspeed", "pip install -e '.[train]'")
+    import torch.distributed as td
+    from deepspeed import comm as ds_comm
+    from deepspeed.comm import comm as ds_comm_state
+
+    started = not td.is_initialized()
+    if started:
+        store = tmp_path_factory.mktemp("gloo") / "store"
+        td.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    ds_comm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False)
+    assert ds_comm.get_rank() == 0 and ds_comm.get_world_size() == 1
+    yield
+    if started:
+        td.destroy_process_group()
+        ds_comm_state.cdb = None

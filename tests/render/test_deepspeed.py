@@ -37,13 +37,11 @@ class PlanMPU:
         return self.dp
 
 @pytest.fixture
-def deepspeed_config_cls(monkeypatch):
-    import deepspeed.comm
+def deepspeed_config_cls(deepspeed_rank0):
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    # DeepSpeedConfig reads the mpu's world size only after dist.get_rank() succeeds; without a process group
-    # it falls back to world size 1. Answer rank 0 so the plan's world size is the one it checks against.
-    monkeypatch.setattr(deepspeed.comm, "get_rank", lambda group=None: 0)
+    # DeepSpeedConfig reads the mpu's world size only after dist.get_rank() succeeds: deepspeed_rank0 is a real
+    # one-process gloo group (conftest), so the plan's world size is the one it checks against.
     return DeepSpeedConfig
 
 @needs_deepspeed

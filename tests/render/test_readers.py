@@ -112,14 +112,13 @@ class PlanMPU:
         return self.dp
 
 
-def test_deepspeed_config_reads_every_ds_config(artifacts, monkeypatch):
+def test_deepspeed_config_reads_every_ds_config(artifacts, deepspeed_rank0):
     require("deepspeed")
-    import deepspeed.comm
     from deepspeed.runtime.config import DeepSpeedConfig
 
     # DeepSpeedConfig asks the mpu for the world size only once dist.get_rank() answers; without a process group it
-    # falls back to 1. Rank 0 lets it check train_batch_size against the plan's world size.
-    monkeypatch.setattr(deepspeed.comm, "get_rank", lambda group=None: 0)
+    # falls back to 1. deepspeed_rank0 (conftest) is a real one-process gloo group: rank 0 lets it check
+    # train_batch_size against the plan's world size.
     for key, d in artifacts.items():
         _, model, cluster, plan, num_gpus = plan_of(d)
         raw = json.loads((d / "ds_config.json").read_text())
