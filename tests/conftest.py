@@ -40,9 +40,19 @@ def has_module(name: str) -> bool:
         return False
 
 
-needs_torch = pytest.mark.skipif(not has_module("torch"), reason="torch not installed (pip install -e '.[train]')")
-needs_deepspeed = pytest.mark.skipif(not has_module("deepspeed"), reason="deepspeed not installed (pip install -e '.[train]')")
-needs_megatron = pytest.mark.skipif(not has_module("megatron.core"), reason="megatron-core not installed (pip install -e '.[train]')")
+CI = os.environ.get("CI") == "true"
+"""Under CI=true the README's test command has installed every extra: a missing one fails its tests, not skips them."""
+
+
+def _needs(module: str) -> pytest.MarkDecorator:
+    """Skip without `module`, except under CI=true, where the test runs and its import fails."""
+    return pytest.mark.skipif(not has_module(module) and not CI,
+                              reason=f"{module} not installed (pip install -e '.[train]')")
+
+
+needs_torch = _needs("torch")
+needs_deepspeed = _needs("deepspeed")
+needs_megatron = _needs("megatron.core")
 
 
 def genconf_cmd() -> list[str]:
@@ -63,14 +73,15 @@ LOCAL_CLUSTER = REPO / "launchers" / "slurm" / "local_cluster.sh"
 SLURM_SHAPE = ("--nodes", "2", "--gpus-per-node", "2", "--cpus-per-node", "4")
 
 
-def reader_or_skip(module: str, install: str):
-    """Import a reader of the artifacts (olmo.config, deepspeed, megatron.core); skip without it, or fail under
-    CI=true, where the README's test command has installed every reader."""
+def reader_or_skip(module: str, install: str, *, module_level: bool = False):
+    """Import a module the README's test command installs (the artifacts' readers olmo.config, deepspeed,
+    megatron.core; torch, torchao, matplotlib, numpy); skip without it, or fail under CI=true. module_level: called
+    at a test module's top (pytest.skip then needs allow_module_level)."""
     if not has_module(module):
         message = f"{module} is not installed ({install})"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true: {message}")
-        pytest.skip(message)
+        if CI:
+            pytest.fail(f"CI=true: {message}", pytrace=False)
+        pytest.skip(message, allow_module_level=module_level)
     return importlib.import_module(module)
 
 

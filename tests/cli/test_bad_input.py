@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from conftest import reader_or_skip
+
 from genconf.cli.main import main
 
 NOT_UTF8 = b"\xff\xfe\x00binary"
@@ -163,7 +165,7 @@ def test_flags_that_would_be_ignored_are_refused(tmp_path, monkeypatch, capsys, 
 
 
 def test_verify_plot_into_a_file_is_refused_before_the_run_is_judged(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
+    reader_or_skip("matplotlib", "pip install -e '.[plot]'")
     from conftest import REPO
 
     (tmp_path / "file").write_text("x")

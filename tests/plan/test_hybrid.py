@@ -6,6 +6,8 @@ import dataclasses
 
 import pytest
 
+from conftest import reader_or_skip
+
 from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import resolve_model
@@ -269,7 +271,7 @@ def test_latent_moe_and_hybrid_mtp_render_and_read_back():
 
 
 def test_megatron_core_accepts_the_latent_moe_config():
-    pytest.importorskip("megatron.core")
+    reader_or_skip("megatron.core", "pip install -e '.[train]'")
     from conftest import transformer_config
     from genconf.check.megatron import parse_megatron_args
     from genconf.render.megatron import megatron_args, megatron_args_text

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-np = pytest.importorskip("numpy", reason="the token check needs numpy (pip install -e .[train])")
+from conftest import REPO, reader_or_skip
 
-from conftest import REPO  # noqa: E402
+np = reader_or_skip("numpy", "pip install -e '.[train]'", module_level=True)
 
 TINY_GPT = str(REPO / "tests" / "data" / "tiny-gpt.yaml")
 SEQ, GBS, VOCAB = 64, 8, 128  # --seq-len, --global-batch and --vocab of the launch below

@@ -7,7 +7,9 @@ import dataclasses
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import reader_or_skip
+
+torch = reader_or_skip("torch", "pip install -e '.[train]'", module_level=True)
 
 from torch.utils.checkpoint import set_checkpoint_early_stop  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -68,7 +70,7 @@ def test_a_hidden_dropout_mask_after_the_projection_makes_it_recompute_whole_lay
 def test_torchao_s_eager_fp8_linears_recompute_whole_layers():
     # Float8Linear's GEMM is a custom autograd Function: it saves its inputs after running, so the last saved tensor
     # already needs fc2 and nothing is skipped (torchao's emulation runs the same autograd on a CPU).
-    pytest.importorskip("torchao")
+    reader_or_skip("torchao", "pip install -e '.[fp8]'")
     from genconf.train.float8 import convert
 
     def flops(recompute: bool, early_stop: bool = True) -> int:

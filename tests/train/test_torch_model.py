@@ -6,7 +6,9 @@ import dataclasses
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import reader_or_skip
+
+torch = reader_or_skip("torch", "pip install -e '.[train]'", module_level=True)
 
 from genconf.catalog.models import resolve_model  # noqa: E402
 from genconf.train.torch_model import MLP  # noqa: E402
@@ -67,7 +69,7 @@ def test_the_mlp_calls_no_op_that_cuda_autocast_runs_in_fp32(activation):
 def test_windowed_attention_is_megatron_cores_band(seq, window, heads, groups):
     """genconf's chunked windowed attention equals attention under megatron-core's own sliding-window mask
     (transformer/utils.py get_sliding_window_causal_mask with window_size (w, 0)), values and gradients."""
-    pytest.importorskip("megatron.core")
+    reader_or_skip("megatron.core", "pip install -e '.[train]'")
     from megatron.core.transformer.utils import get_sliding_window_causal_mask
 
     from genconf.train import mcore_compat
@@ -90,7 +92,7 @@ def test_windowed_attention_is_megatron_cores_band(seq, window, heads, groups):
 def test_the_windowed_layers_are_megatron_cores():
     """GPT's layers use the window exactly where megatron-core's is_layer_window_attention says (1-indexed layer
     numbers, every window_attn_skip_freq-th layer full)."""
-    pytest.importorskip("megatron.core")
+    reader_or_skip("megatron.core", "pip install -e '.[train]'")
     from megatron.core.transformer.utils import is_layer_window_attention
 
     from genconf.train.torch_model import GPT
