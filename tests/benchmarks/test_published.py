@@ -610,6 +610,9 @@ def test_nanotron_rows_are_typed_as_they_ran_and_scored_never_fitted(runs):
 
 
 DGXC_MIRROR = Path("/work/.mirror/NVIDIA+dgxc-benchmarking/repo")
+"""A clone of NVIDIA/dgxc-benchmarking, where one is at hand (test_dgxc_sources_are_the_repositorys_files)."""
+DGXC_SOURCES = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "dgxc_sources"
+"""Verbatim copies of the files dgxc_benchmarking.csv cites, <commit>/<path> (benchmarks/data/dgxc_sources/README.md)."""
 
 
 def _dgxc_rows() -> list[dict]:
@@ -622,12 +625,46 @@ def _dgxc_rows() -> list[dict]:
 
 
 def _dgxc_mirror_lines(commit: str, path: str) -> list[str]:
+    """The lines of NVIDIA/dgxc-benchmarking's `path` at `commit`, from the copy the repository keeps."""
+    return (DGXC_SOURCES / commit / path).read_text().split("\n")
+
+
+def _dgxc_cited() -> set[tuple[str, str]]:
+    import re
+
+    return {re.match(r"NVIDIA/dgxc-benchmarking@([0-9a-f]{7}):([\w./]+\.md):\d+", r["source"]).groups()
+            for r in _dgxc_rows()}
+
+
+def test_dgxc_sources_are_the_repositorys_files():
+    """The kept copies are byte for byte the repository's files at their commits, where a clone is at hand, and every
+    file a row cites is kept."""
     import subprocess
 
+    kept = {(p.relative_to(DGXC_SOURCES).parts[0], "/".join(p.relative_to(DGXC_SOURCES).parts[1:]))
+            for p in DGXC_SOURCES.rglob("*") if p.is_file() and p.parent != DGXC_SOURCES}
+    assert _dgxc_cited() <= kept and len(kept) == 29
     if not DGXC_MIRROR.exists():
-        pytest.skip("no NVIDIA/dgxc-benchmarking mirror here")
-    return subprocess.run(["git", "-C", str(DGXC_MIRROR), "show", f"{commit}:{path}"], capture_output=True, text=True,
-                          check=True).stdout.split("\n")
+        pytest.skip("no clone of NVIDIA/dgxc-benchmarking here to check the kept copies against")
+    for commit, path in sorted(kept):
+        upstream = subprocess.run(["git", "-C", str(DGXC_MIRROR), "show", f"{commit}:{path}"], capture_output=True,
+                                  check=True).stdout
+        assert (DGXC_SOURCES / commit / path).read_bytes() == upstream, (commit, path)
+
+
+def test_every_dgxc_row_is_its_cited_lines():
+    """Each of the 281 rows: the line its source cites prints the tokens/s its notes quote, and the step-time line
+    its notes cite prints the step time (the README tables as NVIDIA published them, benchmarks/data/dgxc_sources)."""
+    import re
+
+    for row in _dgxc_rows():
+        commit, path, line = re.match(r"NVIDIA/dgxc-benchmarking@([0-9a-f]{7}):([\w./]+\.md):(\d+)",
+                                      row["source"]).groups()
+        lines = _dgxc_mirror_lines(commit, path)
+        tok, tok_line = re.search(r"([0-9.]+) tokens/s at :(\d+)", row["notes"]).groups()
+        step, step_line = re.search(r"step time ([0-9. ]+) s at :(\d+)", row["notes"]).groups()
+        assert tok_line == line and tok in lines[int(line) - 1], row["source"]
+        assert step.replace(" ", "") in lines[int(step_line) - 1].replace(" ", ""), row["source"]
 
 
 def test_dgxc_rows_are_read_as_the_readmes_state_them():
@@ -682,7 +719,7 @@ def test_dgxc_rows_are_read_as_the_readmes_state_them():
     ("1f6d9f4", "deepseek_v3/pretraining/README.md", 83, "Throughput in tokens per second | 342755.90 | 644781.55 |"),
 ])
 def test_dgxc_figures_match_the_mirror(commit, path, line, text):
-    """Transcription spot checks against the mirror's README text, where the mirror is on this machine."""
+    """Transcription spot checks against the README text (the kept copies, benchmarks/data/dgxc_sources)."""
     lines = _dgxc_mirror_lines(commit, path)
     hits = [i + 1 for i, l in enumerate(lines) if text in l]
     assert hits and (line is None or line in hits)
