@@ -284,6 +284,16 @@ def copy_artifacts(src: Path, dst: Path) -> Path:
 
 # --- DeepSpeed's config parser with a real process group ---------------------------------------------------------
 
+class PlanMPU:
+    """What DeepSpeedConfig asks an mpu: the data-parallel world size (the plan's GPUs)."""
+
+    def __init__(self, dp: int):
+        self.dp = dp
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.dp
+
+
 @pytest.fixture(scope="module")
 def deepspeed_rank0(tmp_path_factory):
     """A real one-process gloo group (rank 0 of 1) on this CPU, joined by deepspeed.comm: DeepSpeedConfig asks the

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import DS_PLANS, needs_deepspeed, plan_of, report_plan
+from conftest import DS_PLANS, PlanMPU, needs_deepspeed, plan_of, report_plan
 from genconf.plan.equivalent import equivalent_plan
 
 
@@ -27,14 +27,6 @@ def test_zero3_thresholds_come_from_the_hidden_size(rendered):
     hsdp = json.loads((rendered["hsdp7b"] / "ds_config.json").read_text())
     assert hsdp["zero_optimization"]["zero_hpz_partition_size"] == 4  # ZeRO++ hpZ inside the node
 
-class PlanMPU:
-    """What DeepSpeedConfig asks an mpu: the data-parallel world size (here the plan's GPUs)."""
-
-    def __init__(self, dp: int):
-        self.dp = dp
-
-    def get_data_parallel_world_size(self) -> int:
-        return self.dp
 
 @pytest.fixture
 def deepspeed_config_cls(deepspeed_rank0):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from conftest import reader_or_skip
+
 from genconf.render.olmo import FSDP_WRAPPING
 
 
@@ -11,7 +13,11 @@ def test_olmo_config_matches_the_seed_shapes(rendered):
     fsdp = yaml.safe_load((rendered["fsdp1b"] / "olmo_fsdp.yaml").read_text())
     assert fsdp["distributed_strategy"] == "fsdp" and fsdp["fsdp"]["sharding_strategy"] == "FULL_SHARD"
     assert fsdp["fsdp"]["precision"] == "mixed" and fsdp["model"]["d_model"] == 2048 and fsdp["model"]["n_layers"] == 16
-    assert fsdp["fsdp"]["wrapping_strategy"] in FSDP_WRAPPING
+    # The 1B's embedding (kempner-olmo-1b: 32,128 x 2,048 = 66M parameters) outweighs a block (4 x 2,048^2 + 2 x 2,048 x
+    # 8,192 = 50M, gelu): by_block_and_size wraps it on its own, one of OLMo's own FSDPWrapStrategy values.
+    assert fsdp["fsdp"]["wrapping_strategy"] == "by_block_and_size"
+    olmo_config = reader_or_skip("olmo.config", "pip install --no-deps ai2-olmo==0.6.0")
+    assert set(FSDP_WRAPPING) <= {e.value for e in olmo_config.FSDPWrapStrategy}
     ddp = yaml.safe_load((rendered["ddp1b"] / "olmo_fsdp.yaml").read_text())
     assert ddp["distributed_strategy"] == "ddp" and ddp["ddp"] == {"grad_sync_mode": "batch", "find_unused_params": False}
     assert ddp["fsdp"]["sharding_strategy"] == "NO_SHARD"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reader_or_skip, shellcheck_or_skip
+from conftest import PlanMPU, reader_or_skip, shellcheck_or_skip
 from genconf.catalog.recipes import list_recipes
 from genconf.check.directory import check_dir
 from genconf.check.megatron import parse_megatron_args
@@ -100,16 +100,6 @@ def test_shellcheck_passes_on_every_recipes_scripts(artifacts):
     assert len(scripts) >= 2 * len(artifacts)
     out = subprocess.run([binary, "--shell=bash", "--severity=style", *scripts], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:]
-
-
-class PlanMPU:
-    """What DeepSpeedConfig asks an mpu: the data-parallel world size (the plan's GPUs)."""
-
-    def __init__(self, dp: int):
-        self.dp = dp
-
-    def get_data_parallel_world_size(self) -> int:
-        return self.dp
 
 
 def test_deepspeed_config_reads_every_ds_config(artifacts, deepspeed_rank0):
