@@ -396,6 +396,13 @@ A2A_FIT_GRID = {
     ("all", "nccl_all_to_all_efficiency"): [1.0, 0.8, 0.65, 0.5, 0.4, 0.3, 0.25],
     ("all", "ep_overlap_exposed"): [0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0],
 }
+EDP_FIT_GRID = {
+    # The share of the experts' data-parallel collectives over InfiniBand that overlaps compute
+    # (Calibration.expert_dp_ib_overlap): identified by the MoE rows whose expert-data-parallel group spans NVLink
+    # domains (HGX B200 / B300 and H100 nodes of 8 at an expert-parallel size of 8 or more), against the same models
+    # on NVL72 racks, where it stays inside NVLink. Searched after the all-to-all terms, on the MoE rows.
+    ("all", "expert_dp_ib_overlap"): [0.0, 0.25, 0.5, 0.75, 1.0],
+}
 HYBRID_FIT_GRID = {
     # The Mamba-2 scan's achieved rate (genconf.plan.cost.Calibration.ssd_scan_efficiency), fitted on the hybrid rows
     # alone (Nemotron 3 Nano: H100 and four Blackwell parts, five container releases), after the MoE terms, which it
@@ -403,7 +410,7 @@ HYBRID_FIT_GRID = {
     ("all", "ssd_scan_efficiency"): [0.3, 0.1, 0.05, 0.03, 0.02, 0.015, 0.012, 0.01, 0.008, 0.006],
 }
 MOE_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration)
-             if ("all", f.name) in MOE_FIT_GRID or ("all", f.name) in A2A_FIT_GRID}
+             if ("all", f.name) in MOE_FIT_GRID or ("all", f.name) in A2A_FIT_GRID or ("all", f.name) in EDP_FIT_GRID}
 """What the MoE terms fall back to when a fit sees no MoE row (leave-one-source-out without Megatron-Bridge,
 the only MoE source): the counted defaults of genconf.plan.cost.Calibration, not the values fitted on that source."""
 HYBRID_PRIOR = {f.name: f.default for f in dataclasses.fields(Calibration) if ("all", f.name) in HYBRID_FIT_GRID}
@@ -458,6 +465,7 @@ def fit(runs: list[Run], base: dict | None = None, *, rounds: int = 2, quiet: bo
     if moe_runs:
         override = _joint_search(moe_runs, override, MOE_FIT_GRID, quiet)
         override = _joint_search(moe_runs, override, A2A_FIT_GRID, quiet)
+        override = _joint_search(moe_runs, override, EDP_FIT_GRID, quiet)
     else:
         for a in ARCHS:
             override[a].update(MOE_PRIOR)

@@ -158,6 +158,14 @@ class Calibration(HashOnce):
     dp_overlap_efficiency: float = 0.9
     """Fraction of the overlap window (a micro-batch's backward or forward) gradient reduce-scatter /
     all-reduce and parameter all-gather can hide behind."""
+    expert_dp_ib_overlap: float = 1.0
+    """Share of the expert parameters' data-parallel collectives (megatron-core's expert-data-parallel group, the
+    experts' gradient reduce-scatter and parameter all-gather) that can overlap compute where that group spans
+    NVLink domains (InfiniBand); the rest is exposed. The prior, 1, treats them as the dense ones. Fitted on the
+    MoE rows (benchmarks/accuracy.py EDP_FIT_GRID): the same Megatron-Bridge MoE models run 8-10% slower than
+    priced on 8-GPU HGX nodes, where an expert-parallel size of 8 leaves one rank per node in each expert
+    data-parallel group, and within 3% on NVL72 racks, where those groups stay inside NVLink
+    (benchmarks/results/accuracy.md)."""
     nccl_all_to_all_efficiency: float = 1.0
     """What NCCL's all-to-all (megatron's alltoall token dispatcher: all_to_all_single with per-peer splits; Mamba's
     context-parallel all-to-alls) reaches of the link rates the ring collectives reach (nvlink_efficiency,
@@ -1121,11 +1129,29 @@ def _dp_groups(plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, dense
 
 
 def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: Calibration, dense: int,
-               expert: int, bwd_window_s: float, fwd_window_s: float) -> float:
+               expert: int, bwd_window_s: float, fwd_window_s: float, *, split_expert: bool = True) -> float:
     """Exposed data-parallel communication per step, for the stage holding `dense` + `expert` parameters."""
     groups = _dp_groups(plan, cluster, cal, dense, expert)
     if not groups:
         return 0.0
+    # The expert-data-parallel group over InfiniBand (it spans the tp x cp x dp ranks, ep x etp apart, as
+    # _dp_groups): the share of its collectives that cannot overlap (Calibration.expert_dp_ib_overlap) is exposed
+    # in full; under ZeRO-3 / FSDP every collective is priced per unit below and this does not apply.
+    expert_ib = (split_expert and expert and plan.expert_dp > 1 and cal.expert_dp_ib_overlap < 1.0
+                 and plan.tp * plan.dp * plan.cp > cluster.nvlink_domain)
+    if expert_ib and not ((plan.framework == "fsdp" and plan.zero_stage >= 2) or plan.zero_stage == 3):
+        held = 1.0 - cal.expert_dp_ib_overlap
+        rest = _dp_comm_s(model, plan, cluster, cal, dense, int(expert * cal.expert_dp_ib_overlap), bwd_window_s,
+                          fwd_window_s, split_expert=False)
+        n, ranks, bw = groups[-1]
+        lat = cal.collective_latency_s
+        if plan.zero_stage >= 1:
+            exposed = (kernels.ring_gather_s(plan.grad_bytes * held * n, ranks, bus_gbyte_per_s=bw, latency_s=lat)
+                       + kernels.ring_gather_s((1 if plan.fp8_param_gather else 2) * held * n, ranks,
+                                               bus_gbyte_per_s=bw, latency_s=lat))
+        else:
+            exposed = kernels.ring_all_reduce_s(plan.grad_bytes * held * n, ranks, bus_gbyte_per_s=bw, latency_s=lat)
+        return rest + exposed
     d = plan.dp * plan.cp
     lat = cal.collective_latency_s
     grad_bytes = plan.grad_bytes
