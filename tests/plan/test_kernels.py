@@ -163,6 +163,37 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
     assert [g[1] for g in _dp_groups(wide, cluster, cal, 3_000_000_000, 1_800_000_000)] == [64]
 
 
+def test_expert_gradients_over_infiniband_are_exposed_by_the_fitted_share():
+    """Calibration.expert_dp_ib_overlap: of the expert-data-parallel group's reduce-scatter and all-gather over
+    InfiniBand, 1 - share is exposed in full, the rest overlaps as the dense collectives do. On 64 HGX B200 at EP 8
+    the group is 8 ranks, one per node, on one NIC each: 14e9 expert parameters' bf16 gradients and parameters each
+    move 7/8 x 28 GB over the NIC. On an NVL72 rack the same group stays inside NVLink and the share does not apply."""
+    from genconf.plan.cost import _dp_comm_s
+
+    cluster, cal = resolve_cluster("dgx-b200"), calibration_for("b200")
+    plan = ParallelPlan(framework="megatron", ep=8, etp=1, dp=64, mbs=4, gbs=1280, seq_length=4096, zero_stage=1,
+                        grad_dtype="bf16", fp8_param_gather=False)
+    nic = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency
+    model = resolve_model("gpt-oss-120b")[0]
+    dense, expert, bwd, fwd = 3_000_000_000, 14_000_000_000, 0.5, 0.2
+
+    def comm(share: float, on=plan, where=cluster) -> float:
+        return _dp_comm_s(model, on, where, dataclasses.replace(cal, expert_dp_ib_overlap=share), dense, expert, bwd,
+                          fwd)
+
+    one_way = 7 / 8 * 2 * expert / (nic * 1e9)  # the experts' full reduce-scatter (or all-gather) over one NIC
+    dense_only = _dp_comm_s(model, plan, cluster, cal, dense, 0, bwd, fwd)
+    assert comm(1.0) < one_way  # overlapped: only the last buckets and the latencies show
+    assert comm(0.0) == pytest.approx(dense_only + 2 * one_way, rel=1e-3)  # both collectives exposed in full
+    assert comm(1.0) < comm(0.5) < comm(0.0)
+    rack = resolve_cluster("gb200-nvl72")
+    rack_cal = calibration_for("gb200")
+    on_rack = _dp_comm_s(model, plan, rack, dataclasses.replace(rack_cal, expert_dp_ib_overlap=0.0), dense, expert,
+                         bwd, fwd)
+    assert on_rack == _dp_comm_s(model, plan, rack, dataclasses.replace(rack_cal, expert_dp_ib_overlap=1.0), dense,
+                                 expert, bwd, fwd)
+
+
 @pytest.mark.parametrize("pp,vp,m", [(4, 1, 8), (4, 12, 8), (4, 5, 16), (8, 4, 64), (2, 20, 2), (1, 1, 4)])
 def test_dp_overlap_window_follows_megatron_cores_interleaved_schedule(pp, vp, m):
     """The gradient reduction of a chunk starts at its last backward; in megatron-core's interleaved schedule
