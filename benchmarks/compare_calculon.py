@@ -6,10 +6,10 @@
 
 Calculon (Isaev et al., SC'23, "Calculon: a methodology and tool for high-level co-design of systems and large
 language models") is an analytic model of Megatron-style training. This script imports it from the user's
-checkout (nothing of it is shipped here), turns every published run that benchmarks/published.py loads into
-Calculon's three inputs (application, execution, system), runs it, and prints beside it genconf's prediction
-for the same run (benchmarks/accuracy.py's predict()). Error = predicted / measured tokens/s/GPU - 1.
-Writes benchmarks/results/compare_calculon.{md,json}.
+checkout (the copy in benchmarks/data/calculon_sources is what the tests run), turns every published run that
+benchmarks/published.py loads into Calculon's three inputs (application, execution, system), runs it, and prints
+beside it genconf's prediction for the same run (benchmarks/accuracy.py's predict()). Error = predicted / measured
+tokens/s/GPU - 1. Writes benchmarks/results/compare_calculon.{md,json}.
 
 "Both run" = genconf gives a prediction and Calculon computes one without saying the layout exceeds its memory
 limit (as Calculon's own `llm` command reports such a layout as an error). Calculon's step time for the rows it

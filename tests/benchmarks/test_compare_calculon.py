@@ -4,11 +4,13 @@ The known answers are Calculon's own inputs for the runs of Korthikanti et al. 2
 `llm-validation` command): models/{megatron-22B,gpt3-175B,turing-530B,megatron-1T}.json and
 validation/seqsel/tab5/<model>_{full,seqsel}.json in github.com/calculon-ai/calculon at commit caa4b11f8fe1.
 The same runs are rows of benchmarks/data/korthikanti2022.csv, so mapping those rows must give those files.
-With CALCULON_DIR set to a checkout, the last tests also run Calculon on both and compare.
+The last tests also run Calculon on both and compare: the verbatim copy of its package and those files kept in
+benchmarks/data/calculon_sources/caa4b11 (Apache-2.0), or a clone named by CALCULON_DIR.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import reader_or_skip
 from genconf.catalog.clusters import resolve_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,15 +153,44 @@ def test_no_checkout_exits_2_with_one_line(tmp_path):
     assert "is not a Calculon checkout" in out.stderr
 
 
-CALCULON_DIR = os.environ.get("CALCULON_DIR")
-needs_calculon = pytest.mark.skipif(
-    not CALCULON_DIR, reason="set CALCULON_DIR to a clone of https://github.com/calculon-ai/calculon")
+CALCULON_SOURCES = REPO / "benchmarks" / "data" / "calculon_sources"
+CALCULON_DIR = os.environ.get("CALCULON_DIR") or str(CALCULON_SOURCES / "caa4b11")
+"""A clone named by CALCULON_DIR, else the kept copy of calculon-ai/calculon at caa4b11."""
 
 
-@needs_calculon
+def _git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_kept_calculon_files_are_the_repositorys_at_caa4b11():
+    """Every kept file has the git blob id `git ls-tree -r caa4b11` gives it in calculon-ai/calculon (and, where
+    CALCULON_DIR names a clone, its bytes)."""
+    listed = {}
+    for line in (CALCULON_SOURCES / "caa4b11.ls-tree").read_text().splitlines():
+        meta, path = line.split("\t")
+        listed[path] = meta.split()[2]
+    root = CALCULON_SOURCES / "caa4b11"
+    kept = {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert sorted(kept) == sorted(listed)
+    for path, p in kept.items():
+        assert _git_blob_id(p.read_bytes()) == listed[path], path
+        if os.environ.get("CALCULON_DIR"):
+            assert p.read_bytes() == (Path(os.environ["CALCULON_DIR"]) / path).read_bytes(), path
+
+
+@pytest.fixture(scope="module")
+def calculon():
+    """Calculon's package and root; what it imports (numpy, pandas, psutil: the train and test extras) missing
+    skips, or fails under CI=true."""
+    for module in ("numpy", "pandas", "psutil"):
+        reader_or_skip(module, "pip install -e '.[train,test]'")
+    module, root, _ = cc.load_calculon(CALCULON_DIR)
+    return module, root
+
+
 @pytest.mark.parametrize("model,mode", sorted(ROWS))
-def test_mapped_rows_give_calculons_own_step_time(runs, model, mode):
-    calculon, root, _ = cc.load_calculon(CALCULON_DIR)
+def test_mapped_rows_give_calculons_own_step_time(runs, calculon, model, mode):
+    calculon, root = calculon
     run = runs[("korthikanti2022.csv", ROWS[(model, mode)])]
     ours = cc.calculon_predict(calculon, root, run)
     # Calculon on its own files, as its llm-validation command runs them.

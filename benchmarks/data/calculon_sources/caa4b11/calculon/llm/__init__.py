@@ -1,0 +1,26 @@
+"""
+ * Licensed under the Apache License, Version 2.0 (the "License");
+ * you may not use this file except in compliance with the License.
+ * You may obtain a copy of the License at
+ *
+ *  https://www.apache.org/licenses/LICENSE-2.0
+ *
+ * See the NOTICE file distributed with this work for additional information
+ * regarding copyright ownership.
+ *
+ * Unless required by applicable law or agreed to in writing, software
+ * distributed under the License is distributed on an "AS IS" BASIS,
+ * WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+ * See the License for the specific language governing permissions and
+ * limitations under the License.
+"""
+
+from .layers import *
+from .llm import *
+
+# Command lines
+from .all_executions import AllExecutions
+from .optimal_execution import OptimalExecution
+from .parameter_calculator import ParameterCalculator
+from .validation import Validation
+from .runner import Runner
