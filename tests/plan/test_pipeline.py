@@ -60,8 +60,12 @@ def test_schedule_with_equal_stages_has_the_formula_bubble(pp, vp, m):
         assert all(a.end_s <= b.start_s + 1e-12 for a, b in zip(mine, mine[1:]))  # one pass at a time
     span = max(b.end_s for b in blocks)
     ideal = m * vp * (forward + backward)
-    # Narayanan 2021, Sec. 2.2: bubble time / ideal time = (p-1)/(v m), exactly, for m a multiple of p.
-    assert span / ideal - 1 == pytest.approx(bubble_fraction(plan), abs=1e-12)
+    # Seed 003 (Narayanan 2021, Sec. 2.2), worked by hand: a rank's chunk passes take t_f + t_b = v (f + b), the
+    # interleaved bubble is (p-1)(t_f + t_b)/v = (p-1)(f + b), so span = (v m + p - 1)(f + b) and the bubble over
+    # the ideal m (t_f + t_b) is (p-1)/(v m) (1F1B: v = 1, any m; interleaved: m a multiple of p, as every row here).
+    assert span == pytest.approx((vp * m + pp - 1) * (forward + backward), abs=1e-12)
+    assert span / ideal - 1 == pytest.approx((pp - 1) / (vp * m), abs=1e-12)
+    assert bubble_fraction(plan) == pytest.approx((pp - 1) / (vp * m), abs=1e-12)
 
 @pytest.mark.parametrize("pp,vp,m", GRID)
 def test_schedule_holds_the_chunks_the_memory_model_counts(pp, vp, m):
