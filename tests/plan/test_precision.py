@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import reader_or_skip
 from genconf.catalog.hardware import resolve_gpu
 from genconf.plan import precision
 from genconf.plan.equivalent import equivalent_plan
@@ -102,7 +103,15 @@ def test_where_a_recipe_runs(name, gpu, cuda, te, why):
 def test_deepspeed_fp16_needs_a_gpu():
     assert precision.unsupported_reason(precision.recipe("fp16"), gpu=None, framework="deepspeed", te_available=False,
                                         cuda=False).startswith("fp16 under DeepSpeed needs a GPU")
-    assert precision.OLMO_PRECISION == {"bf16": "amp_bf16", "fp16": "amp_fp16", "fp32": "fp32"}
+
+
+def test_olmo_precision_names_are_read_by_olmo_as_the_plan_dtypes():
+    # OLMo's own reader (ai2-olmo 0.6.0, olmo/config.py TrainConfig.autocast_precision) maps each name to its dtype.
+    olmo_config = reader_or_skip("olmo.config", "pip install --no-deps ai2-olmo==0.6.0")
+    torch = reader_or_skip("torch", "pip install torch==2.13.0")
+    read = {name: olmo_config.TrainConfig(precision=value).autocast_precision
+            for name, value in precision.OLMO_PRECISION.items()}
+    assert read == {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def test_precision_names_map_to_plan_dtypes_and_fp8_recipes():
