@@ -1453,8 +1453,11 @@ def balanced_layout(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, 
     (Narayanan 2021, Sec. 2.2), and the last rank also runs the output layer and the loss (under FP8 the BF16
     output GEMMs of a 128K vocabulary cost one to two layers). NVIDIA's Megatron-Bridge recipe for Llama 3 70B
     FP8 on 64 H100s (tp4 pp8 vp5) moves one layer the same way (llama3_70b_pretrain_64gpu_h100_fp8cs_config,
-    Megatron-Bridge #5391). None when no move gains BALANCE_GAIN or the plan is not a megatron pipeline."""
-    if plan.framework != "megatron" or plan.pp == 1 or plan.pp_layout is not None:
+    Megatron-Bridge #5391). A plan's layout string is rebalanced too: the search calls this only for splits it chose
+    (search.even_layout, where no split megatron's flags write fits: DeepSeek-V3's 61 layers and MTP layer over 16
+    ranks, which NVIDIA's recipe splits 4 | 4 x 14 | 1 + MTP + loss), never for one the user typed. None when no move
+    gains BALANCE_GAIN or the plan is not a megatron pipeline."""
+    if plan.framework != "megatron" or plan.pp == 1:
         return None
     full, layer_gpu = _mixed_layer(model, plan, cluster, cal)
     counts = list(stage_layers(model.num_layers, plan))
