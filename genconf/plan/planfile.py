@@ -579,7 +579,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec, mod
     if result is not None and result.fastest is not None:
         fast = result.fastest
         gap = fast.cost.tokens_per_s / cost.tokens_per_s - 1
-        reasons.append(f"within {gap:.1%} of the fastest candidate ({describe(fast.plan)}), closer than the model can "
+        within = f"within {gap:.1%} of" if gap >= 0.0005 else "as fast (within 0.05%) as"
+        reasons.append(f"{within} the fastest candidate ({describe(fast.plan)}), closer than the model can "
                        f"tell apart; ranked first: {result.tie_break}")
     if result is not None and result.alternatives and (
             result.fastest is None or same_layout(result.fastest.plan, best.plan)):

@@ -231,6 +231,9 @@ def _split_options(num_layers: int, pp: int) -> list[dict]:
     if pp == 1:
         return [{}]
     options = [{}] if num_layers % pp == 0 else []
+    if num_layers % pp and (num_layers + 1) % pp == 0 and (num_layers + 1) // pp >= 2:
+        # The loss alone as a layer (--account-for-loss-in-pipeline-split): the last rank holds one layer fewer.
+        options.append({"pp_loss_as_layer": True})
     if num_layers % pp and (num_layers + 2) % pp == 0 and (num_layers + 2) // pp >= 2:
         options.append({"pp_embedding_as_layer": True, "pp_loss_as_layer": True})
     if num_layers % pp:
@@ -727,7 +730,9 @@ def _complexity(plan: ParallelPlan) -> tuple:
     sharding = {0: 0, 1: 0, 2: 1, 3: 2}[plan.zero_stage]
     recompute = {"none": 0, "selective": 1, "full": 2}[plan.recompute]
     extras = (int(plan.offload_activation_layers > 0) + int(plan.offload_optimizer) + int(plan.grad_dtype == "bf16")
-              + int(plan.precision_aware_optimizer) + int(plan.pp_layout is not None) + int(bool(plan.recompute_modules)))
+              + int(plan.precision_aware_optimizer) + int(bool(plan.recompute_modules))
+              + int(plan.pp_layout is not None or plan.pp_first_stage_layers is not None
+                    or plan.pp_last_stage_layers is not None or plan.pp_embedding_as_layer or plan.pp_loss_as_layer))
     return (sharding, recompute, extras, dims)
 
 

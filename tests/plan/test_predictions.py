@@ -14,6 +14,7 @@ from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import resolve_model
 from genconf.plan import memory as mem
 from genconf.plan import rules
+from genconf.plan.pipeline import stage_layers
 from genconf.plan.search import TIE_FRACTION, Pins, _split_options, _vp_options, evaluate, search
 from genconf.plan.specs import ParallelPlan
 
@@ -120,6 +121,17 @@ def test_uneven_stages_are_offered_when_layers_do_not_divide():
     assert {"pp_embedding_as_layer": True, "pp_loss_as_layer": True} in options
     assert any(o.get("pp_first_stage_layers") for o in options)
     assert _split_options(80, 4) == [{}]
+
+
+def test_the_loss_alone_counts_as_a_layer_where_that_divides():
+    """NeMo's DeepSeek-V3 fine-tuning recipe on pp 31, vp 2 (scripts/performance/llm/finetune_deepseek_v3.py:
+    account_for_loss_in_pipeline_split alone): its 61 layers and the loss make 62 slots, 2 a rank, 1 a virtual
+    stage; the last rank holds one layer beside the loss."""
+    split = {"pp_loss_as_layer": True}
+    assert split in _split_options(61, 31)
+    assert _vp_options(61, 31, split) == [1, 2]
+    plan = ParallelPlan(framework="megatron", tp=1, pp=31, vp=2, dp=1, mbs=1, gbs=62, seq_length=4096, **split)
+    assert stage_layers(61, plan) == (2,) * 30 + (1,)
 
 
 def test_published_layouts_are_feasible_when_pinned():
