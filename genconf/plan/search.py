@@ -674,14 +674,18 @@ _RECOMPUTE_MEMORY = {"full": 0, "selective": 1, "none": 2}
 """Activation memory order of the recompute settings (more recompute, less memory)."""
 
 
-def _lean_plan(model: ModelSpec, layout: _Layout, pins: Pins, seq: int) -> ParallelPlan:
+def _lean_plan(model: ModelSpec, layout: _Layout, pins: Pins, seq: int, *, runnable: bool = False) -> ParallelPlan:
     """The layout's plan that needs the least memory among those the pins allow: the smallest micro-batch, the
-    fewest virtual stages (fewest micro-batches in flight), full recompute."""
+    fewest virtual stages (fewest micro-batches in flight), full recompute. runnable: the leanest recompute the
+    model's rules accept instead, selective recompute of every module for a hybrid Mamba model (megatron-core's
+    MambaStack has no full recompute), so that the plan can be estimated and named (the bound _core_too_big
+    takes stays full recompute's)."""
     vps = [pins.vp] if pins.vp else _vp_options(model.num_layers, layout.pp, dict(layout.split))
     lean = replace(layout, vp=min(vps))
     mbs = pins.mbs or 1
     gbs = pins.gbs if pins.gbs is not None else mbs * layout.dp * layout.pp
-    plan = _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or "full",
+    leanest = "selective" if runnable and model.is_hybrid and layout.framework == "megatron" else "full"
+    plan = _plan(lean, pins, seq, mbs=mbs, gbs=max(gbs, mbs * layout.dp), recompute=pins.recompute or leanest,
                  layers=model.num_layers)
     if plan.recompute == "selective" and not pins.recompute_modules and plan.framework == "megatron" \
             and plan.layer_spec == "te":
@@ -987,7 +991,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
         for _, layout in floored:
             if len(lean_seen) >= 8:
                 break
-            plan = _lean_plan(model, layout, pins, seq)
+            plan = _lean_plan(model, layout, pins, seq, runnable=True)
             if plan.framework == "megatron" and plan.zero_stage >= 1 and pins.precision_aware_optimizer is None \
                     and plan.remainders_possible:
                 plan = plan.replace(precision_aware_optimizer=True)

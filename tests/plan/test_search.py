@@ -14,7 +14,7 @@ from genconf.plan import memory, rules
 from genconf.plan.counting import exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.pipeline import stage_layers
-from genconf.plan.search import TIE_FRACTION, Pins, evaluate, plan_or_explain, search, what_would_fit
+from genconf.plan.search import TIE_FRACTION, Pins, describe, evaluate, plan_or_explain, search, what_would_fit
 from genconf.plan.specs import ParallelPlan
 
 MODELS = [m for m in list_models()]
@@ -139,6 +139,27 @@ def test_no_fit_names_the_leanest_plan():
     needed_gib = float(text.split(" needs ")[1].split(" GiB")[0])
     states_floor_gib = exact_param_count(model) * 14 / 8 / 2**30
     assert states_floor_gib <= needed_gib < 1.3 * states_floor_gib
+
+
+def test_no_fit_of_a_hybrid_model_names_a_plan_it_could_run():
+    """Nemotron-H 47B on 8 H100s fits nowhere: its 46.8B parameters' 16-bit weights and fp32 main gradients alone,
+    split over the 8 GPUs at most, are 46.8e9 x 6 / 8 bytes = 32.7 GiB per GPU, and Adam's fp32 states unsharded
+    (dp 1) another 46.8e9 x 12 / 8 = 65 GiB. The closest plan had full recompute, which megatron-core's MambaStack
+    does not run, so it was refused by the rules instead of estimated, and the error gave the Megatron-FSDP
+    fallback's rule as the reason ("no valid layout ... e.g. architecture: genconf plans hybrid Mamba models without
+    Megatron-FSDP, LoRA or activation offload"), which no flag of the user's had asked for."""
+    model, _ = resolve_model("nemotron-h-47b")
+    cluster = resolve_cluster("dgx-h100")
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 8, calibration_for(cluster.gpu.name), Pins())
+    text = str(info.value)
+    assert text.startswith("nemotron-h-47b does not fit on 8 x h100-sxm") and "Megatron-FSDP" not in text
+    closest = info.value.result.nearest_misses[0]
+    assert [v.rule for v in closest.errors] == ["memory_fits"]  # every other rule holds: a plan it could run
+    assert closest.plan.recompute != "full" and f"({describe(closest.plan)}) needs " in text
+    needed_gib = float(text.split(" needs ")[1].split(" GiB")[0])
+    assert needed_gib == round(memory.estimate(model, closest.plan, cluster).peak.total_bytes / 2**30, 1)
+    assert needed_gib >= exact_param_count(model) * 6 / 8 / 2**30
 
 
 def test_explain_counts_reasons():
