@@ -509,6 +509,21 @@ def test_a_default_batch_too_small_for_every_layout_is_told_the_batch_that_is_va
     assert search(model, cluster, 40, cal, pins).ranked
 
 
+@pytest.mark.parametrize("gpus", [64, 1024])
+def test_a_pinned_framework_that_cannot_build_the_model_is_told_the_one_that_can(gpus):
+    # Mixtral's experts are built by megatron-core only (genconf's DeepSpeed model is dense): --framework deepspeed
+    # ended "Nothing tried makes it valid". On 1,024 GPUs the reason given is the batch (DeepSpeed's data parallelism
+    # alone needs 1,024 sequences a step, the default is 128 of 32,768 tokens) and no batch made it valid either.
+    model, _ = resolve_model("mixtral-8x7b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    assert model.is_moe
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, gpus, cal, Pins(framework="deepspeed"))
+    assert str(info.value).endswith("It would be valid with: --framework megatron")
+    assert search(model, cluster, gpus, cal, Pins(framework="megatron"), keep=1).ranked  # the tip is true
+
+
 def test_more_data_parallel_ranks_than_the_default_batch_has_sequences_says_so():
     # 1B on 1,048,576 GPUs: the widest layout (tp 4 x pp 16 x cp 2) leaves 8,192 data-parallel ranks for the default
     # 335 sequences. It ended "Nothing tried makes it valid": the batch tip tried 8 sizes below 8,192.
