@@ -29,7 +29,9 @@ def artifact_names(plan: ParallelPlan, model: ModelSpec) -> tuple[str, ...]:
 def render_all(run: dict, options: slurm.SlurmOptions, source: str = "plan.json") -> dict[str, str]:
     """Every artifact's text, keyed by file name, from one run dict (`source`: the file it came from, for errors)."""
     pf = planfile.decode(run, source)
-    run = pf.run  # with what the file left out of the values genconf derives
+    # With what the file left out of the values genconf derives, as plan.json holds it (sorted keys): the README's
+    # memory rows came in the estimate's order from -o DIR and in name order from `genconf render plan.json`.
+    run = planfile.loads(planfile.dumps(pf.run), source)
     for key in PREDICTIONS:
         if not isinstance(run.get(key), dict):
             what = f"'{key}' is {type(run[key]).__name__}, not a JSON object" if key in run else f"is missing '{key}'"

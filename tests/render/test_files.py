@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from conftest import PLANS, REPO, plan_of, report_plan, run_genconf
+from conftest import PLANS, REPO, genconf_quiet, plan_of, report_plan, run_genconf
 from genconf.check.directory import check_dir
 from genconf.check.megatron import parse_megatron_args
 from genconf.plan.planfile import decode
@@ -37,6 +37,28 @@ def test_plan_json_is_what_json_prints_and_rerenders_identically(rendered, tmp_p
     for name in ("plan.json", "ds_config.json", "megatron_args.txt", "olmo_fsdp.yaml"):
         assert (tmp_path / "again" / name).read_text() == (d / name).read_text(), name
     assert run_genconf("check", str(tmp_path / "again")).stdout.strip() == "ok: 7 files"
+
+def test_render_of_plan_json_writes_what_dash_o_wrote(rendered, tmp_path):
+    # Every file, README included: the README's memory rows beyond the five terms came in the estimate's order from
+    # -o DIR and in plan.json's sorted order from `genconf render`, so an FP8 plan's two READMEs differed (TE's
+    # column-wise weight copies are estimated before the logits, and sort after them).
+    from genconf.plan.memory import estimate
+
+    fp8 = tmp_path / "fp8"
+    assert genconf_quiet("--model", "llama3-8b", "--gpus", "16", "--cluster", "dgx-h100", "--framework", "megatron",
+                         "--tp", "2", "--pp", "1", "--precision", "fp8", "-o", str(fp8)) == 0
+    pf = decode(plan_of(fp8))
+    rows = [name for name, _ in estimate(pf.model, pf.plan, pf.cluster).peak.other]
+    assert len(rows) > 1 and rows != sorted(rows)  # a plan whose rows the order changes
+    for name, d in {**rendered, "fp8": fp8}.items():
+        again = tmp_path / "again" / name
+        assert genconf_quiet("render", str(d / "plan.json"), "-o", str(again)) == 0, name
+        files = sorted(p.name for p in d.iterdir() if p.is_file())
+        assert sorted(p.name for p in again.iterdir() if p.is_file()) == files, name
+        for f in files:
+            assert (again / f).read_text().replace(str(again), "DIR") == (d / f).read_text().replace(str(d), "DIR"), \
+                (name, f)
+
 
 def test_one_plan_drives_nodes_batches_and_degrees(rendered):
     d = rendered["olmo70b"]
