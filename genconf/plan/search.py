@@ -1131,14 +1131,30 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
                 break
     if pins.recompute not in (None, "full") and _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, recompute="full")):
         tips.append("--recompute full")
+    # A pinned degree that holds too much on each GPU (GPT-3 175B at --tp 2 --pp 4 on 64 GPUs: 175e9 / 8 x 6 bytes of
+    # weights and fp32 gradients alone, whatever the GPU count): the value of the first plan that fits with it freed.
+    budget = _Budget(SUGGESTION_ESTIMATES)
+    for field, flag in FIT_PIN_FLAGS:
+        if getattr(pins, field) is None or budget.left < 0:
+            continue
+        freed = replace(pins, **{field: None}, **({"vp": None} if field == "pp" else {}))
+        fit = _fits_anywhere(model, cluster, num_gpus, cal, freed, budget)
+        if fit is not None:
+            tips.append(f"{flag} {getattr(fit.plan, field)}"
+                        + (f" --vp {fit.plan.vp}" if field == "pp" and pins.vp else ""))
     if pins.framework in (None, "deepspeed") and _fits_anywhere(
             model, cluster, num_gpus, cal, replace(pins, framework="deepspeed", zero_stage=3, offload=True, tp=None, pp=None,
-                                                   adam_moments_dtype="fp32", precision_aware_optimizer=None)):
-        dropped = " ".join(flag for field, flag in (("tp", "--tp"), ("pp", "--pp")) if getattr(pins, field) is not None)
-        tips.append("--framework deepspeed --zero 3 --offload" + (f" (without {dropped}: DeepSpeed has no tensor or "
-                                                                  f"pipeline parallelism here)" if dropped else ""))
+                                                   vp=None, cp=None, adam_moments_dtype="fp32",
+                                                   precision_aware_optimizer=None)):
+        dropped = " ".join(flag for field, flag in (("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp"))
+                           if getattr(pins, field) not in (None, 1))
+        tips.append("--framework deepspeed --zero 3 --offload" + (f" (without {dropped}: DeepSpeed has no tensor, "
+                                                                  f"pipeline or context parallelism here)" if dropped else ""))
     return tips
 
+
+FIT_PIN_FLAGS = (("tp", "--tp"), ("pp", "--pp"), ("cp", "--cp"), ("ep", "--ep"), ("mbs", "--mbs"))
+"""The pinned degrees what_would_fit frees one at a time (Pins field, command-line flag)."""
 
 PIN_FLAGS = (("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp"), ("ep", "--ep"), ("etp", "--etp"),
              ("mbs", "--mbs"), ("gbs", "--global-batch"), ("zero_stage", "--zero"))

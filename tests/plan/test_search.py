@@ -162,6 +162,40 @@ def test_no_fit_of_a_hybrid_model_names_a_plan_it_could_run():
     assert needed_gib >= exact_param_count(model) * 6 / 8 / 2**30
 
 
+def test_no_fit_at_pinned_degrees_names_the_degree_that_fits():
+    # GPT-3 175B at --tp 2 --pp 4: each GPU holds 1/8 of the weights and their fp32 gradients, 175e9 x 6 / 8 bytes =
+    # 122 GiB, on any number of H100s (Megatron-FSDP, which would shard them, takes no learned position embeddings).
+    # It ended "Nothing tried makes it fit"; freeing one of the two degrees fits once tp x pp splits 175e9 x 6 bytes
+    # under the 75.6 GiB a plan may use: tp x pp >= 13.
+    model, _ = resolve_model("gpt3-175b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    assert exact_param_count(model) * 6 / 8 / 2**30 > cluster.gpu.hbm_gib
+    pins = Pins(framework="megatron", tp=2, pp=4)
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 64, cal, pins)
+    tips = str(info.value).split("It would fit with: ")[1].split("; or ")
+    degrees = {tip.split()[0]: int(tip.split()[1]) for tip in tips if tip.split()[0] in ("--tp", "--pp")}
+    assert degrees, tips
+    for flag, value in degrees.items():
+        field = flag.lstrip("-")
+        assert value * (2 if field == "pp" else 4) >= 13
+        assert search(model, cluster, 64, cal, dataclasses.replace(pins, **{field: value}), keep=1).ranked  # true
+
+
+def test_the_offload_tip_drops_the_interleaving_too():
+    # Llama 3.1 405B on 96 H100s fits under ZeRO-3 with CPU offload (the main job's README: "It would fit with:
+    # --gpus 192; or --framework deepspeed --zero 3 --offload"); with --pp 4 --vp 2 typed, the tip dropped --pp but
+    # kept --vp, which DeepSpeed refuses, and the message ended "Nothing tried makes it fit".
+    model, _ = resolve_model("llama3.1-405b")
+    cluster = resolve_cluster()
+    cal = calibration_for(cluster.gpu.name)
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 96, cal, Pins(pp=4, vp=2))
+    assert "--framework deepspeed --zero 3 --offload (without --pp --vp: " in str(info.value)
+    assert search(model, cluster, 96, cal, Pins(framework="deepspeed", zero_stage=3, offload=True), keep=1).ranked
+
+
 def test_explain_counts_reasons():
     model, _ = resolve_model("70b")
     cluster = resolve_cluster()
