@@ -1572,11 +1572,14 @@ GPUs outnumber the work. A judgement too, not fitted."""
 def utilization_warning(cost: StepCost, bf16_peak_tflops: float) -> str | None:
     """Where the GPUs would mostly wait (LOW_BF16_MFU_FRACTION, WAITING_FRACTION): what they wait for, in seconds, and
     what helps; None otherwise."""
-    waiting_s = cost.step_time_s - cost.compute_s - cost.optimizer_s
+    # The exposed TP / EP / CP collectives sit inside compute_s (the slowest stage's layers) but are waiting too: an
+    # expert-parallel MoE plan on thousands of GPUs can spend half its step in the all-to-all.
+    waiting_s = cost.step_time_s - (cost.compute_s - cost.tp_comm_s) - cost.optimizer_s
     if cost.tflops_per_gpu >= LOW_BF16_MFU_FRACTION * bf16_peak_tflops or waiting_s <= WAITING_FRACTION * cost.step_time_s:
         return None
-    parts = ", ".join(f"{name} {s:.3f} s" for name, s in (("bubble", cost.bubble_s), ("pp_comm", cost.pp_comm_s),
-                                                           ("dp_comm", cost.dp_comm_s), ("overhead", cost.overhead_s))
+    parts = ", ".join(f"{name} {s:.3f} s" for name, s in (("tp/ep/cp comm", cost.tp_comm_s), ("bubble", cost.bubble_s),
+                                                           ("pp_comm", cost.pp_comm_s), ("dp_comm", cost.dp_comm_s),
+                                                           ("overhead", cost.overhead_s))
                       if s > 0)
     head = (f"the GPUs would run at {cost.mfu:.1%} MFU, waiting {waiting_s / cost.step_time_s:.0%} of the "
             f"{cost.step_time_s:.3f} s step ({parts})")

@@ -135,6 +135,17 @@ def test_gpus_that_outnumber_the_work_are_a_warning():
     assert low[0].endswith("fewer GPUs or a larger --global-batch keep them busier")
 
 
+def test_gpus_waiting_on_the_expert_all_to_all_are_a_warning():
+    """Qwen3-30B-A3B on 4,096 GPUs of the seed cluster: most of the step is the exposed expert-parallel all-to-all,
+    which the step prices inside the layers' compute (StepCost.tp_comm_s): it counts as waiting and is named (before,
+    the plan ran at ~6% MFU without a word)."""
+    low, cost = _low("qwen3-30b-a3b", 4096)
+    assert cost.mfu < 0.10 and cost.tp_comm_s > (cost.compute_s - cost.tp_comm_s) and len(low) == 1
+    waiting = cost.step_time_s - (cost.compute_s - cost.tp_comm_s) - cost.optimizer_s
+    assert f"waiting {waiting / cost.step_time_s:.0%} of the {cost.step_time_s:.3f} s step" in low[0]
+    assert f"(tp/ep/cp comm {cost.tp_comm_s:.3f} s" in low[0]
+
+
 def test_a_busy_plan_and_a_smoke_batch_do_not_warn():
     """70B on the seed cluster (MFU ~47%) computes most of its step; a smoke-sized model's batch, default or given,
     is there to exercise the layout (MFU ~0%, yet no warning)."""
