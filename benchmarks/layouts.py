@@ -126,6 +126,27 @@ def _key(plan) -> tuple:
     return (plan.tp, plan.pp, plan.vp, plan.cp)
 
 
+def ranking(free, key, target: tuple, schedule) -> tuple[list, int | None, int | None, dict, int | None]:
+    """NVIDIA's place in an unpinned search: the distinct layouts in rank order ((key(plan), its first evaluation));
+    NVIDIA's `target` rank among them; its rank in the list a user reads (`genconf --top 5`: the plan, then its
+    alternatives, one entry per layout apart from its pipeline schedule, SearchResult.alternatives); the first
+    evaluation of each layout apart from the schedule (`schedule` of a key), in rank order, and NVIDIA's rank there."""
+    order, seen = [], set()
+    for ev in free.ranked:
+        k = key(ev.plan)
+        if k not in seen:
+            seen.add(k)
+            order.append((k, ev))
+    rank = next((i + 1 for i, (k, _) in enumerate(order) if k == target), None)
+    listed = ((free.ranked[0],) + free.alternatives) if free.ranked else ()
+    listed_rank = next((i + 1 for i, ev in enumerate(listed) if key(ev.plan) == target), None)
+    firsts: dict[tuple, object] = {}
+    for k, ev in order:
+        firsts.setdefault(schedule(k), ev)
+    schedule_rank = next((i + 1 for i, k in enumerate(firsts) if k == schedule(target)), None)
+    return order, rank, listed_rank, firsts, schedule_rank
+
+
 def run_case(c: dict, cal_override: dict | None = None) -> dict:
     """One layout, pinned and unpinned. `cal_override`: calibration fields replaced on top of the committed ones
     (benchmarks/variants.py scores a hypothesis this way)."""
@@ -160,37 +181,14 @@ def run_case(c: dict, cal_override: dict | None = None) -> dict:
     # (use_mcore_fsdp / FSDP > 0), the user asks for it too (--megatron-fsdp), as the recipe's choice of sharding mode.
     free = search(model, cluster, c["gpus"], cal, Pins(**base, megatron_fsdp=c["fsdp"]), keep=400)
     t1 = time.perf_counter()
-    order, seen = [], set()
-    for ev in free.ranked:
-        k = _key(ev.plan)
-        if k not in seen:
-            seen.add(k)
-            order.append((k, ev))
     target = (c["tp"], c["pp"], c["vp"], c["cp"])
-    if c["vp"] is None:
-        merged, kept = [], set()
-        for k, ev in order:
-            k = (k[0], k[1], None, k[3])
-            if k not in kept:
-                kept.add(k)
-                merged.append((k, ev))
-        order = merged
-    rank = next((i + 1 for i, (k, _) in enumerate(order) if k == target), None)
-    # The list a user reads (the plan, then "alternatives": one entry per layout apart from its pipeline schedule,
-    # each at the interleaving depth genconf ranks first for it, SearchResult.alternatives): is NVIDIA's exact
-    # (tp, pp, vp, cp) among its first 5 entries?
-    listed = ((free.ranked[0],) + free.alternatives) if free.ranked else ()
-    listed_rank = next((i + 1 for i, ev in enumerate(listed)
-                        if (_key(ev.plan) if c["vp"] is not None else (ev.plan.tp, ev.plan.pp, None, ev.plan.cp))
-                        == target), None)
-    # The same question for the layout apart from its pipeline schedule, as genconf lists its alternatives
-    # (genconf.plan.search.SearchResult.alternatives): NVIDIA's (tp, pp, cp) among the first distinct (tp, pp, cp),
-    # and genconf's predicted gap between NVIDIA's interleaving depth and the one it ranks first for that pipeline.
-    firsts: dict[tuple, object] = {}
-    for k, ev in order:
-        firsts.setdefault((k[0], k[1], k[3]), ev)
+    # Where the table left the vp out, any interleaving depth of NVIDIA's pipeline is its layout.
+    key = _key if c["vp"] is not None else (lambda p: (p.tp, p.pp, None, p.cp))
+    # Apart from the pipeline schedule: NVIDIA's (tp, pp, cp) among the first distinct (tp, pp, cp), as genconf lists
+    # its alternatives (genconf.plan.search.SearchResult.alternatives), and the interleaving depth genconf ranks first
+    # for that pipeline.
+    order, rank, listed_rank, firsts, schedule_rank = ranking(free, key, target, lambda k: (k[0], k[1], k[3]))
     short = (c["tp"], c["pp"], c["cp"])
-    schedule_rank = next((i + 1 for i, k in enumerate(firsts) if k == short), None)
     best = order[0][1] if order else None
     nvidia = res.ranked[0] if feasible else None
     return {

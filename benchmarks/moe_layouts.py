@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from layouts import CLUSTERS  # noqa: E402
+from layouts import CLUSTERS, ranking  # noqa: E402
 from published import CATALOG_KEYS, DATA, _int, _model_key  # noqa: E402
 
 from genconf.catalog.clusters import resolve_cluster  # noqa: E402
@@ -258,22 +258,9 @@ def run_case(c: dict, *, unpinned: bool = True) -> dict:
            "as_configured_tokens_per_s_per_gpu": round(ran.ranked[0].cost.tokens_per_s_per_gpu, 1) if ran.ranked else None}
     if unpinned:
         free = search(model, cluster, c["gpus"], cal, free_pins(c), keep=400)
-        order, seen = [], set()
-        for ev in free.ranked:
-            if _key(ev.plan) not in seen:
-                seen.add(_key(ev.plan))
-                order.append((_key(ev.plan), ev))
         target = (c["tp"], c["pp"], c["vp"], c["cp"], c["ep"])
-        rank = next((i + 1 for i, (k, _) in enumerate(order) if k == target), None)
-        # The list a user reads (genconf --top 5: the plan, then its alternatives, one per layout apart from the
-        # pipeline schedule, SearchResult.alternatives).
-        listed = ((free.ranked[0],) + free.alternatives) if free.ranked else ()
-        listed_rank = next((i + 1 for i, ev in enumerate(listed) if _key(ev.plan) == target), None)
         # Apart from the schedule: NVIDIA's (tp, pp, cp, ep) among the first distinct (tp, pp, cp, ep).
-        firsts: dict[tuple, object] = {}
-        for k, ev in order:
-            firsts.setdefault((k[0], k[1], k[3], k[4]), ev)
-        short = (c["tp"], c["pp"], c["cp"], c["ep"])
+        order, rank, listed_rank, _, schedule_rank = ranking(free, _key, target, lambda k: (k[0], k[1], k[3], k[4]))
         best = order[0][1] if order else None
         nvidia = pinned.ranked[0] if pinned.ranked else None
         own = next((ev for k, ev in order if k == target), None)
@@ -283,7 +270,7 @@ def run_case(c: dict, *, unpinned: bool = True) -> dict:
             "unpinned_nvidia_degrees_layout": (own.plan.pp_layout or "megatron's split") if own else None,
             "rank": rank, "in_top5": rank is not None and rank <= 5, "ranked_layouts": len(order),
             "listed_rank": listed_rank, "listed_in_top5": listed_rank is not None and listed_rank <= 5,
-            "schedule_free_rank": next((i + 1 for i, k in enumerate(firsts) if k == short), None),
+            "schedule_free_rank": schedule_rank,
             "genconf_best": _describe(best) if best else "-",
             "best_tokens_per_s_per_gpu": round(best.cost.tokens_per_s_per_gpu, 1) if best else None,
             "nvidia_tokens_per_s_per_gpu": round(nvidia.cost.tokens_per_s_per_gpu, 1) if nvidia else None})
