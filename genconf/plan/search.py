@@ -1153,12 +1153,12 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     return tips
 
 
-FIT_PIN_FLAGS = (("tp", "--tp"), ("pp", "--pp"), ("cp", "--cp"), ("ep", "--ep"), ("mbs", "--mbs"))
-"""The pinned degrees what_would_fit frees one at a time (Pins field, command-line flag)."""
-
 PIN_FLAGS = (("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp"), ("ep", "--ep"), ("etp", "--etp"),
              ("mbs", "--mbs"), ("gbs", "--global-batch"), ("zero_stage", "--zero"))
 """The pinned degrees what_would_be_valid frees one at a time (Pins field, command-line flag)."""
+
+FIT_PIN_FLAGS = tuple((field, flag) for field, flag in PIN_FLAGS if field in ("tp", "pp", "cp", "ep", "mbs"))
+"""Those what_would_fit frees one at a time: the degrees that set how much each GPU holds (a freed pp frees its vp)."""
 
 
 def pin_whole_flags(plan: ParallelPlan, pins: Pins, model: ModelSpec) -> str:
