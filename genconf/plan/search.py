@@ -24,7 +24,7 @@ from genconf.plan import rules
 from genconf.plan.batch import BatchDefault, default_batch, global_batch_for
 from genconf.plan.cost import (Calibration, StepCost, _layer_time, balanced_layout, implementation, layout_of_counts,
                                step_cost)
-from genconf.plan.counting import exact_param_count
+from genconf.plan.counting import dense_layer_model, exact_param_count
 from genconf.plan.errors import NoFeasiblePlan
 from genconf.plan.memory import GIB, MemoryEstimate
 from genconf.plan.pipeline import largest_chunk_layers, layout_vp, parse_layout
@@ -512,21 +512,39 @@ def _optimistic_tokens_per_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibr
 
 def _optimistic_layer_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibration, pins: Pins, seq: int,
                         layout: _Layout, mbs: int, recompute: str) -> float | None:
-    """_optimistic_tokens_per_s's time of one layer (forward + backward [+ recompute]), from the layout's framework,
-    tp, cp, ep, etp and ZeRO stage, the micro-batch and the recompute alone; None where it cannot be priced."""
+    """_optimistic_tokens_per_s's time of one layer (forward + backward [+ recompute], and the exposed TP, EP and CP
+    communication), from the layout's framework, tp, cp, ep, etp and ZeRO stage, the micro-batch and the recompute
+    alone; None where it cannot be priced. The mean layer as step_cost prices a rank's layers (cost._mixed_layer:
+    a hybrid model's kinds, sliding-window layers, an MoE model's dense layers), with the TP overlap _plan will set;
+    the host's launch time is left out (it only adds), and with EP overlap every chunk's all-to-all is taken as
+    paired with another's compute (cost.ep_unpaired_share: the unpaired share only adds)."""
     megatron = layout.framework == "megatron"
     quant = "nvfp4" if pins.precision == "fp4" else ((pins.fp8_recipe or "current") if pins.precision == "fp8" else None)
-    # A hybrid model's mean layer (cost._mixed_layer); a transformer's layer.
-    kinds = [(k, model.layers_of_kind(k) / model.num_layers) for k in HYBRID_LAYER_KINDS
-             if model.layers_of_kind(k)] if model.is_hybrid else [("", 1.0)]
+    overlap = pins.tp_comm_overlap
+    if overlap is None:
+        overlap = megatron and layout.tp > 1 and pins.layer_spec == "te"  # as _plan sets it
+    impl = _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels, layout.zero)
+    # (model, kind, windowed, share of the layers): as cost._mixed_layer weighs them.
+    if model.is_hybrid:
+        kinds = [(model, k, False, model.layers_of_kind(k) / model.num_layers) for k in HYBRID_LAYER_KINDS
+                 if model.layers_of_kind(k)]
+    else:
+        win = model.windowed_layer_fraction if model.sliding_window else 0.0
+        dense = model.dense_layers / model.num_layers if model.is_moe and model.dense_layers else 0.0
+        kinds = [(model, "", False, (1 - win) * (1 - dense)), (model, "", True, win * (1 - dense))]
+        if dense:
+            kinds.append((dense_layer_model(model), "", False, dense))
     per_layer = 0.0
-    for kind, share in kinds:
+    for spec, kind, windowed, share in kinds:
+        if not share:
+            continue
         try:
-            lt = _layer_time(model, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
-                             quant, _implementation_of(layout.framework, pins.layer_spec, pins.fused_kernels, layout.zero),
-                             False, cluster, cal, False, layout.etp, attention="auto" if megatron else pins.attention_kernel,
-                             lora=pins.lora_rank if megatron else 0, lora_targets=pins.lora_targets, kind=kind,
-                             doc_tokens=pins.packed_doc_tokens, early_stop=not megatron and not pins.fused_kernels)
+            lt = _layer_time(spec, layout.tp, layout.cp, layout.ep, mbs, seq, megatron and layout.tp > 1, pins.precision,
+                             quant, impl, overlap, cluster, cal, windowed, layout.etp,
+                             0.0 if pins.moe_ep_overlap else None, attention="auto" if megatron else pins.attention_kernel,
+                             lora=pins.lora_rank if megatron else 0, lora_targets=pins.lora_targets,
+                             dispatcher=pins.moe_dispatcher, kind=kind, doc_tokens=pins.packed_doc_tokens,
+                             early_stop=not megatron and not pins.fused_kernels)
         except (ValueError, ZeroDivisionError):
             return None
         # Selective at its cheapest: the modules pinned, else the default core attention or the one module the
@@ -536,7 +554,8 @@ def _optimistic_layer_s(model: ModelSpec, cluster: ClusterSpec, cal: Calibration
                      min(lt.recompute_s((module,)) for module in ("core_attn", *model.extra_recompute_modules)))
         # Full recompute at its cheapest: PyTorch's early stop where a torch stack may run it (a bound).
         full = lt.fwd_s - lt.early_stop_skip_s
-        per_layer += share * (lt.fwd_s + lt.bwd_s + {"none": 0.0, "selective": selective}.get(recompute, full))
+        per_layer += share * (lt.fwd_s + lt.bwd_s + lt.tp_comm_s + lt.cp_comm_s
+                              + {"none": 0.0, "selective": selective}.get(recompute, full))
     return per_layer
 
 

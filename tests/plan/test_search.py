@@ -609,3 +609,54 @@ def test_the_states_floor_is_below_every_estimate(framework):
             assert floor <= memory.estimate(model, plan, cluster).peak.total_bytes, plan
             checked += 1
     assert checked >= 3
+
+
+@pytest.mark.parametrize("name, cluster_name, gpus, pins", [
+    ("qwen3-235b-a22b", "dgx-h100", 384, Pins()),                      # EP all-to-all over InfiniBand
+    ("qwen3-30b-a3b", "dgx-h100", 64, Pins(moe_ep_overlap=True)),      # EP overlap: the paired all-to-alls
+    ("deepseek-v3", "dgx-h100", 512, Pins(moe_dispatcher="deepep")),   # dense first layers, DeepEP's kernels
+    ("gpt-oss-120b", "dgx-h100", 64, Pins()),                          # sliding-window layers
+    ("nemotron-h-56b", "dgx-h100", 64, Pins()),                        # a hybrid's Mamba layers
+    ("llama3-8b", "dgx-h100", 32, Pins(seq_length=65536)),             # context parallelism's ring
+    ("llama3-70b", "dgx-a100", 64, Pins(tp_comm_overlap=False)),       # TP collectives without overlap
+])
+def test_the_pruning_bound_stays_above_every_candidate_s_step_cost_with_its_communication(name, cluster_name, gpus,
+                                                                                          pins):
+    # The bound counts the exposed TP, EP and CP communication a candidate cannot avoid (the search prunes on it, so
+    # a bound below the candidate's own price would drop a plan that belongs in the ranking): priced in full by
+    # step_cost, every valid candidate of the search must come out at or below it.
+    from genconf.plan.cost import step_cost
+    from genconf.plan.search import _optimistic_tokens_per_s, _plan, _specs
+
+    model, _ = resolve_model(name)
+    cluster = resolve_cluster(cluster_name)
+    cal = calibration_for(cluster.gpu.name)
+    seq = pins.seq_length or model.seq_length
+    priced = 0
+    for index, (layout, mbs, gbs, recompute) in enumerate(_specs(model, cluster, gpus, pins)):
+        if index % 7 or not recompute:  # a spread of every seventh candidate (all of them take minutes)
+            continue
+        plan = _plan(layout, pins, seq, mbs=mbs, gbs=gbs, recompute=recompute, layers=model.num_layers)
+        if any(v.severity == rules.ERROR for v in rules.check(rules.Context(model, cluster, plan, gpus))):
+            continue
+        bound = _optimistic_tokens_per_s(model, cluster, cal, pins, seq, layout, mbs, gbs, recompute)
+        assert bound >= step_cost(model, plan, cluster, cal).tokens_per_s_per_gpu * (1 - 1e-12), plan
+        priced += 1
+    assert priced >= 20
+
+
+def test_the_pruning_bound_counts_the_expert_all_to_all():
+    # Qwen3-235B with EP 32 over InfiniBand: the all-to-all is a large share of the step (it is what the bound
+    # was missing, and 22,790 candidates took 3 s to search on 384 GPUs); the bound must see it.
+    from genconf.plan.cost import step_cost
+    from genconf.plan.search import _Layout, _optimistic_tokens_per_s
+
+    model, _ = resolve_model("qwen3-235b-a22b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    layout = _Layout("megatron", 1, 1, 2, 32, 32, 1, (), 1, None)
+    plan = ParallelPlan(framework="megatron", pp=2, ep=32, dp=32, mbs=1, gbs=1024, seq_length=model.seq_length,
+                        zero_stage=1)
+    bound = _optimistic_tokens_per_s(model, cluster, cal, Pins(), model.seq_length, layout, 1, 1024, "none")
+    actual = step_cost(model, plan, cluster, cal).tokens_per_s_per_gpu
+    assert actual <= bound <= actual * 1.25
