@@ -398,8 +398,44 @@ def _bandwidth(cluster: ClusterSpec, cal: Calibration, group_span: int, ranks: i
         return nvlink
     ranks = ranks or group_span
     stride = max(1, group_span // ranks)
+    if cluster.pcie_inside_node:
+        return _bandwidth_bridged(cluster, cal, group_span, ranks, stride)
     per_domain = max(1, min(ranks, cluster.nvlink_domain // stride))
     return min(nvlink, per_domain * cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency)
+
+
+def _pcie_gbyte_per_s(cluster: ClusterSpec, cal: Calibration) -> float:
+    """What a GPU moves over PCIe to a GPU of its node outside its NVLink domain, one direction, GB/s. No PCIe
+    measurement is fitted: it takes the NICs' efficiency (a 400G NIC reaches ~42 of 50 GB/s as a DMA engine on the same
+    PCIe Gen5 link, calibration.yaml), as the calibration fits one term for the non-NVLink links (run/calibrate.py)."""
+    return cluster.pcie_peer_gbyte_per_s_per_gpu * cal.ib_efficiency
+
+
+def _bandwidth_bridged(cluster: ClusterSpec, cal: Calibration, group_span: int, ranks: int, stride: int) -> float:
+    """_bandwidth where NVLink stops inside the node (H100 PCIe cards bridged in pairs): the ring's hops inside a node
+    run over NVLink while the group's ranks there sit in one NVLink domain, else over PCIe; across nodes, as above,
+    the group's ranks in a node drive as many NICs, each behind its GPU's PCIe link (GPUDirect RDMA), so the slower
+    of the two per GPU."""
+    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
+    pcie = _pcie_gbyte_per_s(cluster, cal)
+    per_node = max(1, min(ranks, cluster.gpus_per_node // stride))
+    inside = nvlink if (per_node - 1) * stride < cluster.nvlink_domain else pcie
+    if group_span <= cluster.gpus_per_node:
+        return inside
+    return min(inside, per_node * min(pcie, cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency))
+
+
+def _p2p_gbyte_per_s(cluster: ClusterSpec, cal: Calibration, span: int) -> float:
+    """One GPU's link to its neighbour (a pipeline stage's, a context-parallel ring's) in a group of `span` consecutive
+    GPUs, GB/s: NVLink inside the NVLink domain, else the NIC; where NVLink stops inside the node (bridged pairs), PCIe
+    inside the node and, across nodes, the slower of PCIe and the NIC (GPUDirect RDMA crosses the GPU's PCIe link)."""
+    if span <= cluster.nvlink_domain:
+        return cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
+    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency
+    if not cluster.pcie_inside_node:
+        return ib
+    pcie = _pcie_gbyte_per_s(cluster, cal)
+    return pcie if span <= cluster.gpus_per_node else min(pcie, ib)
 
 
 def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, ranks: int, stride: int, *,
@@ -415,7 +451,16 @@ def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, rank
     rate = cal.nccl_all_to_all_efficiency if nccl else 1.0
     nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency * rate * 1e9
     ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * rate * 1e9
-    return max(local / nvlink, remote / ib) + cal.collective_latency_s * (1.0 + math.log2(ranks))
+    latency_s = cal.collective_latency_s * (1.0 + math.log2(ranks))
+    if cluster.pcie_inside_node:
+        # Bridged pairs: peers of the node outside the pair over PCIe, other nodes over the NICs; every byte that
+        # leaves the pair crosses the GPU's PCIe link, the NIC's bytes too (GPUDirect RDMA).
+        per_node = max(1, min(ranks, cluster.gpus_per_node // max(1, stride)))
+        remote = (ranks - per_node) / ranks * num_bytes
+        off_pair = (ranks - per_domain) / ranks * num_bytes
+        pcie = _pcie_gbyte_per_s(cluster, cal) * rate * 1e9
+        return max(local / nvlink, off_pair / pcie, remote / ib) + latency_s
+    return max(local / nvlink, remote / ib) + latency_s
 
 
 def groups_reached(top_k: int, experts: int, groups: int, routing: str = "random") -> float:
@@ -907,8 +952,7 @@ def _layer_time(model: ModelSpec, t: int, cp: int, ep: int, mbs: int, seq: int, 
     if cp > 1 and wa:
         # Ring attention: cp - 1 steps, each sending this rank's K and V chunk while attending to the previous
         # one; exposed where a step's transfer outlasts its share of the attention (backward: dK, dV too).
-        bw = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency if t * cp > cluster.nvlink_domain else \
-            _bandwidth(cluster, cal, t * cp)  # ring p2p between neighbours: one link each way
+        bw = _p2p_gbyte_per_s(cluster, cal, t * cp)  # ring p2p between neighbours: one link each way
         kv_bytes = 2.0 * act * n * kv / t
         step = kernels.p2p_s(kv_bytes, gbyte_per_s=bw, latency_s=cal.collective_latency_s)
         steps = cp - 1
@@ -1136,7 +1180,8 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
         return 0.0
     # The expert-data-parallel group over InfiniBand (it spans the tp x cp x dp ranks, ep x etp apart, as
     # _dp_groups): the share of its collectives that cannot overlap (Calibration.expert_dp_ib_overlap) is exposed
-    # in full; under ZeRO-3 / FSDP every collective is priced per unit below and this does not apply.
+    # in full; under ZeRO-3 / FSDP every collective is priced per unit below and this does not apply. Off NVLink over
+    # PCIe (bridged pairs) counts as off NVLink: the same slow-link overlap, no other fit.
     expert_ib = (split_expert and expert and plan.expert_dp > 1 and cal.expert_dp_ib_overlap < 1.0
                  and plan.tp * plan.dp * plan.cp > cluster.nvlink_domain)
     if expert_ib and not ((plan.framework == "fsdp" and plan.zero_stage >= 2) or plan.zero_stage == 3):
@@ -1180,6 +1225,7 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
         layers = -(-model.num_layers // max(1, plan.pp))
         per_layer = len(layer_tensors(model, False)) if plan.framework == "deepspeed" else 1
         collectives = (layers * per_layer + 1) * (2 + regather)
+        # A ring leaving the NVLink domain pays the full hop, over PCIe (bridged pairs) as over the NICs.
         hop = cal.ring_hop_latency_s if plan.tp * d > cluster.nvlink_domain else cal.ring_hop_latency_s / 4
         gather = gathers(param_bytes)
         scatter = gathers(grad_bytes)
@@ -1504,10 +1550,10 @@ def step_cost(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: C
     pp_comm = 0.0
     if plan.pp > 1:
         # Stage s holds ranks [s B, (s+1) B), B = tp cp dp (Megatron's tp-cp-ep-dp-pp order): a pipeline wider than
-        # one NVLink domain has InfiniBand boundaries, and the rank at one paces the 1F1B schedule.
+        # one NVLink domain has InfiniBand boundaries (PCIe ones inside a node of bridged pairs), and the rank at one
+        # paces the 1F1B schedule.
         span = plan.pp * plan.tp * plan.cp * plan.dp
-        bw = (cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency if span > cluster.nvlink_domain
-              else _bandwidth(cluster, cal, span))  # stage to stage: one GPU's link
+        bw = _p2p_gbyte_per_s(cluster, cal, span)  # stage to stage: one GPU's link
         sp = plan.tp if plan.sequence_parallel else 1
         send = kernels.p2p_s(2.0 * n * model.hidden_size / sp, gbyte_per_s=bw, latency_s=cal.collective_latency_s)
         # Forward activations and backward gradients at every chunk boundary of a micro-batch. Interleaved

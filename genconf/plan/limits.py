@@ -66,6 +66,7 @@ RANGES: dict[str, Range] = {
     "ib_gbit_per_s_per_gpu": Range(low=1e-3, high=1e6, unit="Gb/s", integer=False, why="NDR: 400, XDR: 800"),
     "host_link_gbyte_per_s_per_gpu": Range(low=0, high=1e6, unit="GB/s", integer=False,
                                            why="PCIe 5 x16: 64; Grace-Hopper C2C: 450"),
+    "pcie_peer_gbyte_per_s_per_gpu": Range(low=1e-3, high=1e6, unit="GB/s", integer=False, why="PCIe 5 x16: 64"),
     "cpu_mem_gib_per_node": Range(low=0, high=1e7, unit="GiB", integer=False, why="a node with 10 PiB of RAM"),
     # the GPU
     "peak_fp32_tflops": Range(low=0, high=1e6, unit="TFLOP/s", integer=False, why="B200 FP4: 9,000"),

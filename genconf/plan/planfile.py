@@ -104,6 +104,9 @@ def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
         "hbm_gib": cluster.gpu.hbm_gib, "cpu_mem_gib_per_node": cluster.cpu_mem_gib_per_node,
         "host_link_gbyte_per_s_per_gpu": cluster.host_link_gbyte_per_s_per_gpu, "host_cpu": cluster.host_cpu,
         "nccl_env": dict(cluster.nccl_env), "gpu_spec": dataclasses.asdict(cluster.gpu),
+        # Only where NVLink stops inside the node (bridged pairs): files of the other clusters stay as they were.
+        **({"pcie_peer_gbyte_per_s_per_gpu": cluster.pcie_peer_gbyte_per_s_per_gpu}
+           if cluster.pcie_peer_gbyte_per_s_per_gpu is not None else {}),
     }
 
 
@@ -268,6 +271,7 @@ def cluster_from_dict(c: dict) -> ClusterSpec:
     domain = c.get("nvlink_domain_gpus")  # null in files before the resolved domain was written: the node
     cluster = ClusterSpec(name=c["name"], gpu=gpu, gpus_per_node=c["gpus_per_node"],
                           nvlink_domain_gpus=None if domain == c["gpus_per_node"] else domain,
+                          pcie_peer_gbyte_per_s_per_gpu=c.get("pcie_peer_gbyte_per_s_per_gpu"),
                           ib_gbit_per_s_per_gpu=c["ib_gbit_per_s_per_gpu"],
                           cpu_mem_gib_per_node=c.get("cpu_mem_gib_per_node", 1024.0),
                           host_link_gbyte_per_s_per_gpu=c.get("host_link_gbyte_per_s_per_gpu", 55.0),
@@ -317,7 +321,8 @@ def _same(a, b) -> bool:
     return False
 
 
-_CLUSTER_READ = frozenset({"name", "gpu_spec", "gpus_per_node", "nvlink_domain_gpus", "ib_gbit_per_s_per_gpu",
+_CLUSTER_READ = frozenset({"name", "gpu_spec", "gpus_per_node", "nvlink_domain_gpus", "pcie_peer_gbyte_per_s_per_gpu",
+                           "ib_gbit_per_s_per_gpu",
                            "cpu_mem_gib_per_node", "host_link_gbyte_per_s_per_gpu", "host_cpu", "nccl_env", "num_gpus"})
 """The `cluster` keys cluster_from_dict and decode read; cluster_dict derives the rest."""
 
@@ -481,6 +486,8 @@ def why(best: Evaluation, result: SearchResult | None, cluster: ClusterSpec, mod
         # Megatron's context parallelism (TE's ring attention, cp_comm_type p2p): the load-balanced split of each
         # sequence, key/value blocks passed around the ring while each block's attention runs (cost.py _layer_time).
         ring = ("inside the NVLink domain" if p.tp * p.cp <= cluster.nvlink_domain
+                else "over PCIe, as tp x cp spans more than one NVLink domain of the node"
+                if cluster.pcie_inside_node and p.tp * p.cp <= cluster.gpus_per_node
                 else "over InfiniBand, as tp x cp spans more than one NVLink domain")
         reasons.append(f"cp={p.cp} splits each {p.seq_length:,}-token sequence into {p.cp} parts of "
                        f"{p.seq_length // p.cp:,} tokens, one per context-parallel rank; attention passes key/value "

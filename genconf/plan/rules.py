@@ -240,6 +240,12 @@ def _moe_dispatcher(c: Context) -> str | None:
         return (f"--moe-dispatcher deepep does not run over multi-node NVLink ({c.cluster.name}: "
                 f"{c.cluster.nvlink_domain} GPUs per NVLink domain); megatron-core's hybridep backend does: "
                 f"use --moe-dispatcher hybridep")
+    if c.cluster.pcie_inside_node:
+        # DeepEP's and HybridEP's kernels reach every GPU of a node over NVLink (DeepEP README: intranode NVLink,
+        # internode RDMA then NVLink); a node of bridged pairs has NVLink only inside each pair.
+        return (f"--moe-dispatcher {p.moe_dispatcher} needs NVLink between all GPUs of a node ({c.cluster.name}: "
+                f"NVLink only in groups of {c.cluster.nvlink_domain} of its {c.cluster.gpus_per_node}); use "
+                f"--moe-dispatcher alltoall")
     return None
 
 

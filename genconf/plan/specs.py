@@ -681,7 +681,12 @@ class ClusterSpec(HashOnce):
     gpus_per_node: int
     """GPUs per node (what Slurm allocates per node)."""
     nvlink_domain_gpus: int | None = None
-    """GPUs sharing one NVLink domain, where TP must stay. None = gpus_per_node (NVL72 racks: 72)."""
+    """GPUs sharing one NVLink domain, where TP must stay: a multiple of gpus_per_node (NVL72 racks: 72) or a divisor
+    of it (H100 PCIe cards joined by NVLink bridges in pairs: 2). None = gpus_per_node."""
+    pcie_peer_gbyte_per_s_per_gpu: float | None = None
+    """GPU-to-GPU bandwidth per GPU over PCIe, one direction, GB/s: how a GPU reaches the GPUs of its own node outside
+    its NVLink domain (PCIe Gen5 x16: 64). Required where the NVLink domain is smaller than the node; None where
+    NVLink holds the whole node."""
     ib_gbit_per_s_per_gpu: float
     """Inter-node bandwidth per GPU, one direction, Gb/s (InfiniBand NDR = 400)."""
     total_gpus: int | None = None
@@ -706,9 +711,19 @@ class ClusterSpec(HashOnce):
         for name in ("total_gpus", "nvlink_domain_gpus"):
             if getattr(self, name) is not None:
                 _positive(self, name)
-        if self.nvlink_domain_gpus is not None and self.nvlink_domain_gpus % self.gpus_per_node:
-            raise ValueError(f"ClusterSpec {self.name}: nvlink_domain_gpus ({self.nvlink_domain_gpus}) must be a "
-                             f"multiple of gpus_per_node ({self.gpus_per_node})")
+        domain, node = self.nvlink_domain_gpus, self.gpus_per_node
+        if domain is not None and domain % node and node % domain:
+            raise ValueError(f"ClusterSpec {self.name}: nvlink_domain_gpus ({domain}) must be a multiple of "
+                             f"gpus_per_node ({node}), a domain across nodes (NVL72: 72), or divide it, a domain inside "
+                             f"the node (NVLink-bridged pairs: 2)")
+        pcie = self.pcie_peer_gbyte_per_s_per_gpu
+        if pcie is not None and (isinstance(pcie, bool) or not isinstance(pcie, (int, float)) or pcie <= 0):
+            raise ValueError(f"ClusterSpec {self.name}: pcie_peer_gbyte_per_s_per_gpu must be a positive number, "
+                             f"got {pcie!r}")
+        if self.pcie_inside_node and pcie is None:
+            raise ValueError(f"ClusterSpec {self.name}: an NVLink domain of {domain} GPUs inside {node}-GPU nodes "
+                             f"needs pcie_peer_gbyte_per_s_per_gpu, the GPUs' bandwidth to the rest of their node "
+                             f"(PCIe Gen5 x16: 64)")
         if self.ib_gbit_per_s_per_gpu <= 0:
             raise ValueError(f"ClusterSpec {self.name}: ib_gbit_per_s_per_gpu must be positive, got {self.ib_gbit_per_s_per_gpu}")
         if self.host_link_gbyte_per_s_per_gpu <= 0:
@@ -717,8 +732,13 @@ class ClusterSpec(HashOnce):
 
     @property
     def nvlink_domain(self) -> int:
-        """GPUs reachable over NVLink from any GPU (the node, or the NVL72 rack)."""
+        """GPUs reachable over NVLink from any GPU (the node, the NVL72 rack, or a bridged pair inside the node)."""
         return self.nvlink_domain_gpus or self.gpus_per_node
+
+    @property
+    def pcie_inside_node(self) -> bool:
+        """The node holds several NVLink domains (bridged pairs), which reach one another over PCIe."""
+        return self.nvlink_domain < self.gpus_per_node
 
     @property
     def nvlink_gbyte_per_s_one_way(self) -> float:

@@ -170,6 +170,9 @@ def bench_groups(tables: dict, gpu, cluster) -> dict[str, tuple[list[str], list[
         nvlink = nodes == 1 and ranks <= cluster.nvlink_domain
         link_term = "nvlink_efficiency" if nvlink else "ib_efficiency"
         link = cluster.nvlink_gbyte_per_s_one_way if nvlink else cluster.ib_gbyte_per_s_per_gpu
+        if not nvlink and nodes == 1 and cluster.pcie_inside_node:
+            # Bridged pairs: one node's ring beyond a pair runs over PCIe, priced with ib_efficiency (cost.py).
+            link = cluster.pcie_peer_gbyte_per_s_per_gpu
         ring = {"all_reduce": kernels.ring_all_reduce_s, "all_gather": kernels.ring_gather_s,
                 "reduce_scatter": kernels.ring_gather_s}
         obs = [fit.Observation(
