@@ -14,7 +14,8 @@ from genconf.catalog.hardware import resolve_gpu
 from genconf.plan.errors import GenconfError
 from genconf.plan.specs import ClusterSpec, GPUSpec
 
-CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "ib_gbit_per_s_per_gpu", "total_gpus",
+CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "pcie_peer_gbyte_per_s_per_gpu", "ib_gbit_per_s_per_gpu",
+                "total_gpus",
                 "host_link_gbyte_per_s_per_gpu", "cpu_mem_gib_per_node", "host_cpu", "nccl_env", "description", "name")
 
 
@@ -90,10 +91,7 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
         key = resolve_gpu(gpu).name
         usual = usual_nodes().get(key)
         cluster, _ = resolve_cluster_noted(usual or default, gpu=key, gpus_per_node=gpus_per_node)
-        domain = cluster.nvlink_domain
-        shape = (f"{cluster.gpus_per_node} GPUs per node, " +
-                 (f"an NVLink domain of {domain} GPUs across nodes" if domain > cluster.gpus_per_node
-                  else "NVLink inside the node"))
+        shape = f"{cluster.gpus_per_node} GPUs per node, {nvlink_shape(cluster)}"
         if usual:
             note = f"--gpu {key} without --cluster: its usual node, {usual} ({shape}); --cluster chooses another"
         else:
@@ -118,17 +116,24 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
     changes: dict = {}
     if gpu is not None:
         changes["gpu"] = resolve_gpu(gpu)
-        if changes["gpu"].name != cluster.gpu.name and cluster.nvlink_domain > cluster.gpus_per_node:
-            # An NVLink domain across nodes (NVL72) and its host CPU are that system's, not the other GPU's.
+        if changes["gpu"].name != cluster.gpu.name and cluster.nvlink_domain != cluster.gpus_per_node:
+            # An NVLink domain across nodes (NVL72) and its host CPU, or NVLink bridges pairing PCIe cards, are that
+            # system's, not the other GPU's.
+            where = "across nodes" if cluster.nvlink_domain > cluster.gpus_per_node else "inside each node"
             raise GenconfError(f"--gpu {changes['gpu'].name} on {cluster.name}: its NVLink domain of "
-                               f"{cluster.nvlink_domain} GPUs across nodes is {cluster.gpu.name}'s system; choose a "
+                               f"{cluster.nvlink_domain} GPUs {where} is {cluster.gpu.name}'s system; choose a "
                                f"cluster of {changes['gpu'].name} nodes (genconf hardware), or give --gpu without "
                                f"--cluster for its usual node")
     if gpus_per_node is not None:
         if gpus_per_node < 1:
             raise GenconfError(f"--gpus-per-node must be positive, got {gpus_per_node}")
         changes["gpus_per_node"] = gpus_per_node
-        if cluster.nvlink_domain_gpus is not None and cluster.nvlink_domain_gpus % gpus_per_node:
+        domain = cluster.nvlink_domain_gpus
+        if domain is not None and domain < cluster.gpus_per_node:
+            # Bridged pairs stay pairs on part of the node; a node no larger than the pair is one NVLink domain.
+            if gpus_per_node <= domain or gpus_per_node % domain:
+                changes["nvlink_domain_gpus"] = None
+        elif domain is not None and domain % gpus_per_node:
             changes["nvlink_domain_gpus"] = None
     if changes:
         try:
@@ -136,6 +141,17 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
         except ValueError as exc:
             raise GenconfError(str(exc)) from None
     return cluster, note
+
+
+def nvlink_shape(cluster: ClusterSpec) -> str:
+    """Where NVLink reaches on this cluster, in words: 'NVLink inside the node', 'an NVLink domain of 72 GPUs across
+    nodes' or 'NVLink in groups of 2 GPUs, PCIe at 64 GB/s per GPU between them'."""
+    domain = cluster.nvlink_domain
+    if domain > cluster.gpus_per_node:
+        return f"an NVLink domain of {domain} GPUs across nodes"
+    if domain < cluster.gpus_per_node:
+        return f"NVLink in groups of {domain} GPUs, PCIe at {cluster.pcie_peer_gbyte_per_s_per_gpu:g} GB/s per GPU between them"
+    return "NVLink inside the node"
 
 
 def node_size_error(gpus_per_node: int, gpu: GPUSpec, cluster_node: int | None = None) -> str | None:
