@@ -88,7 +88,7 @@ def test_small_models_choose_ddp_or_zero1_where_they_fit(model, gpus, not_this):
 
 @pytest.mark.parametrize("gpu,preset,per_node,domain", [
     ("gb200", "gb200-nvl72", 4, 72), ("gb300", "gb300-nvl72", 4, 72), ("b200", "dgx-b200", 8, 8),
-    ("h100-sxm", "dgx-h100", 8, 8), ("h200", "hgx-h200", 8, 8),
+    ("h100-sxm", "dgx-h100", 8, 8), ("h200", "hgx-h200", 8, 8), ("h100-pcie", "pcie-h100", 8, 2),
 ])
 def test_a_gpu_without_a_cluster_gets_its_usual_node_and_says_so(gpu, preset, per_node, domain):
     d = plan_json("--model", "llama3-70b", "--gpus", "144", "--gpu", gpu)

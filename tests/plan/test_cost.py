@@ -13,8 +13,8 @@ from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.hardware import calibration_for
 from genconf.catalog.models import resolve_model
 from genconf.plan import kernels
-from genconf.plan.cost import (Calibration, _all_to_all_s, _dp_comm_s, _flex_all_to_all_s, ep_unpaired_share,
-                               groups_reached, layer_time, linear_s, stage_times, step_cost)
+from genconf.plan.cost import (Calibration, _all_to_all_s, _dp_comm_s, _flex_all_to_all_s, _tp_collective_s,
+                               ep_unpaired_share, groups_reached, layer_time, linear_s, stage_times, step_cost)
 from genconf.plan.pipeline import bubble_fraction
 from genconf.plan.specs import ClusterSpec, ParallelPlan
 
@@ -808,3 +808,66 @@ def test_unfused_attention_computes_every_score_under_a_window():
     cluster, cal = resolve_cluster("dgx-h100"), calibration_for("h100-sxm")
     band = layer_time(windowed, p, cluster, cal, windowed=True)
     assert band.attn_fwd_s == pytest.approx(layer_time(full, p, cluster, cal).attn_fwd_s)
+
+
+def _bridged_pairs():
+    """8 H100 PCIe cards per node, NVLink bridges in pairs (clusters.yaml pcie-h100: NVLink 600 GB/s both ways, 300
+    one way; PCIe Gen5 x16 64 GB/s one way; 200 Gb/s = 25 GB/s of NIC per GPU), links at full rate, no latency."""
+    model, _ = resolve_model("llama3-8b")
+    cluster = resolve_cluster("pcie-h100")
+    cal = dataclasses.replace(calibration_for("h100-pcie"), nvlink_efficiency=1.0, ib_efficiency=1.0,
+                              collective_latency_s=0.0)
+    return model, cluster, cal
+
+
+def test_a_bridged_pair_runs_tp_on_nvlink_and_the_node_s_dp_ring_on_pcie():
+    model, cluster, cal = _bridged_pairs()
+    assert (cluster.gpus_per_node, cluster.nvlink_domain, cluster.pcie_peer_gbyte_per_s_per_gpu) == (8, 2, 64)
+    # TP=2 inside the pair, an all-gather of 64 MiB under sequence parallelism: (2-1)/2 x 2**26 bytes at 300 GB/s.
+    assert _tp_collective_s(cluster, cal, 2, True, 2**26) == pytest.approx(0.5 * 2**26 / 300e9, rel=1e-12)
+    # DP over the node's 8 GPUs (tp=1, 400M parameters reducing fp32 gradients, 1.6e9 bytes): the ring leaves the
+    # pairs, so every hop that crosses one runs at PCIe's 64 GB/s: 2 x 7/8 x 1.6e9 / 64e9 = 0.04375 s, exposed in
+    # full (no backward to hide behind), plus the last of the 10 buckets (1/10 of it again).
+    params = 400_000_000
+    dp8 = ParallelPlan(framework="megatron", tp=1, dp=8, mbs=1, gbs=8, seq_length=4096, zero_stage=0)
+    ring = 2 * 7 / 8 * 4 * params / 64e9
+    assert ring == pytest.approx(0.04375, rel=1e-12)
+    assert _dp_comm_s(model, dp8, cluster, cal, params, 0, 0.0, 0.0) == pytest.approx(ring * 1.1, rel=1e-12)
+    # tp=2 dp=4: one DP rank per pair, four pairs: PCIe again, 2 x 3/4 x 1.6e9 / 64e9.
+    dp4 = dataclasses.replace(dp8, tp=2, dp=4, gbs=4)
+    assert _dp_comm_s(model, dp4, cluster, cal, params, 0, 0.0, 0.0) == pytest.approx(
+        2 * 3 / 4 * 4 * params / 64e9 * 1.1, rel=1e-12)
+    # dp=2 inside one pair: NVLink, 2 x 1/2 x 1.6e9 / 300e9.
+    dp2 = dataclasses.replace(dp8, dp=2, gbs=2)
+    assert _dp_comm_s(model, dp2, cluster, cal, params, 0, 0.0, 0.0) == pytest.approx(
+        2 * 1 / 2 * 4 * params / 300e9 * 1.1, rel=1e-12)
+
+
+def test_across_bridged_nodes_the_slower_of_pcie_and_the_nic():
+    model, cluster, cal = _bridged_pairs()
+    params = 400_000_000
+    # tp=2 dp=8 on two nodes: four DP ranks per node drive four NICs' share, 4 x 25 = 100 GB/s, but the ring's hops
+    # inside the node cross pairs over PCIe, 64 GB/s: PCIe paces it.
+    two_nodes = ParallelPlan(framework="megatron", tp=2, dp=8, mbs=1, gbs=8, seq_length=4096, zero_stage=0)
+    assert _dp_comm_s(model, two_nodes, cluster, cal, params, 0, 0.0, 0.0) == pytest.approx(
+        2 * 7 / 8 * 4 * params / 64e9 * 1.1, rel=1e-12)
+    # One DP rank per node (tp=8 priced as if allowed; the rule book refuses it): one GPU's NIC share, 25 GB/s, the
+    # slower of it and PCIe.
+    one_per_node = dataclasses.replace(two_nodes, tp=8, dp=2, gbs=2)
+    assert _dp_comm_s(model, one_per_node, cluster, cal, params, 0, 0.0, 0.0) == pytest.approx(
+        2 * 1 / 2 * 4 * params / 25e9 * 1.1, rel=1e-12)
+    # A pipeline over one node (tp=2 pp=4): stage boundaries cross pairs, so each send runs at PCIe's 64 GB/s.
+    pipe = ParallelPlan(framework="megatron", tp=2, pp=4, dp=1, mbs=1, gbs=64, seq_length=4096)
+    send = 2 * 4096 * 4096  # forward activations of one micro-batch, bf16, no sequence parallelism
+    assert step_cost(model, pipe, cluster, cal).pp_comm_s == pytest.approx(64 * 2 * send / 64e9, rel=1e-9)
+
+
+def test_an_all_to_all_over_bridged_pairs_sends_what_leaves_the_pair_over_pcie():
+    _, cluster, cal = _bridged_pairs()
+    cal = dataclasses.replace(cal, nccl_all_to_all_efficiency=1.0)
+    # 8 ranks of one node, 1 GB each: 1/8 to the pair's other GPU over NVLink (300 GB/s), 6/8 over PCIe (64 GB/s),
+    # none over the NICs: PCIe paces it.
+    assert _all_to_all_s(cluster, cal, 1e9, 8, 1) == pytest.approx(6 / 8 * 1e9 / 64e9, rel=1e-12)
+    # 16 ranks over two nodes: 14/16 leave the pair over PCIe (64 GB/s), 8/16 leave the node over the NIC (25 GB/s):
+    # the NIC paces it.
+    assert _all_to_all_s(cluster, cal, 1e9, 16, 1) == pytest.approx(8 / 16 * 1e9 / 25e9, rel=1e-12)

@@ -225,3 +225,17 @@ def test_a_cluster_key_left_out_names_its_section(run, path):
     d["cluster"]["gpu_spec"] = 5
     with pytest.raises(GenconfError, match=r"^x.json is invalid: 'cluster.gpu_spec' must be a JSON object, got int$"):
         planfile.decode(d, "x.json")
+
+
+def test_bridged_pairs_read_back_with_their_pcie_link():
+    # pcie-h100: an NVLink domain of 2 inside 8-GPU nodes and the PCIe figure between pairs both come back; a
+    # cluster whose NVLink holds the node writes no PCIe key, so its plan.json is as before.
+    model, alias = resolve_model("llama3-8b")
+    cluster = resolve_cluster("pcie-h100")
+    result = plan_or_explain(model, cluster, 16, calibration_for(cluster.gpu.name), Pins())
+    d = planfile.encode(model, alias, cluster, 16, result.best, result, 1e11)
+    assert (d["cluster"]["nvlink_domain_gpus"], d["cluster"]["pcie_peer_gbyte_per_s_per_gpu"]) == (2, 64)
+    pf = planfile.decode(planfile.loads(planfile.dumps(d)))
+    assert pf.cluster == dataclasses.replace(cluster, total_gpus=None, description=pf.cluster.description,
+                                             nccl_env=tuple(sorted(cluster.nccl_env)))
+    assert "pcie_peer_gbyte_per_s_per_gpu" not in planfile.cluster_dict(resolve_cluster("dgx-h100"), 8)

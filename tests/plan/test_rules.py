@@ -275,3 +275,14 @@ def test_block_recompute_takes_at_most_a_chunks_layers():
                                   "(16 layers over pp 8 x vp 1); use --recompute-layers 2")
     assert "recompute" not in violations("1b", megatron(pp=8, recompute="full", recompute_layers=2))
     assert "recompute" not in violations("1b", megatron(recompute="full", recompute_layers=16))
+
+
+def test_bridged_pairs_keep_tp_in_the_pair_and_refuse_the_flex_dispatcher():
+    found = violations("llama3-8b", megatron(tp=4), cluster="pcie-h100", gpus=8)
+    assert found["tp_inside_node"] == ("tp (4) must stay inside one NVLink domain of 2 GPUs (and divide it); "
+                                       "nearest: tp=2")
+    assert "tp_inside_node" not in violations("llama3-8b", megatron(tp=2), cluster="pcie-h100", gpus=8)
+    moe = megatron(ep=8, moe_dispatcher="deepep", gbs=8)
+    assert violations("mixtral-8x7b", moe, cluster="pcie-h100", gpus=8)["moe_dispatcher"] == (
+        "--moe-dispatcher deepep needs NVLink between all GPUs of a node (pcie-h100: NVLink only in groups of 2 of "
+        "its 8); use --moe-dispatcher alltoall")

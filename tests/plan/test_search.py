@@ -660,3 +660,14 @@ def test_the_pruning_bound_counts_the_expert_all_to_all():
     bound = _optimistic_tokens_per_s(model, cluster, cal, Pins(), model.seq_length, layout, 1, 1024, "none")
     actual = step_cost(model, plan, cluster, cal).tokens_per_s_per_gpu
     assert actual <= bound <= actual * 1.25
+
+
+@pytest.mark.parametrize("model,gpus", [("llama3-8b", 8), ("70b", 16)])
+def test_h100_pcie_bridged_pairs_never_split_a_layer_past_the_pair(model, gpus):
+    # pcie-h100: NVLink bridges join two cards; the other six of the node are over PCIe. TP stays in the pair.
+    m, _ = resolve_model(model)
+    cluster = resolve_cluster(None, gpu="h100-pcie")
+    result = plan_or_explain(m, cluster, gpus, calibration_for(cluster.gpu.name), Pins())
+    assert cluster.nvlink_domain == 2 and cluster.gpus_per_node == 8
+    assert result.ranked and all(e.plan.tp <= 2 for e in result.ranked)
+    assert result.rejected.get("tp_inside_node", 0) == 0  # the search never offers tp past the domain

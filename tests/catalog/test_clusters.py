@@ -1,0 +1,54 @@
+"""Cluster presets and the NVLink domain: a domain across nodes (NVL72) or inside one (H100 PCIe cards bridged in
+pairs), and what --gpu and --gpus-per-node keep of it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from genconf.catalog.clusters import resolve_cluster, resolve_cluster_noted
+from genconf.plan.errors import GenconfError
+from genconf.plan.specs import ClusterSpec
+
+
+def test_h100_pcie_without_a_cluster_plans_on_bridged_pairs_and_says_so():
+    cluster, note = resolve_cluster_noted(None, gpu="h100-pcie")
+    assert (cluster.name, cluster.gpus_per_node, cluster.nvlink_domain) == ("pcie-h100", 8, 2)
+    assert cluster.pcie_inside_node and cluster.pcie_peer_gbyte_per_s_per_gpu == 64
+    assert note == ("--gpu h100-pcie without --cluster: its usual node, pcie-h100 (8 GPUs per node, NVLink in groups "
+                    "of 2 GPUs, PCIe at 64 GB/s per GPU between them); --cluster chooses another")
+
+
+def test_a_domain_that_neither_divides_nor_spans_whole_nodes_is_refused():
+    gpu = resolve_cluster("pcie-h100").gpu
+    with pytest.raises(ValueError, match=r"nvlink_domain_gpus \(3\) must be a multiple of gpus_per_node \(8\), a "
+                                         r"domain across nodes \(NVL72: 72\), or divide it"):
+        ClusterSpec(name="odd", gpu=gpu, gpus_per_node=8, nvlink_domain_gpus=3, pcie_peer_gbyte_per_s_per_gpu=64,
+                    ib_gbit_per_s_per_gpu=200)
+
+
+def test_a_domain_inside_the_node_needs_the_pcie_figure():
+    gpu = resolve_cluster("pcie-h100").gpu
+    with pytest.raises(ValueError, match=r"an NVLink domain of 2 GPUs inside 8-GPU nodes needs "
+                                         r"pcie_peer_gbyte_per_s_per_gpu"):
+        ClusterSpec(name="pairs", gpu=gpu, gpus_per_node=8, nvlink_domain_gpus=2, ib_gbit_per_s_per_gpu=200)
+    pairs = ClusterSpec(name="pairs", gpu=gpu, gpus_per_node=8, nvlink_domain_gpus=2,
+                        pcie_peer_gbyte_per_s_per_gpu=64, ib_gbit_per_s_per_gpu=200)
+    assert pairs.nvlink_domain == 2
+    with pytest.raises(ValueError, match="pcie_peer_gbyte_per_s_per_gpu must be a positive number, got 0"):
+        dataclasses.replace(pairs, pcie_peer_gbyte_per_s_per_gpu=0)
+
+
+@pytest.mark.parametrize("per_node,domain", [(8, 2), (4, 2), (2, 2), (1, 1)])
+def test_part_of_a_bridged_node_keeps_its_pairs(per_node, domain):
+    # Slurm's share of a node: 4 of the 8 cards are still two pairs; 2 are one pair, the whole NVLink domain.
+    cluster = resolve_cluster("pcie-h100", gpus_per_node=per_node)
+    assert (cluster.gpus_per_node, cluster.nvlink_domain, cluster.pcie_inside_node) == (per_node, domain,
+                                                                                        domain < per_node)
+
+
+def test_another_gpu_on_bridged_pairs_is_refused():
+    with pytest.raises(GenconfError, match=r"--gpu h100-sxm on pcie-h100: its NVLink domain of 2 GPUs inside each node "
+                                           r"is h100-pcie's system"):
+        resolve_cluster("pcie-h100", gpu="h100-sxm")
