@@ -15,8 +15,8 @@ from genconf.plan.errors import GenconfError
 from genconf.plan.specs import ClusterSpec, GPUSpec
 
 CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "pcie_peer_gbyte_per_s_per_gpu", "ib_gbit_per_s_per_gpu",
-                "total_gpus",
-                "host_link_gbyte_per_s_per_gpu", "cpu_mem_gib_per_node", "host_cpu", "nccl_env", "description", "name")
+                "total_gpus", "host_link_gbyte_per_s_per_gpu", "cpu_mem_gib_per_node", "host_cpu", "nccl_env",
+                "description", "name")
 
 
 @functools.lru_cache(maxsize=1)
@@ -150,7 +150,8 @@ def nvlink_shape(cluster: ClusterSpec) -> str:
     if domain > cluster.gpus_per_node:
         return f"an NVLink domain of {domain} GPUs across nodes"
     if domain < cluster.gpus_per_node:
-        return f"NVLink in groups of {domain} GPUs, PCIe at {cluster.pcie_peer_gbyte_per_s_per_gpu:g} GB/s per GPU between them"
+        return (f"NVLink in groups of {domain} GPUs, PCIe at {cluster.pcie_peer_gbyte_per_s_per_gpu:g} GB/s per GPU "
+                f"between them")
     return "NVLink inside the node"
 
 

@@ -115,7 +115,8 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
     m, c, p, perf, tr = d["model"], d["cluster"], d["plan"], d["perf"], d["training"]
     alias = f"{m['alias']} -> " if m["alias"] else ""
     domain = c.get("nvlink_domain_gpus") or c["gpus_per_node"]
-    nvlink = ("inside a node" if domain == c["gpus_per_node"] else f"across {domain} GPUs" if domain > c["gpus_per_node"]
+    nvlink = ("inside a node" if domain == c["gpus_per_node"]
+              else f"across {domain} GPUs" if domain > c["gpus_per_node"]
               else f"in groups of {domain}, PCIe {c['pcie_peer_gbyte_per_s_per_gpu']:g} GB/s per GPU between them")
     lines = [
         f"model    {alias}{m['name']}: {m['params']:,} parameters ({_hybrid_counts(m['hybrid_pattern'])})"

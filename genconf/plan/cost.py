@@ -1180,8 +1180,8 @@ def _dp_comm_s(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal: 
         return 0.0
     # The expert-data-parallel group over InfiniBand (it spans the tp x cp x dp ranks, ep x etp apart, as
     # _dp_groups): the share of its collectives that cannot overlap (Calibration.expert_dp_ib_overlap) is exposed
-    # in full; under ZeRO-3 / FSDP every collective is priced per unit below and this does not apply. Off NVLink over
-    # PCIe (bridged pairs) counts as off NVLink: the same slow-link overlap, no other fit.
+    # in full; under ZeRO-3 / FSDP every collective is priced per unit below and this does not apply. A group
+    # leaving its NVLink domain over PCIe (bridged pairs) is held to the same overlap: no fit of its own.
     expert_ib = (split_expert and expert and plan.expert_dp > 1 and cal.expert_dp_ib_overlap < 1.0
                  and plan.tp * plan.dp * plan.cp > cluster.nvlink_domain)
     if expert_ib and not ((plan.framework == "fsdp" and plan.zero_stage >= 2) or plan.zero_stage == 3):

@@ -322,8 +322,8 @@ def _same(a, b) -> bool:
 
 
 _CLUSTER_READ = frozenset({"name", "gpu_spec", "gpus_per_node", "nvlink_domain_gpus", "pcie_peer_gbyte_per_s_per_gpu",
-                           "ib_gbit_per_s_per_gpu",
-                           "cpu_mem_gib_per_node", "host_link_gbyte_per_s_per_gpu", "host_cpu", "nccl_env", "num_gpus"})
+                           "ib_gbit_per_s_per_gpu", "cpu_mem_gib_per_node", "host_link_gbyte_per_s_per_gpu", "host_cpu",
+                           "nccl_env", "num_gpus"})
 """The `cluster` keys cluster_from_dict and decode read; cluster_dict derives the rest."""
 
 
