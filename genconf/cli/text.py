@@ -130,8 +130,8 @@ def render_text(d: dict, best: Evaluation, *, explain: SearchResult | None = Non
         f" ({m['num_query_groups']} KV), ffn {m['ffn_hidden_size']} {m['activation']}, vocab {m['vocab_size']}, "
         f"seq {p['seq_length']}" + _window(m, p["seq_length"]),
         *[f"         config.json: {note}" for note in m.get("import_notes", [])],
-        f"cluster  {c['name']}: {c['num_gpus']} x {c['gpu_display_name']} ({c['num_nodes']} nodes of "
-        f"{c['gpus_per_node']}, NVLink {nvlink}, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
+        f"cluster  {c['name']}: {c['num_gpus']} x {c['gpu_display_name']} ({c['num_nodes']} node{'s' * (c['num_nodes'] != 1)} "
+        f"of {c['gpus_per_node']}, NVLink {nvlink}, {c['ib_gbit_per_s_per_gpu']:g} Gb/s IB per GPU)",
         *([f"         {c['note']}"] if c.get("note") else []),
         "",
         f"plan     {d['layout']}",
