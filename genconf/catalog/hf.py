@@ -36,9 +36,11 @@ output_router_logits router_aux_loss_coef router_z_loss_coef router_jitter_noise
 is_llama_config transformers.js_config
 """.split())
 
-_DEFAULT_ONLY = {"use_bidirectional_attention": False, "rope_interleaved": False}
-"""Fields read past at the value every family genconf imports has (Gemma-3 and SmolLM2 configs write them out):
-causal attention, rotary pairs as halves of the head. Any other value changes the model and is refused."""
+_DEFAULT_ONLY = {"use_bidirectional_attention": False, "rope_interleaved": False, "use_mrope": False}
+"""Fields read past at the value every family genconf imports has (Gemma-3 and SmolLM2 configs write them out, and
+Qwen2.5's and the DeepSeek-R1-Distill-Qwen configs `use_mrope`): causal attention, rotary pairs as halves of the
+head, one position per token rather than Qwen2-VL's multimodal rotary sections. Any other value changes the model
+and is refused."""
 
 _TOKENIZER_KEYS = frozenset({"tokenizer_class", "model_max_length", "added_tokens_decoder", "add_bos_token",
                              "chat_template"})

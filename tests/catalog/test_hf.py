@@ -46,6 +46,9 @@ PUBLIC_COUNTS = {
     "gemma-2-9b": 9_241_705_984,        # HF total, google/gemma-2-9b; KerasHub preset gemma2_9b_en "params"
     "gemma-2-27b": 27_227_128_320,      # HF total, google/gemma-2-27b ("27.2B")
     "gemma-3-1b": 999_885_952,          # HF total, google/gemma-3-1b-it; KerasHub preset gemma3_1b "params"
+    # Qwen2.5 model card: 0.49B, 0.36B non-embedding; the tensor shapes of Qwen2-0.5B, HF total 494,032,768. Its
+    # config.json writes `use_mrope: false`, as the Qwen2.5 and DeepSeek-R1-Distill-Qwen configs do.
+    "qwen2.5-0.5b": 494_032_768,
 }
 
 
@@ -400,7 +403,7 @@ def test_a_malformed_rope_scaling_is_one_line(scaling, why):
 
 
 def test_keys_at_their_harmless_defaults_are_read_past_and_other_values_refused():
-    """Gemma-3 and SmolLM2 configs on the Hub write these out; a real value of them changes the model."""
+    """Gemma-3, SmolLM2 and Qwen2.5 configs on the Hub write these out; a real value of them changes the model."""
     base = _config("llama3-8b")
     spec, _, _ = hf.model_from_config(dict(base, use_bidirectional_attention=False, rope_interleaved=False,
                                            is_llama_config=True, **{"transformers.js_config": {"dtype": "q4"}}),
@@ -409,6 +412,12 @@ def test_keys_at_their_harmless_defaults_are_read_past_and_other_values_refused(
     with pytest.raises(GenconfError, match="use_bidirectional_attention = true is not supported: genconf imports "
                                            "models with use_bidirectional_attention false"):
         hf.model_from_config(dict(base, use_bidirectional_attention=True), name="l", where="config.json")
+    # Qwen2.5's config.json writes use_mrope false (tests/data/hf/qwen2.5-0.5b); true is Qwen2-VL's multimodal rotary
+    qwen = _config("qwen2.5-0.5b")
+    assert qwen["use_mrope"] is False
+    assert hf.model_from_config(qwen, name="q", where="config.json")[0].num_layers == 24
+    with pytest.raises(GenconfError, match="use_mrope = true is not supported"):
+        hf.model_from_config(dict(qwen, use_mrope=True), name="q", where="config.json")
 
 
 def test_a_tokenizer_config_is_named_as_one():
