@@ -49,6 +49,10 @@ PUBLIC_COUNTS = {
     # Qwen2.5 model card: 0.49B, 0.36B non-embedding; the tensor shapes of Qwen2-0.5B, HF total 494,032,768. Its
     # config.json writes `use_mrope: false`, as the Qwen2.5 and DeepSeek-R1-Distill-Qwen configs do.
     "qwen2.5-0.5b": 494_032_768,
+    "mistral-nemo-base-2407": 12_247_782_400,  # HF total, mistralai/Mistral-Nemo-Base-2407 ("12.2B"); head_dim 128
+    # KerasHub preset gemma3_270m "params" (270M = 170M embedding + 100M transformer, the model card); transformers
+    # 4.55's config: layer_types listed, _sliding_window_pattern, use_bidirectional_attention false.
+    "gemma-3-270m": 268_098_176,
 }
 
 
