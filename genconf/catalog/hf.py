@@ -389,6 +389,111 @@ def _qwen3_moe(f: _Fields, notes: list[str]) -> dict:
     return values
 
 
+@_family("qwen2-moe", "Qwen2MoeForCausalLM")
+def _qwen2_moe(f: _Fields, notes: list[str]) -> dict:
+    # modeling_qwen2_moe: the shared expert's output is scaled by sigmoid(shared_expert_gate(x)), an h -> 1 linear
+    # per layer; ModelSpec has shared experts (moe_shared_expert_intermediate_size) but no such gate.
+    size = f.get("shared_expert_intermediate_size")
+    raise f.refuse("shared_expert_intermediate_size", size, "Qwen2-MoE gates its shared expert with a sigmoid "
+                   "(shared_expert_gate, hidden_size parameters a layer), which genconf's ModelSpec does not model; "
+                   "write the model as YAML")
+
+
+@_family("deepseek-v3", "DeepseekV3ForCausalLM")
+def _deepseek_v3(f: _Fields, notes: list[str]) -> dict:
+    """DeepSeek-V3 / R1 and Kimi K2: MLA, shared experts, dense first layers, sigmoid routing with the
+    aux-loss-free expert bias (topk_method noaux_tc), multi-token prediction."""
+    method = f.get("topk_method", "noaux_tc")
+    if method != "noaux_tc":
+        raise f.refuse("topk_method", method, "genconf imports DeepSeek-V3's noaux_tc routing (sigmoid scores and an "
+                       "expert bias)")
+    if f.get("scoring_func", "sigmoid") != "sigmoid":
+        raise f.refuse("scoring_func", f.get("scoring_func"), "noaux_tc routing scores experts with a sigmoid")
+    if not f.flag("norm_topk_prob", True):
+        # megatron-core's sigmoid router always renormalises the k chosen scores (moe_utils.topk_routing_with_score_function).
+        raise f.refuse("norm_topk_prob", False, "megatron-core renormalises a sigmoid router's top k; genconf cannot "
+                       "leave them as they are")
+    values = _mla_moe(f, notes)
+    # Megatron-Bridge's DeepSeek-V3 bridge: seq_aux_loss at aux_loss_alpha (1e-4 where absent), expert bias.
+    coeff = f.get("aux_loss_alpha", 1e-4)
+    f.get("seq_aux")  # the sequence-wise loss: the one megatron's seq_aux_loss computes
+    values.update(moe_router_score_function="sigmoid", moe_router_expert_bias=True,
+                  moe_router_load_balancing="seq_aux_loss", moe_aux_loss_coeff=float(coeff),
+                  mtp_num_layers=f.get("num_nextn_predict_layers", 0))
+    notes.append("its routers' e_score_correction_bias (n_routed_experts a MoE layer) is a checkpoint tensor that "
+                 "megatron-core keeps as a buffer (expert_bias): not counted as a parameter")
+    return values
+
+
+def _mla_moe(f: _Fields, notes: list[str]) -> dict:
+    """The DeepSeek-V2/V3 tensors: MLA (DeepSeek-V2 Sec. 2.1), DeepSeekMoE's routed and shared experts (Sec. 2.2),
+    first_k_dense_replace dense layers, and the router's group-limited top-k."""
+    heads = f.integer("num_attention_heads")
+    if f.get("num_key_value_heads", heads) != heads:
+        raise f.refuse("num_key_value_heads", f.get("num_key_value_heads"), "multi-head latent attention has one "
+                       "key and value per query head")
+    if f.flag("attention_bias", False):
+        raise f.refuse("attention_bias", True, "genconf's MLA has no biases on its projections")
+    if f.get("moe_layer_freq", 1) != 1:
+        raise f.refuse("moe_layer_freq", f.get("moe_layer_freq"), "genconf models every layer after "
+                       "first_k_dense_replace as MoE (moe_layer_freq 1)")
+    f.get("ep_size")  # the inference code's expert-parallel degree: no count changes
+    shared = f.get("n_shared_experts", 0)
+    if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
+        raise f.refuse("n_shared_experts", shared, "a number of shared experts >= 0 is expected")
+    expert = f.integer("moe_intermediate_size")
+    groups, group_topk = f.integer("n_group", 1), f.integer("topk_group", 1)
+    scaling = f.get("routed_scaling_factor", 1.0)
+    if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not scaling > 0:
+        raise f.refuse("routed_scaling_factor", scaling, "a positive number is expected")
+    dense = f.get("first_k_dense_replace", 0)
+    if not isinstance(dense, int) or isinstance(dense, bool) or dense < 0:
+        raise f.refuse("first_k_dense_replace", dense, "a number of layers >= 0 is expected")
+    return dict(
+        num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"), num_attention_heads=heads,
+        ffn_hidden_size=f.integer("intermediate_size"), vocab_size=f.integer("vocab_size"), seq_length=_seq_length(f),
+        activation=_gated(f, notes), normalization="rmsnorm", position_embedding="rope",
+        tie_embeddings=f.flag("tie_word_embeddings", False), add_bias_linear=False, hidden_dropout=0.0,
+        attention_dropout=f.fraction("attention_dropout", 0.0),
+        kv_lora_rank=f.integer("kv_lora_rank"), q_lora_rank=f.integer("q_lora_rank", required=False),
+        qk_head_dim=f.integer("qk_nope_head_dim"), qk_pos_emb_head_dim=f.integer("qk_rope_head_dim"),
+        v_head_dim=f.integer("v_head_dim"),
+        num_experts=f.integer("n_routed_experts"), moe_top_k=f.integer("num_experts_per_tok"),
+        moe_ffn_hidden_size=expert, first_k_dense_replace=dense,
+        # DeepSeekMoE: the n_shared_experts shared experts run as one MLP of n x moe_intermediate_size.
+        moe_shared_expert_intermediate_size=shared * expert or None,
+        moe_router_topk_scaling_factor=float(scaling) if scaling != 1 else None,
+        moe_router_num_groups=groups, moe_router_group_topk=group_topk,
+    )
+
+
+@_family("gpt-oss", "GptOssForCausalLM")
+def _gpt_oss(f: _Fields, notes: list[str]) -> dict:
+    """gpt-oss-20b / 120b (modeling_gpt_oss): GQA with q/k/v/o biases and a learned sink logit per head, alternating
+    128-token windowed and full layers, MoE experts with biases and a clamped GLU, a router with a bias."""
+    if not f.flag("attention_bias", True):
+        raise f.refuse("attention_bias", False, "gpt-oss's experts keep their biases: genconf cannot drop only the "
+                       "attention's")
+    # Its experts always have biases (gate_up_proj_bias, down_proj_bias): with attention_bias, every linear layer does.
+    values = _llama_like(f, notes, tie_default=False, mlp_bias_key="attention_bias")
+    values.update(_sliding_window(f, notes, values["num_layers"]))
+    top_k = f.integer("num_experts_per_tok")
+    if f.get("experts_per_token", top_k) != top_k:  # the original checkpoint's name for num_experts_per_tok
+        raise f.refuse("experts_per_token", f.get("experts_per_token"), f"num_experts_per_tok is {top_k}")
+    f.get("initial_context_length")  # the pre-training context, as rope_scaling's original_max_position_embeddings
+    limit = f.get("swiglu_limit")
+    # Megatron-Bridge's GPT-OSS bridge: softmax over the top k (pre_softmax false), no balancing loss, clamp 7.0;
+    # router_aux_loss_coef is transformers' (unused by the bridge).
+    f.get("router_aux_loss_coef")
+    values.update(num_experts=f.integer("num_local_experts"), moe_top_k=top_k,
+                  moe_ffn_hidden_size=values["ffn_hidden_size"], moe_router_load_balancing="none",
+                  moe_aux_loss_coeff=0.0, **({"activation_clamp": float(limit)} if limit is not None else {}))
+    notes.append("its attention sinks (one learned logit per head and layer) and its routers' bias (one per expert "
+                 "and layer) are not counted: megatron-core softmax_type learnable and the router bias have no "
+                 "Megatron-LM flag")
+    return values
+
+
 def _aux_loss(f: _Fields, default: float, *, top_k: int, layers: int) -> dict:
     """ModelSpec.moe_aux_loss_coeff from router_aux_loss_coef (the config class's default where absent), 1:1 as
     Megatron-Bridge's bridges map it. The two losses differ in scale, said in f.info: transformers' one loss pools
