@@ -391,12 +391,112 @@ def _qwen3_moe(f: _Fields, notes: list[str]) -> dict:
 
 @_family("qwen2-moe", "Qwen2MoeForCausalLM")
 def _qwen2_moe(f: _Fields, notes: list[str]) -> dict:
-    # modeling_qwen2_moe: the shared expert's output is scaled by sigmoid(shared_expert_gate(x)), an h -> 1 linear
-    # per layer; ModelSpec has shared experts (moe_shared_expert_intermediate_size) but no such gate.
-    size = f.get("shared_expert_intermediate_size")
-    raise f.refuse("shared_expert_intermediate_size", size, "Qwen2-MoE gates its shared expert with a sigmoid "
-                   "(shared_expert_gate, hidden_size parameters a layer), which genconf's ModelSpec does not model; "
-                   "write the model as YAML")
+    """Qwen1.5-MoE / Qwen2-MoE (modeling_qwen2_moe): Qwen2's attention (q, k and v biases), and in every layer a router
+    (e x h, no bias), num_experts SwiGLU experts of moe_intermediate_size and one shared expert MLP of
+    shared_expert_intermediate_size whose output is scaled by sigmoid(shared_expert_gate(x)), an h -> 1 linear
+    without bias: megatron-core's moe_shared_expert_gate (shared_experts.py gate_weight, shape (1, h))."""
+    values = _qwen2(f, notes)
+    step, dense = f.get("decoder_sparse_step", 1), f.get("mlp_only_layers", [])
+    if step != 1:
+        raise f.refuse("decoder_sparse_step", step, "genconf models every layer as MoE (decoder_sparse_step 1)")
+    if dense:
+        raise f.refuse("mlp_only_layers", dense, "genconf models every layer as MoE (no dense layers)")
+    top_k = f.integer("num_experts_per_tok")
+    # norm_topk_prob false (Qwen2MoeConfig's default): the top k's softmax weights kept as they are, megatron's
+    # pre-softmax router, as for Qwen3-MoE (Megatron-Bridge's Qwen2-MoE bridge: pre_softmax = not norm_topk_prob).
+    values.update(num_experts=f.integer("num_experts"), moe_top_k=top_k,
+                  moe_ffn_hidden_size=f.integer("moe_intermediate_size"),
+                  moe_shared_expert_intermediate_size=f.integer("shared_expert_intermediate_size"),
+                  moe_shared_expert_gate=True, moe_router_pre_softmax=not f.flag("norm_topk_prob", False),
+                  **_aux_loss(f, 0.001, top_k=top_k, layers=values["num_layers"]))
+    return values
+
+
+@_family("olmoe", "OlmoeForCausalLM")
+def _olmoe(f: _Fields, notes: list[str]) -> dict:
+    """OLMoE (modeling_olmoe): OLMo-2-style q_norm = RMSNorm(heads * head_dim) and k_norm = RMSNorm(kv_heads * head_dim)
+    over the full width, but pre-norm layers; every layer a router (e x h, no bias) and num_experts SwiGLU experts of
+    intermediate_size, no shared expert."""
+    values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
+    values["qk_layernorm"] = True
+    if f.get("clip_qkv") is not None:
+        notes.append(f"q, k and v are clipped to +-{f.get('clip_qkv')} (element-wise, no parameters)")
+    top_k = f.integer("num_experts_per_tok")
+    # norm_topk_prob false (OlmoeConfig's default): megatron's pre-softmax router (Megatron-Bridge's OLMoE bridge sets
+    # moe_router_pre_softmax); router_aux_loss_coef 0.01 where absent (OlmoeConfig).
+    values.update(num_experts=f.integer("num_experts"), moe_top_k=top_k, moe_ffn_hidden_size=values["ffn_hidden_size"],
+                  moe_router_pre_softmax=not f.flag("norm_topk_prob", False),
+                  **_aux_loss(f, 0.01, top_k=top_k, layers=values["num_layers"]))
+    return values
+
+
+@_family("phi3", "Phi3ForCausalLM")
+def _phi3(f: _Fields, notes: list[str]) -> dict:
+    """Phi-3 / Phi-3.5 / Phi-4-mini (modeling_phi3): llama's tensors, with q, k and v fused into qkv_proj and gate and
+    up into gate_up_proj (the same parameter counts as the separate projections), no biases, and the config's
+    sliding_window passed to every layer's attention (Phi3Attention: sliding_window=config.sliding_window)."""
+    for key in ("mlp_bias", "lm_head_bias"):  # Phi-4-mini's config writes both false: modeling_phi3 has no biases
+        if f.flag(key, False):
+            raise f.refuse(key, True, "modeling_phi3 has no biases on its projections")
+    if f.flag("attention_bias", False):
+        raise f.refuse("attention_bias", True, "modeling_phi3 has no biases on its projections")
+    # Phi-4-mini's remote-code keys: every layer full (full_attn_mod 1) and no position interpolation (factor 1);
+    # transformers' Phi3Config has neither, and any other value would change the attention.
+    for key in ("full_attn_mod", "interpolate_factor"):
+        if f.get(key, 1) != 1:
+            raise f.refuse(key, f.get(key), f"genconf imports Phi-3 with {key} 1 (transformers' modeling_phi3)")
+    values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
+    values["hidden_dropout"] = f.fraction("resid_pdrop", 0.0)
+    if f.fraction("embd_pdrop", 0.0) != values["hidden_dropout"]:
+        f.info.append(f"embd_pdrop {f.get('embd_pdrop')} is written as the hidden dropout {values['hidden_dropout']}")
+    longest = f.integer("max_position_embeddings")
+    original = f.integer("original_max_position_embeddings", required=False)
+    if original and original < longest:  # Phi3Config keeps the pre-training context at the top level
+        seq = min(original, DEFAULT_SEQ_LENGTH)
+        f.info[:] = [i for i in f.info if not i.startswith("max_position_embeddings is")]
+        f.info.append(f"rope scaling stretches the context to {longest:,} tokens from {original:,}; seq_length is "
+                      f"{seq:,} {SEQ_NOTE_TAIL}")
+        values["seq_length"] = seq
+    scaling, _ = _rope_dicts(f)
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+    if kind == "longrope":  # a per-frequency rescale of the rotary angles: no parameters
+        f.info.append("its longrope rope scaling (short_factor / long_factor per frequency) is not written into the "
+                      "artifacts: they rotate at rope_theta alone")
+    share = f.get("partial_rotary_factor", 1.0)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise f.refuse("partial_rotary_factor", share, "a share of each head's dimensions in (0, 1] is expected")
+    if share != 1:
+        # modeling_phi3 rotates the first int(head_dim * share) dimensions of each head, as megatron-core's
+        # rotary_percent does (--rotary-percent); no parameter changes.
+        values["rotary_percent"] = float(share)
+    window = f.get("sliding_window")
+    if isinstance(window, int) and not isinstance(window, bool) and window >= longest:
+        # A window at least as long as any sequence masks nothing (Phi-3.5-mini: 262,144 > 131,072 positions).
+        f.info.append(f"sliding_window {window:,} is no shorter than max_position_embeddings {longest:,}: full "
+                      f"causal attention")
+    else:
+        values.update(_sliding_window(f, notes, values["num_layers"]))
+    return values
+
+
+@_family("granite", "GraniteForCausalLM")
+def _granite(f: _Fields, notes: list[str]) -> dict:
+    """IBM Granite 3.x (modeling_granite): Llama's tensors, and four scalars that scale activations without
+    parameters: the embeddings by embedding_multiplier, each sublayer's output by residual_multiplier before the
+    residual add, attention scores by attention_multiplier (instead of 1/sqrt(head_dim)), logits divided by
+    logits_scaling."""
+    values = _llama_like(f, notes, tie_default=False)
+    defaults = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
+                "logits_scaling": 1.0}  # GraniteConfig's defaults
+    scalars = {k: f.get(k, d) for k, d in defaults.items()}
+    for key, value in scalars.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise f.refuse(key, value, "a positive number is expected")
+    changed = [f"{k} {v:g}" for k, v in scalars.items() if v != defaults[k]]
+    if changed:
+        notes.append(f"its scalar multipliers ({', '.join(changed)}) have no parameters or counted FLOPs; the artifacts "
+                     f"do not apply them (Megatron-LM has no flags for them)")
+    return values
 
 
 @_family("deepseek-v3", "DeepseekV3ForCausalLM")

@@ -65,8 +65,8 @@ def dense_layer_model(model: ModelSpec) -> ModelSpec:
     import dataclasses
 
     return dataclasses.replace(model, num_experts=0, moe_top_k=0, moe_ffn_hidden_size=None,
-                               moe_shared_expert_intermediate_size=None, first_k_dense_replace=0, mtp_num_layers=0,
-                               mtp_repeated_layer=False, moe_latent_size=0, hybrid_pattern="", **ROUTER_DEFAULTS)
+                               moe_shared_expert_intermediate_size=None, moe_shared_expert_gate=False,
+                               first_k_dense_replace=0, mtp_num_layers=0, mtp_repeated_layer=False, moe_latent_size=0, hybrid_pattern="", **ROUTER_DEFAULTS)
 
 
 def transformer_view(model: ModelSpec) -> ModelSpec:
@@ -185,6 +185,9 @@ def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False, kind: str = 
             # megatron-core SharedExpertMLP: a dense TP-split MLP every token passes through (DeepSeekMoE Sec. 2.2).
             out.append(ParamTensor("mlp.shared_experts.linear_fc1.weight", branches * fs * h, True, gemm_weight=True))
             out.append(ParamTensor("mlp.shared_experts.linear_fc2.weight", h * fs, True, gemm_weight=True))
+            if model.moe_shared_expert_gate:
+                # megatron-core shared_experts.py: gate_weight of shape (1, hidden_size), replicated over TP.
+                out.append(ParamTensor("mlp.shared_experts.gate_weight", h, False))
     else:
         f = model.ffn_hidden_size
         out.append(ParamTensor("mlp.linear_fc1.weight", branches * f * h, True, gemm_weight=True))

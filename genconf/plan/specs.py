@@ -227,6 +227,10 @@ class ModelSpec(HashOnce):
     moe_shared_expert_intermediate_size: int | None = None
     """Width of the shared experts every token passes through beside the routed ones (all of them together:
     n_shared_experts x moe_intermediate_size). None = no shared expert."""
+    moe_shared_expert_gate: bool = False
+    """Scale the shared experts' output by sigmoid(x . g), g one learned vector of hidden_size per MoE layer
+    (Qwen2-MoE's shared_expert_gate; megatron-core TransformerConfig.moe_shared_expert_gate, core_v0.16).
+    Needs moe_shared_expert_intermediate_size."""
     first_k_dense_replace: int = 0
     """MoE models: the first k layers have a dense MLP of ffn_hidden_size (megatron-core moe_layer_freq
     [0]*k + [1]*(L-k); DeepSeek-V3: 3)."""
@@ -362,6 +366,9 @@ class ModelSpec(HashOnce):
                                  f"and no sliding window")
         if self.moe_shared_expert_intermediate_size is not None:
             _positive(self, "moe_shared_expert_intermediate_size")
+        if self.moe_shared_expert_gate and not self.moe_shared_expert_intermediate_size:
+            raise ValueError(f"ModelSpec {self.name}: moe_shared_expert_gate gates the shared experts, but "
+                             f"moe_shared_expert_intermediate_size is {self.moe_shared_expert_intermediate_size}")
         for name in ("first_k_dense_replace", "mtp_num_layers", "moe_latent_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

@@ -73,6 +73,8 @@ MEGATRON_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--num-experts": (INT, ()), "--moe-router-topk": (INT, ()), "--moe-ffn-hidden-size": (INT, ()),
     "--moe-grouped-gemm": (SWITCH, ()),
     "--moe-shared-expert-intermediate-size": (INT, ()), "--moe-layer-freq": (STR, ()), "--mtp-num-layers": (INT, ()),
+    # core_v0.16.1 arguments.py: ArgumentGroupFactory(TransformerConfig) makes it from moe_shared_expert_gate
+    "--moe-shared-expert-gate": (SWITCH, ()),
     # multi-head latent attention
     "--multi-latent-attention": (SWITCH, ()), "--q-lora-rank": (INT, ()), "--kv-lora-rank": (INT, ()),
     "--qk-head-dim": (INT, ()), "--qk-pos-emb-head-dim": (INT, ()), "--v-head-dim": (INT, ()),
@@ -286,6 +288,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         add("--moe-ffn-hidden-size", model.moe_ffn_hidden_size)
         if model.moe_shared_expert_intermediate_size:
             add("--moe-shared-expert-intermediate-size", model.moe_shared_expert_intermediate_size)
+            if model.moe_shared_expert_gate:
+                add("--moe-shared-expert-gate")  # sigmoid gate on the shared experts (Qwen2-MoE)
         if model.moe_latent_size:
             add("# latent MoE: tokens projected to this width before dispatch and back after combine")
             add("--moe-latent-size", model.moe_latent_size)
@@ -548,6 +552,8 @@ def megatron_config_kwargs(values: dict[str, object]) -> dict:
             kw.update(moe_latent_size=values["--moe-latent-size"])
         if values.get("--moe-shared-expert-intermediate-size"):
             kw.update(moe_shared_expert_intermediate_size=values["--moe-shared-expert-intermediate-size"])
+            if "--moe-shared-expert-gate" in values:
+                kw.update(moe_shared_expert_gate=True)
         if "--overlap-moe-expert-parallel-comm" in values:
             kw.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute="--delay-wgrad-compute" in values)
     if values.get("--cuda-graph-impl", "none") != "none":
@@ -632,6 +638,8 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         moe_ffn_hidden_size=int(g("--moe-ffn-hidden-size", 0) or g("--ffn-hidden-size", model.ffn_hidden_size)),
         moe_shared_expert_intermediate_size=int(g("--moe-shared-expert-intermediate-size")) if experts and g(
             "--moe-shared-expert-intermediate-size") else None,
+        moe_shared_expert_gate=bool(experts and g("--moe-shared-expert-intermediate-size"))
+        and "--moe-shared-expert-gate" in values,
         first_k_dense_replace=_leading_dense(g("--moe-layer-freq")) if experts else 0,
         mtp_num_layers=int(g("--mtp-num-layers", 0) or 0), mtp_repeated_layer="--mtp-use-repeated-layer" in values,
         rope_theta=float(g("--rotary-base", ROTARY_BASE_DEFAULT)),

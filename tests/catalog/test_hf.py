@@ -57,6 +57,12 @@ PUBLIC_COUNTS = {
     # backend/data/model_configs/openai_GPT-OSS-120B.json total_params, "via HF AutoConfig and dry-run tensor
     # inspection"; the model card's Table 1: 116.83B; the Hub's own total counts the packed MXFP4 bytes instead).
     "gpt-oss-120b": 116_829_156_672,
+    # microsoft/Phi-3-mini-4k-instruct: model.safetensors.index.json total_size 7,642,159,104 bytes / 2 (BF16); fused
+    # qkv_proj and gate_up_proj hold llama's q/k/v and gate/up counts; sliding_window 2047 on every layer.
+    "phi-3-mini-4k-instruct": 3_821_079_552,
+    # Qwen/Qwen1.5-MoE-A2.7B: model.safetensors.index.json total_size 28,631,568,384 bytes / 2 (BF16); KerasHub preset
+    # qwen1.5_moe_2.7b_en "params" 14,315,784,192. Its 24 shared_expert_gate vectors (2,048 each) are in the count.
+    "qwen1.5-moe-a2.7b": 14_315_784_192,
 }
 
 UNCOUNTED = {"gpt-oss-120b": 36 * (64 + 128)}
@@ -556,8 +562,122 @@ def test_gpt_oss_reads_its_window_pattern_clamp_and_biases():
     assert round(count / 1e9, 2) == 20.91
 
 
-def test_qwen2_moe_is_refused_for_its_shared_expert_gate():
-    config = dict(_config("qwen2-7b"), architectures=["Qwen2MoeForCausalLM"], shared_expert_intermediate_size=5632)
-    with pytest.raises(GenconfError, match="shared_expert_intermediate_size = 5632 is not supported: Qwen2-MoE gates "
-                                           "its shared expert with a sigmoid"):
-        hf.model_from_config(config, name="q", where="config.json")
+def test_qwen2_moe_imports_its_gated_shared_expert():
+    """Qwen1.5-MoE-A2.7B: 60 experts of 1,408, top 4, a shared expert of 5,632 behind a sigmoid gate (hidden_size
+    parameters a layer: megatron-core's moe_shared_expert_gate, rendered as --moe-shared-expert-gate)."""
+    spec = load("qwen1.5-moe-a2.7b").spec
+    assert (spec.num_experts, spec.moe_top_k, spec.moe_ffn_hidden_size) == (60, 4, 1408)
+    assert spec.moe_shared_expert_intermediate_size == 5632 and spec.moe_shared_expert_gate and spec.add_qkv_bias
+    assert spec.moe_router_pre_softmax  # norm_topk_prob false
+    gates = [t for t in layer_tensors(spec) if t.name == "mlp.shared_experts.gate_weight"]
+    assert [t.numel for t in gates] == [2048]
+    ungated = dataclasses.replace(spec, moe_shared_expert_gate=False)
+    assert exact_param_count(spec) - exact_param_count(ungated) == 24 * 2048
+    # "2.7B activated" (the model's name and card): the top 4 of 60 experts, the shared expert and its gate.
+    assert round(active_param_count(spec) / 1e9, 1) == 2.7
+    base = _config("qwen1.5-moe-a2.7b")
+    with pytest.raises(GenconfError, match="decoder_sparse_step = 2 is not supported"):
+        hf.model_from_config(dict(base, decoder_sparse_step=2), name="q", where="config.json")
+    with pytest.raises(GenconfError, match=r"mlp_only_layers = \[0\] is not supported"):
+        hf.model_from_config(dict(base, mlp_only_layers=[0]), name="q", where="config.json")
+    with pytest.raises(ValueError, match="moe_shared_expert_gate gates the shared experts"):
+        dataclasses.replace(spec, moe_shared_expert_intermediate_size=None)
+
+
+def test_the_shared_expert_gate_is_a_megatron_flag():
+    """--moe-shared-expert-gate (Megatron-LM core_v0.16.1 arguments.py, made by ArgumentGroupFactory from
+    TransformerConfig.moe_shared_expert_gate) is rendered, parsed, given to TransformerConfig and read back."""
+    from genconf.check.megatron import parse_megatron_args
+    from genconf.plan.specs import ParallelPlan, TrainSpec
+    from genconf.render.megatron import megatron_args, megatron_args_text, megatron_config_kwargs, megatron_plan
+
+    spec = load("qwen1.5-moe-a2.7b").spec
+    plan = ParallelPlan(framework="megatron", tp=1, ep=8, dp=8, mbs=1, gbs=64, seq_length=4096, zero_stage=1,
+                        precision="bf16", grad_dtype="bf16")
+    text = megatron_args_text(megatron_args(spec, plan, TrainSpec(train_steps=10)))
+    args, problems = parse_megatron_args(text)
+    assert problems == [] and "--moe-shared-expert-gate" in args
+    values = {flag: a.value for flag, a in args.items()}
+    assert megatron_config_kwargs(values)["moe_shared_expert_gate"] is True
+    back, _ = megatron_plan(values, spec, 8)
+    assert back.moe_shared_expert_gate and exact_param_count(back) == 14_315_784_192
+    ungated = dataclasses.replace(spec, moe_shared_expert_gate=False)
+    assert "--moe-shared-expert-gate" not in megatron_args_text(megatron_args(ungated, plan, TrainSpec(train_steps=10)))
+
+
+def test_phi3_fused_projections_window_and_rotary_share():
+    """Phi-3-mini-4k: sliding_window 2047 on every layer (modeling_phi3 passes config.sliding_window to each layer's
+    attention, as Mistral's); Phi-3.5-mini and Phi-4-mini (mlc-ai/mlc-llm model_preset.py `phi-3_5`, `phi-4`): longrope
+    from 4,096 tokens, a 262,144-token window that masks nothing, and Phi-4-mini's partial_rotary_factor 0.75."""
+    spec = load("phi-3-mini-4k-instruct").spec
+    assert (spec.sliding_window, spec.window_attn_skip_freq, spec.seq_length) == (2047, 0, 4096)
+    base = _config("phi-3-mini-4k-instruct")
+    longrope = {"type": "longrope", "long_factor": [1.0] * 48, "short_factor": [1.0] * 48}
+    phi35 = dict(base, max_position_embeddings=131072, sliding_window=262144, rope_scaling=longrope)
+    spec35, _, notes = hf.model_from_config(phi35, name="p", where="config.json")
+    assert spec35.sliding_window is None and spec35.seq_length == 4096 and exact_param_count(spec35) == 3_821_079_552
+    assert any("longrope" in n for n in notes) and any("262,144" in n for n in notes)
+    # microsoft/Phi-4-mini-instruct: 24 heads, 8 KV heads, vocab 200,064 tied; the model card's 3.8B (3,836,021,760).
+    phi4 = dict(phi35, num_attention_heads=24, num_key_value_heads=8, vocab_size=200064, tie_word_embeddings=True,
+                partial_rotary_factor=0.75, full_attn_mod=1, interpolate_factor=1, lm_head_bias=False, mlp_bias=False,
+                rope_scaling=dict(longrope, long_factor=[1.0] * 48, short_factor=[1.0] * 48))
+    spec4 = hf.model_from_config(phi4, name="p", where="config.json")[0]
+    assert spec4.rotary_percent == 0.75 and exact_param_count(spec4) == 3_836_021_760
+    for key, value in [("attention_bias", True), ("mlp_bias", True), ("lm_head_bias", True), ("full_attn_mod", 2),
+                       ("interpolate_factor", 2), ("partial_rotary_factor", 1.5)]:
+        with pytest.raises(GenconfError, match=f"{key} = .* is not supported"):
+            hf.model_from_config(dict(phi4, **{key: value}), name="p", where="config.json")
+    # The old code did not know the family.
+    assert hf.FAMILIES["Phi3ForCausalLM"][0] == "phi3"
+
+
+GRANITE_2B = {  # ibm-granite/granite-3.1-2b-instruct's shape (vocab 49,155), the Granite 3.x multipliers
+    "architectures": ["GraniteForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "attention_multiplier": 0.015625, "embedding_multiplier": 12.0, "hidden_act": "silu", "hidden_size": 2048,
+    "intermediate_size": 8192, "logits_scaling": 8.0, "max_position_embeddings": 131072, "mlp_bias": False,
+    "model_type": "granite", "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8,
+    "residual_multiplier": 0.22, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 5000000.0,
+    "tie_word_embeddings": True, "vocab_size": 49155}
+
+
+def test_granite_reads_past_its_multipliers():
+    """Granite 3.x: Llama's tensors; its four scalar multipliers change no count and are noted. The Hub's parameter
+    counts: granite-3.1-2b-instruct (and granite-guardian-3.1-2b) 2,533,531,648; granite-3.1-2b-base, vocab 49,152,
+    2,533,525,504; granite-3.3-8b-instruct (4096 wide, 12,800 MLP, vocab 49,159) 8,170,864,640 ("8.17B")."""
+    spec, _, notes = hf.model_from_config(GRANITE_2B, name="g", where="config.json")
+    assert exact_param_count(spec) == 2_533_531_648 and spec.tie_embeddings and spec.num_query_groups == 8
+    assert any("residual_multiplier 0.22" in n for n in spec.unmodelled)
+    base = hf.model_from_config(dict(GRANITE_2B, vocab_size=49152), name="g", where="config.json")[0]
+    assert exact_param_count(base) == 2_533_525_504
+    big = dict(GRANITE_2B, hidden_size=4096, intermediate_size=12800, vocab_size=49159, logits_scaling=16.0,
+               attention_multiplier=0.0078125, rope_theta=10000000.0)
+    assert exact_param_count(hf.model_from_config(big, name="g", where="config.json")[0]) == 8_170_864_640
+    with pytest.raises(GenconfError, match="residual_multiplier = 0 is not supported"):
+        hf.model_from_config(dict(GRANITE_2B, residual_multiplier=0), name="g", where="config.json")
+    with pytest.raises(GenconfError, match="attention_bias = true is not supported"):
+        hf.model_from_config(dict(GRANITE_2B, attention_bias=True), name="g", where="config.json")
+
+
+OLMOE_1B_7B = {  # allenai/OLMoE-1B-7B-0924's shape (Megatron-Bridge tests/unit_tests/models/olmoe, OLMoE paper Table 1)
+    "architectures": ["OlmoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "clip_qkv": None,
+    "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024, "max_position_embeddings": 4096,
+    "model_type": "olmoe", "norm_topk_prob": False, "num_attention_heads": 16, "num_experts": 64,
+    "num_experts_per_tok": 8, "num_hidden_layers": 16, "num_key_value_heads": 16, "rms_norm_eps": 1e-05,
+    "rope_scaling": None, "rope_theta": 10000.0, "router_aux_loss_coef": 0.01, "tie_word_embeddings": False,
+    "vocab_size": 50304}
+
+
+def test_olmoe_experts_and_full_width_qk_norm():
+    """OLMoE-1B-7B: 6,919,161,856 parameters (the Hub's F32 count of allenai/OLMoE-1B-7B-0924, and the BF16 count of
+    its -Instruct safetensors headers), 1.3B active (OLMoE paper); q/k norms over the full width (modeling_olmoe:
+    q_norm RMSNorm(hidden_size), as OLMo-2's), 64 experts top 8, no shared expert."""
+    spec = hf.model_from_config(OLMOE_1B_7B, name="o", where="config.json")[0]
+    assert exact_param_count(spec) == 6_919_161_856
+    assert round(active_param_count(spec) / 1e9, 1) == 1.3
+    assert spec.qk_layernorm and not spec.qk_layernorm_per_head and spec.moe_router_pre_softmax
+    assert (spec.num_experts, spec.moe_top_k, spec.moe_ffn_hidden_size) == (64, 8, 1024)
+    assert spec.moe_shared_expert_intermediate_size is None
+    clipped = hf.model_from_config(dict(OLMOE_1B_7B, clip_qkv=8.0), name="o", where="config.json")[0]
+    assert any("clipped" in n for n in clipped.unmodelled)
+    with pytest.raises(GenconfError, match="attention_bias = true is not supported"):
+        hf.model_from_config(dict(OLMOE_1B_7B, attention_bias=True), name="o", where="config.json")
