@@ -370,17 +370,16 @@ def _qwen3(f: _Fields, notes: list[str]) -> dict:
     return values
 
 
-@_family("qwen3-moe", "Qwen3MoeForCausalLM")
-def _qwen3_moe(f: _Fields, notes: list[str]) -> dict:
-    values = _qwen3(f, notes)
+def _qwen_moe(f: _Fields, values: dict) -> dict:
+    """The MoE fields Qwen2-MoE and Qwen3-MoE share: every layer MoE, a router (gate) of e x h without bias, SwiGLU
+    experts of moe_intermediate_size. norm_topk_prob false (both configs' default): softmax over every expert, the top
+    k's weights kept as they are: megatron's pre-softmax router (Megatron-Bridge's Qwen MoE bridges: pre_softmax =
+    not norm_topk_prob)."""
     step, dense = f.get("decoder_sparse_step", 1), f.get("mlp_only_layers", [])
     if step != 1:
         raise f.refuse("decoder_sparse_step", step, "genconf models every layer as MoE (decoder_sparse_step 1)")
     if dense:
         raise f.refuse("mlp_only_layers", dense, "genconf models every layer as MoE (no dense layers)")
-    # Experts are SwiGLU MLPs of moe_intermediate_size; the router (gate) is e x h without bias; no shared expert.
-    # norm_topk_prob false (Qwen3MoeConfig's default): softmax over every expert, the top k's weights kept as they
-    # are: megatron's pre-softmax router (Megatron-Bridge's Qwen3-MoE bridge: pre_softmax = not norm_topk_prob).
     top_k = f.integer("num_experts_per_tok")
     values.update(num_experts=f.integer("num_experts"), moe_top_k=top_k,
                   moe_ffn_hidden_size=f.integer("moe_intermediate_size"),
@@ -389,26 +388,21 @@ def _qwen3_moe(f: _Fields, notes: list[str]) -> dict:
     return values
 
 
+@_family("qwen3-moe", "Qwen3MoeForCausalLM")
+def _qwen3_moe(f: _Fields, notes: list[str]) -> dict:
+    """Qwen3-MoE: Qwen3's attention and _qwen_moe's experts; no shared expert."""
+    return _qwen_moe(f, _qwen3(f, notes))
+
+
 @_family("qwen2-moe", "Qwen2MoeForCausalLM")
 def _qwen2_moe(f: _Fields, notes: list[str]) -> dict:
-    """Qwen1.5-MoE / Qwen2-MoE (modeling_qwen2_moe): Qwen2's attention (q, k and v biases), and in every layer a router
-    (e x h, no bias), num_experts SwiGLU experts of moe_intermediate_size and one shared expert MLP of
-    shared_expert_intermediate_size whose output is scaled by sigmoid(shared_expert_gate(x)), an h -> 1 linear
-    without bias: megatron-core's moe_shared_expert_gate (shared_experts.py gate_weight, shape (1, h))."""
-    values = _qwen2(f, notes)
-    step, dense = f.get("decoder_sparse_step", 1), f.get("mlp_only_layers", [])
-    if step != 1:
-        raise f.refuse("decoder_sparse_step", step, "genconf models every layer as MoE (decoder_sparse_step 1)")
-    if dense:
-        raise f.refuse("mlp_only_layers", dense, "genconf models every layer as MoE (no dense layers)")
-    top_k = f.integer("num_experts_per_tok")
-    # norm_topk_prob false (Qwen2MoeConfig's default): the top k's softmax weights kept as they are, megatron's
-    # pre-softmax router, as for Qwen3-MoE (Megatron-Bridge's Qwen2-MoE bridge: pre_softmax = not norm_topk_prob).
-    values.update(num_experts=f.integer("num_experts"), moe_top_k=top_k,
-                  moe_ffn_hidden_size=f.integer("moe_intermediate_size"),
-                  moe_shared_expert_intermediate_size=f.integer("shared_expert_intermediate_size"),
-                  moe_shared_expert_gate=True, moe_router_pre_softmax=not f.flag("norm_topk_prob", False),
-                  **_aux_loss(f, 0.001, top_k=top_k, layers=values["num_layers"]))
+    """Qwen1.5-MoE / Qwen2-MoE (modeling_qwen2_moe): Qwen2's attention (q, k and v biases), _qwen_moe's experts, and
+    in every layer one shared expert MLP of shared_expert_intermediate_size whose output is scaled by
+    sigmoid(shared_expert_gate(x)), an h -> 1 linear without bias: megatron-core's moe_shared_expert_gate
+    (shared_experts.py gate_weight, shape (1, h))."""
+    values = _qwen_moe(f, _qwen2(f, notes))
+    values.update(moe_shared_expert_intermediate_size=f.integer("shared_expert_intermediate_size"),
+                  moe_shared_expert_gate=True)
     return values
 
 
