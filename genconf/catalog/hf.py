@@ -131,6 +131,9 @@ def _rope_dicts(f: _Fields) -> tuple[dict | None, dict | None]:
         if not isinstance(value, dict):
             raise f.refuse(key, value, "an object of rotary parameters (or null) is expected")
         nested = {k: v for k, v in value.items() if isinstance(v, dict)}
+        flat_types = sorted(k for k in value if k in _LAYER_TYPES and k not in nested)
+        if flat_types:  # {"full_attention": 1}: a layer type's parameters must be an object, not read as a flat key
+            raise f.refuse(key, value, f"the rotary parameters of {', '.join(flat_types)} must be an object")
         if nested:
             if set(nested) - set(_LAYER_TYPES) or len(nested) != len(value):
                 raise f.refuse(key, value, f"rotary parameters per layer type are read for {', '.join(_LAYER_TYPES)} "

@@ -428,6 +428,8 @@ def test_rope_parameters_per_layer_type_take_the_full_layers_base():
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": "4096"},
      "its original_max_position_embeddings must be a positive integer"),
     ("linear", "an object of rotary parameters"),
+    # A layer type's parameters given as a number were read as a flat dict's key and the config accepted.
+    ({"full_attention": 1}, "the rotary parameters of full_attention must be an object"),
 ])
 def test_a_malformed_rope_scaling_is_one_line(scaling, why):
     with pytest.raises(GenconfError, match=why):
