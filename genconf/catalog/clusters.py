@@ -124,6 +124,15 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
                                f"{cluster.nvlink_domain} GPUs {where} is {cluster.gpu.name}'s system; choose a "
                                f"cluster of {changes['gpu'].name} nodes (genconf hardware), or give --gpu without "
                                f"--cluster for its usual node")
+        bridge = changes["gpu"].nvlink_bridge_gpus
+        if bridge is not None and cluster.nvlink_domain > bridge:
+            # PCIe cards (H100 PCIe) in a node whose NVLink joins more of them: no such system exists.
+            usual = usual_nodes().get(changes["gpu"].name)
+            fix = (f"use --cluster {usual} (with --gpus-per-node for your node's size)" if usual else
+                   f"write a cluster file with nvlink_domain_gpus {bridge}")
+            raise GenconfError(f"--gpu {changes['gpu'].name} on {cluster.name}: its cards reach NVLink only through "
+                               f"bridges joining {bridge}, not {cluster.name}'s NVLink domain of "
+                               f"{cluster.nvlink_domain} GPUs; {fix}")
     if gpus_per_node is not None:
         if gpus_per_node < 1:
             raise GenconfError(f"--gpus-per-node must be positive, got {gpus_per_node}")

@@ -80,6 +80,7 @@ RANGES: dict[str, Range] = {
     "nvlink_gbyte_per_s": Range(low=0, high=1e6, unit="GB/s", integer=False, why="NVLink 5: 1,800"),
     "num_sms": Range(low=1, high=100_000, unit="SMs", why="B200: 148"),
     "tdp_w": Range(low=1, high=100_000, unit="W", why="B200: 1,000"),
+    "nvlink_bridge_gpus": Range(low=1, high=1_024, unit="GPUs", why="H100 PCIe bridges join 2; a node holds at most 1,024"),
     # the model
     "num_layers": _LAYERS,
     "hidden_size": Range(low=1, high=1_048_576, unit="", why="50x the widest published dense model (PaLM: 18,432)"),

@@ -103,7 +103,10 @@ def cluster_dict(cluster: ClusterSpec, num_gpus: int) -> dict:
         "nvlink_domain_gpus": cluster.nvlink_domain, "ib_gbit_per_s_per_gpu": cluster.ib_gbit_per_s_per_gpu,
         "hbm_gib": cluster.gpu.hbm_gib, "cpu_mem_gib_per_node": cluster.cpu_mem_gib_per_node,
         "host_link_gbyte_per_s_per_gpu": cluster.host_link_gbyte_per_s_per_gpu, "host_cpu": cluster.host_cpu,
-        "nccl_env": dict(cluster.nccl_env), "gpu_spec": dataclasses.asdict(cluster.gpu),
+        "nccl_env": dict(cluster.nccl_env),
+        # A PCIe card's NVLink bridge only where it has one: files of the other GPUs stay as they were.
+        "gpu_spec": {k: v for k, v in dataclasses.asdict(cluster.gpu).items()
+                     if k != "nvlink_bridge_gpus" or v is not None},
         # Only where NVLink stops inside the node (bridged pairs): files of the other clusters stay as they were.
         **({"pcie_peer_gbyte_per_s_per_gpu": cluster.pcie_peer_gbyte_per_s_per_gpu}
            if cluster.pcie_peer_gbyte_per_s_per_gpu is not None else {}),

@@ -635,9 +635,14 @@ class GPUSpec(HashOnce):
     """Board power the peak rates assume, W."""
     source: str = ""
     """Datasheet the numbers come from."""
+    nvlink_bridge_gpus: int | None = None
+    """PCIe cards whose NVLink is a bridge joining this many cards (H100 PCIe: 2), so no NVLink domain of them is
+    larger; None: NVLink through the node's switches (SXM boards, NVL72 racks)."""
 
     def __post_init__(self) -> None:
         _one_of(self, "arch", ARCHS)
+        if self.nvlink_bridge_gpus is not None:
+            _positive(self, "nvlink_bridge_gpus")
         _positive(self, "num_sms", "tdp_w")
         for name in ("peak_fp32_tflops", "peak_tf32_tflops", "peak_bf16_tflops", "peak_fp16_tflops",
                      "hbm_gib", "hbm_tbyte_per_s", "nvlink_gbyte_per_s"):
@@ -723,6 +728,11 @@ class ClusterSpec(HashOnce):
             raise ValueError(f"ClusterSpec {self.name}: nvlink_domain_gpus ({domain}) must be a multiple of "
                              f"gpus_per_node ({node}), a domain across nodes (NVL72: 72), or divide it, a domain inside "
                              f"the node (NVLink-bridged pairs: 2)")
+        bridge = self.gpu.nvlink_bridge_gpus
+        if bridge is not None and self.nvlink_domain > bridge:
+            raise ValueError(f"ClusterSpec {self.name}: {self.gpu.name} cards reach NVLink only through bridges joining "
+                             f"{bridge} cards, so an NVLink domain of {self.nvlink_domain} GPUs cannot hold them: set "
+                             f"nvlink_domain_gpus to {bridge} and pcie_peer_gbyte_per_s_per_gpu (PCIe Gen5 x16: 64)")
         pcie = self.pcie_peer_gbyte_per_s_per_gpu
         if pcie is not None and (isinstance(pcie, bool) or not isinstance(pcie, (int, float)) or pcie <= 0):
             raise ValueError(f"ClusterSpec {self.name}: pcie_peer_gbyte_per_s_per_gpu must be a positive number, "

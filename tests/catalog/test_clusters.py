@@ -52,3 +52,28 @@ def test_another_gpu_on_bridged_pairs_is_refused():
     with pytest.raises(GenconfError, match=r"--gpu h100-sxm on pcie-h100: its NVLink domain of 2 GPUs inside each node "
                                            r"is h100-pcie's system"):
         resolve_cluster("pcie-h100", gpu="h100-sxm")
+
+
+@pytest.mark.parametrize("preset,domain", [("kempner-h100", 4), ("dgx-h100", 8)])
+def test_h100_pcie_cards_are_refused_on_an_nvlink_node_they_cannot_form(preset, domain):
+    # H100 PCIe cards reach NVLink only through bridges joining two (NVIDIA H100 PCIe product brief, PB-11133):
+    # swapped into a node whose NVLink joins 4 or 8 GPUs they were planned with NVLink across all of them.
+    with pytest.raises(GenconfError, match=rf"--gpu h100-pcie on {preset}: its cards reach NVLink only through "
+                                           rf"bridges joining 2, not {preset}'s NVLink domain of {domain} GPUs; use "
+                                           r"--cluster pcie-h100 \(with --gpus-per-node for your node's size\)"):
+        resolve_cluster(preset, gpu="h100-pcie")
+    # A cluster built by hand (a cluster file) is held to the same bridge.
+    gpu = resolve_cluster("pcie-h100").gpu
+    with pytest.raises(ValueError, match=r"h100-pcie cards reach NVLink only through bridges joining 2 cards, so an "
+                                         r"NVLink domain of 4 GPUs cannot hold them"):
+        ClusterSpec(name="four", gpu=gpu, gpus_per_node=4, ib_gbit_per_s_per_gpu=200)
+
+
+def test_only_a_bridged_gpu_writes_its_bridge_into_plan_json():
+    from genconf.plan.planfile import cluster_dict, cluster_from_dict
+
+    pairs, sxm = resolve_cluster("pcie-h100"), resolve_cluster("dgx-h100")
+    assert cluster_dict(pairs, 8)["gpu_spec"]["nvlink_bridge_gpus"] == 2
+    assert "nvlink_bridge_gpus" not in cluster_dict(sxm, 8)["gpu_spec"]  # other GPUs' files as they were
+    assert cluster_from_dict(cluster_dict(pairs, 8)).gpu == pairs.gpu
+    assert cluster_from_dict(cluster_dict(sxm, 8)).gpu == sxm.gpu
