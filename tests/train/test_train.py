@@ -77,6 +77,10 @@ LAYOUTS = {
     # sequence-wise loss): the runner builds what megatron_args.txt says, its tensors exactly the planned bytes.
     "megatron-moe-shared-sigmoid": ("tiny-moe-shared", 2, ["--framework", "megatron", "--tp", "1", "--pp", "1",
                                                            "--ep", "2", "--zero", "1"]),
+    # Qwen2-MoE's shared expert scaled by a sigmoid gate (megatron-core moe_shared_expert_gate, a (1, h) gate_weight a
+    # layer): the runner builds it from --moe-shared-expert-gate, its tensors exactly the planned bytes.
+    "megatron-moe-shared-gate": ("tiny-moe-gate", 2, ["--framework", "megatron", "--tp", "1", "--pp", "1",
+                                                      "--ep", "2", "--zero", "1"]),
     # DeepSeek-V3's shape less its multi-latent attention (which megatron-core 0.16.1 builds only with Transformer
     # Engine): a dense first layer (--moe-layer-freq), a shared expert, DeepSeek-V3's router and one
     # multi-token-prediction layer, over EP 2; its tensors are exactly the planned bytes.
@@ -126,6 +130,13 @@ def tiny_moe_shared(root: Path) -> str:
     return str(path)
 
 
+def tiny_moe_gate(root: Path) -> str:
+    path = root / "tiny-moe-gate.yaml"
+    text = Path(TINY_MOE).read_text().replace("name: tiny-moe", "name: tiny-moe-gate")
+    path.write_text(text + "moe_shared_expert_intermediate_size: 96\nmoe_shared_expert_gate: true\n")
+    return str(path)
+
+
 def tiny_deepseek_gqa(root: Path) -> str:
     """tiny-deepseek with grouped-query attention in place of MLA (megatron-core 0.16.1 runs MLA only with TE)."""
     path = root / "tiny-deepseek-gqa.yaml"
@@ -158,6 +169,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             model = tiny_odd3(root)
         if model == "tiny-moe-shared":
             model = tiny_moe_shared(root)
+        if model == "tiny-moe-gate":
+            model = tiny_moe_gate(root)
         if model == "tiny-deepseek-gqa":
             model = tiny_deepseek_gqa(root)
         done[name] = launch(plan_dir(root, name, model, gpus, *pins), smoke=VERIFIED)
