@@ -385,6 +385,21 @@ def implementation(plan: ParallelPlan) -> str:
     return "torch-bf16"
 
 
+def _nvlink_gbyte_per_s(cluster: ClusterSpec, cal: Calibration) -> float:
+    """One GPU's NVLink bandwidth in one direction at its achieved efficiency, GB/s."""
+    return cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
+
+
+def _ib_gbyte_per_s(cluster: ClusterSpec, cal: Calibration) -> float:
+    """One GPU's NIC bandwidth in one direction at its achieved efficiency, GB/s."""
+    return cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency
+
+
+def _ranks_per_node(cluster: ClusterSpec, ranks: int, stride: int) -> int:
+    """Ranks of a group `stride` GPUs apart that share one node."""
+    return max(1, min(ranks, cluster.gpus_per_node // max(1, stride)))
+
+
 def _bandwidth(cluster: ClusterSpec, cal: Calibration, group_span: int, ranks: int | None = None) -> float:
     """Bus bandwidth in GB/s of a collective over `ranks` ranks spread evenly over `group_span` consecutive GPUs
     (every group of the same kind runs its collective at the same time, as DP groups do).
@@ -393,7 +408,7 @@ def _bandwidth(cluster: ClusterSpec, cal: Calibration, group_span: int, ranks: i
     spread the rings over the NICs: a group with k ranks in each domain drives k NICs (its share of the domain's
     NICs, one per GPU), so its bus bandwidth is k x the NIC rate, capped by NVLink (8 ranks of a DGX node:
     8 x 50 GB/s; one rank per node, as DP under tp=8: one NIC)."""
-    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
+    nvlink = _nvlink_gbyte_per_s(cluster, cal)
     if group_span <= cluster.nvlink_domain:
         return nvlink
     ranks = ranks or group_span
@@ -401,7 +416,7 @@ def _bandwidth(cluster: ClusterSpec, cal: Calibration, group_span: int, ranks: i
     if cluster.pcie_inside_node:
         return _bandwidth_bridged(cluster, cal, group_span, ranks, stride)
     per_domain = max(1, min(ranks, cluster.nvlink_domain // stride))
-    return min(nvlink, per_domain * cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency)
+    return min(nvlink, per_domain * _ib_gbyte_per_s(cluster, cal))
 
 
 def _pcie_gbyte_per_s(cluster: ClusterSpec, cal: Calibration) -> float:
@@ -416,13 +431,13 @@ def _bandwidth_bridged(cluster: ClusterSpec, cal: Calibration, group_span: int, 
     run over NVLink while the group's ranks there sit in one NVLink domain, else over PCIe; across nodes, as above,
     the group's ranks in a node drive as many NICs, each behind its GPU's PCIe link (GPUDirect RDMA), so the slower
     of the two per GPU."""
-    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
+    nvlink = _nvlink_gbyte_per_s(cluster, cal)
     pcie = _pcie_gbyte_per_s(cluster, cal)
-    per_node = max(1, min(ranks, cluster.gpus_per_node // stride))
+    per_node = _ranks_per_node(cluster, ranks, stride)
     inside = nvlink if (per_node - 1) * stride < cluster.nvlink_domain else pcie
     if group_span <= cluster.gpus_per_node:
         return inside
-    return min(inside, per_node * min(pcie, cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency))
+    return min(inside, per_node * min(pcie, _ib_gbyte_per_s(cluster, cal)))
 
 
 def _p2p_gbyte_per_s(cluster: ClusterSpec, cal: Calibration, span: int) -> float:
@@ -430,8 +445,8 @@ def _p2p_gbyte_per_s(cluster: ClusterSpec, cal: Calibration, span: int) -> float
     GPUs, GB/s: NVLink inside the NVLink domain, else the NIC; where NVLink stops inside the node (bridged pairs), PCIe
     inside the node and, across nodes, the slower of PCIe and the NIC (GPUDirect RDMA crosses the GPU's PCIe link)."""
     if span <= cluster.nvlink_domain:
-        return cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency
-    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency
+        return _nvlink_gbyte_per_s(cluster, cal)
+    ib = _ib_gbyte_per_s(cluster, cal)
     if not cluster.pcie_inside_node:
         return ib
     pcie = _pcie_gbyte_per_s(cluster, cal)
@@ -449,13 +464,13 @@ def _all_to_all_s(cluster: ClusterSpec, cal: Calibration, num_bytes: float, rank
     local = (per_domain - 1) / ranks * num_bytes
     remote = (ranks - per_domain) / ranks * num_bytes
     rate = cal.nccl_all_to_all_efficiency if nccl else 1.0
-    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency * rate * 1e9
-    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * rate * 1e9
+    nvlink = _nvlink_gbyte_per_s(cluster, cal) * rate * 1e9
+    ib = _ib_gbyte_per_s(cluster, cal) * rate * 1e9
     latency_s = cal.collective_latency_s * (1.0 + math.log2(ranks))
     if cluster.pcie_inside_node:
         # Bridged pairs: peers of the node outside the pair over PCIe, other nodes over the NICs; every byte that
         # leaves the pair crosses the GPU's PCIe link, the NIC's bytes too (GPUDirect RDMA).
-        per_node = max(1, min(ranks, cluster.gpus_per_node // max(1, stride)))
+        per_node = _ranks_per_node(cluster, ranks, stride)
         remote = (ranks - per_node) / ranks * num_bytes
         off_pair = (ranks - per_domain) / ranks * num_bytes
         pcie = _pcie_gbyte_per_s(cluster, cal) * rate * 1e9
@@ -506,8 +521,8 @@ def _flex_all_to_all_s(cluster: ClusterSpec, cal: Calibration, token_bytes: floa
         return _all_to_all_s(cluster, cal, token_bytes * top_k * nvlink_share, ranks, stride, nccl=False)
     # Other domains reached, on average (a token's own domain is one of those reached with chance 1 / domains).
     remote_copies = groups_reached(top_k, experts, domains) * (domains - 1) / domains * nic_share
-    nvlink = cluster.nvlink_gbyte_per_s_one_way * cal.nvlink_efficiency * 1e9
-    ib = cluster.ib_gbyte_per_s_per_gpu * cal.ib_efficiency * 1e9
+    nvlink = _nvlink_gbyte_per_s(cluster, cal) * 1e9
+    ib = _ib_gbyte_per_s(cluster, cal) * 1e9
     # Every copy still reaches its expert's GPU over NVLink: directly, or forwarded inside the destination domain.
     nvlink_bytes = token_bytes * top_k * (ranks - 1) / ranks * nvlink_share
     return max(nvlink_bytes / nvlink, token_bytes * remote_copies / ib) \
