@@ -475,13 +475,23 @@ def _fused_loss(c: Context) -> str | None:
     return fused_loss_conflict(c.plan.fused_loss, c.plan.framework)
 
 
-def _precision(c: Context) -> str | None:
+def _gpu_precision(c: Context) -> str | None:
+    """The GPU's own tensor cores, whatever the layout: checked first, so a request no layout can meet (FP8 on an
+    A100) is named as such, not by the commonest layout rule its candidates also broke."""
     p, gpu = c.plan, c.cluster.gpu
     if p.precision == "fp8" and not gpu.supports_fp8:
         return f"FP8 needs Hopper or Blackwell tensor cores; {gpu.display_name} has none (use --precision bf16)"
     if p.precision == "fp4" and not gpu.peak_fp4_tflops:
         return (f"NVFP4 needs Blackwell FP4 tensor cores; {gpu.display_name} has none "
                 f"(use --precision {'fp8' if gpu.supports_fp8 else 'bf16'})")
+    if p.quant_recipe == "mxfp8" and not gpu.supports_mxfp8:
+        return (f"MXFP8 needs Blackwell tensor cores; {gpu.display_name} is {gpu.arch.capitalize()} "
+                f"(use --precision fp8-current or fp8-blockwise)")
+    return None
+
+
+def _precision(c: Context) -> str | None:
+    p = c.plan
     refusal = precision.plan_refusal(p.precision, p.framework, p.layer_spec)  # what each framework cannot train
     if refusal:
         return refusal
@@ -490,9 +500,6 @@ def _precision(c: Context) -> str | None:
         if name not in precision.TORCHAO_RECIPES:  # the same refusal genconf launch gives (unsupported_reason)
             return (f"{name} needs Transformer Engine (--framework megatron); FSDP trains FP8 through torchao, "
                     f"recipe {', '.join(precision.TORCHAO_RECIPES)} only")
-    if p.quant_recipe == "mxfp8" and not gpu.supports_mxfp8:
-        return (f"MXFP8 needs Blackwell tensor cores; {gpu.display_name} is {gpu.arch.capitalize()} "
-                f"(use --precision fp8-current or fp8-blockwise)")
     if p.fp8_param_gather:
         if p.quant_recipe is None:
             return "FP8 parameters (--fp8-param-gather) need an FP8 or FP4 precision"
@@ -635,6 +642,7 @@ def _pipeline_microbatches(c: Context) -> str | None:
 
 
 RULES: tuple[Rule, ...] = (
+    Rule("gpu_precision", ERROR, "the GPU has tensor cores for the precision", _gpu_precision),
     Rule("whole_nodes", ERROR, "the job uses whole nodes (or less than one)", _whole_nodes),
     Rule("world_size", ERROR, "tp x pp x cp x dp = GPUs", _world_size),
     Rule("framework_degrees", ERROR, "DeepSpeed and FSDP plans are data-parallel only", _framework_degrees),

@@ -77,6 +77,9 @@ def test_pinned_plan_and_explain():
     (["--cluster", "mars"], "unknown cluster 'mars'"),
     (["--gpu", "z80"], "unknown GPU 'z80'"),
     (["--model", "llama3-8b", "--precision", "fp8", "--gpu", "a100-80gb", "--gpus", "8"], "FP8 needs Hopper"),
+    # Its candidates with CP also break the sliding-window rule, the commonest count: the GPU is still named.
+    (["--model", "mistral-7b-v0.1", "--precision", "fp8", "--cluster", "dgx-a100", "--gpus", "1024"],
+     "e.g. gpu_precision: FP8 needs Hopper"),
     (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
     (["--model", ""], "--model is empty"),
     (["--model", "mistral-7b-v0.1", "--gpus", "8", "--cp", "2"], "--cp-comm-type a2a"),

@@ -187,7 +187,7 @@ def test_frameworks_precision_offload_and_recompute():
                                   "(--recompute full)")
     assert found["precision"] == ("FP8 runs through Transformer Engine (--framework megatron --layer-spec te) or "
                                   "torchao's float8 layers (--framework fsdp)")
-    assert violations("1b", megatron(precision="fp8"), cluster="dgx-a100")["precision"] == (
+    assert violations("1b", megatron(precision="fp8"), cluster="dgx-a100")["gpu_precision"] == (
         "FP8 needs Hopper or Blackwell tensor cores; NVIDIA A100-SXM4-80GB has none (use --precision bf16)")
     assert violations("1b", ParallelPlan(framework="fsdp", dp=2, mbs=1, gbs=2, seq_length=2048, zero_stage=3,
                                          offload_optimizer=True))["offload"] == (
