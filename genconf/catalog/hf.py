@@ -546,13 +546,16 @@ def _mla_moe(f: _Fields, notes: list[str]) -> dict:
     dense = f.get("first_k_dense_replace", 0)
     if not isinstance(dense, int) or isinstance(dense, bool) or dense < 0:
         raise f.refuse("first_k_dense_replace", dense, "a number of layers >= 0 is expected")
+    # DeepseekV2Config / DeepseekV3Config: q_lora_rank 1536 where the key is absent; null projects the queries
+    # straight from the hidden state (DeepSeek-V2-Lite; DeepSeek-V2 paper, Appendix B).
+    q_lora_rank = f.integer("q_lora_rank", None if "q_lora_rank" in f.data else 1536, required=False)
     return dict(
         num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"), num_attention_heads=heads,
         ffn_hidden_size=f.integer("intermediate_size"), vocab_size=f.integer("vocab_size"), seq_length=_seq_length(f),
         activation=_gated(f, notes), normalization="rmsnorm", position_embedding="rope",
         tie_embeddings=f.flag("tie_word_embeddings", False), add_bias_linear=False, hidden_dropout=0.0,
         attention_dropout=f.fraction("attention_dropout", 0.0),
-        kv_lora_rank=f.integer("kv_lora_rank"), q_lora_rank=f.integer("q_lora_rank", required=False),
+        kv_lora_rank=f.integer("kv_lora_rank"), q_lora_rank=q_lora_rank,
         qk_head_dim=f.integer("qk_nope_head_dim"), qk_pos_emb_head_dim=f.integer("qk_rope_head_dim"),
         v_head_dim=f.integer("v_head_dim"),
         num_experts=f.integer("n_routed_experts"), moe_top_k=f.integer("num_experts_per_tok"),

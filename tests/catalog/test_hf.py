@@ -683,3 +683,12 @@ def test_olmoe_experts_and_full_width_qk_norm():
     assert any("clipped" in n for n in clipped.unmodelled)
     with pytest.raises(GenconfError, match="attention_bias = true is not supported"):
         hf.model_from_config(dict(OLMOE_1B_7B, attention_bias=True), name="o", where="config.json")
+
+
+def test_an_absent_q_lora_rank_is_the_config_class_default_and_null_is_none():
+    """DeepseekV2Config and DeepseekV3Config default q_lora_rank to 1536; a config.json's null (DeepSeek-V2-Lite) means
+    no query latent. An absent key was read as null, a model without the query latent."""
+    base = _config("deepseek-v3")
+    absent = {k: v for k, v in base.items() if k != "q_lora_rank"}
+    assert hf.model_from_config(absent, name="d", where="c")[0].q_lora_rank == 1536
+    assert hf.model_from_config(dict(base, q_lora_rank=None), name="d", where="c")[0].q_lora_rank is None
