@@ -522,6 +522,62 @@ def _deepseek_v3(f: _Fields, notes: list[str]) -> dict:
     return values
 
 
+@_family("deepseek-v2", "DeepseekV2ForCausalLM")
+def _deepseek_v2(f: _Fields, notes: list[str]) -> dict:
+    """DeepSeek-V2 and V2-Lite (modeling_deepseek.py of deepseek-ai/DeepSeek-V2): MLA (V2-Lite without the query
+    latent), shared experts, dense first layers, and a softmax router (MoEGate) whose top k keep their weights from the
+    softmax over every expert (norm_topk_prob false) times routed_scaling_factor: megatron-core's pre-softmax router
+    with --moe-router-topk-scaling-factor, as Megatron-Bridge's DeepSeek-V2 bridge sets it. topk_method greedy picks
+    the top k of all experts; group_limited_greedy (device-limited routing, DeepSeek-V2 Sec. 2.2.2) first keeps each
+    token's topk_group best of n_group expert groups."""
+    method = f.get("topk_method", "greedy")  # DeepseekV2Config's default
+    if method not in ("greedy", "group_limited_greedy"):
+        raise f.refuse("topk_method", method, "DeepSeek-V2 routes greedy or group_limited_greedy (noaux_tc is "
+                       "DeepSeek-V3's: DeepseekV3ForCausalLM)")
+    if f.get("scoring_func", "softmax") != "softmax":
+        raise f.refuse("scoring_func", f.get("scoring_func"), "DeepSeek-V2's MoEGate scores experts with a softmax")
+    values = _mla_moe(f, notes)
+    top_k, experts = values["moe_top_k"], values["num_experts"]
+    # MoEGate: with norm_topk_prob (and k > 1) the top k are renormalised and routed_scaling_factor is not applied;
+    # megatron-core's softmax over the k chosen logits is that renormalisation, but it would still scale them.
+    renormalised = f.flag("norm_topk_prob", False) and top_k > 1
+    if renormalised and values["moe_router_topk_scaling_factor"]:
+        raise f.refuse("routed_scaling_factor", f.get("routed_scaling_factor"), "with norm_topk_prob true DeepSeek-V2 "
+                       "leaves the renormalised weights unscaled, where megatron-core would scale them")
+    values["moe_router_pre_softmax"] = not renormalised
+    groups, group_topk = values["moe_router_num_groups"], values["moe_router_group_topk"]
+    if method == "greedy" or groups == 1:
+        # n_group and topk_group are read past: greedy routing (or one group) chooses among every expert.
+        values.update(moe_router_num_groups=None, moe_router_group_topk=None)
+    else:
+        if experts % groups or group_topk > groups or group_topk > top_k:
+            raise f.refuse("topk_group", group_topk, f"megatron-core ranks each of the n_group {groups} groups of the "
+                           f"{experts} experts by its best num_experts_per_tok / topk_group experts: n_group must "
+                           f"divide the experts and topk_group be at most n_group and num_experts_per_tok {top_k}")
+        if top_k // group_topk != 1:
+            # moe_utils.group_limited_topk: group_scores = scores.topk(topk // group_topk).sum(); MoEGate: .max()
+            notes.append(f"DeepSeek-V2 ranks its {groups} expert groups by each group's best expert score; "
+                         f"megatron-core's group-limited routing ranks them by the sum of their top "
+                         f"{top_k // group_topk} (top-{top_k} over {group_topk} groups): the same tensors and FLOPs, "
+                         f"tokens may reach other groups")
+    # MoEGate's balance loss at aux_loss_alpha (DeepseekV2Config: 0.001): per sequence when seq_aux (megatron-core's
+    # seq_aux_loss), else over the batch's tokens (its aux_loss); the paper's device- and communication-level losses
+    # (Sec. 2.2.3) have no config field.
+    coeff = f.get("aux_loss_alpha", 0.001)
+    if isinstance(coeff, bool) or not isinstance(coeff, (int, float)) or coeff < 0:
+        raise f.refuse("aux_loss_alpha", coeff, "a number >= 0 is expected")
+    per_sequence = f.flag("seq_aux", True)
+    balancing = ("seq_aux_loss" if per_sequence else "aux_loss") if coeff > 0 else "none"
+    values.update(moe_router_load_balancing=balancing, moe_aux_loss_coeff=float(coeff))
+    # transformers 5's DeepseekV2Config writes these out: no MLP bias, and head_dim as the rotary part of a head.
+    if f.flag("mlp_bias", False):
+        raise f.refuse("mlp_bias", True, "DeepSeek-V2's MLPs and experts have no biases")
+    if f.get("head_dim", values["qk_pos_emb_head_dim"]) != values["qk_pos_emb_head_dim"]:
+        raise f.refuse("head_dim", f.get("head_dim"), f"transformers' DeepseekV2Config sets it to qk_rope_head_dim "
+                       f"({values['qk_pos_emb_head_dim']})")
+    return values
+
+
 def _mla_moe(f: _Fields, notes: list[str]) -> dict:
     """The DeepSeek-V2/V3 tensors: MLA (DeepSeek-V2 Sec. 2.1), DeepSeekMoE's routed and shared experts (Sec. 2.2),
     first_k_dense_replace dense layers, and the router's group-limited top-k."""
@@ -547,7 +603,7 @@ def _mla_moe(f: _Fields, notes: list[str]) -> dict:
     if not isinstance(dense, int) or isinstance(dense, bool) or dense < 0:
         raise f.refuse("first_k_dense_replace", dense, "a number of layers >= 0 is expected")
     # DeepseekV2Config / DeepseekV3Config: q_lora_rank 1536 where the key is absent; null projects the queries
-    # straight from the hidden state (DeepSeek-V2-Lite; DeepSeek-V2 paper, Appendix B).
+    # straight from the hidden state (DeepSeek-V2-Lite).
     q_lora_rank = f.integer("q_lora_rank", None if "q_lora_rank" in f.data else 1536, required=False)
     return dict(
         num_layers=f.integer("num_hidden_layers"), hidden_size=f.integer("hidden_size"), num_attention_heads=heads,

@@ -63,6 +63,14 @@ PUBLIC_COUNTS = {
     # Qwen/Qwen1.5-MoE-A2.7B: model.safetensors.index.json total_size 28,631,568,384 bytes / 2 (BF16); KerasHub preset
     # qwen1.5_moe_2.7b_en "params" 14,315,784,192. Its 24 shared_expert_gate vectors (2,048 each) are in the count.
     "qwen1.5-moe-a2.7b": 14_315_784_192,
+    # deepseek-ai/DeepSeek-V2-Lite: model.safetensors.index.json total_size 31,412,968,448 bytes / 2 (BF16), as public
+    # notes on the checkpoint quote it (the Hub's "15.7B"); megatron-core's meta-device build of the import has as many
+    # (test_megatron_core_builds_deepseek_v2_with_the_published_counts). No query latent (q_lora_rank null).
+    "deepseek-v2-lite": 15_706_484_224,
+    # deepseek-ai/DeepSeek-V2 ("236B"): its -Chat-0628 fine-tune's model.safetensors.index.json total_size
+    # 471,482,869,760 bytes / 2 (BF16), as a public walk-through of its 55 shards quotes it; megatron-core's
+    # meta-device build of the import has as many.
+    "deepseek-v2": 235_741_434_880,
 }
 
 UNCOUNTED = {"gpt-oss-120b": 36 * (64 + 128)}
@@ -337,6 +345,7 @@ def _write(tmp_path, name, **changes):
     ("mixtral-8x7b-v0.1", {"num_local_experts": ...}, "missing field 'num_local_experts'"),
     ("gpt2", {"n_layer": 0}, "field 'n_layer' must be a positive integer, got 0"),
     ("gemma-2b", {"num_key_value_heads": 3}, "must be a multiple of num_query_groups (3)"),
+    ("deepseek-v2", {"topk_method": "noaux_tc"}, 'topk_method = "noaux_tc" is not supported: DeepSeek-V2 routes'),
 ])
 def test_what_cannot_be_mapped_is_one_line_and_exit_2(tmp_path, name, changes, needle):
     path = _write(tmp_path, name, **changes)
@@ -692,3 +701,167 @@ def test_an_absent_q_lora_rank_is_the_config_class_default_and_null_is_none():
     absent = {k: v for k, v in base.items() if k != "q_lora_rank"}
     assert hf.model_from_config(absent, name="d", where="c")[0].q_lora_rank == 1536
     assert hf.model_from_config(dict(base, q_lora_rank=None), name="d", where="c")[0].q_lora_rank is None
+
+
+def test_deepseek_v2_reads_its_router_as_megatron_core_routes_it():
+    """DeepSeek-V2 (tests/data/hf/deepseek-v2) and V2-Lite: modeling_deepseek's MoEGate keeps the top k's weights from
+    the softmax over every expert (norm_topk_prob false) times routed_scaling_factor: megatron-core's pre-softmax router
+    with --moe-router-topk-scaling-factor (Megatron-Bridge's DeepSeek-V2 bridge: moe_router_pre_softmax,
+    seq_aux_loss at aux_loss_alpha); group_limited_greedy keeps topk_group of n_group groups, greedy every expert."""
+    v2 = load("deepseek-v2").spec
+    assert (v2.kv_lora_rank, v2.q_lora_rank, v2.first_k_dense_replace, v2.moe_shared_expert_intermediate_size) == \
+        (512, 1536, 1, 2 * 1536)
+    assert (v2.moe_router_score_function, v2.moe_router_pre_softmax, v2.moe_router_expert_bias) == \
+        ("softmax", True, False)
+    assert (v2.moe_router_topk_scaling_factor, v2.moe_router_num_groups, v2.moe_router_group_topk) == (16.0, 8, 3)
+    assert (v2.moe_router_load_balancing, v2.moe_aux_loss_coeff, v2.mtp_num_layers) == ("seq_aux_loss", 0.001, 0)
+    # megatron-core ranks a group by the sum of its top 6 // 3 = 2 scores, MoEGate by its best one: a plan warning.
+    assert [n for n in v2.unmodelled if "expert groups" in n] == [
+        "DeepSeek-V2 ranks its 8 expert groups by each group's best expert score; megatron-core's group-limited "
+        "routing ranks them by the sum of their top 2 (top-6 over 3 groups): the same tensors and FLOPs, tokens may "
+        "reach other groups"]
+    # "21B activated for each token" (DeepSeek-V2 paper, abstract): 21.38B with the embedding and output layer.
+    assert 21e9 < active_param_count(v2) < 22e9
+    lite = load("deepseek-v2-lite").spec
+    assert (lite.q_lora_rank, lite.num_experts, lite.moe_top_k, lite.moe_shared_expert_intermediate_size) == \
+        (None, 64, 6, 2 * 1408)
+    assert (lite.moe_router_pre_softmax, lite.moe_router_topk_scaling_factor, lite.moe_router_num_groups) == \
+        (True, None, None)
+    assert lite.unmodelled == ()  # greedy routing: nothing megatron-core routes otherwise
+    # "2.4B activated" (the model card): 2.45B without the input embedding, which no token multiplies.
+    assert 2.4e9 < active_param_count(lite) - 102400 * 2048 < 2.5e9
+
+    base = _config("deepseek-v2")
+
+    def imported(**changes):
+        return hf.model_from_config(dict(base, **changes), name="d", where="config.json")[0]
+
+    # greedy (or one group) chooses among every expert: no groups rendered; a group of the top k / topk_group = 1
+    # best experts is MoEGate's rule exactly.
+    assert imported(topk_method="greedy").moe_router_num_groups is None
+    assert imported(n_group=1, topk_group=1).moe_router_group_topk is None
+    assert not any("expert groups" in n for n in imported(topk_group=6).unmodelled)
+    # norm_topk_prob: the top k renormalised, unscaled (MoEGate), which megatron-core's softmax over the k chosen is.
+    renormalised = imported(norm_topk_prob=True, routed_scaling_factor=1.0)
+    assert not renormalised.moe_router_pre_softmax and renormalised.moe_router_topk_scaling_factor is None
+    assert imported(seq_aux=False).moe_router_load_balancing == "aux_loss"
+    assert imported(aux_loss_alpha=0.0).moe_router_load_balancing == "none"
+    # transformers 5's DeepseekV2Config writes head_dim (= qk_rope_head_dim) and mlp_bias false out.
+    assert imported(head_dim=64, mlp_bias=False).qk_pos_emb_head_dim == 64
+    for key, value, why in [
+            ("topk_method", "noaux_tc", "DeepSeek-V2 routes greedy or group_limited_greedy"),
+            ("scoring_func", "sigmoid", "scores experts with a softmax"),
+            ("norm_topk_prob", True, "leaves the renormalised weights unscaled"),
+            ("n_group", 7, "n_group must divide the experts"), ("topk_group", 9, "at most n_group"),
+            ("aux_loss_alpha", -1, "a number >= 0"), ("moe_layer_freq", 2, "moe_layer_freq 1"),
+            ("head_dim", 128, "sets it to qk_rope_head_dim"), ("mlp_bias", True, "no biases"),
+            ("num_nextn_predict_layers", 1, "not one genconf knows for DeepseekV2ForCausalLM")]:
+        with pytest.raises(GenconfError, match=why):
+            imported(**{key: value})
+    with pytest.raises(GenconfError, match="topk_group = 3 is not supported: .* num_experts_per_tok 2"):
+        imported(num_experts_per_tok=2)
+
+
+@needs_megatron
+@pytest.mark.parametrize("name", ["deepseek-v2", "deepseek-v2-lite"])
+def test_deepseek_v2_s_megatron_arguments_pass_megatron_core_s_config(name):
+    """The rendered arguments parse as Megatron-LM's (genconf check), build megatron-core's MLATransformerConfig (its
+    __post_init__ holds the router asserts), and read back as the imported router; V2-Lite writes no --q-lora-rank,
+    which megatron-core reads as None (queries projected straight from the hidden state)."""
+    import torch
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+    from genconf.check.megatron import parse_megatron_args
+    from genconf.plan.specs import ParallelPlan, TrainSpec
+    from genconf.render.megatron import megatron_args, megatron_args_text, megatron_config_kwargs, megatron_plan
+
+    spec = load(name).spec
+    plan = ParallelPlan(framework="megatron", tp=1, ep=8, etp=1, dp=8, mbs=1, gbs=64, seq_length=4096, zero_stage=1,
+                        precision="bf16", grad_dtype="bf16")
+    args, problems = parse_megatron_args(megatron_args_text(megatron_args(spec, plan, TrainSpec(train_steps=10))))
+    assert problems == []
+    values = {flag: a.value for flag, a in args.items()}
+    assert ("--q-lora-rank" in values) == (spec.q_lora_rank is not None)
+    kw = megatron_config_kwargs(values)
+    kw.update(params_dtype=getattr(torch, kw["params_dtype"]), pipeline_dtype=getattr(torch, kw["pipeline_dtype"]),
+              activation_func=torch.nn.functional.silu)
+    config = MLATransformerConfig(**kw)
+    assert config.q_lora_rank == spec.q_lora_rank and config.moe_layer_freq == [0] + [1] * (spec.num_layers - 1)
+    assert (config.moe_router_score_function, config.moe_router_pre_softmax, config.moe_router_enable_expert_bias,
+            config.moe_router_topk_scaling_factor, config.moe_router_num_groups, config.moe_router_group_topk,
+            config.moe_router_load_balancing_type, config.moe_aux_loss_coeff) == (
+        "softmax", True, False, spec.moe_router_topk_scaling_factor, spec.moe_router_num_groups,
+        spec.moe_router_group_topk, "seq_aux_loss", 0.001)
+    back, _ = megatron_plan(values, spec, 64)
+    router = [f for f in dataclasses.asdict(spec) if f.startswith("moe_")] + ["q_lora_rank", "first_k_dense_replace"]
+    assert {f: getattr(back, f) for f in router} == {f: getattr(spec, f) for f in router}
+    assert exact_param_count(back) == PUBLIC_COUNTS[name]
+
+
+MLA_META_COUNT = """
+import dataclasses, json, os, sys, torch
+from genconf.catalog.models import resolve_model
+from genconf.plan.counting import exact_param_count
+from genconf.plan.runconfig import RunConfig
+from genconf.plan.specs import ParallelPlan, TrainSpec
+from genconf.train import mcore_compat
+from genconf.train.runners import megatron as runner
+from genconf.train.runtime import init_distributed
+
+compat = mcore_compat.install()
+os.environ.setdefault("MASTER_PORT", str(29850 + os.getpid() % 100))
+init_distributed()
+from megatron.core import parallel_state as ps
+from megatron.core.transformer.identity_op import IdentityOp
+import megatron.core.transformer.multi_latent_attention as mla_module
+
+ps.initialize_model_parallel()
+mcore_compat.model_parallel_manual_seed(1)
+# As tests/train/test_train.py counts MLA: megatron-core 0.16.1's local DotProductAttention refuses MLA's k_channels,
+# so every layer's parameter-free core attention is megatron-core's IdentityOp, and HAVE_TE the host's truth.
+mla_module.HAVE_TE = False
+local_specs = runner.model_specs
+
+
+def identity_core_attention(cfg, config, use_te, vp_stage=None):
+    decoder, mtp, name = local_specs(cfg, config, use_te, vp_stage)
+    for layer in decoder.layer_specs:
+        attention = layer.submodules.self_attention
+        attention.submodules = dataclasses.replace(attention.submodules, core_attention=IdentityOp)
+    return decoder, mtp, name
+
+
+runner.model_specs = identity_core_attention
+out = {}
+for path in sys.argv[1:]:
+    model, _ = resolve_model(path)
+    plan = ParallelPlan(framework="megatron", dp=1, mbs=1, gbs=1, seq_length=model.seq_length, layer_spec="local")
+    cfg = RunConfig(model=model, plan=plan, train=TrainSpec(train_steps=1), num_gpus=1, data={},
+                    precision_recipe="bf16", prediction={}, shrink={}, artifacts="")
+    config = runner.transformer_config(dict(runner.transformer_config_kwargs(cfg, cpu=True),
+                                            perform_initialization=False))
+    with torch.device("meta"):
+        gpt = runner.gpt_model(cfg, config, use_te=False)
+    out[model.name] = {"built": sum(p.numel() for p in gpt.parameters()), "planned": exact_param_count(model),
+                       "q_lora_rank": config.q_lora_rank}
+    del gpt
+print(json.dumps(out))
+ps.destroy_model_parallel()
+torch.distributed.destroy_process_group()
+compat.uninstall()
+"""
+
+
+@needs_megatron
+def test_megatron_core_builds_deepseek_v2_with_the_published_counts():
+    """megatron-core's GPTModel from the imported specs' rendered arguments, built on the meta device (local spec, MLA
+    with and without the query latent, 160 and 64 experts, group-limited routing), has exactly the checkpoints'
+    parameters (no vocabulary padding: 102,400 is a multiple of 128)."""
+    names = ["deepseek-v2-lite", "deepseek-v2"]
+    out = subprocess.run([sys.executable, "-c", MLA_META_COUNT, *[str(HF / n) for n in names]], capture_output=True,
+                         text=True, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for name in names:
+        assert result[name]["built"] == result[name]["planned"] == PUBLIC_COUNTS[name], (name, result[name])
+    assert (result["deepseek-v2-lite"]["q_lora_rank"], result["deepseek-v2"]["q_lora_rank"]) == (None, 1536)
