@@ -713,6 +713,29 @@ def _lean_plan(model: ModelSpec, layout: _Layout, pins: Pins, seq: int, *, runna
     return plan.replace(fused_loss=True) if pins.fused_loss is None and plan.framework != "megatron" else plan
 
 
+def _keeping_the_rules(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, layout: _Layout, pins: Pins,
+                       plan: ParallelPlan) -> ParallelPlan:
+    """A floored layout's leanest plan (_lean_plan), or, where it breaks a rule that the layout's own candidate kept
+    (it was cut on memory after the rules), the leanest variant that keeps them: less recompute (--moe-ep-overlap,
+    CUDA graphs and activation offload run without full recompute), the layout's own virtual stages (a pipeline
+    under --moe-ep-overlap needs them). Otherwise the error named the rule the leaner plan broke ("e.g.
+    moe_ep_overlap: ... needs --ep > 1") where every layout that keeps the rules runs out of memory."""
+    def keeps(p: ParallelPlan) -> bool:
+        return not any(v.severity == rules.ERROR
+                       for v in rules.check(rules.Context(model, cluster, p, num_gpus), first_error_only=True))
+
+    if keeps(plan):
+        return plan
+    variants = [plan]
+    if pins.recompute is None:
+        modules = model.extra_recompute_modules if plan.framework == "megatron" and plan.layer_spec == "te" else ()
+        variants += [plan.replace(recompute="selective", recompute_layers=None, recompute_modules=modules),
+                     plan.replace(recompute="none", recompute_layers=None, recompute_modules=())]
+    if layout.vp != plan.vp:
+        variants += [v.replace(vp=layout.vp) for v in variants]
+    return next((v for v in variants[1:] if keeps(v)), plan)
+
+
 def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, layout: _Layout, usable: float,
                   memo: dict) -> bool:
     """True when the leanest plan of this layout's core (same degrees and sharding; the smallest micro-batch,
@@ -1014,6 +1037,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibrat
             if plan.framework == "megatron" and plan.zero_stage >= 1 and pins.precision_aware_optimizer is None \
                     and plan.remainders_possible:
                 plan = plan.replace(precision_aware_optimizer=True)
+            plan = _keeping_the_rules(model, cluster, num_gpus, layout, pins, plan)
             if plan in lean_seen:
                 continue
             lean_seen.add(plan)

@@ -281,6 +281,30 @@ def test_a_pin_that_breaks_a_rule_gets_a_valid_value_not_a_memory_tip():
     assert 384 % suggested == 0 and model.num_layers % suggested == 0
 
 
+@pytest.mark.parametrize("name,gpus,pin", [
+    # Every layout with expert parallelism runs out of memory; the leanest plan the error looked at took full
+    # recompute and one virtual stage, which --moe-ep-overlap refuses, so the error read "e.g. moe_ep_overlap:
+    # ... it needs a MoE model with --ep > 1" (or "... needs virtual stages") above "It would fit with: --gpus 64".
+    ("mixtral-8x22b", 8, {"moe_ep_overlap": True}),
+    ("qwen3-235b-a22b", 16, {"moe_ep_overlap": True}),
+    # Likewise activation offload, which runs without recompute and pipelining: "e.g. activation_offload:
+    # megatron-core does not offload activations with pipeline parallelism (pp=2)", with no --pp typed.
+    ("70b", 8, {"offload_activation_layers": 2}),
+    # And CUDA graphs, without full recompute: "e.g. cuda_graphs: ... deepspeed plans run eagerly".
+    ("70b", 8, {"cuda_graph_impl": "transformer_engine"}),
+])
+def test_memory_is_named_where_the_layouts_that_keep_the_rules_do_not_fit(name, gpus, pin):
+    model, _ = resolve_model(name)
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, gpus, cal, Pins(**pin))
+    text = str(info.value)
+    assert f"{model.name} does not fit on {gpus} x h100-sxm" in text and "e.g." not in text, text
+    more = int(text.split("It would fit with: --gpus ")[1].split(";")[0].split()[0])
+    assert search(model, cluster, more, cal, Pins(**pin), keep=1).ranked
+
+
 def test_a_pin_no_candidate_has_says_so():
     # Mixtral has 8 experts: no layout has 3-way expert parallelism, so no candidate is even generated.
     model, _ = resolve_model("mixtral-8x7b")
