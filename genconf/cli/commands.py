@@ -249,6 +249,12 @@ def _pinned_split_fits(args: argparse.Namespace, model) -> None:
         raise GenconfError(f"{given} leaves no layers for the other pipeline stages: {model.name} has "
                            f"{model.num_layers} layers; pin fewer")
     blocks = getattr(args, "recompute_layers", None)
+    if blocks and model.is_hybrid:
+        # The rule's own fix (rules.hybrid_conflict: "use --recompute selective or none") met --recompute-layers'
+        # "it needs --recompute full": name the flag that asked for full recompute.
+        typed = " and --recompute full" if args.recompute == "full" else ""
+        raise GenconfError(f"--recompute-layers {blocks} is block recompute, a full recompute of whole layers, and "
+                           f"{model.name}'s MambaStack has none (megatron-core): drop --recompute-layers{typed}")
     if blocks and blocks > model.num_layers:  # finer: rules._recompute, against the plan's model chunks
         raise GenconfError(f"--recompute-layers {blocks} is more than {model.name}'s {model.num_layers} layers: block "
                            f"recompute repeats at most a model chunk's layers (num_layers / (pp x vp)); pin fewer")

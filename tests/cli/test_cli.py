@@ -86,6 +86,9 @@ def test_pinned_plan_and_explain():
     (["--model", "mistral-7b-v0.1", "--gpus", "8", "--framework", "fsdp", "--attention-kernel", "flash2"],
      "takes no mask, and this model's sliding-window layers (4,096 keys back) run with one: plan with --attention-kernel "
      "auto. It would be valid with: --attention-kernel auto"),
+    # Before, its fix "use --recompute selective or none" met "--recompute-layers ... needs --recompute full".
+    (["--model", "nemotron-h-8b", "--cluster", "dgx-h100", "--gpus", "64", "--recompute-layers", "2"],
+     "MambaStack has none (megatron-core): drop --recompute-layers"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     out = run(*args)
