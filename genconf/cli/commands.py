@@ -61,6 +61,10 @@ def pins_from_args(args: argparse.Namespace):
     if args.fused_kernels and args.layer_spec != "local":
         raise GenconfError("--fused-kernels describes the local spec's kernels: add --layer-spec local")
     framework = args.framework
+    if args.offload and getattr(args, "lora_rank", 0):
+        # Each one's own fix ("choose --framework megatron", "use --framework deepspeed") led back to the other.
+        raise GenconfError("--lora-rank is priced as Megatron-Bridge/NeMo run LoRA (framework megatron), --offload is "
+                           "DeepSpeed's ZeRO-Offload: drop --lora-rank or --offload")
     if args.offload:  # ZeRO-Offload: the search plans DeepSpeed only (it was dropped from other frameworks' plans)
         if framework not in (None, "deepspeed"):
             raise GenconfError(f"--offload is DeepSpeed's ZeRO-Offload (optimizer states in host memory, parameters "
@@ -190,13 +194,11 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     if getattr(args, "packed_doc_len", None) and args.packed_doc_len > seq:
         raise GenconfError(f"--packed-doc-len {args.packed_doc_len} is longer than the sequence ({seq}): documents "
                            f"packed into a sequence are at most that long")
+    _model_refusals(args, model)
     pins = pins_from_args(args)
     _pinned_split_fits(args, model)
-    if pins.offload:
-        offload = rules.architecture_conflict(model, "deepspeed")
-        if offload:  # --offload plans DeepSpeed only (pins_from_args)
-            raise GenconfError(f"--offload is DeepSpeed's ZeRO-Offload: {offload}; drop --offload")
-    lora = rules.lora_conflict(pins.lora_rank, pins.framework, model.is_moe, pins.zero_stage, model.mla)
+    lora = rules.lora_conflict(pins.lora_rank, pins.framework, model.is_moe, pins.zero_stage, model.mla,
+                               model.is_hybrid)
     if lora:
         raise GenconfError(lora)
     cal = calibration_for(cluster.gpu.name)
@@ -228,6 +230,20 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         # The model's published runs against genconf's numbers (LoRA is another workload than the runs recorded).
         run["track_record"] = track_record.record_for(model, cluster.gpu.arch)
     return Planned(model, alias, cluster, num_gpus, best, result, run)
+
+
+def _model_refusals(args: argparse.Namespace, model) -> None:
+    """What the model alone rules out of the flags typed, before the flags' own checks (pins_from_args): their
+    fixes ("choose --framework megatron", "use --zero 1", "use --framework deepspeed") met the model's refusal next."""
+    from genconf.plan import rules
+
+    lora = rules.lora_conflict(getattr(args, "lora_rank", 0) or 0, None, model.is_moe, None, model.mla, model.is_hybrid)
+    if lora:
+        raise GenconfError(lora)
+    offload = args.offload and rules.architecture_conflict(model, "deepspeed")
+    if offload:  # --offload plans DeepSpeed only (pins_from_args), which cannot build this model
+        typed = f" and --framework {args.framework}" if args.framework not in (None, "megatron") else ""
+        raise GenconfError(f"--offload is DeepSpeed's ZeRO-Offload: {offload}; drop --offload{typed}")
 
 
 def _pinned_split_fits(args: argparse.Namespace, model) -> None:

@@ -542,17 +542,20 @@ def _bf16_layers(c: Context) -> str | None:
 
 
 def lora_conflict(lora_rank: int, framework: str | None, is_moe: bool, zero_stage: int | None,
-                  mla: bool = False) -> str | None:
-    """Why LoRA cannot be planned this way (None: it can). genconf prices LoRA as Megatron-Bridge and NeMo run it."""
+                  mla: bool = False, hybrid: bool = False) -> str | None:
+    """Why LoRA cannot be planned this way (None: it can). genconf prices LoRA as Megatron-Bridge and NeMo run it.
+    What the model rules out first: another framework or ZeRO stage would not make it plannable."""
     if not lora_rank:
         return None
-    if framework not in (None, "megatron"):
-        return (f"--lora-rank is priced as Megatron-Bridge/NeMo run LoRA (framework megatron); genconf's {framework} "
-                f"model trains every weight: drop --lora-rank or choose --framework megatron")
     if is_moe:
         return "--lora-rank on a mixture-of-experts model is not modelled (adapters on routed experts): drop it"
     if mla:
         return "--lora-rank on multi-head latent attention is not modelled (adapters on the latent projections): drop it"
+    if hybrid:
+        return "--lora-rank on a hybrid Mamba model is not modelled (genconf plans hybrid models without LoRA): drop it"
+    if framework not in (None, "megatron"):
+        return (f"--lora-rank is priced as Megatron-Bridge/NeMo run LoRA (framework megatron); genconf's {framework} "
+                f"model trains every weight: drop --lora-rank or choose --framework megatron")
     if zero_stage is not None and zero_stage >= 2:
         return "--lora-rank with Megatron-FSDP (--zero 2/3) is not modelled: the frozen weights need no sharding, use --zero 1"
     return None
@@ -569,7 +572,8 @@ def lora_artifacts_refusal(lora_rank: int) -> str | None:
 
 
 def _lora(c: Context) -> str | None:
-    return lora_conflict(c.plan.lora_rank, c.plan.framework, c.model.is_moe, c.plan.zero_stage, c.model.mla)
+    return lora_conflict(c.plan.lora_rank, c.plan.framework, c.model.is_moe, c.plan.zero_stage, c.model.mla,
+                         c.model.is_hybrid)
 
 
 def architecture_conflict(model, framework: str | None, layer_spec: str | None = None) -> str | None:

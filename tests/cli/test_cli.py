@@ -89,6 +89,15 @@ def test_pinned_plan_and_explain():
     # Before, its fix "use --recompute selective or none" met "--recompute-layers ... needs --recompute full".
     (["--model", "nemotron-h-8b", "--cluster", "dgx-h100", "--gpus", "64", "--recompute-layers", "2"],
      "MambaStack has none (megatron-core): drop --recompute-layers"),
+    # Each fix from here on is followed to a plan in test_the_fix_the_line_names_plans.
+    (["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--lora-rank", "16", "--framework", "deepspeed"],
+     "--lora-rank on a mixture-of-experts model is not modelled (adapters on routed experts): drop it"),
+    (["--model", "nemotron-h-8b", "--cluster", "dgx-h100", "--gpus", "64", "--lora-rank", "16", "--zero", "3"],
+     "--lora-rank on a hybrid Mamba model is not modelled (genconf plans hybrid models without LoRA): drop it"),
+    (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--lora-rank", "16", "--offload"],
+     "drop --lora-rank or --offload"),
+    (["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--framework", "fsdp", "--offload"],
+     "genconf's deepspeed model does not; drop --offload and --framework fsdp"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     out = run(*args)
@@ -97,6 +106,27 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("genconf: error:") and needle in lines[0], out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("args,fixed", [
+    # Before, the line's fix met the next refusal of the same cause: "use --recompute selective or none" met
+    # "--recompute-layers ... needs --recompute full"; "choose --framework megatron" or "use --zero 1" met "LoRA on a
+    # mixture-of-experts (or hybrid) model is not modelled"; "use --framework deepspeed" met "deepspeed ... does not
+    # [build mixture-of-experts layers]; drop --offload"; LoRA's "choose --framework megatron" and --offload's
+    # "use --framework deepspeed" sent the user back and forth.
+    (["--model", "nemotron-h-8b", "--recompute-layers", "2"], ["--model", "nemotron-h-8b"]),
+    (["--model", "mixtral-8x7b", "--lora-rank", "16", "--zero", "3"], ["--model", "mixtral-8x7b", "--zero", "3"]),
+    (["--model", "nemotron-h-8b", "--lora-rank", "16"], ["--model", "nemotron-h-8b"]),
+    (["--model", "llama3-8b", "--lora-rank", "16", "--offload"], ["--model", "llama3-8b", "--offload"]),
+    (["--model", "mixtral-8x7b", "--framework", "fsdp", "--offload"], ["--model", "mixtral-8x7b"]),
+])
+def test_the_fix_the_line_names_plans(args, fixed, capsys):
+    where = ["--cluster", "dgx-h100", "--gpus", "64"]
+    assert main(args + where) == 2
+    line = capsys.readouterr().err
+    assert "drop " in line and all(flag in line for flag in set(args) - set(fixed) if flag.startswith("--")), line
+    assert main(fixed + where + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]
 
 
 def test_malformed_yaml_model(tmp_path):
