@@ -1189,10 +1189,14 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
             model, cluster, num_gpus, cal, replace(pins, framework="deepspeed", zero_stage=3, offload=True, tp=None, pp=None,
                                                    vp=None, cp=None, adam_moments_dtype="fp32",
                                                    precision_aware_optimizer=None)):
-        dropped = " ".join(flag for field, flag in (("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp"))
-                           if getattr(pins, field) not in (None, 1))
-        tips.append("--framework deepspeed --zero 3 --offload" + (f" (without {dropped}: DeepSpeed has no tensor, "
-                                                                  f"pipeline or context parallelism here)" if dropped else ""))
+        dropped = [flag for field, flag in (("tp", "--tp"), ("pp", "--pp"), ("vp", "--vp"), ("cp", "--cp"))
+                   if getattr(pins, field) not in (None, 1)]
+        why = ["DeepSpeed has no tensor, pipeline or context parallelism here"] if dropped else []
+        if pins.adam_moments_dtype == "bf16":  # checked as fp32 above: DeepSpeed refuses the flag (rules._precision)
+            dropped.append("--adam-moments-dtype bf16")
+            why.append("BF16 Adam moments are megatron's precision-aware optimizer")
+        tips.append("--framework deepspeed --zero 3 --offload"
+                    + (f" (without {' '.join(dropped)}: {'; '.join(why)})" if dropped else ""))
     return tips
 
 

@@ -196,6 +196,20 @@ def test_the_offload_tip_drops_the_interleaving_too():
     assert search(model, cluster, 96, cal, Pins(framework="deepspeed", zero_stage=3, offload=True), keep=1).ranked
 
 
+def test_the_offload_tip_drops_bf16_adam_moments():
+    # OLMo 70B on 8 H100s with --adam-moments-dtype bf16: the tip was checked with fp32 moments but kept the flag, so
+    # following it met "BF16 Adam moments ... need megatron's precision-aware optimizer" and the same tip again.
+    model, _ = resolve_model("70b")
+    cluster = resolve_cluster("dgx-h100")
+    cal = calibration_for(cluster.gpu.name)
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 8, cal, Pins(adam_moments_dtype="bf16"))
+    assert "--framework deepspeed --zero 3 --offload (without --adam-moments-dtype bf16: " in str(info.value)
+    assert search(model, cluster, 8, cal, Pins(framework="deepspeed", zero_stage=3, offload=True), keep=1).ranked
+    assert not search(model, cluster, 8, cal, Pins(framework="deepspeed", zero_stage=3, offload=True,
+                                                   adam_moments_dtype="bf16"), keep=1).ranked
+
+
 def test_explain_counts_reasons():
     model, _ = resolve_model("70b")
     cluster = resolve_cluster()
