@@ -492,14 +492,15 @@ def _gpu_precision(c: Context) -> str | None:
 
 def _precision(c: Context) -> str | None:
     p = c.plan
-    refusal = precision.plan_refusal(p.precision, p.framework, p.layer_spec)  # what each framework cannot train
-    if refusal:
-        return refusal
-    if p.framework == "fsdp" and p.precision in precision.TORCHAO_DTYPES:
+    if p.framework != "megatron" and p.precision in precision.TORCHAO_DTYPES:
+        # First for DeepSpeed too: its own refusal names FSDP's torchao as the other way, which this recipe is not.
         name = precision.recipe_for(p.precision, p.fp8_recipe).name
         if name not in precision.TORCHAO_RECIPES:  # the same refusal genconf launch gives (unsupported_reason)
             return (f"{name} needs Transformer Engine (--framework megatron); FSDP trains FP8 through torchao, "
                     f"recipe {', '.join(precision.TORCHAO_RECIPES)} only")
+    refusal = precision.plan_refusal(p.precision, p.framework, p.layer_spec)  # what each framework cannot train
+    if refusal:
+        return refusal
     if p.fp8_param_gather:
         if p.quant_recipe is None:
             return "FP8 parameters (--fp8-param-gather) need an FP8 or FP4 precision"

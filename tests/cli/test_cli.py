@@ -89,6 +89,11 @@ def test_pinned_plan_and_explain():
     # Before, its fix "use --recompute selective or none" met "--recompute-layers ... needs --recompute full".
     (["--model", "nemotron-h-8b", "--cluster", "dgx-h100", "--gpus", "64", "--recompute-layers", "2"],
      "MambaStack has none (megatron-core): drop --recompute-layers"),
+    # Before: "FP8 runs through Transformer Engine (--framework megatron ...) or torchao's float8 layers (--framework
+    # fsdp)", and --framework fsdp refused fp8-blockwise next.
+    (["--model", "70b", "--cluster", "dgx-b200", "--gpus", "96", "--framework", "deepspeed", "--precision",
+      "fp8-blockwise"], "e.g. precision: fp8-blockwise needs Transformer Engine (--framework megatron); FSDP trains FP8 "
+                        "through torchao, recipe fp8-current only. It would be valid with: --framework megatron"),
     # Each fix from here on is followed to a plan in test_the_fix_the_line_names_plans.
     (["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--lora-rank", "16", "--framework", "deepspeed"],
      "--lora-rank on a mixture-of-experts model is not modelled (adapters on routed experts): drop it"),
