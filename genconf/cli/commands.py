@@ -240,6 +240,17 @@ def _model_refusals(args: argparse.Namespace, model) -> None:
     lora = rules.lora_conflict(getattr(args, "lora_rank", 0) or 0, None, model.is_moe, None, model.mla, model.is_hybrid)
     if lora:
         raise GenconfError(lora)
+    if not model.is_moe:
+        # Each candidate broke the expert rule after other rules, so the line's example was another rule's
+        # ("e.g. pipeline_split ..." for --ep 8 --first-stage-layers 2) and its fix met this one next.
+        typed = [flag for flag, on in (("--ep", (args.ep or 1) > 1), ("--etp", args.etp is not None),
+                                       ("--moe-ep-overlap", getattr(args, "moe_ep_overlap", False)),
+                                       ("--moe-dispatcher", getattr(args, "moe_dispatcher", "alltoall") != "alltoall"))
+                 if on]
+        if typed:
+            flags = ", ".join(typed[:-1]) + " and " + typed[-1] if len(typed) > 1 else typed[0]
+            raise GenconfError(f"{flags} {'are' if len(typed) > 1 else 'is'} for mixture-of-experts models, and "
+                               f"{model.name} has no experts: drop {flags}")
     offload = args.offload and rules.architecture_conflict(model, "deepspeed")
     if offload:  # --offload plans DeepSpeed only (pins_from_args), which cannot build this model
         typed = f" and --framework {args.framework}" if args.framework not in (None, "megatron") else ""

@@ -103,6 +103,9 @@ def test_pinned_plan_and_explain():
      "drop --lora-rank or --offload"),
     (["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--framework", "fsdp", "--offload"],
      "genconf's deepspeed model does not; drop --offload and --framework fsdp"),
+    # Every candidate broke the expert rule after another: "e.g. cp_window: ... plan with --cp 1" (--cp was never typed).
+    (["--model", "mistral-7b-v0.1", "--cluster", "pcie-h100", "--gpus", "768", "--ep", "8"],
+     "--ep is for mixture-of-experts models, and mistral-7b-v0.1 has no experts: drop --ep"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     out = run(*args)
@@ -124,6 +127,7 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     (["--model", "nemotron-h-8b", "--lora-rank", "16"], ["--model", "nemotron-h-8b"]),
     (["--model", "llama3-8b", "--lora-rank", "16", "--offload"], ["--model", "llama3-8b", "--offload"]),
     (["--model", "mixtral-8x7b", "--framework", "fsdp", "--offload"], ["--model", "mixtral-8x7b"]),
+    (["--model", "llama3-8b", "--etp", "2", "--first-stage-layers", "2"], ["--model", "llama3-8b", "--first-stage-layers", "2"]),
 ])
 def test_the_fix_the_line_names_plans(args, fixed, capsys):
     where = ["--cluster", "dgx-h100", "--gpus", "64"]
