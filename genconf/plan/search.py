@@ -1139,6 +1139,28 @@ def _fits_anywhere(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     return None
 
 
+def _fitting_batch(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins,
+                   budget: _Budget) -> str | None:
+    """Whether a plan fits with these pins at the default batch (_fits_anywhere), None where none does; else what
+    the tip adds besides: "" where there is no --global-batch or the plan found takes the user's (its rules and
+    memory at that batch), else " --global-batch G", the batch it was found at (the user's stays on the command
+    line: a tip checked without it failed there)."""
+    fit = _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, gbs=None), budget)
+    if fit is None:
+        return None
+    if pins.gbs is None or pins.gbs == fit.plan.gbs:
+        return ""
+    try:
+        typed = fit.plan.replace(gbs=pins.gbs)
+    except ValueError:
+        typed = None
+    if typed is not None and not any(v.severity == rules.ERROR for v in rules.check(
+            rules.Context(model, cluster, typed, num_gpus), first_error_only=True)) \
+            and mem.estimate(model, typed, cluster).fits:
+        return ""
+    return f" --global-batch {fit.plan.gbs}"
+
+
 def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: Calibration, pins: Pins) -> list[str]:
     """Suggestions for a model that fits nowhere: more GPUs, a shorter sequence, recompute, offload."""
     tips = []
@@ -1151,8 +1173,9 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     candidates = {g if g <= per_node else g // per_node * per_node for g in (num_gpus << k for k in range(1, 7))}
     candidates |= {per_node * (nodes << k) for k in range(7)}
     for more_gpus in sorted(g for g in candidates if g > num_gpus):
-        if _fits_anywhere(model, cluster, more_gpus, cal, replace(pins, gbs=None), budget):
-            tips.append(f"--gpus {more_gpus}")
+        batch = _fitting_batch(model, cluster, more_gpus, cal, pins, budget)
+        if batch is not None:
+            tips.append(f"--gpus {more_gpus}{batch}")
             break
         if budget.left < 0:
             break
@@ -1160,8 +1183,9 @@ def what_would_fit(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: C
     budget = _Budget(SUGGESTION_ESTIMATES)
     while seq > 512 and budget.left >= 0:
         seq //= 2
-        if _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, seq_length=seq, gbs=None), budget):
-            tips.append(f"--seq-len {seq}")
+        batch = _fitting_batch(model, cluster, num_gpus, cal, replace(pins, seq_length=seq), budget)
+        if batch is not None:
+            tips.append(f"--seq-len {seq}{batch}")
             break
     if pins.zero_stage is not None:
         # A pinned ZeRO stage: the next stage that fits shards more state at a smaller cost than offload.

@@ -210,6 +210,21 @@ def test_the_offload_tip_drops_bf16_adam_moments():
                                                    adam_moments_dtype="bf16"), keep=1).ranked
 
 
+def test_the_more_gpus_tip_holds_at_the_typed_batch():
+    # DeepSeek-V3 on 96 B200s at --global-batch 8 with --first-stage-layers 2: the tip "--gpus 384" was checked at the
+    # default batch, and 384 GPUs at the batch still typed were refused ("It would be valid with: --global-batch 4080").
+    model, _ = resolve_model("deepseek-v3")
+    cluster = resolve_cluster("dgx-b200")
+    cal = calibration_for(cluster.gpu.name)
+    pins = Pins(gbs=8, pp_first_stage_layers=2)
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan_or_explain(model, cluster, 96, cal, pins)
+    tip = next(t for t in str(info.value).split("It would fit with: ")[1].split("; or ") if t.startswith("--gpus "))
+    words = tip.split()
+    gbs = int(words[words.index("--global-batch") + 1]) if "--global-batch" in words else pins.gbs
+    assert search(model, cluster, int(words[1]), cal, dataclasses.replace(pins, gbs=gbs), keep=1).ranked
+
+
 def test_explain_counts_reasons():
     model, _ = resolve_model("70b")
     cluster = resolve_cluster()
