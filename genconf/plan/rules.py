@@ -309,7 +309,8 @@ def _framework_degrees(c: Context) -> str | None:
     extra = [f"{name}={value}" for name, value in (("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("ep", p.ep)) if value > 1]
     if extra:
         return (f"framework {p.framework} runs data parallelism only here (DeepSpeed ZeRO, OLMo FSDP); "
-                f"{', '.join(extra)} needs --framework megatron")
+                f"{', '.join(extra)} needs --framework megatron"
+                + (" (without --offload: ZeRO-Offload is DeepSpeed's)" if p.offload_optimizer else ""))
     return None
 
 

@@ -1303,7 +1303,9 @@ def what_would_be_valid(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, c
         # The first plan that fits, not a search's best: a whole search of Qwen3-235B on 384 GPUs takes 3 s.
         fit = _fits_anywhere(model, cluster, num_gpus, cal, replace(pins, framework=None), _Budget(SUGGESTION_ESTIMATES))
         if fit is not None:
-            tips.append(f"--framework {fit.plan.framework}")
+            # --offload pins DeepSpeed (pins_from_args) and is refused with any other framework.
+            tips.append(f"--framework {fit.plan.framework}" + (" (without --offload: ZeRO-Offload is DeepSpeed's)"
+                                                               if pins.offload and fit.plan.framework != "deepspeed" else ""))
     return tips
 
 

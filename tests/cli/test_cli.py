@@ -106,6 +106,8 @@ def test_pinned_plan_and_explain():
     # Every candidate broke the expert rule after another: "e.g. cp_window: ... plan with --cp 1" (--cp was never typed).
     (["--model", "mistral-7b-v0.1", "--cluster", "pcie-h100", "--gpus", "768", "--ep", "8"],
      "--ep is for mixture-of-experts models, and mistral-7b-v0.1 has no experts: drop --ep"),
+    (["--model", "qwen2.5-7b", "--cluster", "dgx-h100", "--gpus", "64", "--recompute", "selective", "--offload"],
+     "It would be valid with: --framework megatron (without --offload: ZeRO-Offload is DeepSpeed's)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     out = run(*args)
@@ -128,12 +130,18 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     (["--model", "llama3-8b", "--lora-rank", "16", "--offload"], ["--model", "llama3-8b", "--offload"]),
     (["--model", "mixtral-8x7b", "--framework", "fsdp", "--offload"], ["--model", "mixtral-8x7b"]),
     (["--model", "llama3-8b", "--etp", "2", "--first-stage-layers", "2"], ["--model", "llama3-8b", "--first-stage-layers", "2"]),
+    # "--framework megatron" alone met "no CPU offload for --framework megatron; use --framework deepspeed".
+    (["--model", "qwen2.5-7b", "--recompute", "selective", "--offload"],
+     ["--model", "qwen2.5-7b", "--recompute", "selective", "--framework", "megatron"]),
 ])
 def test_the_fix_the_line_names_plans(args, fixed, capsys):
     where = ["--cluster", "dgx-h100", "--gpus", "64"]
     assert main(args + where) == 2
     line = capsys.readouterr().err
-    assert "drop " in line and all(flag in line for flag in set(args) - set(fixed) if flag.startswith("--")), line
+    dropped = [flag for flag in set(args) - set(fixed) if flag.startswith("--")]
+    after = [line[line.index(word):] for word in ("drop ", "without ") if word in line]
+    assert dropped and all(any(flag in tail for tail in after) or ("drop it" in line and flag in line)
+                           for flag in dropped), line
     assert main(fixed + where + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["plan"]
 
