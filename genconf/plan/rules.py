@@ -73,17 +73,28 @@ def _whole_nodes(c: Context) -> str | None:
     return whole_nodes_error(c.num_gpus, c.cluster.gpus_per_node)
 
 
+def _nearest_tp(c: Context) -> int:
+    """The TP degree nearest the plan's that divides the heads and the KV heads (and a hybrid model's Mamba heads and
+    groups) and stays inside an NVLink domain: the nearest divisor of the heads alone (8 for 6 of Nemotron-3 Nano's
+    32) broke the KV-head rule next (its 2)."""
+    domain = c.cluster.nvlink_domain
+    common = math.gcd(c.model.num_attention_heads, c.model.num_query_groups)
+    if c.model.is_hybrid:  # and the Mamba heads and groups (hybrid_conflict)
+        common = math.gcd(common, c.model.mamba_num_heads, c.model.mamba_num_groups)
+    return _nearest(c.plan.tp, [t for t in _divisors(common) if domain % t == 0])
+
+
 def _tp_heads(c: Context) -> str | None:
     a, tp = c.model.num_attention_heads, c.plan.tp
     if a % tp:
-        return f"tp ({tp}) must divide num_attention_heads ({a}); nearest: tp={_nearest(tp, _divisors(a))}"
+        return f"tp ({tp}) must divide num_attention_heads ({a}); nearest: tp={_nearest_tp(c)}"
     return None
 
 
 def _tp_groups(c: Context) -> str | None:
     g, tp = c.model.num_query_groups, c.plan.tp
     if g % tp:
-        return f"tp ({tp}) must divide num_query_groups ({g}, the KV heads); nearest: tp={_nearest(tp, _divisors(g))}"
+        return f"tp ({tp}) must divide num_query_groups ({g}, the KV heads); nearest: tp={_nearest_tp(c)}"
     return None
 
 
