@@ -189,6 +189,10 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
         below = next((c for c in range(args.cp - 1, 0, -1) if seq % (2 * c) == 0), 1)
         above = next((c for c in range(args.cp + 1, seq // 2 + 1) if seq % (2 * c) == 0), None)
         nearest = f"--cp {below}" + (f" or {above}" if above else "")
+        if model.window_binds(seq):  # every cp > 1 breaks rules._cp_window next
+            raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks, and "
+                               f"{model.name}'s sliding window ({model.sliding_window:,} keys back) runs with no "
+                               f"context parallelism here (rule cp_window): plan with --cp 1")
         raise GenconfError(f"--cp {args.cp} does not divide the sequence ({seq}) into 2 x cp chunks; use {nearest}, "
                            f"or a --seq-len divisible by {2 * args.cp}")
     if getattr(args, "packed_doc_len", None) and args.packed_doc_len > seq:

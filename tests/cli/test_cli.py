@@ -97,6 +97,9 @@ def test_pinned_plan_and_explain():
     # Before: "nearest: tp=8", a divisor of the 32 heads that the 2 KV heads refused next.
     (["--model", "nemotron-3-nano", "--cluster", "dgx-a100", "--gpus", "96", "--pp", "2", "--tp", "6"],
      "e.g. tp_divides_heads: tp (6) must divide num_attention_heads (32); nearest: tp=2."),
+    # Before: "use --cp 2 or 4", which the sliding-window rule refused next.
+    (["--model", "mistral-7b-v0.1", "--cluster", "dgx-h100", "--gpus", "96", "--cp", "3"],
+     "(4,096 keys back) runs with no context parallelism here (rule cp_window): plan with --cp 1"),
     # Each fix from here on is followed to a plan in test_the_fix_the_line_names_plans.
     (["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--lora-rank", "16", "--framework", "deepspeed"],
      "--lora-rank on a mixture-of-experts model is not modelled (adapters on routed experts): drop it"),
