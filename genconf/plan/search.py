@@ -1392,6 +1392,13 @@ def plan_or_explain(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, cal: 
     if result.considered:
         top = ", ".join(f"{name} x{count}" for name, count in list(result.rejected.items())[:3])
         example = result.nearest_misses[0].errors[0] if result.nearest_misses else None  # of the commonest reason
+        if example is not None and example.rule == "framework_degrees" and pins.framework is None:
+            # The degrees typed rule out DeepSpeed and FSDP, which nobody asked for; megatron's own reason is the one to
+            # fix (mistral-7b-v0.1 with --cp 8 read "e.g. framework_degrees: cp=8 needs --framework megatron", and
+            # --framework megatron met its sliding-window rule).
+            own = search(model, cluster, num_gpus, cal, replace(pins, framework="megatron"), keep=1)
+            if own.nearest_misses:
+                example = own.nearest_misses[0].errors[0]
         if example is None and next(iter(result.rejected)) == BATCH_TOO_LARGE:
             seq = pins.seq_length or model.seq_length
             target = default_batch(exact_param_count(model), seq)

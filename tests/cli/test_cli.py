@@ -100,6 +100,10 @@ def test_pinned_plan_and_explain():
     # Before: "use --cp 2 or 4", which the sliding-window rule refused next.
     (["--model", "mistral-7b-v0.1", "--cluster", "dgx-h100", "--gpus", "96", "--cp", "3"],
      "(4,096 keys back) runs with no context parallelism here (rule cp_window): plan with --cp 1"),
+    # DeepSpeed and FSDP candidates (no --framework typed) broke framework_degrees most often: the example read "e.g.
+    # framework_degrees: ... cp=8 needs --framework megatron", and megatron refused --cp 8 with this model's window.
+    (["--model", "mistral-7b-v0.1", "--cluster", "dgx-b200", "--gpus", "8", "--cp", "8"],
+     "; e.g. cp_window: context parallelism with sliding-window attention"),
     # Each fix from here on is followed to a plan in test_the_fix_the_line_names_plans.
     (["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--lora-rank", "16", "--framework", "deepspeed"],
      "--lora-rank on a mixture-of-experts model is not modelled (adapters on routed experts): drop it"),
