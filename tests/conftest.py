@@ -197,6 +197,31 @@ MEGATRON_PLANS = ["olmo70b", "gqa_fp8_pp2vp2", "moe_ep_cp", "uneven_pp", "select
                   "moe_flex", "hybrid", "window"]
 
 
+MCORE_CPU_SCRIPT_START = """
+import dataclasses, json, os, sys, torch
+from genconf.catalog.models import resolve_model
+from genconf.plan.runconfig import RunConfig
+from genconf.plan.specs import ParallelPlan, TrainSpec
+from genconf.train import mcore_compat
+from genconf.train.runtime import init_distributed
+
+compat = mcore_compat.install()
+os.environ.setdefault("MASTER_PORT", str(MASTER_PORT_EXPR))
+init_distributed()
+from megatron.core import parallel_state as ps
+from megatron.core.transformer.identity_op import IdentityOp
+
+ps.initialize_model_parallel()
+mcore_compat.model_parallel_manual_seed(1)
+"""
+
+
+def mcore_cpu_script(port: str, body: str) -> str:
+    """A script for `python -c`: megatron-core on CPU (mcore_compat, gloo), one process, model-parallel groups of one,
+    seeded, then `body`; `port` the MASTER_PORT expression (each test its own range)."""
+    return MCORE_CPU_SCRIPT_START.replace("MASTER_PORT_EXPR", port) + body
+
+
 def genconf_quiet(*args: str) -> int:
     """Run the CLI in-process, swallowing its stdout/stderr."""
     from genconf.cli.main import main

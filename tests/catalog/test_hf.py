@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, genconf_cmd, needs_megatron, needs_torch
+from conftest import REPO, genconf_cmd, mcore_cpu_script, needs_megatron, needs_torch
 from genconf.catalog import hf
 from genconf.catalog.models import MODEL_KEYS, architecture, model_from_file, resolve_model
 from genconf.cli.main import main
@@ -798,25 +798,11 @@ def test_deepseek_v2_s_megatron_arguments_pass_megatron_core_s_config(name):
     assert exact_param_count(back) == PUBLIC_COUNTS[name]
 
 
-MLA_META_COUNT = """
-import dataclasses, json, os, sys, torch
-from genconf.catalog.models import resolve_model
+MLA_META_COUNT = mcore_cpu_script("29850 + os.getpid() % 100", """
 from genconf.plan.counting import exact_param_count
-from genconf.plan.runconfig import RunConfig
-from genconf.plan.specs import ParallelPlan, TrainSpec
-from genconf.train import mcore_compat
 from genconf.train.runners import megatron as runner
-from genconf.train.runtime import init_distributed
-
-compat = mcore_compat.install()
-os.environ.setdefault("MASTER_PORT", str(29850 + os.getpid() % 100))
-init_distributed()
-from megatron.core import parallel_state as ps
-from megatron.core.transformer.identity_op import IdentityOp
 import megatron.core.transformer.multi_latent_attention as mla_module
 
-ps.initialize_model_parallel()
-mcore_compat.model_parallel_manual_seed(1)
 # As tests/train/test_train.py counts MLA: megatron-core 0.16.1's local DotProductAttention refuses MLA's k_channels,
 # so every layer's parameter-free core attention is megatron-core's IdentityOp, and HAVE_TE the host's truth.
 mla_module.HAVE_TE = False
@@ -849,7 +835,7 @@ print(json.dumps(out))
 ps.destroy_model_parallel()
 torch.distributed.destroy_process_group()
 compat.uninstall()
-"""
+""")
 
 
 @needs_megatron

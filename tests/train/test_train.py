@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, needs_deepspeed, needs_megatron, needs_torch
+from conftest import REPO, mcore_cpu_script, needs_deepspeed, needs_megatron, needs_torch
 
 pytestmark = [needs_torch, pytest.mark.slow]
 
@@ -294,25 +294,11 @@ def test_deepseek_shape_built_by_megatron_core_has_genconf_s_count(tmp_path):
     assert exact_param_count(resolve_model(path)[0]) == 208_384
 
 
-MLA_COUNT_SCRIPT = """
-import dataclasses, json, os, sys, torch
-from genconf.catalog.models import resolve_model
+MLA_COUNT_SCRIPT = mcore_cpu_script("29800 + os.getpid() % 1000", """
 from genconf.plan.counting import layer_tensors
-from genconf.plan.runconfig import RunConfig
-from genconf.plan.specs import ParallelPlan, TrainSpec
-from genconf.train import mcore_compat
 from genconf.train.runners.megatron import model_specs, transformer_config, transformer_config_kwargs
-from genconf.train.runtime import init_distributed
-
-compat = mcore_compat.install()
-os.environ.setdefault("MASTER_PORT", str(29800 + os.getpid() % 1000))
-init_distributed()
-from megatron.core import parallel_state as ps
-from megatron.core.transformer.identity_op import IdentityOp
 from megatron.core.transformer.spec_utils import build_module
 
-ps.initialize_model_parallel()
-mcore_compat.model_parallel_manual_seed(1)
 model, _ = resolve_model(sys.argv[1])
 plan = ParallelPlan(framework="megatron", dp=1, mbs=1, gbs=1, seq_length=64, layer_spec="local")
 cfg = RunConfig(model=model, plan=plan, train=TrainSpec(train_steps=1), num_gpus=1, data={}, precision_recipe="bf16",
@@ -340,7 +326,7 @@ print(json.dumps({"refused": refused, "built": sum(p.numel() for p in built.para
 ps.destroy_model_parallel()
 torch.distributed.destroy_process_group()
 compat.uninstall()
-"""
+""")
 
 
 @needs_megatron
