@@ -487,19 +487,24 @@ def _fused_loss(c: Context) -> str | None:
     return fused_loss_conflict(c.plan.fused_loss, c.plan.framework)
 
 
-def _gpu_precision(c: Context) -> str | None:
-    """The GPU's own tensor cores, whatever the layout: checked first, so a request no layout can meet (FP8 on an
-    A100) is named as such, not by the commonest layout rule its candidates also broke."""
-    p, gpu = c.plan, c.cluster.gpu
-    if p.precision == "fp8" and not gpu.supports_fp8:
+def gpu_precision_refusal(precision: str, quant_recipe: str | None, gpu) -> str | None:
+    """Why the GPU's tensor cores cannot run the precision, whatever the layout (None: they can): the CLI refuses such
+    a request before searching, and the rule below holds any plan to it."""
+    if precision == "fp8" and not gpu.supports_fp8:
         return f"FP8 needs Hopper or Blackwell tensor cores; {gpu.display_name} has none (use --precision bf16)"
-    if p.precision == "fp4" and not gpu.peak_fp4_tflops:
+    if precision == "fp4" and not gpu.peak_fp4_tflops:
         return (f"NVFP4 needs Blackwell FP4 tensor cores; {gpu.display_name} has none "
                 f"(use --precision {'fp8' if gpu.supports_fp8 else 'bf16'})")
-    if p.quant_recipe == "mxfp8" and not gpu.supports_mxfp8:
+    if quant_recipe == "mxfp8" and not gpu.supports_mxfp8:
         return (f"MXFP8 needs Blackwell tensor cores; {gpu.display_name} is {gpu.arch.capitalize()} "
                 f"(use --precision fp8-current or fp8-blockwise)")
     return None
+
+
+def _gpu_precision(c: Context) -> str | None:
+    """The GPU's own tensor cores, whatever the layout: checked first, so a plan no layout can save (FP8 on an A100)
+    is named as such, not by the commonest layout rule its candidates also broke."""
+    return gpu_precision_refusal(c.plan.precision, c.plan.quant_recipe, c.cluster.gpu)
 
 
 def _precision(c: Context) -> str | None:

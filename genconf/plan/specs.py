@@ -768,6 +768,15 @@ class ClusterSpec(HashOnce):
         return self.ib_gbit_per_s_per_gpu / 8
 
 
+def quant_recipe_of(precision: str, fp8_recipe: str | None) -> str | None:
+    """ParallelPlan.quant_recipe of a precision and FP8 scaling: FP8 defaults to current scaling, FP4 is NVFP4."""
+    if precision == "fp8":
+        return fp8_recipe or "current"
+    if precision == "fp4":
+        return "nvfp4"
+    return None
+
+
 @hash_once
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ParallelPlan(HashOnce):
@@ -1083,11 +1092,7 @@ class ParallelPlan(HashOnce):
     @property
     def quant_recipe(self) -> str | None:
         """The low-precision GEMM recipe: delayed | current | blockwise | mxfp8 | nvfp4, or None (bf16/fp16/fp32)."""
-        if self.precision == "fp8":
-            return self.fp8_recipe or "current"
-        if self.precision == "fp4":
-            return "nvfp4"
-        return None
+        return quant_recipe_of(self.precision, self.fp8_recipe)
 
     @property
     def bf16_edge_layers(self) -> tuple[int, int]:

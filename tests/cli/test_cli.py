@@ -77,9 +77,12 @@ def test_pinned_plan_and_explain():
     (["--cluster", "mars"], "unknown cluster 'mars'"),
     (["--gpu", "z80"], "unknown GPU 'z80'"),
     (["--model", "llama3-8b", "--precision", "fp8", "--gpu", "a100-80gb", "--gpus", "8"], "FP8 needs Hopper"),
-    # Its candidates with CP also break the sliding-window rule, the commonest count: the GPU is still named.
+    # Refused before a search: it read "e.g. cp_window: ... plan with --cp 1" (the commonest rule its candidates broke),
+    # and with the GPU named "... Nothing tried makes it valid" beside its own fix, after 4 s for Mixtral on 1,024.
     (["--model", "mistral-7b-v0.1", "--precision", "fp8", "--cluster", "dgx-a100", "--gpus", "1024"],
-     "e.g. gpu_precision: FP8 needs Hopper"),
+     "genconf: error: FP8 needs Hopper or Blackwell tensor cores; NVIDIA A100-SXM4-80GB has none (use --precision bf16)"),
+    (["--model", "llama3-8b", "--precision", "mxfp8", "--cluster", "dgx-h100", "--gpus", "8"],
+     "MXFP8 needs Blackwell tensor cores; NVIDIA H100 80GB HBM3 (SXM5) is Hopper (use --precision fp8-current"),
     (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
     (["--model", ""], "--model is empty"),
     (["--model", "mistral-7b-v0.1", "--gpus", "8", "--cp", "2"], "--cp-comm-type a2a"),
