@@ -263,6 +263,12 @@ def _model_refusals(args: argparse.Namespace, model) -> None:
             flags = ", ".join(typed[:-1]) + " and " + typed[-1] if len(typed) > 1 else typed[0]
             raise GenconfError(f"{flags} {'are' if len(typed) > 1 else 'is'} for mixture-of-experts models, and "
                                f"{model.name} has no experts: drop {flags}")
+    if getattr(args, "layer_spec", "te") == "local" and args.framework in (None, "megatron"):
+        # megatron-core builds MLA and the Mamba stack with Transformer Engine's layers only: every candidate broke
+        # that rule after a search, which ended "Nothing tried makes it valid".
+        local = rules.architecture_conflict(model, "megatron", "local")
+        if local:
+            raise GenconfError(f"{local}: drop --layer-spec local")
     offload = args.offload and rules.architecture_conflict(model, "deepspeed")
     if offload:  # --offload plans DeepSpeed only (pins_from_args), which cannot build this model
         typed = f" and --framework {args.framework}" if args.framework not in (None, "megatron") else ""

@@ -81,6 +81,13 @@ def test_pinned_plan_and_explain():
     # and with the GPU named "... Nothing tried makes it valid" beside its own fix, after 4 s for Mixtral on 1,024.
     (["--model", "mistral-7b-v0.1", "--precision", "fp8", "--cluster", "dgx-a100", "--gpus", "1024"],
      "genconf: error: FP8 needs Hopper or Blackwell tensor cores; NVIDIA A100-SXM4-80GB has none (use --precision bf16)"),
+    # Both read "e.g. architecture / mla_needs_te: ... Nothing tried makes it valid" after a search.
+    (["--model", "nemotron-h-8b", "--layer-spec", "local", "--cluster", "dgx-h100", "--gpus", "8"],
+     "nemotron-h-8b is a hybrid Mamba model: megatron-core's mamba_stack_spec is Transformer Engine's (--layer-spec te): "
+     "drop --layer-spec local"),
+    (["--model", "deepseek-v3", "--layer-spec", "local", "--cluster", "dgx-h100", "--gpus", "256"],
+     "deepseek-v3 has multi-head latent attention: genconf prices it with Transformer Engine layers (--layer-spec te): "
+     "drop --layer-spec local"),
     (["--model", "llama3-8b", "--precision", "mxfp8", "--cluster", "dgx-h100", "--gpus", "8"],
      "MXFP8 needs Blackwell tensor cores; NVIDIA H100 80GB HBM3 (SXM5) is Hopper (use --precision fp8-current"),
     (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
