@@ -419,7 +419,7 @@ def test_parameter_counts_equal_megatron_core_models_built_on_meta():
     (meta device, so 405B costs nothing); the checkpoint count differs only by Megatron's vocabulary padding
     and its LayerNorm/q-k-norm conventions."""
     names = ["gpt3-175b", "llama2-7b", "llama3-8b", "llama3.1-405b", "olmo-1b", "olmo2-7b", "mixtral-8x7b", "70b",
-             "llama3.2-1b", "qwen2.5-72b", "qwen3-32b", "qwen3-235b-a22b"]
+             "llama3.2-1b", "qwen2.5-72b", "qwen3-32b", "qwen3-235b-a22b", "grok1-314b"]
     out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", *names, "--json"], capture_output=True,
                          text=True, cwd=REPO, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -429,6 +429,10 @@ def test_parameter_counts_equal_megatron_core_models_built_on_meta():
         assert r["built"] == r["planned"], (name, r)
     assert result["llama3-8b"]["built"] == result["llama3-8b"]["checkpoint"] == 8_030_261_248
     assert result["mixtral-8x7b"]["built"] == 46_702_792_704
+    # Grok-1 as NeMo's benchmark builds it: 64 x (attention 6144 x 14336 + 8 SwiGLU experts of 3 x 6144 x 32768 +
+    # router 8 x 6144 + 2 RMSNorms) + untied 128,256-row embeddings + the final norm.
+    grok = 64 * (6144 * 14336 + 8 * 3 * 6144 * 32768 + 8 * 6144 + 2 * 6144) + 2 * 128256 * 6144 + 6144
+    assert result["grok1-314b"]["built"] == grok == 316_454_737_920
     # Tied embeddings, the QKV-only bias and per-head q/k norms, built by megatron-core as the checkpoints hold them.
     for name, published in (("llama3.2-1b", 1_235_814_400), ("qwen2.5-72b", 72_706_203_648),
                             ("qwen3-32b", 32_762_123_264), ("qwen3-235b-a22b", 235_093_634_560)):
