@@ -67,6 +67,8 @@ DGXC_MODELS = {
     "llama3_8b": "llama3-8b", "llama3_70b": "llama3-70b",
     # NeMo 2.0's NemotronHConfig56B and DeepSeekV3Config (with the recipe's one MTP layer).
     "nemotronh_56b": "nemotron-h-56b", "deepseekv3": "deepseek-v3",
+    # NeMo 2.0's pretrain_grok1_314b.py model(): MixtralConfig8x7B with Grok-1's shapes (models/grok1-314b.yaml).
+    "grok1_314b": "grok1-314b",
 }
 FILES = ("megatron_narayanan2021.csv", "korthikanti2022.csv", "megatron_core_h100_2024.csv", "torchtitan.csv",
          "bigscience_bloom_sweep.csv", "opt_bloom_fsdp_papers.csv", "nemo_perf_summary_24.07_and_longseq.csv",
@@ -179,8 +181,6 @@ NOT_MODELLED = {
                          "_apply_nemotron_3_ultra_fsdp_hsdp) train with Megatron-FSDP (HSDP inside the NVLink domain) "
                          "and fine-grained offload of the expert MLP's activations, which genconf does not plan for "
                          "hybrid models; the model itself is in the catalog (nemotron-3-ultra)"),
-    "grok1": ("Grok-1 (314B, 8 experts, top-2): not in genconf's catalog (and the DGXC tables before v25.05 state no layout "
-              "per GPU count)"),
     "llama4": ("Llama 4 Maverick (400B, 128 experts, interleaved MoE and chunked / no-RoPE attention layers): not in "
                "genconf's catalog"),
     "llama3.1_405b_proxy": ("a DGXC 405B proxy configuration (fewer layers to fit under 576 GPUs; NVIDIA: 'not realistic'), "
@@ -591,7 +591,7 @@ def dgxc_plan_fields(row: dict, plan: ParallelPlan) -> dict:
     recipes), the LoRA adapters as the recipe sets them (dim and target_modules), fp32 gradient reduction where the
     recipe ran without performance mode (DeepSeek-V3 at NeMo 7a8f1cc7), the precision-aware optimizer NeMo's
     set_primary_perf_configs turns on for BF16 (r2.3.0 on), megatron-core's per-layer CUDA graphs (enable_cuda_graph:
-    the GB200 Nemotron-4 launcher), explicit first / last pipeline stage layer counts and the recomputed modules
+    the GB200 Nemotron-4 launcher), explicit first / last pipeline stage layer counts, the recomputed modules and the expert TP degree
     (DeepSeek-V3)."""
     notes = row["notes"]
     fields: dict = {}
@@ -607,6 +607,9 @@ def dgxc_plan_fields(row: dict, plan: ParallelPlan) -> dict:
     modules = re.search(r"selective recompute \((\w+)\)", row["recompute"])
     if modules and modules.group(1) in RECOMPUTE_MODULES:
         fields["recompute_modules"] = () if modules.group(1) == "core_attn" else (modules.group(1),)
+    expert_tp = re.search(r"expert TP (\d+)", notes)
+    if expert_tp and plan.ep > 1:
+        fields["etp"] = int(expert_tp.group(1))
     if "TP comm overlap off" in notes:
         fields["tp_comm_overlap"] = False
     if plan.pp > 1 and "pipeline split counts the embedding and the loss as layers" in notes:
