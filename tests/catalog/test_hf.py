@@ -57,6 +57,11 @@ PUBLIC_COUNTS = {
     # backend/data/model_configs/openai_GPT-OSS-120B.json total_params, "via HF AutoConfig and dry-run tensor
     # inspection"; the model card's Table 1: 116.83B; the Hub's own total counts the packed MXFP4 bytes instead).
     "gpt-oss-120b": 116_829_156_672,
+    # openai/gpt-oss-20b: 20,914,757,184 summed over the checkpoint's tensor shapes, MXFP4 blocks as two parameters a
+    # byte and their scales left out (huggingface/huggingface.js packages/hub/src/lib/parse-safetensors-metadata.spec.ts
+    # at commit 00d37b2d311335bdb3a8331503cc0b162a1e2926, "fetch info for openai/gpt-oss-20b": BF16 1,804,459,584 + U8
+    # 19,110,297,600; the same test file gives the 120b's 116,829,156,672); the model card's Table 1: 20.91B.
+    "gpt-oss-20b": 20_914_757_184,
     # microsoft/Phi-3-mini-4k-instruct: model.safetensors.index.json total_size 7,642,159,104 bytes / 2 (BF16); fused
     # qkv_proj and gate_up_proj hold llama's q/k/v and gate/up counts; sliding_window 2047 on every layer.
     "phi-3-mini-4k-instruct": 3_821_079_552,
@@ -73,9 +78,10 @@ PUBLIC_COUNTS = {
     "deepseek-v2": 235_741_434_880,
 }
 
-UNCOUNTED = {"gpt-oss-120b": 36 * (64 + 128)}
+UNCOUNTED = {"gpt-oss-120b": 36 * (64 + 128), "gpt-oss-20b": 24 * (64 + 32)}
 """Checkpoint parameters genconf does not count, per published count: gpt-oss's attention sinks (64 heads) and router
-biases (128 experts) in each of its 36 layers, which Megatron-LM has no flag for (said in the import's notes)."""
+biases (128 or 32 experts) in each of its 36 or 24 layers, which Megatron-LM has no flag for (said in the import's
+notes)."""
 
 MAIN_MODEL_COUNTS = {
     # DeepSeek-V3's main model without its MTP module: 671,026,419,200 (tests/plan/test_mla.py; "Total parameters:
@@ -254,7 +260,8 @@ CATALOG_TWINS = {"llama3-8b": "llama3-8b", "llama3.1-8b": "llama3.1-8b", "llama3
                  "llama3-70b": "llama3.1-70b", "llama3.2-1b": "llama3.2-1b", "llama3.2-3b": "llama3.2-3b",
                  "qwen2.5-7b": "qwen2-7b", "qwen3-8b": "qwen3-8b", "qwen3-30b-a3b": "qwen3-30b-a3b",
                  "mixtral-8x7b": "mixtral-8x7b-v0.1", "olmo-1b": "olmo-1b-hf", "olmo2-7b": "olmo-2-1124-7b",
-                 "mistral-7b-v0.1": "mistral-7b-v0.1", "deepseek-v3": "deepseek-v3", "gpt-oss-120b": "gpt-oss-120b"}
+                 "mistral-7b-v0.1": "mistral-7b-v0.1", "deepseek-v3": "deepseek-v3", "gpt-oss-120b": "gpt-oss-120b",
+                 "gpt-oss-20b": "gpt-oss-20b"}
 
 
 @pytest.mark.parametrize("catalog,copy", sorted(CATALOG_TWINS.items()))
@@ -567,10 +574,14 @@ def test_gpt_oss_reads_its_window_pattern_clamp_and_biases():
         hf.model_from_config(dict(base, attention_bias=False), name="g", where="config.json")
     with pytest.raises(GenconfError, match="experts_per_token = 2 is not supported"):
         hf.model_from_config(dict(base, experts_per_token=2), name="g", where="config.json")
-    # gpt-oss-20b: 24 layers, 32 experts (its model card, Table 1: 20.91B parameters)
-    small = dict(base, num_hidden_layers=24, num_local_experts=32, layer_types=base["layer_types"][:24])
-    count = exact_param_count(hf.model_from_config(small, name="g", where="config.json")[0]) + 24 * (64 + 32)
-    assert round(count / 1e9, 2) == 20.91
+    # gpt-oss-20b's config.json is the 120b's with 24 layers and 32 experts (its model card, Table 1: 20.91B parameters)
+    small = _config("gpt-oss-20b")
+    assert small == dict(base, num_hidden_layers=24, num_local_experts=32, layer_types=base["layer_types"][:24])
+    spec = load("gpt-oss-20b").spec
+    assert (spec.windowed_layers, spec.num_experts, spec.moe_top_k) == (12, 32, 4)
+    # "3.6B active" (the model card): 4 of 32 experts, the sinks and router biases, less the input embedding
+    active = active_param_count(spec) + UNCOUNTED["gpt-oss-20b"] - spec.vocab_size * spec.hidden_size
+    assert round(active / 1e9, 1) == 3.6
 
 
 def test_qwen2_moe_imports_its_gated_shared_expert():

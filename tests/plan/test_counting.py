@@ -49,6 +49,19 @@ def test_exact_count_equals_public_checkpoint(name, count):
     assert exact_param_count(model) == count
 
 
+@pytest.mark.parametrize("name,count", [
+    # Summed over the checkpoints' tensor shapes, MXFP4 blocks as two parameters a byte (huggingface/huggingface.js
+    # packages/hub/src/lib/parse-safetensors-metadata.spec.ts at commit 00d37b2d311335bdb3a8331503cc0b162a1e2926).
+    ("gpt-oss-120b", 116_829_156_672), ("gpt-oss-20b", 20_914_757_184),
+])
+def test_gpt_oss_counts_all_but_its_sinks_and_router_biases(name, count):
+    """genconf counts every tensor of the checkpoint but the attention sinks (one per head) and the router's bias (one
+    per expert) in each layer, which its artifacts cannot carry (the model's unmodelled list)."""
+    model, _ = resolve_model(name)
+    uncounted = model.num_layers * (model.num_attention_heads + model.num_experts)
+    assert exact_param_count(model) + uncounted == count
+
+
 @pytest.mark.parametrize("name,non_embedding_b", [
     ("nemotron4-15b", 12.5),    # Nemotron-4 15B Technical Report (arXiv:2402.16819), Table 1
     ("nemotron4-340b", 331.6),  # Nemotron-4 340B Technical Report (arXiv:2406.11704), Table 1
@@ -170,6 +183,7 @@ def test_windowed_layers_count_the_keys_they_see():
     assert model_flops_per_token(replace(model, sliding_window=s), s) == model_flops_per_token(full, s)
     with pytest.raises(ValueError, match="window_attn_skip_freq 1 makes every layer full attention"):
         replace(model, window_attn_skip_freq=1)
+    assert resolve_model("gpt-oss-20b")[0].windowed_layers == 12  # 12 of its 24 layers
 
 
 @pytest.mark.parametrize("ref,name", [
