@@ -394,6 +394,24 @@ def test_megatron_core_builds_the_imported_models_with_the_published_counts():
         assert result[name]["built"] == result[name]["planned"] == PUBLIC_COUNTS[name], (name, result[name])
 
 
+@needs_megatron
+def test_megatron_core_builds_gpt_oss_with_its_router_bias():
+    """megatron-core's GPTModel of the gpt-oss imports, built on the meta device (local spec, biased linears): its
+    TopKRouter takes a bias from add_bias_linear (megatron/core/transformer/moe/router.py, one per expert and layer),
+    which genconf does not count; with the attention sinks it lacks (no learnable softmax here) it is the checkpoint."""
+    names = ["gpt-oss-20b", "gpt-oss-120b"]
+    out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", *[str(HF / n) for n in names], "--json"],
+                         capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for name in names:
+        spec = load(name).spec
+        router_bias, sinks = spec.num_layers * spec.num_experts, spec.num_layers * spec.num_attention_heads
+        assert router_bias + sinks == UNCOUNTED[name]
+        assert result[name]["built"] == result[name]["planned"] + router_bias == PUBLIC_COUNTS[name] - sinks, \
+            (name, result[name])
+
+
 @needs_torch
 @pytest.mark.parametrize("name", ["qwen2-0.5b", "qwen3-8b", "gemma-2-2b", "olmo-2-1124-7b", "mistral-7b-v0.1",
                                   "gemma-3-1b"])
