@@ -403,7 +403,7 @@ def test_nemo25_rows_agree_with_their_own_flop_counts():
 
 def test_automodel_rows_are_scored_never_fitted(runs):
     """NeMo AutoModel's H100 MoE rows (nemo_automodel_perf_summary.csv) are a validation source: 7 of its 10 rows
-    load (GPT-OSS 20B is not in the catalog, GPT-OSS 120B's expert-parallel degree is not stated, Llama 3 70B runs
+    load (GPT-OSS 20B's and 120B's expert-parallel degree is not stated, Llama 3 70B runs
     PyTorch's context parallelism), the fit and every leave-one-source-out fit leave them out, they are planned as
     FSDP2 with expert parallelism with genconf's rules off, and each gets a prediction."""
     from accuracy import SOURCES, VALIDATION_SOURCES, cals_for, fitted_runs, pins_for, predict, source_of
