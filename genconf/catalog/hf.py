@@ -644,9 +644,9 @@ def _gpt_oss(f: _Fields, notes: list[str]) -> dict:
     values.update(num_experts=f.integer("num_local_experts"), moe_top_k=top_k,
                   moe_ffn_hidden_size=values["ffn_hidden_size"], moe_router_load_balancing="none",
                   moe_aux_loss_coeff=0.0, **({"activation_clamp": float(limit)} if limit is not None else {}))
-    notes.append("its attention sinks (one learned logit per head and layer) and its routers' bias (one per expert "
-                 "and layer) are not counted: megatron-core softmax_type learnable and the router bias have no "
-                 "Megatron-LM flag")
+    notes.append("its attention sinks (one learned logit per head and layer) are not counted: megatron-core "
+                 "softmax_type learnable has no Megatron-LM flag (its routers' bias is: megatron-core's router "
+                 "takes one per expert from add_bias_linear)")
     return values
 
 

@@ -167,6 +167,9 @@ def layer_tensors(model: ModelSpec, per_head_qk_norm: bool = False, kind: str = 
     if model.is_moe:
         f, e, w = model.moe_ffn_hidden_size, model.num_experts, model.expert_width
         out.append(ParamTensor("mlp.router.weight", e * h, False))
+        if bias:
+            # megatron-core TopKRouter: a bias per expert whenever add_bias_linear (moe/router.py), as gpt-oss's.
+            out.append(ParamTensor("mlp.router.bias", e, False))
         if model.moe_latent_size:
             # megatron-core MoELayer latent projections: TELinear "duplicated" (whole on every TP rank), h -> latent
             # before dispatch and latent -> h after combine.

@@ -78,10 +78,9 @@ PUBLIC_COUNTS = {
     "deepseek-v2": 235_741_434_880,
 }
 
-UNCOUNTED = {"gpt-oss-120b": 36 * (64 + 128), "gpt-oss-20b": 24 * (64 + 32)}
-"""Checkpoint parameters genconf does not count, per published count: gpt-oss's attention sinks (64 heads) and router
-biases (128 or 32 experts) in each of its 36 or 24 layers, which Megatron-LM has no flag for (said in the import's
-notes)."""
+UNCOUNTED = {"gpt-oss-120b": 36 * 64, "gpt-oss-20b": 24 * 64}
+"""Checkpoint parameters genconf does not count, per published count: gpt-oss's attention sinks (64 heads) in each of
+its 36 or 24 layers, which Megatron-LM has no flag for (said in the import's notes)."""
 
 MAIN_MODEL_COUNTS = {
     # DeepSeek-V3's main model without its MTP module: 671,026,419,200 (tests/plan/test_mla.py; "Total parameters:
@@ -398,7 +397,7 @@ def test_megatron_core_builds_the_imported_models_with_the_published_counts():
 def test_megatron_core_builds_gpt_oss_with_its_router_bias():
     """megatron-core's GPTModel of the gpt-oss imports, built on the meta device (local spec, biased linears): its
     TopKRouter takes a bias from add_bias_linear (megatron/core/transformer/moe/router.py, one per expert and layer),
-    which genconf does not count; with the attention sinks it lacks (no learnable softmax here) it is the checkpoint."""
+    as genconf counts it; with the attention sinks it lacks (no learnable softmax here) it is the checkpoint."""
     names = ["gpt-oss-20b", "gpt-oss-120b"]
     out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", *[str(HF / n) for n in names], "--json"],
                          capture_output=True, text=True, cwd=REPO, timeout=600)
@@ -406,10 +405,9 @@ def test_megatron_core_builds_gpt_oss_with_its_router_bias():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     for name in names:
         spec = load(name).spec
-        router_bias, sinks = spec.num_layers * spec.num_experts, spec.num_layers * spec.num_attention_heads
-        assert router_bias + sinks == UNCOUNTED[name]
-        assert result[name]["built"] == result[name]["planned"] + router_bias == PUBLIC_COUNTS[name] - sinks, \
-            (name, result[name])
+        sinks = spec.num_layers * spec.num_attention_heads
+        assert sinks == UNCOUNTED[name]
+        assert result[name]["built"] == result[name]["planned"] == PUBLIC_COUNTS[name] - sinks, (name, result[name])
 
 
 @needs_torch
@@ -597,7 +595,7 @@ def test_gpt_oss_reads_its_window_pattern_clamp_and_biases():
     assert small == dict(base, num_hidden_layers=24, num_local_experts=32, layer_types=base["layer_types"][:24])
     spec = load("gpt-oss-20b").spec
     assert (spec.windowed_layers, spec.num_experts, spec.moe_top_k) == (12, 32, 4)
-    # "3.6B active" (the model card): 4 of 32 experts, the sinks and router biases, less the input embedding
+    # "3.6B active" (the model card): 4 of 32 experts and the sinks, less the input embedding
     active = active_param_count(spec) + UNCOUNTED["gpt-oss-20b"] - spec.vocab_size * spec.hidden_size
     assert round(active / 1e9, 1) == 3.6
 
