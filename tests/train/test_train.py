@@ -419,7 +419,8 @@ def test_parameter_counts_equal_megatron_core_models_built_on_meta():
     (meta device, so 405B costs nothing); the checkpoint count differs only by Megatron's vocabulary padding
     and its LayerNorm/q-k-norm conventions."""
     names = ["gpt3-175b", "llama2-7b", "llama3-8b", "llama3.1-405b", "olmo-1b", "olmo2-7b", "mixtral-8x7b", "70b",
-             "llama3.2-1b", "qwen2.5-72b", "qwen3-32b", "qwen3-235b-a22b", "grok1-314b"]
+             "llama3.2-1b", "qwen2.5-72b", "qwen3-32b", "qwen3-235b-a22b", "grok1-314b", "gpt3-5b", "gpt3-20b",
+             "gpt3-40b", "nemotron3-8b", "nemotron3-22b"]
     out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", *names, "--json"], capture_output=True,
                          text=True, cwd=REPO, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
