@@ -174,6 +174,10 @@ CATALOG_KEYS = {
     # NVIDIA's tables call Nemotron-4 "Nemotron" (NeMo 24.07, 25.x) or "nemotron4" (NeMo's recommended configs).
     "nemotron_15b": "nemotron4-15b", "nemotron_340b": "nemotron4-340b", "nemotron4_15b": "nemotron4-15b",
     "nemotron4_340b": "nemotron4-340b",
+    # ... and Nemotron-3 "Nemotron" too (NeMo 24.07) or "nemotron3": the catalog's entries are NeMo's Nemotron3Config8B
+    # and 22B, which rotate half of each head (rotary_percent 0.5), as _family_defaults's spec did not.
+    "nemotron_8b": "nemotron3-8b", "nemotron_22b": "nemotron3-22b", "nemotron3_8b": "nemotron3-8b",
+    "nemotron3_22b": "nemotron3-22b",
 }
 NOT_MODELLED = {
     # Models genconf cannot price faithfully, with the reason the benchmark prints.
