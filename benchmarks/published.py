@@ -178,6 +178,9 @@ CATALOG_KEYS = {
     # and 22B, which rotate half of each head (rotary_percent 0.5), as _family_defaults's spec did not.
     "nemotron_8b": "nemotron3-8b", "nemotron_22b": "nemotron3-22b", "nemotron3_8b": "nemotron3-8b",
     "nemotron3_22b": "nemotron3-22b",
+    # NeMo's GPTConfig5B/20B keep megatron-core's dropout 0.1 (only GPTConfig175B sets 0.0, as _family_defaults
+    # does); throughput does not price dropout under Transformer Engine layers, the memory estimate does.
+    "gpt3_5b": "gpt3-5b", "gpt3_20b": "gpt3-20b",
 }
 NOT_MODELLED = {
     # Models genconf cannot price faithfully, with the reason the benchmark prints.
@@ -288,7 +291,8 @@ def _family_defaults(name: str) -> dict:
                     tie_embeddings=False, add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
                     vocab_size=256000)
     if n.startswith("gpt3"):
-        # NeMo GPTConfig5B/20B/175B: GELU, LayerNorm, learned positions, biases, GPT-2 BPE vocabulary.
+        # NeMo GPTConfig175B: GELU, LayerNorm, learned positions, biases, no dropout; GPT-2 BPE vocabulary (the 5B and
+        # 20B rows take the catalog's gpt3-5b/20b, CATALOG_KEYS).
         return dict(activation="gelu", normalization="layernorm", position_embedding="learned", tie_embeddings=True,
                     add_bias_linear=True, hidden_dropout=0.0, attention_dropout=0.0, vocab_size=50257)
     return {}
