@@ -28,8 +28,8 @@ from genconf.plan.counting import (
     transformer_view,
 )
 from genconf.plan.kernels import sdpa_fused_supported, te_fused_attention
-from genconf.plan.pipeline import (bf16_layers_on_rank, chunk_layers, chunk_patterns, dense_layers_on_rank,
-                                   hybrid_kinds_on_rank, inflight_chunks, placement, stage_layers)
+from genconf.plan.pipeline import (bf16_layers_on_rank, chunk_layers, chunk_mlp_patterns, chunk_patterns,
+                                   dense_layers_on_rank, hybrid_kinds_on_rank, inflight_chunks, placement, stage_layers)
 from genconf.plan.specs import HYBRID_LAYER_KINDS, ClusterSpec, ModelSpec, ParallelPlan
 
 GIB = 2**30
@@ -313,15 +313,12 @@ backwards."""
 def _megatron_shard(model: ModelSpec, plan: ParallelPlan, stage: int, d: int, expert: bool) -> int:
     """Real parameter elements in the busiest data-parallel rank's range of every buffer of this stage."""
     chunks = chunk_layers(model.num_layers, plan, stage)
-    dense = dense_layers_on_rank(model, plan, stage)
-    # The dense layers are the rank's earliest: they fill its first chunks.
-    dense_chunks = []
-    for count in chunks:
-        dense_chunks.append(min(count, dense))
-        dense -= dense_chunks[-1]
+    # An MoE model's dense and MoE layers in each chunk, in layer order (where the model has both).
+    mixed = model.is_moe and not model.is_hybrid and model.dense_layers
     return _megatron_shard_cached(model, plan.tp, plan.ep, plan.expert_tp, plan.pp, plan.vp, chunks,
                                   stage == 0, stage == plan.pp - 1, vocab_rows(model, plan), d, expert,
-                                  tuple(dense_chunks), chunk_patterns(model, plan, stage) if model.is_hybrid else ())
+                                  chunk_mlp_patterns(model, plan, stage) if mixed else (),
+                                  chunk_patterns(model, plan, stage) if model.is_hybrid else ())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -344,14 +341,14 @@ def _layer_block(model: ModelSpec, tp: int, ep: int, etp: int,
 @functools.lru_cache(maxsize=4096)
 def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int, vp: int, chunks: tuple[int, ...],
                            first: bool, last: bool, rows: int, d: int, expert: bool,
-                           dense_chunks: tuple[int, ...] = (), chunk_kinds: tuple[str, ...] = ()) -> int:
+                           mlp_chunks: tuple[str, ...] = (), chunk_kinds: tuple[str, ...] = ()) -> int:
     shared = (model.tie_embeddings or model.mtp_num_layers > 0) and pp > 1
     total_width = 0
     deficit: dict[int, int] = {}  # padding elements inside rank r's ranges
     for chunk, layers in enumerate(chunks):
         embedding, loss = first and chunk == 0, last and chunk == vp - 1
         ends = (shared, first, rows) if embedding or loss else (False, False, 0)  # what only the ends' tensors read
-        width, padding = _chunk_shard(model, tp, ep, etp, layers, dense_chunks[chunk] if dense_chunks else 0,
+        width, padding = _chunk_shard(model, tp, ep, etp, layers, mlp_chunks[chunk] if mlp_chunks else "",
                                       chunk_kinds[chunk] if chunk_kinds else None, embedding, loss, *ends, d, expert)
         total_width += width
         for r, elements in padding:
@@ -360,18 +357,19 @@ def _megatron_shard_cached(model: ModelSpec, tp: int, ep: int, etp: int, pp: int
 
 
 @functools.lru_cache(maxsize=16384)
-def _chunk_shard(model: ModelSpec, tp: int, ep: int, etp: int, layers: int, dense: int, kinds: str | None,
+def _chunk_shard(model: ModelSpec, tp: int, ep: int, etp: int, layers: int, mlp: str, kinds: str | None,
                  embedding: bool, loss: bool, shared: bool, first: bool, rows: int, d: int,
                  expert: bool) -> tuple[int, tuple[tuple[int, int], ...]]:
     """One model chunk's gradient buffer (its own buckets): (the range width every rank holds in it, the padding
     elements in rank r's ranges as (r, elements)). Chunks alike in these arguments are alike, whatever the pipeline
     around them: _megatron_shard_cached adds them up. kinds: a hybrid model's layer symbols in the chunk (None: a
-    transformer's `layers`, the first `dense` of them dense); embedding, loss: the chunk opens the first stage or
+    transformer's `layers`, of MLP kinds `mlp` in layer order where an MoE model has dense layers too ('-' dense, 'E'
+    MoE; ModelSpec.mlp_pattern), all alike where empty); embedding, loss: the chunk opens the first stage or
     closes the last; first: the stage is the first."""
     megatron_model = as_built_by_megatron(model)
     if kinds is None:
         blocks = {False: _layer_block(megatron_model, tp, ep, etp, expert)}
-        if dense:
+        if "-" in mlp:
             blocks[True] = _layer_block(dense_layer_model(megatron_model), tp, ep, etp, expert)
     else:  # a hybrid model: one block per layer symbol
         blocks = {k: _layer_block(megatron_model, tp, ep, etp, expert, k) for k in set(kinds)}
@@ -392,9 +390,10 @@ def _chunk_shard(model: ModelSpec, tp: int, ep: int, etp: int, layers: int, dens
     if not expert and embedding:
         tail += [(t.numel_per_rank(tp, ep), shared and "word" in t.name)
                  for t in reversed(embedding_tensors(megatron_model, rows))]
-    # Walking backwards: the chunk's MoE layers, then its dense ones (the model's first layers); a hybrid
-    # model's layers from its last symbol back.
-    order = list(reversed(kinds)) if kinds is not None else [False] * (layers - dense) + [True] * dense
+    # Walking backwards: the chunk's layers from its last (a dense prefix's layers come last); a hybrid model's
+    # layers from its last symbol back.
+    order = list(reversed(kinds)) if kinds is not None else (
+        [k == "-" for k in reversed(mlp)] if mlp else [False] * layers)
     if not head and not tail and not any(blocks[k][0] for k in set(order)):
         return 0, ()
     gaps: list[tuple[int, int, int]] = []  # (start, end, bucket) of padding

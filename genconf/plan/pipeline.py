@@ -234,10 +234,47 @@ def _layers_in_range_on_rank(num_layers: int, where: tuple, stage: int, lo: int,
 
 
 def dense_layers_on_rank(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
-    """How many of an MoE model's first_k_dense_replace dense layers pipeline rank `stage` holds: the dense ones
-    are the first, so they sit on the earliest virtual stages."""
-    k = model.dense_layers if model.is_moe and not model.is_hybrid else 0
-    return layers_in_range_on_rank(model.num_layers, plan, stage, 0, k) if k else 0
+    """How many of a (non-hybrid) MoE model's dense layers pipeline rank `stage` holds: the first_k_dense_replace
+    ones sit on the earliest virtual stages, interleaved ones (moe_layer_interval) wherever their indices fall."""
+    return sum(dense_layers_in_chunks(model, plan, stage))
+
+
+def dense_layers_in_chunks(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[int, ...]:
+    """dense_layers_on_rank for each of rank `stage`'s vp model chunks, in chunk order."""
+    if not model.is_moe or model.is_hybrid or not model.dense_layers:
+        return (0,) * plan.vp
+    if model.moe_layer_interval == 1:  # a dense prefix: count it by ranges (the search asks per plan)
+        k = model.first_k_dense_replace
+        return tuple(max(0, min(k, end) - start) for start, end in chunk_ranges(model.num_layers, plan, stage))
+    return tuple(p.count("-") for p in chunk_mlp_patterns(model, plan, stage))
+
+
+def chunk_ranges(num_layers: int, plan: ParallelPlan, stage: int) -> tuple[tuple[int, int], ...]:
+    """[start, end) global layer indices of each of rank `stage`'s vp model chunks: layers fill the virtual stages in
+    order chunk * pp + rank (megatron-core get_transformer_layer_offset; a layout's stages in its flattened order)."""
+    return _chunk_ranges(num_layers, placement(plan), stage)
+
+
+@functools.lru_cache(maxsize=16384)
+def _chunk_ranges(num_layers: int, where: tuple, stage: int) -> tuple[tuple[int, int], ...]:
+    """chunk_ranges of the plan's placement (`where`)."""
+    pp, vp = where[:2]
+    virtual = [_chunk_layers(num_layers, where, rank) for rank in range(pp)]
+    start, out = 0, []
+    for chunk in range(vp):
+        for rank in range(pp):
+            count = virtual[rank][chunk]
+            if rank == stage:
+                out.append((start, start + count))
+            start += count
+    return tuple(out)
+
+
+def chunk_mlp_patterns(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[str, ...]:
+    """A non-hybrid model's MLP kinds (ModelSpec.mlp_pattern: '-' dense, 'E' MoE) in each of rank `stage`'s model
+    chunks, in layer order."""
+    pattern = model.mlp_pattern
+    return tuple(pattern[start:end] for start, end in chunk_ranges(model.num_layers, plan, stage))
 
 
 def bf16_layers_on_rank(num_layers: int, plan: ParallelPlan, stage: int) -> int:
@@ -273,16 +310,7 @@ def chunk_patterns(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[st
     """A hybrid model's layers (hybrid_pattern symbols) in each of rank `stage`'s model chunks: megatron-core
     cuts the pattern into contiguous runs, one per virtual stage in order chunk * pp + rank (MambaStack's layer
     offset, as get_transformer_layer_offset)."""
-    pp, vp = plan.pp, plan.vp
-    virtual = [chunk_layers(model.num_layers, plan, rank) for rank in range(pp)]
-    start, out = 0, []
-    for chunk in range(vp):
-        for rank in range(pp):
-            count = virtual[rank][chunk]
-            if rank == stage:
-                out.append(model.hybrid_pattern[start:start + count])
-            start += count
-    return tuple(out)
+    return tuple(model.hybrid_pattern[start:end] for start, end in chunk_ranges(model.num_layers, plan, stage))
 
 
 def hybrid_kinds_on_rank(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[tuple[str, int], ...]:

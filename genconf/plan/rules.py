@@ -281,6 +281,9 @@ def _cuda_graphs(c: Context) -> str | None:
     if "mamba" in scope and not c.model.is_hybrid:
         return f"--cuda-graph-scope mamba captures Mamba layers; {c.model.name} has none"
     if "mlp" in scope and c.model.is_moe and not (c.model.is_hybrid and c.model.dense_layers):
+        if c.model.dense_layers:  # DeepSeek-V3's first layers, Llama 4 Maverick's every other
+            return (f"--cuda-graph-scope mlp captures dense MLPs; genconf does not price it for the "
+                    f"{c.model.dense_layers} dense layers of MoE model {c.model.name} (use moe_router)")
         return f"--cuda-graph-scope mlp captures dense MLPs; every layer of {c.model.name} is MoE (use moe_router)"
     if p.recompute == "full" and scope != {"full_iteration"}:
         return ("full recompute runs under CUDA graphs only with --cuda-graph-scope full_iteration (megatron-core); "
@@ -595,13 +598,14 @@ def _lora(c: Context) -> str | None:
 
 
 def architecture_conflict(model, framework: str | None, layer_spec: str | None = None) -> str | None:
-    """Experts, multi-head latent attention, shared experts, dense first layers and multi-token prediction exist in
-    megatron-core (with Transformer Engine layers genconf prices) only; genconf's DeepSpeed and FSDP model
-    builds uniform dense GQA layers (genconf.train.torch_model refuses a mixture of experts)."""
+    """Experts, multi-head latent attention, shared experts, dense first or interleaved layers and multi-token
+    prediction exist in megatron-core (with Transformer Engine layers genconf prices) only; genconf's DeepSpeed and
+    FSDP model builds uniform dense GQA layers (genconf.train.torch_model refuses a mixture of experts)."""
     parts = [name for name, on in (("mixture-of-experts layers", model.is_moe),
                                    ("multi-head latent attention", model.mla),
                                    ("shared experts", bool(model.moe_shared_expert_intermediate_size)),
                                    ("dense first layers", bool(model.is_moe and model.first_k_dense_replace)),
+                                   ("dense layers between MoE layers", model.moe_layer_interval > 1),
                                    ("multi-token prediction", bool(model.mtp_num_layers)),
                                    ("Mamba-2 layers", model.is_hybrid)) if on]
     if not parts:

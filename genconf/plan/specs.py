@@ -234,6 +234,13 @@ class ModelSpec(HashOnce):
     first_k_dense_replace: int = 0
     """MoE models: the first k layers have a dense MLP of ffn_hidden_size (megatron-core moe_layer_freq
     [0]*k + [1]*(L-k); DeepSeek-V3: 3)."""
+    moe_layer_interval: int = 1
+    """MoE models: one MoE layer in every this many, the others a dense MLP of ffn_hidden_size; layer i (from 0) is
+    MoE when i % interval == interval - 1 (Hugging Face Llama4TextConfig interleave_moe_layer_step; NeMo's Llama 4
+    importer, vlm/llama4/model/llama4_omni.py, writes it as moe_layer_freq ([0] * (step - 1) + [1]) * (L / step)
+    and asserts L % step == 0; Llama 4 Maverick: 2, Llama4Experts128Config's [0, 1] * 24). 1 = every layer MoE.
+    Not with first_k_dense_replace; num_layers must be a multiple of it (so the last layer, which an MTP block
+    copies, is MoE)."""
     mtp_num_layers: int = 0
     """Multi-token prediction layers after the decoder (DeepSeek-V3 Sec. 2.2; megatron-core mtp_num_layers),
     on the last pipeline stage with a copy of the embedding. 0 = none."""
@@ -373,6 +380,7 @@ class ModelSpec(HashOnce):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"ModelSpec {self.name}: {name} must be >= 0, got {value!r}")
+        self._check_moe_interval()
         if not self.num_experts and (self.moe_shared_expert_intermediate_size or self.first_k_dense_replace
                                      or self.moe_latent_size):
             raise ValueError(f"ModelSpec {self.name}: shared experts, first_k_dense_replace and moe_latent_size "
@@ -387,6 +395,27 @@ class ModelSpec(HashOnce):
         if self.first_k_dense_replace >= self.num_layers and self.num_experts:
             raise ValueError(f"ModelSpec {self.name}: first_k_dense_replace ({self.first_k_dense_replace}) leaves "
                              f"no MoE layer of {self.num_layers}")
+
+    def _check_moe_interval(self) -> None:
+        n = self.moe_layer_interval
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"ModelSpec {self.name}: moe_layer_interval must be an integer >= 1 (1: every layer MoE), "
+                             f"got {n!r}")
+        if n == 1:
+            return
+        if not self.num_experts or self.hybrid_pattern:
+            raise ValueError(f"ModelSpec {self.name}: moe_layer_interval {n} interleaves MoE and dense layers of a "
+                             f"transformer with experts (num_experts {self.num_experts}; a hybrid model places its MoE "
+                             f"layers with hybrid_pattern)")
+        if self.first_k_dense_replace:
+            raise ValueError(f"ModelSpec {self.name}: moe_layer_interval {n} with first_k_dense_replace "
+                             f"{self.first_k_dense_replace}: genconf places MoE layers by one of the two; set the other "
+                             f"to its default (1 and 0)")
+        if self.num_layers % n:
+            raise ValueError(f"ModelSpec {self.name}: num_layers ({self.num_layers}) is not a multiple of "
+                             f"moe_layer_interval ({n}); genconf ends the model on an MoE layer "
+                             f"(megatron --moe-layer-freq ([0]*{n - 1}+[1])*{self.num_layers // n} and a remainder "
+                             f"are not modelled)")
 
     def _check_hybrid(self) -> None:
         pattern = self.hybrid_pattern
@@ -445,10 +474,28 @@ class ModelSpec(HashOnce):
 
     @property
     def moe_layers(self) -> int:
-        """Layers with a routed-expert MLP (the rest, first_k_dense_replace of them, are dense; a hybrid model's E)."""
+        """Layers with a routed-expert MLP (the rest, the first_k_dense_replace first ones or those between every
+        moe_layer_interval-th, are dense; a hybrid model's E)."""
         if self.hybrid_pattern:
             return self.hybrid_pattern.count("E")
-        return self.num_layers - self.first_k_dense_replace if self.is_moe else 0
+        if not self.is_moe:
+            return 0
+        # one in every moe_layer_interval (num_layers is a multiple of it), or all after the dense prefix
+        return self.num_layers // self.moe_layer_interval - self.first_k_dense_replace
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer `index` (from 0) of a non-hybrid model has a routed-expert MLP: megatron-core's
+        moe_layer_freq list at that index (gpt_layer_specs.get_gpt_decoder_layer_specs: 1 MoE, 0 dense)."""
+        if not self.is_moe:
+            return False
+        n = self.moe_layer_interval
+        return index >= self.first_k_dense_replace and index % n == n - 1
+
+    @property
+    def mlp_pattern(self) -> str:
+        """A non-hybrid model's MLP per decoder layer, one symbol each (HYBRID_LAYER_KINDS: '-' dense, 'E' MoE):
+        megatron-core's moe_layer_freq list written 0 -> '-', 1 -> 'E'."""
+        return "".join("E" if self.is_moe_layer(i) else "-" for i in range(self.num_layers))
 
     @property
     def dense_layers(self) -> int:

@@ -296,6 +296,11 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> lis
         if model.first_k_dense_replace:
             add(f"# the first {model.first_k_dense_replace} layer(s) dense (MLP of --ffn-hidden-size), the rest MoE")
             add("--moe-layer-freq", f"([0]*{model.first_k_dense_replace}+[1]*{model.moe_layers})")
+        elif model.moe_layer_interval > 1:
+            n = model.moe_layer_interval
+            add(f"# one MoE layer in every {n}, layers {n - 1}, {2 * n - 1}, ... (from 0); the others dense (MLP of "
+                f"--ffn-hidden-size)")
+            add("--moe-layer-freq", interleaved_freq(n, model.num_layers))
         if model.moe_router_load_balancing != "aux_loss":  # Megatron-LM's default
             add("--moe-router-load-balancing-type", model.moe_router_load_balancing)
         if model.moe_router_load_balancing != "none":
@@ -567,14 +572,27 @@ def config_kwargs(model: ModelSpec, plan: ParallelPlan, train: TrainSpec) -> dic
     return megatron_config_kwargs(arg_values(megatron_args(model, plan, train)))
 
 
+def interleaved_freq(interval: int, num_layers: int) -> str:
+    """--moe-layer-freq for one MoE layer in every `interval`, the last of each run: '([0]*(n-1)+[1])*(L/n)', written
+    '([0,1]*24)' for Llama 4 Maverick's interval 2 as NeMo's Llama4Experts128Config writes its list."""
+    runs = num_layers // interval
+    if interval == 2:
+        return f"([0,1]*{runs})"
+    return f"([0]*{interval - 1}+[1])*{runs}"
+
+
 def moe_layer_pattern(freq: object, num_layers: int) -> list[int]:
-    """--moe-layer-freq as genconf writes it, '([0]*k+[1]*n)', as the list Megatron-LM's moe_freq_type evaluates it
-    to (arguments.py: 0 a dense layer, 1 an MoE layer, one per layer); ValueError for any other text."""
+    """--moe-layer-freq as genconf writes it, '([0]*k+[1]*n)' or interleaved_freq's, as the list Megatron-LM's
+    moe_freq_type evaluates it to (arguments.py: 0 a dense layer, 1 an MoE layer, one per layer); ValueError for any
+    other text."""
     dense = _leading_dense(freq)
-    if not dense or not str(freq).replace(" ", "").endswith(f"[1]*{num_layers - dense})"):
-        raise ValueError(f"--moe-layer-freq {freq}: genconf writes ([0]*k+[1]*n) with k + n = --num-layers "
-                         f"({num_layers})")
-    return [0] * dense + [1] * (num_layers - dense)
+    if dense and str(freq).replace(" ", "").endswith(f"[1]*{num_layers - dense})"):
+        return [0] * dense + [1] * (num_layers - dense)
+    interval = _interleave(freq, num_layers)
+    if interval:
+        return [1 if i % interval == interval - 1 else 0 for i in range(num_layers)]
+    raise ValueError(f"--moe-layer-freq {freq}: genconf writes ([0]*k+[1]*n) with k + n = --num-layers "
+                     f"({num_layers}), or ([0]*(i-1)+[1])*(n/i) (([0,1]*n/2) for i = 2) with n = --num-layers")
 
 
 def _leading_dense(freq: object) -> int:
@@ -583,6 +601,21 @@ def _leading_dense(freq: object) -> int:
 
     match = re.fullmatch(r"\(\[0\]\*(\d+)\+\[1\]\*\d+\)", str(freq or "").replace(" ", ""))
     return int(match.group(1)) if match else 0
+
+
+def _interleave(freq: object, num_layers: int) -> int:
+    """The MoE interval n of a --moe-layer-freq pattern as interleaved_freq writes it for `num_layers` layers; 0 for
+    any other text (a pattern of another length too)."""
+    import re
+
+    text = str(freq or "").replace(" ", "")
+    match = re.fullmatch(r"\(\[0,1\]\*(\d+)\)", text)
+    if match and 2 * int(match.group(1)) == num_layers:
+        return 2
+    match = re.fullmatch(r"\(\[0\]\*(\d+)\+\[1\]\)\*(\d+)", text)
+    if match and (int(match.group(1)) + 1) * int(match.group(2)) == num_layers:
+        return int(match.group(1)) + 1
+    return 0
 
 
 def _router_fields(values: dict[str, object], experts: int) -> dict:
@@ -641,6 +674,7 @@ def megatron_plan(values: dict[str, object], model: ModelSpec, num_gpus: int) ->
         moe_shared_expert_gate=bool(experts and g("--moe-shared-expert-intermediate-size"))
         and "--moe-shared-expert-gate" in values,
         first_k_dense_replace=_leading_dense(g("--moe-layer-freq")) if experts else 0,
+        moe_layer_interval=(_interleave(g("--moe-layer-freq"), int(g("--num-layers"))) or 1) if experts else 1,
         mtp_num_layers=int(g("--mtp-num-layers", 0) or 0), mtp_repeated_layer="--mtp-use-repeated-layer" in values,
         rope_theta=float(g("--rotary-base", ROTARY_BASE_DEFAULT)),
         rotary_percent=float(g("--rotary-percent", ROTARY_PERCENT_DEFAULT)),
