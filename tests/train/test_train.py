@@ -420,7 +420,7 @@ def test_parameter_counts_equal_megatron_core_models_built_on_meta():
     and its LayerNorm/q-k-norm conventions."""
     names = ["gpt3-175b", "llama2-7b", "llama3-8b", "llama3.1-405b", "olmo-1b", "olmo2-7b", "mixtral-8x7b", "70b",
              "llama3.2-1b", "qwen2.5-72b", "qwen3-32b", "qwen3-235b-a22b", "grok1-314b", "gpt3-5b", "gpt3-20b",
-             "gpt3-40b", "nemotron3-8b", "nemotron3-22b"]
+             "gpt3-40b", "nemotron3-8b", "nemotron3-22b", "llama4-maverick", "llama4-scout"]
     out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", *names, "--json"], capture_output=True,
                          text=True, cwd=REPO, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -434,6 +434,16 @@ def test_parameter_counts_equal_megatron_core_models_built_on_meta():
     # router 8 x 6144 + 2 RMSNorms) + untied 128,256-row embeddings + the final norm.
     grok = 64 * (6144 * 14336 + 8 * 3 * 6144 * 32768 + 8 * 6144 + 2 * 6144) + 2 * 128256 * 6144 + 6144
     assert result["grok1-314b"]["built"] == grok == 316_454_737_920
+    # Llama 4 as NeMo builds it (Llama4Experts128Config / Llama4Experts16Config): attention 5120 x 7168 + 5120^2 and two
+    # RMSNorms per layer; Maverick's 24 dense layers (moe_layer_freq [0, 1] * 24: 0, 2, ...) a 3 x 5120 x 16384 SwiGLU,
+    # its 24 MoE layers 128 routed experts and one shared of 3 x 5120 x 8192 and a 128 x 5120 router; Scout 48 MoE
+    # layers of 16 experts; untied embeddings of 202,048 rows padded to 202,112 (128 x TP 1) and a final norm.
+    attention, expert, ends = 5120 * 7168 + 5120 * 5120 + 2 * 5120, 3 * 5120 * 8192, 2 * 202112 * 5120 + 5120
+    maverick = 24 * (attention + 3 * 5120 * 16384) + 24 * (attention + 129 * expert + 128 * 5120) + ends
+    assert result["llama4-maverick"]["built"] == maverick == 400_712_504_320
+    assert result["llama4-scout"]["built"] == 48 * (attention + 17 * expert + 16 * 5120) + ends == 107_770_516_480
+    for name in ("llama4-maverick", "llama4-scout"):  # the checkpoint's count: the vocabulary unpadded
+        assert result[name]["built"] - result[name]["checkpoint"] == (202112 - 202048) * 5120 * 2
     # Tied embeddings, the QKV-only bias and per-head q/k norms, built by megatron-core as the checkpoints hold them.
     for name, published in (("llama3.2-1b", 1_235_814_400), ("qwen2.5-72b", 72_706_203_648),
                             ("qwen3-32b", 32_762_123_264), ("qwen3-235b-a22b", 235_093_634_560)):
