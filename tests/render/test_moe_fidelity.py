@@ -31,6 +31,9 @@ ROUTERS = {  # (score function, expert bias, top-k scaling, groups, group top-k,
     "qwen3-30b-a3b": ("softmax", False, None, None, None, "aux_loss", 1e-3),
     "mixtral-8x7b": ("softmax", False, None, None, None, "aux_loss", 0.02),
     "gpt-oss-120b": ("softmax", False, None, None, None, "none", 0.0),
+    # NeMo Llama4Config: top-1 sigmoid, megatron-core's aux_loss type at its default coefficient 0
+    "llama4-maverick": ("sigmoid", False, None, None, None, "aux_loss", 0.0),
+    "llama4-scout": ("sigmoid", False, None, None, None, "aux_loss", 0.0),
 }
 
 
@@ -220,7 +223,49 @@ def test_megatron_core_takes_every_catalog_router(name):
                 config.v_head_dim) == (model.q_lora_rank, model.kv_lora_rank, model.qk_head_dim,
                                        model.qk_pos_emb_head_dim, model.v_head_dim)
         assert (config.rope_type, config.rotary_scaling_factor, config.rotary_base) == ("yarn", 1.0, model.rope_theta)
-    if model.first_k_dense_replace:
-        assert config.moe_layer_freq == [0] * model.first_k_dense_replace + [1] * model.moe_layers
+    if model.first_k_dense_replace or model.moe_layer_interval > 1:
+        assert config.moe_layer_freq == [int(k == "E") for k in model.mlp_pattern]
     assert (config.moe_router_score_function, config.moe_router_enable_expert_bias,
             config.moe_router_topk_scaling_factor, config.moe_router_num_groups) == ROUTERS[name][:4]
+
+
+@needs_megatron
+@pytest.mark.parametrize("kw", [dict(pp=4, vp=3), dict(pp=4, pp_first_stage_layers=9, pp_last_stage_layers=13),
+                                dict(pp=2, vp=12), dict(pp=3, pp_layout="Et*15|t*17|t*16L")])
+def test_megatron_core_builds_each_stage_s_dense_and_moe_layers_where_genconf_places_them(kw):
+    """Llama 4 Maverick's --moe-layer-freq ([0,1]*24), read as the runner reads it: megatron-core's decoder block spec
+    of each pipeline rank and virtual stage (get_gpt_decoder_block_spec, which slices the moe_layer_freq pattern by
+    get_transformer_layer_offset or the layout) holds MoE layers exactly where genconf's chunk_mlp_patterns puts
+    them, uneven first/last stages and layouts included."""
+    import torch
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from genconf.plan import pipeline
+
+    model = resolve_model("llama4-maverick")[0]
+    plan = _plan(model, seq_length=8192, **kw)
+    cfg = config_kwargs(model, plan, TrainSpec(train_steps=10))
+    cfg.update(params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, activation_func=torch.nn.functional.silu)
+    if plan.pp_layout:
+        from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+        cfg["pipeline_model_parallel_layout"] = PipelineParallelLayerLayout(plan.pp_layout, plan.pp)
+    config = TransformerConfig(**cfg)
+    assert config.moe_layer_freq == [0, 1] * 24
+    every = specs.get_gpt_decoder_layer_specs(config, use_transformer_engine=False, normalization="RMSNorm")
+
+    def chunk_specs(rank: int, chunk: int | None) -> list:
+        if plan.pp_layout:  # get_gpt_decoder_block_spec's layout branch (its layer-count call needs a process group)
+            return [every[i] for i in cfg["pipeline_model_parallel_layout"].get_layer_id_list(vp_stage=chunk,
+                                                                                              pp_rank=rank)]
+        return specs.get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization="RMSNorm",
+                                                vp_stage=chunk, pp_rank=rank).layer_specs
+
+    for rank in range(plan.pp):
+        built = tuple("".join("E" if layer.submodules.mlp.module is MoELayer else "-"
+                              for layer in chunk_specs(rank, chunk if plan.vp > 1 else None))
+                      for chunk in range(plan.vp))
+        assert built == pipeline.chunk_mlp_patterns(model, plan, rank), (rank, built)
+        assert sum(c.count("-") for c in built) == pipeline.dense_layers_on_rank(model, plan, rank)
