@@ -16,8 +16,8 @@ the row, three ways:
 All three are typed with the recipe's opt-in choices, which genconf never searches and a user reproducing the recipe
 types: its token dispatcher, Adam's moment dtype and CUDA graphs (per-layer graphs roughly triple genconf's prediction
 for Qwen3-30B-A3B at micro-batch 1, whose MoE layers are host-bound without them).
-Rows of models genconf does not plan (vision-language and diffusion models) or has no catalog entry for (Llama 4) are
-listed with the reason, not evaluated. Each recipe fact below is cited at NVIDIA/NeMo@8cfedd72 (the CSV's commit).
+Rows of models genconf does not plan (vision-language and diffusion models) or whose recipe rows are not typed yet
+(Llama 4) are listed with the reason, not evaluated. Each recipe fact below is cited at NVIDIA/NeMo@8cfedd72 (the CSV's commit).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def _model(row: dict) -> tuple[ModelSpec | None, str]:
     if key.startswith("llama4"):
         # gpt/model/llama.py:417 Llama4Experts16Config, :429 Llama4Experts128Config (MoE layers interleaved with
         # dense ones, :436), chunked attention (:413)
-        return None, "Llama 4 (Scout e16 / Maverick e128): not in genconf's catalog"
+        return None, ("Llama 4 (Scout e16 / Maverick e128): in genconf's catalog (llama4-scout, llama4-maverick), its "
+                      "recipe rows not typed yet")
     name = MODELS.get(key) or CATALOG_KEYS.get(key)
     if name is None:
         return None, ""  # a dense model named by its architecture columns (benchmarks/layouts.py)

@@ -189,8 +189,9 @@ NOT_MODELLED = {
                          "_apply_nemotron_3_ultra_fsdp_hsdp) train with Megatron-FSDP (HSDP inside the NVLink domain) "
                          "and fine-grained offload of the expert MLP's activations, which genconf does not plan for "
                          "hybrid models; the model itself is in the catalog (nemotron-3-ultra)"),
-    "llama4": ("Llama 4 Maverick (400B, 128 experts, interleaved MoE and chunked / no-RoPE attention layers): not in "
-               "genconf's catalog"),
+    "llama4": ("Llama 4 Maverick: in genconf's catalog (llama4-maverick), but DGXC's layout table disagrees with its "
+               "scripts (Layers 32 where the model has 48, which PP 2 x VP 12 needs; the H100 row's VP 12 where "
+               "launch.sh sets VP=1) and the rows' NeMo settings are not typed with citations"),
     "llama3.1_405b_proxy": ("a DGXC 405B proxy configuration (fewer layers to fit under 576 GPUs; NVIDIA: 'not realistic'), "
                             "its layout not stated"),
 }
