@@ -17,7 +17,8 @@ All three are typed with the recipe's opt-in choices, which genconf never search
 types: its token dispatcher, Adam's moment dtype and CUDA graphs (per-layer graphs roughly triple genconf's prediction
 for Qwen3-30B-A3B at micro-batch 1, whose MoE layers are host-bound without them).
 Rows of models genconf does not plan (vision-language and diffusion models) or whose recipe rows are not typed yet
-(Llama 4) are listed with the reason, not evaluated. Each recipe fact below is cited at NVIDIA/NeMo@8cfedd72 (the CSV's commit).
+(Llama 4) are listed with the reason, not evaluated. Each recipe fact below is cited at NVIDIA/NeMo@8cfedd72 (the
+CSV's commit).
 """
 
 from __future__ import annotations

@@ -601,8 +601,8 @@ def dgxc_plan_fields(row: dict, plan: ParallelPlan) -> dict:
     recipes), the LoRA adapters as the recipe sets them (dim and target_modules), fp32 gradient reduction where the
     recipe ran without performance mode (DeepSeek-V3 at NeMo 7a8f1cc7), the precision-aware optimizer NeMo's
     set_primary_perf_configs turns on for BF16 (r2.3.0 on), megatron-core's per-layer CUDA graphs (enable_cuda_graph:
-    the GB200 Nemotron-4 launcher), explicit first / last pipeline stage layer counts, the recomputed modules and the expert TP degree
-    (DeepSeek-V3)."""
+    the GB200 Nemotron-4 launcher), explicit first / last pipeline stage layer counts and the recomputed modules
+    (DeepSeek-V3), and the expert TP degree (Grok-1)."""
     notes = row["notes"]
     fields: dict = {}
     if "gradients reduced in fp32" in notes:
@@ -639,7 +639,8 @@ def _not_modelled(row: dict) -> str | None:
             return "model not in genconf's catalog"
         if not row["ep"] and key == "gpt_oss_20b":
             # The page prints EP '-' from its first version (NVIDIA-NeMo/Automodel@01926a5c:docs/performance-summary.md)
-            # on; its config was read at 037e04a6 only (examples/benchmark/configs/gptoss_20b_te_deepep.yaml: ep_size 8).
+            # on; its config was read at 037e04a6 only (examples/benchmark/configs/gptoss_20b_te_deepep.yaml:
+            # ep_size 8).
             return ("expert-parallel degree not stated (the table prints '-'; its benchmark config is not read at the "
                     "row's commit): the layout cannot be pinned")
         if not row["ep"] and key.startswith("gpt_oss"):

@@ -59,14 +59,16 @@ def as_built_by_megatron(model: ModelSpec) -> ModelSpec:
 @functools.lru_cache(maxsize=256)
 def dense_layer_model(model: ModelSpec) -> ModelSpec:
     """The model as its dense layers see it: an MoE model's dense layers (first_k_dense_replace, or those between
-    every moe_layer_interval-th) have a plain MLP of ffn_hidden_size (megatron-core moe_layer_freq 0); every per-layer function prices them through this spec."""
+    every moe_layer_interval-th) have a plain MLP of ffn_hidden_size (megatron-core moe_layer_freq 0); every
+    per-layer function prices them through this spec."""
     if not model.is_moe:
         return model
     import dataclasses
 
     return dataclasses.replace(model, num_experts=0, moe_top_k=0, moe_ffn_hidden_size=None,
                                moe_shared_expert_intermediate_size=None, moe_shared_expert_gate=False,
-                               first_k_dense_replace=0, moe_layer_interval=1, mtp_num_layers=0, mtp_repeated_layer=False, moe_latent_size=0, hybrid_pattern="", **ROUTER_DEFAULTS)
+                               first_k_dense_replace=0, moe_layer_interval=1, mtp_num_layers=0,
+                               mtp_repeated_layer=False, moe_latent_size=0, hybrid_pattern="", **ROUTER_DEFAULTS)
 
 
 def transformer_view(model: ModelSpec) -> ModelSpec:

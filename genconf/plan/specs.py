@@ -409,8 +409,8 @@ class ModelSpec(HashOnce):
                              f"layers with hybrid_pattern)")
         if self.first_k_dense_replace:
             raise ValueError(f"ModelSpec {self.name}: moe_layer_interval {n} with first_k_dense_replace "
-                             f"{self.first_k_dense_replace}: genconf places MoE layers by one of the two; set the other "
-                             f"to its default (1 and 0)")
+                             f"{self.first_k_dense_replace}: genconf places MoE layers by one of the two; set "
+                             f"the other to its default (1 and 0)")
         if self.num_layers % n:
             raise ValueError(f"ModelSpec {self.name}: num_layers ({self.num_layers}) is not a multiple of "
                              f"moe_layer_interval ({n}); genconf ends the model on an MoE layer "
