@@ -16,9 +16,8 @@ the row, three ways:
 All three are typed with the recipe's opt-in choices, which genconf never searches and a user reproducing the recipe
 types: its token dispatcher, Adam's moment dtype and CUDA graphs (per-layer graphs roughly triple genconf's prediction
 for Qwen3-30B-A3B at micro-batch 1, whose MoE layers are host-bound without them).
-Rows of models genconf does not plan (vision-language and diffusion models) or whose recipe rows are not typed yet
-(Llama 4) are listed with the reason, not evaluated. Each recipe fact below is cited at NVIDIA/NeMo@8cfedd72 (the
-CSV's commit).
+Rows of models genconf does not plan (vision-language and diffusion models, Llama 4's VLM among them) are listed with
+the reason, not evaluated. Each recipe fact below is cited at NVIDIA/NeMo@8cfedd72 (the CSV's commit).
 """
 
 from __future__ import annotations
@@ -48,8 +47,13 @@ FILE = "nemo_recommended_configs_configonly.csv"
 NEMO = "NVIDIA/NeMo@8cfedd72"
 NOT_LLM = ("vlm_", "neva_", "flux_", "qwen25vl_")
 """Rows of vision-language (Llama 4 VLM, NeVA, Qwen2.5-VL) and diffusion (FLUX) models: genconf plans language models."""
-MODELS = {"deepseek_v3": "deepseek-v3"}
-"""NeMo's model names beside published.CATALOG_KEYS (which spells DeepSeek-V3 as the Megatron-Bridge tables do)."""
+MODELS = {"deepseek_v3": "deepseek-v3", "llama4_e16": "llama4-scout", "llama4_e128": "llama4-maverick"}
+"""NeMo's model names beside published.CATALOG_KEYS (which spells DeepSeek-V3 as the Megatron-Bridge tables do).
+Llama 4: recipes/llama4_e16.py:58 / llama4_e128.py:58 build gpt/model/llama.py:417 Llama4Experts16Config (Scout) and
+:429 Llama4Experts128Config (Maverick), the catalog's two text decoders: 48 layers, vocab_size 25256 * 8 (:388; NeMo
+keeps a preset vocabulary whatever the tokenizer, gpt/model/base.py:372-373, so the scripts' 200,000-token
+NullTokenizer does not change it), 16 / 128 experts (:422, :434), Maverick's MoE every second layer (:436), sequence
+8192 (:383) for pre-training and 4096 for the SFT (finetune_recipe's packed default, llama4_e128.py:309-310, :344)."""
 
 DEEPSEEK_LAYOUTS = {
     # scripts/performance/llm/pretrain_deepseek_v3.py:97-105 map_pp_vp_to_layout, as genconf layout strings. The
@@ -69,11 +73,6 @@ def _model(row: dict) -> tuple[ModelSpec | None, str]:
     key = _model_key(row["model"])
     if key.startswith(NOT_LLM):
         return None, "not a language model (vision-language or diffusion): genconf plans LLMs"
-    if key.startswith("llama4"):
-        # gpt/model/llama.py:417 Llama4Experts16Config, :429 Llama4Experts128Config (MoE layers interleaved with
-        # dense ones, :436), chunked attention (:413)
-        return None, ("Llama 4 (Scout e16 / Maverick e128): in genconf's catalog (llama4-scout, llama4-maverick), its "
-                      "recipe rows not typed yet")
     name = MODELS.get(key) or CATALOG_KEYS.get(key)
     if name is None:
         return None, ""  # a dense model named by its architecture columns (benchmarks/layouts.py)
@@ -105,6 +104,9 @@ def _pp_layout(key: str, task: str, model: ModelSpec, pp: int, vp: int) -> str:
         assert rest == 0, (pp, vp)
         edge = "t" * (per - 1)
         return f"E{edge}|" + f"{'t' * per}|" * (stages - 2) + f"{edge}L"
+    # Llama 4 too: its recipes set no account_for_embedding / account_for_loss (recipes/llama4_e16.py:107-130,
+    # llama4_e128.py:107-130), so megatron's even split: B200 Scout pp 2 x vp 24, 1 layer a chunk; Maverick
+    # pp 2 x vp 12, 2 a chunk (one dense, one MoE).
     return DEFAULT_LAYOUT
 
 
@@ -132,6 +134,24 @@ def _recipe(key: str, task: str, row: dict, gpu: str, precision: str, tp: int) -
         # mixtral_8x22b_64k.py:225, pretrain_qwen3_*.py:84/85). genconf prices dropless MoE with balanced routing:
         # every expert its balanced share, the padded capacity's work.
         unmodelled.append("token drop (capacity 1.0, padded): priced as balanced dropless routing")
+    elif key.startswith("llama4") and task == "pretrain":
+        # alltoall (gpt/model/llama.py:404) with MegatronTokenDropCallback in the pre-training performance recipes
+        # (recipes/llama4_e16.py:240-249, llama4_e128.py:240-249: pretrain_llama4_e*.py:54 performance_mode). The SFT
+        # recipe's performance mode adds no token drop (llama4_e128.py:397-410): dropless alltoall, as genconf prices.
+        unmodelled.append("token drop (capacity 1.0, padded): priced as balanced dropless routing")
+    if key.startswith("llama4"):
+        # gpt/model/llama.py:407 moe_shared_expert_overlap True: megatron runs the shared expert while the routed
+        # tokens are dispatched; genconf has no such overlap and prices the shared expert's GEMMs in the layer's time.
+        unmodelled.append("shared-expert overlap with the token dispatch (moe_shared_expert_overlap): the shared "
+                          "expert priced serially")
+        if task == "sft":
+            # finetune_llama4_e128.py:32-41 imports set_primary_perf_configs, get_user_configs and slurm_executor from
+            # ..utils, which defines none of them at 8cfedd72: the script fails on import as committed. Typed as its
+            # override_recipe_configs (:56-130) reads with helpers.py's set_primary_perf_configs.
+            # recipes/llama4_e128.py:346-348: SQuAD packed into 4096-token sequences; the mean document length is the
+            # dataset's, not the recipe's, so genconf prices each pack as one causal sequence (Pins.packed_doc_tokens
+            # unset), which overestimates attention.
+            unmodelled.append("packed SQuAD sequences (packed to 4096): priced as one 4096-token causal sequence")
     layers = re.search(r"recompute_layers=(\d+)", row["recompute"])
     layers = int(layers.group(1)) if layers else 0
     modules = re.search(r"recompute_modules=([\w/]+)", row["recompute"])
@@ -139,8 +159,11 @@ def _recipe(key: str, task: str, row: dict, gpu: str, precision: str, tp: int) -
                         offload_activation_layers=int(float(notes.get("activation_offload_layers") or 0)),
                         precision_aware_optimizer=pao,
                         # MegatronCommOverlapCallback's TP overlap: off unless asked for (megatron_comm_overlap.py:135);
-                        # the Qwen3 scripts ask (pretrain_qwen3_*.py:85/86), DeepSeek's sets False (deepseek_v3.py:146)
-                        tp_comm_overlap=key.startswith("qwen3") if tp > 1 else None)
+                        # the Qwen3 scripts ask (pretrain_qwen3_*.py:85/86), and Llama 4's pre-training recipes
+                        # (recipes/llama4_e16.py:236-239, llama4_e128.py:236-239); DeepSeek's sets False
+                        # (deepseek_v3.py:146), and so does Llama 4's SFT (llama4_e128.py:397-402)
+                        tp_comm_overlap=(key.startswith("qwen3") or (key.startswith("llama4") and task == "pretrain"))
+                        if tp > 1 else None)
     if layers:
         fields.update(recompute="full", recompute_layers=layers)  # helpers.py:259-262: block, N layers
     elif key == "deepseek_v3" and task == "sft":
@@ -155,7 +178,8 @@ def _recipe(key: str, task: str, row: dict, gpu: str, precision: str, tp: int) -
         fields.update(recompute="selective", recompute_modules=kept)
     else:
         # the perf scripts reset the recipes' recompute (pretrain_deepseek_v3.py:66-70, pretrain_qwen3_*.py:95/96);
-        # the Mixtral recipes set none
+        # the Mixtral and Llama 4 recipes set none, and Llama 4's scripts pass none (pretrain_llama4_e*.py:55-78) or
+        # the CSV's, none listed for its rows (finetune_llama4_e128.py:99-100)
         fields.update(recompute="none")
     if str(notes.get("cuda_graphs", "0")).startswith("1"):
         # helpers.py:287 enable_cuda_graph: megatron-core's per-layer graphs (as benchmarks/layouts.py types them)
@@ -325,14 +349,18 @@ def main() -> int:
              "- typed from each row's NeMo 2.0 performance script (cited in benchmarks/moe_layouts.py). In all three "
              "searches: CUDA graphs where the row lists them (megatron-core's per-layer graphs, as "
              "benchmarks/layouts.py types them), DeepSeek-V3's BF16 Adam moments and DeepEP on H100, no MTP layer for "
-             "the DeepSeek-V3 SFT, BF16 gradient reduction, FP8 as per-tensor current scaling with no BF16 end layers "
+             "the DeepSeek-V3 SFT, Llama 4 e16 / e128 as the catalog's llama4-scout / llama4-maverick (its SFT at "
+             "4,096 tokens), BF16 gradient reduction, FP8 as per-tensor current scaling with no BF16 end layers "
              "(as benchmarks/layouts.py; the script's own default is delayed scaling). Pinned and as configured: "
              "the recipe's pipeline split (DeepSeek-V3's layout map with its MTP layer beside the loss; the SFT "
              "script's loss counted as a layer; Qwen3-235B's embedding and loss counted as layers). As configured: "
-             "the SFT's full recompute and H100 DeepSeek-V3's recompute modules. Not modelled: the token-drop "
-             "callback (capacity 1.0, padded) of the Mixtral, Qwen3 and Blackwell DeepSeek-V3 scripts (priced as "
-             "balanced dropless routing), and megatron's 'moe' recompute module (H100 DeepSeek-V3; its activations "
-             "are kept)",
+             "the DeepSeek-V3 SFT's full recompute and H100 DeepSeek-V3's recompute modules; TP overlap on for the "
+             "Qwen3 and Llama 4 pre-training scripts, off for Llama 4's SFT. Not modelled: the token-drop "
+             "callback (capacity 1.0, padded) of the Mixtral, Qwen3, Llama 4 pre-training and Blackwell DeepSeek-V3 "
+             "scripts (priced as balanced dropless routing), megatron's 'moe' recompute module (H100 DeepSeek-V3; "
+             "its activations are kept), Llama 4's shared-expert overlap with the token dispatch (priced serially) "
+             "and its SFT's packed SQuAD sequences (each 4,096-token pack priced as one causal sequence); "
+             "finetune_llama4_e128.py fails on import at that commit and is typed as its recipe overrides read",
              f"- NVIDIA's degrees predicted more than 5% slower with the pipeline split the unpinned search gives "
              f"them than with the recipe's: {len(split_rows)} rows"
              + "".join(f"; {r['label']} {r['unpinned_nvidia_degrees_tokens_per_s_per_gpu']} "

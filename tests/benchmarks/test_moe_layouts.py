@@ -35,11 +35,13 @@ def test_every_moe_row_is_evaluated_or_skipped_with_its_reason(typed):
         moe = {f"{r['model']} #{i}" for i, r in enumerate(csv.DictReader(f))
                if _model_key(r["model"]).startswith(MOE_FAMILIES)}
     evaluated = {c["label"] for c in todo}
-    assert evaluated <= moe and len(evaluated) == len(todo) == 25  # Mixtral 6 + 4, DeepSeek-V3 8 + 1 SFT, Qwen3 3 + 3
+    # Mixtral 6 + 4, DeepSeek-V3 8 + 1 SFT, Qwen3 3 + 3, Llama 4 7 + 2 SFT
+    assert evaluated <= moe and len(evaluated) == len(todo) == 34
+    assert sum(c["key"].startswith("llama4_") for c in todo) == 9
     why = {s["label"]: s["reason"] for s in skipped}
-    assert moe - evaluated <= set(why)  # the rest (Llama 4, its VLM) listed with the reason
-    assert all(why[x].startswith("Llama 4") or x.startswith("vlm_") for x in moe - evaluated)
-    assert all(why.values())
+    assert moe - evaluated <= set(why)  # the rest (Llama 4's VLM) listed with the reason
+    assert all(x.startswith("vlm_llama4_") and why[x].startswith("not a language model") for x in moe - evaluated)
+    assert len(moe - evaluated) == 6 and all(why.values())
 
 
 @pytest.mark.parametrize("kind", ["pinned", "as_configured"])
@@ -92,3 +94,56 @@ def test_the_sft_and_qwen3_splits_count_the_loss_and_embedding_as_the_recipes_do
     # recipes/qwen3_235b_a22b.py:151-152: embedding and loss each a layer; 94 + 2 slots over pp x vp stages
     assert list(parse_layout(by["qwen3_235b_a22b (pre_train) #46"]["pp_layout"])) == [2] + [3] * 30 + [2]
     assert list(parse_layout(by["qwen3_235b_a22b (pre_train) #89"]["pp_layout"])) == [0] + [1] * 94 + [0]
+
+
+# The nine Llama 4 rows of the CSV as NVIDIA/NeMo@8cfedd72 types them: (GPU, GPUs, tp, pp, vp, cp, ep, etp, gbs,
+# precision, CUDA graphs). Pre-training: 8,192 tokens, token drop, TP overlap asked for; SFT: 4,096-token packs, no
+# token drop, TP overlap off (recipes/llama4_e128.py:397-402).
+LLAMA4 = {
+    "llama4_e16 (pre_train) #33": ("h100-sxm", 256, 4, 1, 1, 1, 16, 4, 1024, "bf16", True),
+    "llama4_e128 (pre_train) #34": ("h100-sxm", 512, 4, 1, 1, 1, 128, 4, 1024, "bf16", True),
+    "llama4_e128 (sft) #41": ("h100-sxm", 256, 8, 1, 1, 1, 32, 8, 32, "bf16", False),
+    "llama4_e128 (sft) #83": ("b200", 256, 8, 1, 1, 1, 32, 8, 32, "bf16", False),
+    "llama4_e16 (pre_train) #84": ("b200", 64, 1, 2, 24, 1, 8, 1, 1024, "bf16", False),
+    "llama4_e128 (pre_train) #85": ("b200", 128, 1, 2, 12, 1, 64, 1, 1024, "bf16", False),
+    "llama4_e16 (pre_train) #119": ("gb200", 64, 1, 1, 1, 1, 16, 1, 1024, "bf16", True),
+    "llama4_e16 (pre_train) #120": ("gb200", 64, 1, 1, 1, 1, 16, 1, 1024, "fp8", True),
+    "llama4_e128 (pre_train) #121": ("gb200", 128, 1, 2, 12, 1, 64, 1, 1024, "bf16", False),
+}
+
+
+def test_llama4_rows_are_typed_as_nemos_scripts_set_them(typed):
+    todo, _ = typed
+    by = {c["label"]: c for c in todo if c["key"].startswith("llama4_")}
+    assert set(by) == set(LLAMA4)
+    for label, (gpu, gpus, tp, pp, vp, cp, ep, etp, gbs, precision, graphs) in LLAMA4.items():
+        c, sft = by[label], "(sft)" in label
+        assert (c["gpu"], c["gpus"], c["tp"], c["pp"], c["vp"], c["cp"], c["ep"], c["etp"], c["mbs"], c["gbs"],
+                c["precision"]) == (gpu, gpus, tp, pp, vp, cp, ep, etp, 1, gbs, precision), label
+        # gpt/model/llama.py:417-437: Scout 16 experts in every layer, Maverick 128 in every second; vocab 25256 * 8
+        model = c["model"]
+        scout = c["key"] == "llama4_e16"
+        assert model.name == ("llama4-scout" if scout else "llama4-maverick")
+        assert (model.num_experts, model.moe_layer_interval) == ((16, 1) if scout else (128, 2))
+        assert (model.num_layers, model.vocab_size, model.seq_length) == (48, 202048, 4096 if sft else 8192)
+        # megatron's even split (no account_for_embedding / loss in the recipes); alltoall, dropless priced
+        assert c["pp_layout"] == moe_layouts.DEFAULT_LAYOUT and "moe_dispatcher" not in c["opt_in"]
+        assert c["opt_in"] == ({"cuda_graph_impl": "local", "cuda_graph_scope": ()} if graphs else {})
+        assert c["configured"] == {"zero_stage": 1, "offload_activation_layers": 0, "recompute": "none",
+                                   "precision_aware_optimizer": precision == "bf16",  # helpers.py:217-218
+                                   "tp_comm_overlap": (not sft) if tp > 1 else None}
+        assert any(u.startswith("token drop") for u in c["unmodelled"]) is not sft
+        assert any(u.startswith("shared-expert overlap") for u in c["unmodelled"])
+        assert any(u.startswith("packed SQuAD") for u in c["unmodelled"]) is sft
+
+
+def test_llama4_rows_are_feasible_pinned_and_as_configured_in_the_committed_results():
+    results = json.loads((REPO / "benchmarks" / "results" / "moe_layouts.json").read_text())
+    rows = {r["label"]: r for r in results["rows"] if r["label"].startswith("llama4_")}
+    assert set(rows) == set(LLAMA4)
+    for label, r in rows.items():
+        _, _, tp, pp, vp, cp, ep, etp, *_ = LLAMA4[label]
+        assert r["nvidia"] == f"tp{tp} pp{pp} vp{vp} cp{cp} ep{ep} etp{etp} mbs1"
+        assert r["pinned_feasible"] and r["as_configured_feasible"], label
+        assert r["rank"] is not None and r["nvidia_tokens_per_s_per_gpu"] > 0  # ranked unpinned
+    assert results["summary"]["moe_rows"] == 34 and results["summary"]["skipped"] == 14
