@@ -771,6 +771,133 @@ def _gpt_neox(f: _Fields, notes: list[str]) -> dict:
                 hidden_dropout=f.fraction("hidden_dropout", 0.0), attention_dropout=f.fraction("attention_dropout", 0.0))
 
 
+def _layer_list(layers: list[int]) -> str:
+    """Layer indices as a short phrase: `3, 7, ..., 47` for an arithmetic run of more than three, else all of them."""
+    steps = {b - a for a, b in zip(layers, layers[1:])}
+    if len(layers) > 3 and len(steps) == 1:
+        return f"{layers[0]}, {layers[1]}, ..., {layers[-1]}"
+    return ", ".join(map(str, layers))
+
+
+_LLAMA4_LAYER_TYPES = {"chunked_attention": True, "full_attention": False}
+"""transformers 5's Llama4TextConfig layer_types: whether the layer attends within chunks of attention_chunk_size."""
+
+
+@_family("llama4", "Llama4ForCausalLM", "Llama4ForConditionalGeneration")
+def _llama4(f: _Fields, notes: list[str]) -> dict:
+    """Llama 4's text decoder (modeling_llama4; Llama4ForConditionalGeneration's text_config): GQA without biases,
+    MoE layers of num_local_experts SwiGLU experts of intermediate_size, one shared expert as wide and a bias-free
+    router (e x h) scoring the top k with a sigmoid, one MoE layer in every interleave_moe_layer_step (layer i when
+    i % step == step - 1, Llama4TextConfig's moe_layers), the others a dense SwiGLU MLP of intermediate_size_mlp.
+    Defaults where a key is absent are Llama4TextConfig's."""
+    values = _llama_like(f, notes, tie_default=False, mlp_bias_key=None)
+    layers = values["num_layers"]
+    values["kv_channels"] = f.integer("head_dim", 128)
+    expert = f.integer("intermediate_size", 8192)
+    step = f.integer("interleave_moe_layer_step", 1)
+    if layers % step:
+        raise f.refuse("interleave_moe_layer_step", step, f"num_hidden_layers ({layers}) is not a multiple of it; "
+                       f"genconf ends the model on an MoE layer, as NeMo's Llama 4 importer asserts")
+    pattern = list(range(step - 1, layers, step))  # Llama4TextConfig.moe_layers where the key is absent
+    moe_layers = f.get("moe_layers")
+    if moe_layers is not None and moe_layers != pattern:
+        raise f.refuse("moe_layers", moe_layers, f"genconf places one MoE layer in every interleave_moe_layer_step "
+                       f"({step}): layers {_layer_list(pattern)}")
+    top_k = f.integer("num_experts_per_tok", 1)
+    # Llama4Router: sigmoid of the top k logits, no balancing loss in the catalog's llama4 entries (NeMo's Llama4Config:
+    # sigmoid score function, no pre-softmax, moe_aux_loss_coeff megatron-core's default 0).
+    values.update(ffn_hidden_size=f.integer("intermediate_size_mlp", 16384), num_experts=f.integer("num_local_experts", 16),
+                  moe_top_k=top_k, moe_ffn_hidden_size=expert, moe_shared_expert_intermediate_size=expert,
+                  moe_layer_interval=step, moe_router_score_function="sigmoid", moe_router_pre_softmax=False,
+                  moe_aux_loss_coeff=0.0)
+    coeff = f.get("router_aux_loss_coef")
+    if coeff:
+        f.info.append(f"router_aux_loss_coef {coeff:g} is not written: the plan trains without a balancing loss "
+                      f"(--moe-aux-loss-coeff 0), as NeMo's Llama4Config and models/llama4-*.yaml do")
+    if top_k > 1:  # moe_utils.topk_routing_with_score_function: sigmoid scores of k > 1 are divided by their sum
+        notes.append(f"its top-{top_k} sigmoid scores weight the experts as they are; megatron-core renormalises them "
+                     f"to sum to 1 (same parameters and FLOPs)")
+
+    # no_rope_layers: 1 where the layer rotates (transformers' name notwithstanding), 0 where it is NoPE; empty or
+    # absent: every no_rope_layer_interval-th layer is NoPE (Llama4TextConfig).
+    interval = f.integer("no_rope_layer_interval", 4)
+    rotates = f.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(rotates, list) or len(rotates) != layers or any(r not in (0, 1) for r in rotates):
+        raise f.refuse("no_rope_layers", rotates, f"one 0 (NoPE) or 1 (RoPE) per layer ({layers}) is expected")
+    nope = [i for i, r in enumerate(rotates) if not r]
+    rope_count = layers - len(nope)
+    tuning = f.get("attn_temperature_tuning", True)
+    f.get("attn_scale"), f.get("floor_scale"), f.get("for_llm_compressor")  # the temperature's shape; a quantizer flag
+    if nope:
+        scaled = (" and scale their queries up with the position (attn_temperature_tuning): the artifacts do neither"
+                  if tuning else ": the artifacts rotate every layer")
+        notes.append(f"its {len(nope)} NoPE layers ({_layer_list(nope)}) skip RoPE{scaled} (no parameter or FLOP "
+                     f"difference; megatron-core no_rope_freq)")
+    chunk = f.get("attention_chunk_size", 8192)
+    types = f.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or any(t not in _LLAMA4_LAYER_TYPES for t in types):
+            raise f.refuse("layer_types", types, f"one of {', '.join(_LLAMA4_LAYER_TYPES)} per layer ({layers}) "
+                           f"is expected")
+        chunked = sum(_LLAMA4_LAYER_TYPES[t] for t in types)
+    else:
+        chunked = rope_count  # Llama4TextConfig: the RoPE layers attend in chunks
+    if chunk is not None and chunked:
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise f.refuse("attention_chunk_size", chunk, "a positive number of tokens (or null: none) is expected")
+        notes.append(f"its chunked attention ({chunk:,}-token chunks on {chunked} of {layers} layers) is priced as "
+                     f"full causal attention: the same up to {chunk:,} tokens, an overestimate of the attention FLOPs "
+                     f"beyond; the artifacts train full causal attention")
+    if f.flag("use_qk_norm", True) and rope_count:
+        notes.append(f"its L2 norm of queries and keys on the {rope_count} RoPE layers (use_qk_norm, no weights) is "
+                     f"neither priced nor written to the artifacts")
+    notes.append("its router weights scale each expert's input instead of its output (megatron-core "
+                 "moe_apply_probs_on_input): not written to the artifacts (same parameters and FLOPs)")
+    notes.append("its interleaved RoPE (adjacent pairs of each head rotated together; megatron-core rotary_interleaved) "
+                 "is not written: the artifacts rotate the two halves of each head (same parameters and FLOPs)")
+    return values
+
+
+_VISION_LANGUAGE = {"Llama4ForConditionalGeneration"}
+"""Architectures whose config.json nests the text decoder in `text_config` beside a `vision_config`: the import plans
+the text decoder."""
+
+_VISION_LANGUAGE_KEYS = frozenset({"text_config", "vision_config", "boi_token_index", "eoi_token_index",
+                                   "image_token_index", "tie_word_embeddings"})
+
+
+def _text_decoder(f: _Fields, arch: str, notes: list[str]) -> _Fields:
+    """The text_config of a vision-language config.json as the fields to map, its top level checked: the keys
+    _VISION_LANGUAGE_KEYS and _GENERIC_KEYS only, a top-level tie_word_embeddings (Llama4Config's) the text's own."""
+    text = f.get("text_config")
+    if not isinstance(text, dict):
+        raise f.refuse("text_config", text, f"{arch} keeps its text decoder's fields in an object text_config")
+    for key in _VISION_LANGUAGE_KEYS:
+        f.get(key)
+    _check_known(f, arch, notes)
+    inner = _Fields(dict(text), f"{f.where}: text_config")
+    tied = f.data.get("tie_word_embeddings")
+    if tied is not None:
+        if "tie_word_embeddings" in text and text["tie_word_embeddings"] != tied:
+            raise f.refuse("tie_word_embeddings", tied, f"text_config says {json.dumps(text['tie_word_embeddings'])}")
+        inner.data["tie_word_embeddings"] = tied
+    notes.append("the import plans the text decoder only: the vision encoder and its projector (vision_config) are "
+                 "neither counted nor trained")
+    return inner
+
+
+def _check_known(f: _Fields, arch: str, notes: list[str]) -> None:
+    """Refuse the first field no mapper read and genconf does not read past (it might change the model)."""
+    unknown = sorted(k for k in f.data if k not in f.read and k not in _GENERIC_KEYS and not k.startswith("_"))
+    if "quantization_config" in unknown:
+        unknown.remove("quantization_config")
+        notes.append("quantization_config is ignored: genconf plans training of the full-precision model")
+    if unknown:
+        raise GenconfError(f"{f.where}: field '{unknown[0]}' is not one genconf knows for {arch} and may change the "
+                           f"model; remove it from a copy if it does not, or write the model as YAML"
+                           + (f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+
+
 # --- reading --------------------------------------------------------------------------------------
 
 def config_path(path: Path) -> Path:
@@ -820,24 +947,19 @@ def model_from_config(data: dict, *, name: str, where: str) -> tuple[ModelSpec, 
     family, mapper = FAMILIES[arch]
     f = _Fields(data, where)
     notes: list[str] = []
+    if arch in _VISION_LANGUAGE:
+        f = _text_decoder(f, arch, notes)
     values = mapper(f, notes)
     for key, default in _DEFAULT_ONLY.items():
-        if key in data and f.get(key) != default:
-            raise f.refuse(key, data[key], f"genconf imports models with {key} {json.dumps(default)}")
+        if key in f.data and f.get(key) != default:
+            raise f.refuse(key, f.data[key], f"genconf imports models with {key} {json.dumps(default)}")
     if values.get("position_embedding") == "rope":
         values.update(_rope(f, notes))
         share = (_rope_dicts(f)[0] or {}).get("partial_rotary_factor", values.get("rotary_percent", 1.0))
         if share != values.get("rotary_percent", 1.0):
             raise f.refuse("rope_parameters", {"partial_rotary_factor": share},
                            f"genconf imports partial rotary embeddings for GPT-NeoX only, not {arch}")
-    unknown = sorted(k for k in data if k not in f.read and k not in _GENERIC_KEYS and not k.startswith("_"))
-    if "quantization_config" in unknown:
-        unknown.remove("quantization_config")
-        notes.append("quantization_config is ignored: genconf plans training of the full-precision model")
-    if unknown:
-        raise GenconfError(f"{where}: field '{unknown[0]}' is not one genconf knows for {arch} and may change the "
-                           f"model; remove it from a copy if it does not, or write the model as YAML"
-                           + (f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+    _check_known(f, arch, notes)
     source = f"Hugging Face config.json ({arch}, {family} family) read by genconf.hf"
     bad = limits.check_all(values, where=where)  # as a models/*.yaml file's (catalog.files.build)
     if bad:
