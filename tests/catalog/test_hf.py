@@ -3,6 +3,7 @@ the catalog YAML it writes, and refusals as one line with exit 2."""
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -90,13 +91,30 @@ MAIN_MODEL_COUNTS = {
 }
 """Configs whose published count is the main model's, without its multi-token-prediction layers."""
 
+TEXT_DECODER_COUNTS = {
+    # Llama 4 Maverick and Scout (Llama4ForConditionalGeneration): the import plans the text decoder of a checkpoint
+    # that holds a vision encoder too. Meta publishes no exact count, only "400B" / "109B" total and "17B" active (the
+    # model cards; test_llama4_text_decoders_are_the_cards_totals_less_the_vision_tower); these are the counts of
+    # models/llama4-maverick.yaml and llama4-scout.yaml, which megatron-core's meta-device build of the import has
+    # (test_megatron_core_builds_llama4_s_text_decoders). Maverick: 24 x (dense layer 314,583,040 + MoE layer
+    # 16,295,536,640) + 2 x 202,048 x 5120 + 5120; Scout: 48 MoE layers of 2,202,101,760 + the same ends.
+    "llama-4-maverick-17b-128e-instruct": 400_711_848_960,
+    "llama-4-scout-17b-16e-instruct": 107_769_861_120,
+}
+"""Vision-language configs whose count is their text decoder's (the import notes the vision tower it leaves out)."""
+
+PLANNED_COUNTS = PUBLIC_COUNTS | TEXT_DECODER_COUNTS
+
+PLAN_GPUS = {"llama-4-maverick-17b-128e-instruct": 128}
+"""GPUs test_plan_from_a_config_json plans on where 64 H100s are too few (Maverick's 400B: 102.8 GiB a GPU at best)."""
+
 
 def load(name):
     return hf.model_from_hf(HF / name / "config.json")
 
 
 def test_every_stored_config_has_a_published_count():
-    assert sorted(p.name for p in HF.iterdir() if p.is_dir()) == sorted(PUBLIC_COUNTS | MAIN_MODEL_COUNTS)
+    assert sorted(p.name for p in HF.iterdir() if p.is_dir()) == sorted(PLANNED_COUNTS | MAIN_MODEL_COUNTS)
 
 
 @pytest.mark.parametrize("name,count", sorted(PUBLIC_COUNTS.items()))
@@ -214,12 +232,12 @@ def test_mistral_windows_every_layer_unless_the_config_says_none():
     assert hf.model_from_config(config, name="m", where="c")[0].sliding_window == 4096
 
 
-@pytest.mark.parametrize("name", sorted(PUBLIC_COUNTS))
+@pytest.mark.parametrize("name", sorted(PLANNED_COUNTS))
 def test_plan_from_a_config_json(name, capsys):
-    """`genconf --model path/to/config.json --gpus 64` plans every family; a directory works the same."""
-    assert main(["--model", str(HF / name / "config.json"), "--gpus", "64", "--json"]) == 0
+    """`genconf --model path/to/config.json --gpus 64` plans every family (PLAN_GPUS where 64 are too few)."""
+    assert main(["--model", str(HF / name / "config.json"), "--gpus", str(PLAN_GPUS.get(name, 64)), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["model"]["name"] == name and d["model"]["params"] == PUBLIC_COUNTS[name] - UNCOUNTED.get(name, 0)
+    assert d["model"]["name"] == name and d["model"]["params"] == PLANNED_COUNTS[name] - UNCOUNTED.get(name, 0)
     assert d["memory"]["total_gib"] <= d["memory"]["usable_gib"]
     assert d["model"]["source"].startswith("Hugging Face config.json")
     # Every approximation the import notes is a warning of the plan, one line each: none is silent. How a field was
@@ -260,7 +278,8 @@ CATALOG_TWINS = {"llama3-8b": "llama3-8b", "llama3.1-8b": "llama3.1-8b", "llama3
                  "qwen2.5-7b": "qwen2-7b", "qwen3-8b": "qwen3-8b", "qwen3-30b-a3b": "qwen3-30b-a3b",
                  "mixtral-8x7b": "mixtral-8x7b-v0.1", "olmo-1b": "olmo-1b-hf", "olmo2-7b": "olmo-2-1124-7b",
                  "mistral-7b-v0.1": "mistral-7b-v0.1", "deepseek-v3": "deepseek-v3", "gpt-oss-120b": "gpt-oss-120b",
-                 "gpt-oss-20b": "gpt-oss-20b"}
+                 "gpt-oss-20b": "gpt-oss-20b", "llama4-maverick": "llama-4-maverick-17b-128e-instruct",
+                 "llama4-scout": "llama-4-scout-17b-16e-instruct"}
 
 
 @pytest.mark.parametrize("catalog,copy", sorted(CATALOG_TWINS.items()))
@@ -272,6 +291,14 @@ def test_hand_written_catalog_entries_are_the_imported_checkpoints(catalog, copy
         # Llama 3.1 70B is Llama 3 70B's tensors with Llama 3.1's rope scaling (rope_type llama3, factor 8)
         assert imported.rope_scaling_factor == 8.0
         imported = dataclasses.replace(imported, rope_scaling_factor=None)
+    if catalog == "llama4-scout":
+        # NeMo's Llama4Experts16Config (the catalog's source) sets Llama 3 rope scaling at factor 8, the base release's
+        # (low_freq_factor 1, high_freq_factor 4: megatron-core's only shape). The Instruct config.json stored here
+        # scales by 16 with high_freq_factor 1, a shape --use-rope-scaling cannot apply: the import notes it and
+        # rotates at rope_theta alone. The tensors are the same.
+        assert imported.rope_scaling_factor is None and resolve_model(catalog)[0].rope_scaling_factor == 8.0
+        assert any("llama3 rope scaling (factor 16) is not written" in n for n in load(copy).notes)
+        imported = dataclasses.replace(imported, rope_scaling_factor=8.0)
     assert architecture(resolve_model(catalog)[0]) == architecture(imported)
 
 
@@ -878,3 +905,142 @@ def test_megatron_core_builds_deepseek_v2_with_the_published_counts():
     for name in names:
         assert result[name]["built"] == result[name]["planned"] == PUBLIC_COUNTS[name], (name, result[name])
     assert (result["deepseek-v2-lite"]["q_lora_rank"], result["deepseek-v2"]["q_lora_rank"]) == (None, 1536)
+
+
+MAVERICK, SCOUT = "llama-4-maverick-17b-128e-instruct", "llama-4-scout-17b-16e-instruct"
+
+# modeling_llama4's vision tower at the released vision_config (NeMo's Llama4VisionConfig: 34 layers of width 1408 with
+# biases, MLP 5632, 336-pixel images in 14-pixel patches): class and 577 position embeddings, the patch projection, two
+# LayerNorms, the layers (q, k, v, o and fc1, fc2 with biases, two LayerNorms), the pixel-shuffle MLP (5632 -> 4096 ->
+# 4096) and the projector (4096 -> 5120, no bias).
+LLAMA4_VISION = (1408 + 577 * 1408 + 3 * 14 * 14 * 1408 + 4 * 1408
+                 + 34 * (4 * (1408 * 1408 + 1408) + 2 * 1408 * 5632 + 5632 + 1408 + 4 * 1408)
+                 + 5632 * 4096 + 4096 * 4096 + 4096 * 5120)
+
+
+def test_llama4_text_decoders_are_the_cards_totals_less_the_vision_tower():
+    """Meta's model cards: Maverick 400B total, Scout 109B, both 17B active; the import plus the vision tower it leaves
+    out (871,932,416) is within half a percent of the rounded totals (401.58B, 108.64B)."""
+    assert LLAMA4_VISION == 871_932_416
+    for name, card in ((MAVERICK, 400e9), (SCOUT, 109e9)):
+        spec = load(name).spec
+        assert exact_param_count(spec) == TEXT_DECODER_COUNTS[name]
+        assert abs(exact_param_count(spec) + LLAMA4_VISION - card) < 0.005 * card, name
+        assert 17.0e9 <= active_param_count(spec) < 17.5e9, name  # one routed expert, the shared one, all of attention
+
+
+def test_llama4_reads_its_interleaved_moe_layers_router_and_shared_expert():
+    """text_config's fields as ModelSpec's: the dense layers' MLP from intermediate_size_mlp, the experts' and the
+    shared expert's from intermediate_size, interleave_moe_layer_step as moe_layer_interval (Maverick 2: layers 1, 3,
+    ..., 47 MoE; Scout 1), Llama4Router's top-1 sigmoid; what the artifacts do not build is a plan warning each."""
+    maverick, scout = load(MAVERICK), load(SCOUT)
+    for model, experts, interval in ((maverick, 128, 2), (scout, 16, 1)):
+        spec = model.spec
+        assert (spec.num_layers, spec.hidden_size, spec.num_attention_heads, spec.num_query_groups,
+                spec.kv_channels) == (48, 5120, 40, 8, 128)
+        assert (spec.ffn_hidden_size, spec.moe_ffn_hidden_size, spec.moe_shared_expert_intermediate_size) == (
+            16384, 8192, 8192)
+        assert (spec.num_experts, spec.moe_top_k, spec.moe_layer_interval) == (experts, 1, interval)
+        assert (spec.moe_router_score_function, spec.moe_router_pre_softmax, spec.moe_aux_loss_coeff) == (
+            "sigmoid", False, 0.0)
+        assert (spec.vocab_size, spec.rope_theta, spec.tie_embeddings, spec.seq_length) == (202048, 5e5, False, 8192)
+        assert not spec.add_bias_linear and not spec.qk_layernorm and spec.activation == "swiglu"
+        assert model.architecture == "Llama4ForConditionalGeneration"
+        assert spec.unmodelled[0].startswith("the import plans the text decoder only")
+        assert any(n.startswith("its 12 NoPE layers (3, 7, ..., 47) skip RoPE") for n in spec.unmodelled)
+        assert any(n.startswith("its chunked attention (8,192-token chunks on 36 of 48 layers) is priced as full")
+                   for n in spec.unmodelled)
+    assert maverick.spec.dense_layers == 24 and scout.spec.dense_layers == 0
+    # Scout normalises queries and keys (use_qk_norm true, weightless L2), Maverick does not.
+    assert [any("use_qk_norm" in n for n in m.spec.unmodelled) for m in (maverick, scout)] == [False, True]
+    # How fields were read is a note of the import, not a plan warning.
+    assert "router_aux_loss_coef 0.001 is not written" in " ".join(n for n in scout.notes if n not in scout.spec.unmodelled)
+
+
+def _llama4(name: str, **text_changes) -> dict:
+    data = json.loads((HF / name / "config.json").read_text())
+    for key, value in text_changes.items():
+        if value is ...:
+            data["text_config"].pop(key)
+        else:
+            data["text_config"][key] = value
+    return data
+
+
+def test_llama4_text_only_config_is_the_same_decoder():
+    """Llama4ForCausalLM's config.json (Llama4TextConfig at the top level) imports as the text_config it is, without
+    the vision tower's note."""
+    nested = load(MAVERICK)
+    text = dict(json.loads((HF / MAVERICK / "config.json").read_text())["text_config"],
+                architectures=["Llama4ForCausalLM"])
+    spec, arch, notes = hf.model_from_config(text, name=nested.spec.name, where="c")
+    assert arch == "Llama4ForCausalLM"
+    assert spec == dataclasses.replace(nested.spec, source=spec.source, unmodelled=nested.spec.unmodelled[1:])
+    assert not any("vision" in n for n in notes)
+
+
+def test_llama4_reads_the_hub_file_s_other_keys():
+    """The stored copies keep the text_config fields their source reads; the Hub's files also carry the image
+    tokens, the vision_config, and text_config's token ids, temperature tuning, quantizer flag and (as transformers
+    writes them back) moe_layers, no_rope_layers and layer_types: read past or checked, the same model."""
+    data = _llama4(SCOUT, bos_token_id=200000, eos_token_id=[200001, 200007, 200008], pad_token_id=200018,
+                   attn_scale=0.1, attn_temperature_tuning=4, floor_scale=8192, for_llm_compressor=False,
+                   router_jitter_noise=0.0, initializer_range=0.02, moe_layers=list(range(48)),
+                   no_rope_layers=[int((i + 1) % 4 != 0) for i in range(48)],
+                   layer_types=["chunked_attention" if (i + 1) % 4 else "full_attention" for i in range(48)])
+    data.update(boi_token_index=200080, eoi_token_index=200081, image_token_index=200092, tie_word_embeddings=False,
+                vision_config={"hidden_size": 1408, "num_hidden_layers": 34, "intermediate_size": 5632})
+    assert hf.model_from_config(data, name=SCOUT, where="c")[0] == load(SCOUT).spec
+
+
+@pytest.mark.parametrize("name,changes,needle", [
+    (MAVERICK, {"num_hidden_layers": 47}, "interleave_moe_layer_step = 2 is not supported: num_hidden_layers (47) is "
+                                          "not a multiple of it"),
+    (MAVERICK, {"moe_layers": [1, 3, 5]}, "moe_layers = [1, 3, 5] is not supported: genconf places one MoE layer in "
+                                          "every interleave_moe_layer_step (2): layers 1, 3, ..., 47"),
+    (SCOUT, {"moe_layers": list(range(1, 48, 2))}, "layers 0, 1, ..., 47"),
+    (SCOUT, {"no_rope_layers": [1, 0]}, "no_rope_layers = [1, 0] is not supported: one 0 (NoPE) or 1 (RoPE) per layer"),
+    (SCOUT, {"attention_bias": True}, "attention_bias = true is not supported: this family's MLP has no bias"),
+    (SCOUT, {"layer_types": ["sliding_attention"] * 48}, "layer_types = [\"sliding_attention\""),
+    (SCOUT, {"shared_expert_gate": True}, "text_config: field 'shared_expert_gate' is not one genconf knows for "
+                                          "Llama4ForConditionalGeneration"),
+])
+def test_llama4_what_cannot_be_represented_is_one_line(tmp_path, name, changes, needle):
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(_llama4(name, **changes)))
+    out = subprocess.run(genconf_cmd() + ["--model", str(path), "--gpus", "64"], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr and str(path) in out.stderr, out.stderr
+
+
+def test_llama4_s_top_level_is_checked_too():
+    data = _llama4(MAVERICK)
+    for changes, needle in (({"text_config": None}, "keeps its text decoder's fields in an object text_config"),
+                            ({"audio_config": {}}, "field 'audio_config' is not one genconf knows"),
+                            ({"tie_word_embeddings": True}, 'tie_word_embeddings = true is not supported: text_config '
+                                                            'says false')):
+        if "tie_word_embeddings" in changes:
+            data["text_config"]["tie_word_embeddings"] = False
+        with pytest.raises(GenconfError, match=re.escape(needle)):
+            hf.model_from_config(data | changes, name="m", where="c")
+    # A top-level tie_word_embeddings (Llama4Config's) is the text decoder's where text_config has none.
+    data["text_config"].pop("tie_word_embeddings")
+    assert hf.model_from_config(data | {"tie_word_embeddings": True}, name="m", where="c")[0].tie_embeddings
+
+
+@needs_megatron
+def test_megatron_core_builds_llama4_s_text_decoders():
+    """megatron-core's GPTModel of the imports on the meta device (local spec, --moe-layer-freq from
+    moe_layer_interval, shared experts): the planned rank's parameters, which are the checkpoint's text decoder with
+    its vocabulary of 202,048 padded to 202,112 (a multiple of 128) in the embedding and the output layer."""
+    names = [MAVERICK, SCOUT]
+    out = subprocess.run([sys.executable, "-m", "genconf.train.meta_count", *[str(HF / n) for n in names], "--json"],
+                         capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for name in names:
+        padding = 2 * (202_112 - 202_048) * 5120
+        assert result[name]["checkpoint"] == TEXT_DECODER_COUNTS[name], (name, result[name])
+        assert result[name]["built"] == result[name]["planned"] == TEXT_DECODER_COUNTS[name] + padding, name
