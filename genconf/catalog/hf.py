@@ -806,8 +806,9 @@ def _llama4(f: _Fields, notes: list[str]) -> dict:
     top_k = f.integer("num_experts_per_tok", 1)
     # Llama4Router: sigmoid of the top k logits, no balancing loss in the catalog's llama4 entries (NeMo's Llama4Config:
     # sigmoid score function, no pre-softmax, moe_aux_loss_coeff megatron-core's default 0).
-    values.update(ffn_hidden_size=f.integer("intermediate_size_mlp", 16384), num_experts=f.integer("num_local_experts", 16),
-                  moe_top_k=top_k, moe_ffn_hidden_size=expert, moe_shared_expert_intermediate_size=expert,
+    values.update(ffn_hidden_size=f.integer("intermediate_size_mlp", 16384),
+                  num_experts=f.integer("num_local_experts", 16), moe_top_k=top_k, moe_ffn_hidden_size=expert,
+                  moe_shared_expert_intermediate_size=expert,
                   moe_layer_interval=step, moe_router_score_function="sigmoid", moe_router_pre_softmax=False,
                   moe_aux_loss_coeff=0.0)
     coeff = f.get("router_aux_loss_coef")
@@ -853,8 +854,9 @@ def _llama4(f: _Fields, notes: list[str]) -> dict:
                      f"neither priced nor written to the artifacts")
     notes.append("its router weights scale each expert's input instead of its output (megatron-core "
                  "moe_apply_probs_on_input): not written to the artifacts (same parameters and FLOPs)")
-    notes.append("its interleaved RoPE (adjacent pairs of each head rotated together; megatron-core rotary_interleaved) "
-                 "is not written: the artifacts rotate the two halves of each head (same parameters and FLOPs)")
+    notes.append("its interleaved RoPE (adjacent pairs of each head rotated together; megatron-core "
+                 "rotary_interleaved) is not written: the artifacts rotate the two halves of each head (same "
+                 "parameters and FLOPs)")
     return values
 
 

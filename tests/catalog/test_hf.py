@@ -257,13 +257,14 @@ def test_plan_from_a_directory_in_text():
     assert "qwen3-8b: 8,190,735,360 parameters" in out.stdout
 
 
-@pytest.mark.parametrize("name", ["qwen2-7b", "gemma-2-2b", "qwen3-30b-a3b", "gpt2"])
+@pytest.mark.parametrize("name", ["qwen2-7b", "gemma-2-2b", "qwen3-30b-a3b", "gpt2",
+                                  "llama-4-maverick-17b-128e-instruct"])
 def test_from_hf_writes_a_catalog_yaml(name, tmp_path, capsys):
     out = tmp_path / f"{name}.yaml"
     assert main(["models", "--from-hf", str(HF / name), "-o", str(out)]) == 0
     written = model_from_file(out)
     imported = load(name).spec
-    assert written.name == name and exact_param_count(written) == PUBLIC_COUNTS[name]
+    assert written.name == name and exact_param_count(written) == PLANNED_COUNTS[name]
     for field in MODEL_KEYS:
         if field not in ("name", "aliases"):
             assert getattr(written, field) == getattr(imported, field), field
@@ -954,7 +955,8 @@ def test_llama4_reads_its_interleaved_moe_layers_router_and_shared_expert():
     # Scout normalises queries and keys (use_qk_norm true, weightless L2), Maverick does not.
     assert [any("use_qk_norm" in n for n in m.spec.unmodelled) for m in (maverick, scout)] == [False, True]
     # How fields were read is a note of the import, not a plan warning.
-    assert "router_aux_loss_coef 0.001 is not written" in " ".join(n for n in scout.notes if n not in scout.spec.unmodelled)
+    said = [n for n in scout.notes if n not in scout.spec.unmodelled]
+    assert any(n.startswith("router_aux_loss_coef 0.001 is not written") for n in said)
 
 
 def _llama4(name: str, **text_changes) -> dict:
