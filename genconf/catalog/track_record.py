@@ -13,10 +13,13 @@ the model's own published runs sat from genconf's numbers; it moves no predictio
 
 from __future__ import annotations
 
+import itertools
 from functools import lru_cache
 from pathlib import Path
 
-from genconf.catalog.files import CATALOG_DIR, read_yaml
+import yaml
+
+from genconf.catalog.files import CATALOG_DIR, YAML_LOADER, read_yaml
 from genconf.catalog.models import catalog_names
 from genconf.plan.errors import GenconfError
 from genconf.plan.specs import FRAMEWORKS, ModelSpec
@@ -62,16 +65,39 @@ def read_track_record(path: Path = TRACK_RECORD_FILE) -> dict[str, dict[str, dic
     return out
 
 
-@lru_cache(maxsize=1)
-def _committed() -> dict[str, dict[str, dict]]:
-    return read_track_record() if TRACK_RECORD_FILE.exists() else {}
+def read_model_record(name: str, path: Path = TRACK_RECORD_FILE) -> dict[str, dict]:
+    """One model's scopes (read_track_record()[name], {} where it has none), parsed from its own block of the file
+    alone: accuracy.py writes `  name:` and one `    scope: {...}` line per scope, and a plan needs one model
+    (parsing all of them took 25 ms of a 0.3 s plan). The whole file is checked by read_track_record (its tests)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    start = text.find(f"\n  {name}:\n")
+    if start < 0:
+        return {}
+    head, *rest = text[start + 1:].split("\n")
+    block = [head, *itertools.takewhile(lambda line: line.startswith("    "), rest)]
+    try:
+        data = yaml.load("models:\n" + "\n".join(block) + "\n", Loader=YAML_LOADER)
+    except yaml.YAMLError:
+        return read_track_record(path).get(name, {})  # say where the file is broken, as the full read does
+    scopes = (data or {}).get("models", {}).get(name)
+    if not isinstance(scopes, dict) or "all" not in scopes:
+        raise GenconfError(f"{path}: models.{name} must map 'all' (and GPU generations) to records")
+    return {str(s): _entry(path, f"models.{name}.{s}", v) for s, v in scopes.items()}
+
+
+@lru_cache(maxsize=64)
+def _committed(name: str) -> dict[str, dict]:
+    return read_model_record(name)
 
 
 def record_for(model: ModelSpec, arch: str) -> dict | None:
     """The record `genconf plan` shows for a model on a GPU generation: the generation's runs where there are
     MIN_ROWS of them, else all the model's runs (scope 'all'); None for a model with no published run here, or a
     spec that carries a catalog name but not that model's architecture (a user's shrunk llama3-8b.yaml)."""
-    scopes = _committed().get(model.name)
+    scopes = _committed(model.name)
     if not scopes or model.name not in catalog_names(model):
         return None
     scope = arch if scopes.get(arch, {}).get("rows", 0) >= MIN_ROWS else "all"

@@ -27,6 +27,20 @@ def test_the_committed_record_is_what_the_committed_accuracy_rows_give():
     assert track_record.read_track_record() == accuracy.track_record(rows)
 
 
+def test_one_model_read_alone_is_its_part_of_the_whole_file(tmp_path):
+    # `genconf plan` parses only the planned model's block (read_model_record); every model's, and a name the file
+    # lacks, read alone is what the whole file's parse holds; a broken block is refused as the whole read refuses it.
+    record = track_record.read_track_record()
+    for model in list_models():
+        assert track_record.read_model_record(model.name) == record.get(model.name, {}), model.name
+    broken = tmp_path / "track_record.yaml"
+    text = track_record.TRACK_RECORD_FILE.read_text()
+    broken.write_text(text.replace("    all: {rows:", "    all: {rowz:", 1))
+    first = next(iter(record))
+    with pytest.raises(GenconfError, match=rf"models\.{first}\.all: unknown key 'rowz'"):
+        track_record.read_model_record(first, broken)
+
+
 def test_every_model_is_a_catalog_model_and_its_scopes_add_up():
     record = track_record.read_track_record()
     names = {m.name for m in list_models()}
