@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from layouts import CLUSTERS, ranking  # noqa: E402
-from published import CATALOG_KEYS, DATA, _int, _model_key  # noqa: E402
+from published import CATALOG_KEYS, DATA, SQUAD_DOC_TOKENS, _int, _model_key  # noqa: E402
 
 from genconf.catalog.clusters import resolve_cluster  # noqa: E402
 from genconf.catalog.hardware import calibration_for  # noqa: E402
@@ -148,10 +148,10 @@ def _recipe(key: str, task: str, row: dict, gpu: str, precision: str, tp: int) -
             # finetune_llama4_e128.py:32-41 imports set_primary_perf_configs, get_user_configs and slurm_executor from
             # ..utils, which defines none of them at 8cfedd72: the script fails on import as committed. Typed as its
             # override_recipe_configs (:56-130) reads with helpers.py's set_primary_perf_configs.
-            # recipes/llama4_e128.py:346-348: SQuAD packed into 4096-token sequences; the mean document length is the
-            # dataset's, not the recipe's, so genconf prices each pack as one causal sequence (Pins.packed_doc_tokens
-            # unset), which overestimates attention.
-            unmodelled.append("packed SQuAD sequences (packed to 4096): priced as one 4096-token causal sequence")
+            # recipes/llama4_e128.py:346-348: SQuAD packed into 4096-token sequences, each document attending within
+            # itself: SQuAD's mean document (published.SQUAD_DOC_TOKENS), as benchmarks/layouts.py types NeMo's
+            # dense SFT rows and accuracy.py NVIDIA's fine-tuning rows.
+            opt_in["packed_doc_tokens"] = SQUAD_DOC_TOKENS
     layers = re.search(r"recompute_layers=(\d+)", row["recompute"])
     layers = int(layers.group(1)) if layers else 0
     modules = re.search(r"recompute_modules=([\w/]+)", row["recompute"])
@@ -355,11 +355,11 @@ def main() -> int:
              "the recipe's pipeline split (DeepSeek-V3's layout map with its MTP layer beside the loss; the SFT "
              "script's loss counted as a layer; Qwen3-235B's embedding and loss counted as layers). As configured: "
              "the DeepSeek-V3 SFT's full recompute and H100 DeepSeek-V3's recompute modules; TP overlap on for the "
-             "Qwen3 and Llama 4 pre-training scripts, off for Llama 4's SFT. Not modelled: the token-drop "
+             "Qwen3 and Llama 4 pre-training scripts, off for Llama 4's SFT; Llama 4's SFT on SQuAD packed to 4,096 "
+             "tokens, each document attending within itself (as benchmarks/layouts.py). Not modelled: the token-drop "
              "callback (capacity 1.0, padded) of the Mixtral, Qwen3, Llama 4 pre-training and Blackwell DeepSeek-V3 "
              "scripts (priced as balanced dropless routing), megatron's 'moe' recompute module (H100 DeepSeek-V3; "
-             "its activations are kept), Llama 4's shared-expert overlap with the token dispatch (priced serially) "
-             "and its SFT's packed SQuAD sequences (each 4,096-token pack priced as one causal sequence); "
+             "its activations are kept) and Llama 4's shared-expert overlap with the token dispatch (priced serially); "
              "finetune_llama4_e128.py fails on import at that commit and is typed as its recipe overrides read",
              f"- NVIDIA's degrees predicted more than 5% slower with the pipeline split the unpinned search gives "
              f"them than with the recipe's: {len(split_rows)} rows"

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import moe_layouts  # noqa: E402
-from published import DATA, _model_key  # noqa: E402
+from published import DATA, SQUAD_DOC_TOKENS, _model_key  # noqa: E402
 
 from genconf.catalog.hardware import calibration_for  # noqa: E402
 from genconf.plan.pipeline import parse_layout  # noqa: E402
@@ -128,13 +128,13 @@ def test_llama4_rows_are_typed_as_nemos_scripts_set_them(typed):
         assert (model.num_layers, model.vocab_size, model.seq_length) == (48, 202048, 4096 if sft else 8192)
         # megatron's even split (no account_for_embedding / loss in the recipes); alltoall, dropless priced
         assert c["pp_layout"] == moe_layouts.DEFAULT_LAYOUT and "moe_dispatcher" not in c["opt_in"]
-        assert c["opt_in"] == ({"cuda_graph_impl": "local", "cuda_graph_scope": ()} if graphs else {})
+        assert c["opt_in"] == ({"cuda_graph_impl": "local", "cuda_graph_scope": ()} if graphs else {}) | (
+            {"packed_doc_tokens": SQUAD_DOC_TOKENS} if sft else {})  # recipes/llama4_e128.py:346-348, as layouts.py
         assert c["configured"] == {"zero_stage": 1, "offload_activation_layers": 0, "recompute": "none",
                                    "precision_aware_optimizer": precision == "bf16",  # helpers.py:217-218
                                    "tp_comm_overlap": (not sft) if tp > 1 else None}
         assert any(u.startswith("token drop") for u in c["unmodelled"]) is not sft
         assert any(u.startswith("shared-expert overlap") for u in c["unmodelled"])
-        assert any(u.startswith("packed SQuAD") for u in c["unmodelled"]) is sft
 
 
 def test_llama4_rows_are_feasible_pinned_and_as_configured_in_the_committed_results():
