@@ -68,7 +68,7 @@ def read_track_record(path: Path = TRACK_RECORD_FILE) -> dict[str, dict[str, dic
 def read_model_record(name: str, path: Path = TRACK_RECORD_FILE) -> dict[str, dict]:
     """One model's scopes (read_track_record()[name], {} where it has none), parsed from its own block of the file
     alone: accuracy.py writes `  name:` and one `    scope: {...}` line per scope, and a plan needs one model
-    (parsing all of them took 25 ms of a 0.3 s plan). The whole file is checked by read_track_record (its tests)."""
+    (parsing all of them cost a noticeable share of a 0.3 s plan). The whole file is checked by read_track_record (its tests)."""
     try:
         text = path.read_text()
     except OSError:
