@@ -211,7 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     plan = sub.add_parser("plan", help="plan a run (the default command)")
     add_plan_arguments(plan)
-    models = sub.add_parser("models", help="list the model catalog, or import a Hugging Face config.json")
+    models = sub.add_parser("models", help="list the model catalog, or import a Hugging Face config.json",
+                            description="arch column: activation/norm/positions, then /moe<experts>x<top-k> for "
+                            "mixture-of-experts models, with :1in<n> where one layer in n is MoE and the others "
+                            "dense (moe_layer_interval) or :first<k>dense where the first k layers are dense "
+                            "(first_k_dense_replace), and /window<tokens>[:<windowed>/<layers>] for sliding windows")
     models.add_argument("--json", action="store_true")
     models.add_argument("--from-hf", metavar="FILE", type=non_empty, help="write the catalog YAML of a Hugging Face config.json "
                         "(or a directory holding one) to stdout, or to -o")

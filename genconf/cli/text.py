@@ -206,6 +206,21 @@ def explain_lines(result: SearchResult) -> list[str]:
 
 # --- catalogs -------------------------------------------------------------------------------------
 
+def moe_arch(m: ModelSpec) -> str:
+    """The arch column's experts: /moe<experts>x<top-k>, and where not every layer is MoE how the dense layers sit:
+    ':1in<n>' (one MoE layer in every moe_layer_interval n, dense ones between: Llama 4 Maverick's 1in2, megatron
+    --moe-layer-freq ([0,1]*24)) or ':first<k>dense' (first_k_dense_replace dense layers before the MoE ones:
+    DeepSeek-V3's first3dense). A hybrid model's MoE layers sit in its Mamba pattern: no suffix."""
+    if not m.is_moe:
+        return ""
+    placement = ""
+    if not m.is_hybrid and m.moe_layer_interval > 1:
+        placement = f":1in{m.moe_layer_interval}"
+    elif not m.is_hybrid and m.first_k_dense_replace:
+        placement = f":first{m.first_k_dense_replace}dense"
+    return f"/moe{m.num_experts}x{m.moe_top_k}{placement}"
+
+
 def models_table(models: list[ModelSpec], aliases_of: dict[str, list[str]]) -> str:
     """`genconf models`: one line per model, smallest first; the name and arch columns as wide as their longest
     entry, so that no two columns run together."""
@@ -213,8 +228,7 @@ def models_table(models: list[ModelSpec], aliases_of: dict[str, list[str]]) -> s
         # window<keys>[:<windowed>/<layers>]: sliding-window attention, and on how many layers where not on all
         window = (f"/window{m.sliding_window}" + (f":{m.windowed_layers}/{m.num_layers}" if m.window_attn_skip_freq
                                                   else "") if m.sliding_window else "")
-        return (f"{m.activation}/{m.normalization}/{m.position_embedding}"
-                + (f"/moe{m.num_experts}x{m.moe_top_k}" if m.is_moe else "") + window)
+        return (f"{m.activation}/{m.normalization}/{m.position_embedding}" + moe_arch(m) + window)
 
     name_w = max([len("name"), *(len(m.name) for m in models)]) + 2
     arch_w = max([len("arch"), *(len(arch(m)) for m in models)]) + 2

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from conftest import REPO, genconf_cmd, one_line_error, run_genconf
+from genconf.catalog.models import resolve_model
 from genconf.cli.main import main
 
 JSON_KEYS = {
@@ -201,6 +202,16 @@ def test_catalog_commands():
     # Sliding windows: on every layer (Mistral), or on 18 of GPT-OSS's 36.
     assert by_name["mistral-7b-v0.1"][9] == "swiglu/rmsnorm/rope/window4096"
     assert by_name["gpt-oss-120b"][9] == "swiglu/rmsnorm/rope/moe128x4/window128:18/36"
+    # Where not every layer is MoE, how the dense ones sit: one MoE layer in n (moe_layer_interval, Llama 4
+    # Maverick: NeMo's moe_layer_freq [0, 1] * 24) or k dense first layers (first_k_dense_replace: DeepSeek-V3's 3,
+    # Kimi K2's 1); Scout, Qwen3 and Grok-1 are MoE on every layer.
+    assert by_name["llama4-maverick"][9] == "swiglu/rmsnorm/rope/moe128x1:1in2"
+    assert by_name["deepseek-v3"][9] == "swiglu/rmsnorm/rope/moe256x8:first3dense"
+    assert by_name["kimi-k2"][9] == "swiglu/rmsnorm/rope/moe384x8:first1dense"
+    for name in ("llama4-scout", "qwen3-235b-a22b", "grok1-314b"):
+        assert by_name[name][9].rsplit("/", 1)[-1] in ("moe16x1", "moe128x8", "moe8x2"), name
+    assert resolve_model("llama4-maverick")[0].mlp_pattern == "-E" * 24
+    assert resolve_model("deepseek-v3")[0].mlp_pattern == "---" + "E" * 58
     assert by_name["nemotron-3.5-lightning"][1] == "32.9B"
     assert all(len(r.split()) >= 10 for r in rows)
     listed = json.loads(run("models", "--json").stdout)
