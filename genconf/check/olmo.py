@@ -70,6 +70,10 @@ def check_olmo(text: str, p: PlanFile) -> list[Problem]:
                 + (f"; model.{strays[0]} is not a key genconf writes" if strays else ""))
         elif get("model", key) != expected["model"][key]:
             bad(("model", key), f"model.{key} {get('model', key)!r} contradicts plan.json ({expected['model'][key]})")
+    activation = get("model", "activation_type")
+    if activation is not None and activation not in olmo.OLMO_ACTIVATION_TYPES:  # TrainConfig.load refuses others
+        bad(("model", "activation_type"), f"model.activation_type {activation!r} is not one of OLMo's "
+                                          f"{'|'.join(olmo.OLMO_ACTIVATION_TYPES)}")
     strategy = get("fsdp", "sharding_strategy")
     if strategy not in olmo.FSDP_SHARDING:
         bad(("fsdp", "sharding_strategy"), f"fsdp.sharding_strategy {strategy!r} is not one of "

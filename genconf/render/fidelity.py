@@ -167,6 +167,10 @@ def feature_differences(model: ModelSpec, framework: str, seq_length: int | None
             add("experts", f"{model.num_experts} experts, top-{model.moe_top_k}, ffn {model.moe_ffn_hidden_size}",
                 "not written", OLMO_NO_EXPERTS)
             return rows  # no file: nothing else to compare
+        if model.activation == "squared_relu":
+            add("activation", "squared ReLU, relu(x)^2 (Nemotron)", "relu (activation_type: relu)",
+                "OLMo's ActivationType is gelu, relu or swiglu (TrainConfig.load refuses squared_relu); "
+                "megatron_args.txt (--squared-relu) and genconf's own FSDP model square it; same weights and GEMMs")
         if model.add_qkv_bias and not model.add_bias_linear:
             add("bias", "on q, k and v only (Qwen2)", "none (include_bias: false)",
                 "OLMo's include_bias is all linear layers or none")

@@ -14,6 +14,11 @@ from genconf.render.templates import comment
 FSDP_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 FSDP_WRAPPING = ("by_block", "by_block_and_size", "by_block_group", "by_block_group_and_size", "size_based")
 OLMO_SCHEDULERS = {"cosine": "cosine_with_warmup", "linear": "linear_with_warmup", "constant": "constant_with_warmup"}
+OLMO_ACTIVATION_TYPES = ("gelu", "relu", "swiglu")
+"""OLMo's ActivationType (ai2-olmo 0.6.0 olmo/config.py): TrainConfig.load refuses any other model.activation_type."""
+OLMO_ACTIVATIONS = {"gelu": "gelu", "swiglu": "swiglu", "squared_relu": "relu"}
+"""genconf's activation -> OLMo's nearest: OLMo has no squared ReLU (Nemotron's relu(x)^2), so its file trains relu
+(the same weights and GEMMs); fidelity.feature_differences says so in the artifacts README."""
 
 
 def fsdp_wrapping(model: ModelSpec) -> str:
@@ -37,7 +42,8 @@ def olmo_config(model: ModelSpec, plan: ParallelPlan, train: TrainSpec, run_name
         "d_model": model.hidden_size, "n_heads": model.num_attention_heads, "n_layers": model.num_layers,
         # OLMo's mlp_hidden_size is ff_proj's output: both SwiGLU branches, 2 x megatron's ffn_hidden_size
         "mlp_hidden_size": model.ffn_hidden_size * (2 if model.gated else 1),
-        "activation_type": model.activation, "block_type": "sequential", "weight_tying": model.tie_embeddings,
+        "activation_type": OLMO_ACTIVATIONS[model.activation], "block_type": "sequential",
+        "weight_tying": model.tie_embeddings,
         "alibi": False, "rope": model.position_embedding == "rope",
         **({"rope_theta": round(model.rope_theta)} if model.position_embedding == "rope" else {}),  # OLMo: an int
         # flash-attn 2; without it OLMo runs PyTorch's SDPA (cuDNN's attention on Hopper and newer)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import reader_or_skip
+from conftest import genconf_quiet, reader_or_skip
 
+from genconf.check.directory import check_dir
 from genconf.render.olmo import FSDP_WRAPPING
 
 
@@ -61,3 +62,26 @@ def test_olmos_flash_attention_follows_the_attention_kernel():
     assert [r.aspect for r in rows] == ["attention kernel"] and "math" in rows[0].plan
     rows = differences(model, dataclasses.replace(plan, attention_kernel="triton"), ("fsdp",))
     assert [r.aspect for r in rows] == ["attention kernel"]
+
+
+def test_squared_relu_models_write_an_olmo_config_olmo_loads(tmp_path):
+    """Nemotron's squared ReLU is not one of OLMo's ActivationType (gelu, relu, swiglu): olmo_fsdp.yaml once said
+    activation_type squared_relu, which OLMo's own TrainConfig.load refused (the probe of 2026-12-01). It now trains
+    relu, the same weights (nemotron3-8b: mlp_hidden_size 16384, one ungated branch), says so in the README's
+    what-differs table, and genconf check names a squared_relu line."""
+    out = tmp_path / "nemotron3-8b"
+    assert genconf_quiet("--model", "nemotron3-8b", "--gpus", "8", "--cluster", "dgx-h100", "--framework", "fsdp",
+                         "-o", str(out)) == 0
+    olmo_config = reader_or_skip("olmo.config", "pip install --no-deps ai2-olmo==0.6.0")
+    cfg = olmo_config.TrainConfig.load(out / "olmo_fsdp.yaml")
+    assert (str(cfg.model.activation_type), cfg.model.mlp_hidden_size, cfg.model.d_model, cfg.model.n_layers) == \
+        ("relu", 16384, 4096, 32)
+    assert "| `olmo_fsdp.yaml` | activation | squared ReLU, relu(x)^2 (Nemotron) | relu (activation_type: relu) |" \
+        in (out / "README.md").read_text()
+    assert check_dir(out).problems == ()
+    text = (out / "olmo_fsdp.yaml").read_text()
+    line = text.splitlines().index("  activation_type: relu") + 1
+    (out / "olmo_fsdp.yaml").write_text(text.replace("activation_type: relu", "activation_type: squared_relu"))
+    problems = check_dir(out).problems
+    assert [(p.file, p.line) for p in problems] == [("olmo_fsdp.yaml", line)]
+    assert "model.activation_type 'squared_relu' is not one of OLMo's gelu|relu|swiglu" in problems[0].message
