@@ -38,7 +38,8 @@ def check_dir(path: Path, *, slurm: bool = False, rendered_for: Path | None = No
     names = artifact_names(planned.plan, planned.model)
     omitted = olmo_config_omitted(planned.model)
     if omitted and (path / "olmo_fsdp.yaml").exists():
-        problems.append(Problem("olmo_fsdp.yaml", None, f"describes a dense model: {omitted.split(', so')[0]}; "
+        kind = "a dense model" if planned.model.is_moe else "a transformer without Mamba-2 layers"
+        problems.append(Problem("olmo_fsdp.yaml", None, f"describes {kind}: {omitted.split(', so')[0]}; "
                                                         f"remove it (genconf does not write it for {planned.model.name})"))
     for name in names:
         if name in ("plan.json", "README.md") or (not scripts and (name.endswith(".sbatch") or name.endswith(".sh"))):

@@ -40,9 +40,16 @@ class Difference:
     """Why, in a few words."""
 
 
+OLMO_NO_MAMBA = ("OLMo's TrainConfig (olmo/config.py, read by TrainConfig.load) has no Mamba-2 block (block_type is "
+                 "sequential or llama: attention and an MLP in every layer), so an olmo_fsdp.yaml would train a "
+                 "transformer of another shape; use megatron_args.txt with Megatron-LM's pretrain_mamba.py")
+
+
 def olmo_config_omitted(model: ModelSpec) -> str | None:
     """Why olmo_fsdp.yaml is not written for this model, or None when it is."""
-    return OLMO_NO_EXPERTS if model.is_moe else None
+    if model.is_moe:
+        return OLMO_NO_EXPERTS
+    return OLMO_NO_MAMBA if model.is_hybrid else None
 
 
 def _degrees(plan: ParallelPlan) -> str:
@@ -162,10 +169,18 @@ def feature_differences(model: ModelSpec, framework: str, seq_length: int | None
             add("experts", f"{model.num_experts} experts, top-{model.moe_top_k}", "none: the JSON carries no model",
                 "DeepSpeed's config has no model; genconf's DeepSpeed runner builds dense layers only, so `genconf "
                 "launch` refuses this plan there (DeepSpeed-MoE needs its own model code)")
+        elif model.is_hybrid:
+            add("Mamba-2 layers", f"{model.layers_of_kind('M')} of {model.num_layers} layers",
+                "none: the JSON carries no model", "DeepSpeed's config has no model; genconf's DeepSpeed runner "
+                "builds GPT layers only, so `genconf launch` refuses this plan there (no launch_deepspeed.sbatch)")
     elif framework == "fsdp":
         if model.is_moe:
             add("experts", f"{model.num_experts} experts, top-{model.moe_top_k}, ffn {model.moe_ffn_hidden_size}",
                 "not written", OLMO_NO_EXPERTS)
+            return rows  # no file: nothing else to compare
+        if model.is_hybrid:
+            add("Mamba-2 layers", f"{model.layers_of_kind('M')} of {model.num_layers} layers", "not written",
+                OLMO_NO_MAMBA)
             return rows  # no file: nothing else to compare
         if model.activation == "squared_relu":
             add("activation", "squared ReLU, relu(x)^2 (Nemotron)", "relu (activation_type: relu)",

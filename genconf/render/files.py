@@ -17,10 +17,11 @@ from genconf.render.templates import environment
 def artifact_names(plan: ParallelPlan, model: ModelSpec) -> tuple[str, ...]:
     """The files one plan renders to, plan.json first; launch_fsdp.sbatch only for FSDP plans; no olmo_fsdp.yaml (and
     so no launch_fsdp.sbatch) where the OLMo config cannot carry the model (fidelity.olmo_config_omitted); no
-    launch_deepspeed.sbatch for a mixture of experts (genconf's DeepSpeed runner builds dense models only)."""
+    launch_deepspeed.sbatch for a mixture of experts or a hybrid Mamba model (genconf's DeepSpeed runner builds dense
+    GPT models only)."""
     olmo = olmo_config_omitted(model) is None
     names = ["plan.json", "ds_config.json", "megatron_args.txt"] + (["olmo_fsdp.yaml"] if olmo else [])
-    names += ["launch_megatron.sbatch"] + ([] if model.is_moe else ["launch_deepspeed.sbatch"])
+    names += ["launch_megatron.sbatch"] + ([] if model.is_moe or model.is_hybrid else ["launch_deepspeed.sbatch"])
     if plan.framework == "fsdp" and olmo:
         names.append("launch_fsdp.sbatch")
     return tuple(names + ["launch_env.sh", "README.md"])

@@ -5,9 +5,10 @@ import dataclasses
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, genconf_quiet
 from genconf.catalog import hf
 from genconf.catalog.models import resolve_model
+from genconf.check.directory import check_dir
 from genconf.render.fidelity import differences, feature_differences, layout_differences, olmo_config_omitted
 from genconf.plan.specs import ParallelPlan
 
@@ -86,6 +87,29 @@ def test_moe_olmo_config_is_not_written_and_says_why():
     olmo = [d for d in differences(model, plan(ep=8)) if d.file == "olmo_fsdp.yaml"]
     assert [(d.aspect, d.in_file) for d in olmo] == [("experts", "not written")]
     assert olmo_config_omitted(resolve_model("llama3-8b")[0]) is None
+
+
+def test_hybrid_mamba_model_writes_no_olmo_config_and_no_deepspeed_launcher(tmp_path):
+    """Nemotron-H 8B (24 Mamba-2, 4 attention, 24 MLP layers of 52) once got an olmo_fsdp.yaml of 52 attention + MLP
+    layers, which OLMo's TrainConfig.load read as that other model once squared ReLU was written as relu, and a
+    launch_deepspeed.sbatch its runner refuses (the probe of 2026-12-01): neither is written now, the README says why,
+    and genconf check flags a stale olmo_fsdp.yaml."""
+    model = resolve_model("nemotron-h-8b")[0]
+    assert (model.layers_of_kind("M"), model.layers_of_kind("*"), model.num_layers) == (24, 4, 52)
+    assert "no Mamba-2 block" in olmo_config_omitted(model) and "pretrain_mamba.py" in olmo_config_omitted(model)
+    out = tmp_path / "nemotron-h-8b"
+    assert genconf_quiet("--model", "nemotron-h-8b", "--gpus", "8", "--cluster", "dgx-h100", "-o", str(out)) == 0
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == [
+        "README.md", "ds_config.json", "launch_env.sh", "launch_megatron.sbatch", "megatron_args.txt", "plan.json"]
+    readme = (out / "README.md").read_text()
+    assert "| `olmo_fsdp.yaml` | Mamba-2 layers | 24 of 52 layers | not written |" in readme
+    assert "| `ds_config.json` | Mamba-2 layers | 24 of 52 layers | none: the JSON carries no model |" in readme
+    assert check_dir(out).problems == ()
+    (out / "olmo_fsdp.yaml").write_text("model:\n  n_layers: 52\n")
+    problems = check_dir(out).problems
+    assert [(p.file, p.line) for p in problems] == [("olmo_fsdp.yaml", None)]
+    assert "describes a transformer without Mamba-2 layers" in problems[0].message
+    assert "has no Mamba-2 block" in problems[0].message
 
 
 @pytest.mark.parametrize("name", ["llama3-8b", "llama2-70b"])
