@@ -411,6 +411,10 @@ class ModelSpec(HashOnce):
             raise ValueError(f"ModelSpec {self.name}: moe_layer_interval {n} with first_k_dense_replace "
                              f"{self.first_k_dense_replace}: genconf places MoE layers by one of the two; set "
                              f"the other to its default (1 and 0)")
+        if n > self.num_layers:  # once named megatron --moe-layer-freq ([0]*95+[1])*0 for 48 layers
+            raise ValueError(f"ModelSpec {self.name}: moe_layer_interval ({n}) is more than num_layers "
+                             f"({self.num_layers}): no layer would be MoE; at most {self.num_layers} (the last "
+                             f"layer MoE)")
         if self.num_layers % n:
             raise ValueError(f"ModelSpec {self.name}: num_layers ({self.num_layers}) is not a multiple of "
                              f"moe_layer_interval ({n}); genconf ends the model on an MoE layer "

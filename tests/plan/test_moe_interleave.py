@@ -43,6 +43,7 @@ def test_every_other_layer_is_moe_from_the_second():
 @pytest.mark.parametrize("kw, message", [
     (dict(moe_layer_interval=0), "integer >= 1"),
     (dict(moe_layer_interval=5), "num_layers (12) is not a multiple of moe_layer_interval (5)"),
+    (dict(moe_layer_interval=24), "moe_layer_interval (24) is more than num_layers (12): no layer would be MoE"),
     (dict(first_k_dense_replace=1), "moe_layer_interval 2 with first_k_dense_replace 1"),
     (dict(num_experts=0, moe_top_k=0, moe_ffn_hidden_size=None), "num_experts 0"),
 ])
