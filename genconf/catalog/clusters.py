@@ -133,6 +133,15 @@ def resolve_cluster_noted(ref: str | None = None, *, gpu: str | None = None,
             raise GenconfError(f"--gpu {changes['gpu'].name} on {cluster.name}: its cards reach NVLink only through "
                                f"bridges joining {bridge}, not {cluster.name}'s NVLink domain of "
                                f"{cluster.nvlink_domain} GPUs; {fix}")
+        node = changes["gpu"].node_sizes
+        if gpus_per_node is None and ref in presets and node_size_error(cluster.gpus_per_node, changes["gpu"]):
+            # A preset's node of GPUs this GPU never comes in: 8 GB200s (trays of 4) were planned as one 8-GPU
+            # NVLink node of dgx-h100's.
+            usual = usual_nodes().get(changes["gpu"].name)
+            raise GenconfError(f"--gpu {changes['gpu'].name} on {cluster.name}: {changes['gpu'].name} nodes hold "
+                               f"{_either(sorted(node, reverse=True))} GPUs, not {cluster.name}'s "
+                               f"{cluster.gpus_per_node}; " + (f"use --cluster {usual}, " if usual else "")
+                               + "or a cluster file (--cluster FILE.yaml with gpus_per_node)")
     if gpus_per_node is not None:
         if gpus_per_node < 1:
             raise GenconfError(f"--gpus-per-node must be positive, got {gpus_per_node}")

@@ -69,6 +69,20 @@ def test_h100_pcie_cards_are_refused_on_an_nvlink_node_they_cannot_form(preset, 
         ClusterSpec(name="four", gpu=gpu, gpus_per_node=4, ib_gbit_per_s_per_gpu=200)
 
 
+@pytest.mark.parametrize("preset,gpu,usual", [("dgx-h100", "gb200", "gb200-nvl72"),
+                                               ("dgx-a100", "gb300", "gb300-nvl72")])
+def test_a_gpu_swapped_into_a_preset_node_it_never_comes_in_is_refused(preset, gpu, usual):
+    # GB200 and GB300 come in trays of 4 (hardware.yaml node_sizes [4]): --gpu gb200 on dgx-h100 once planned eight of
+    # them in one 8-GPU NVLink node (the probe of 2026-12-01), while --gpus-per-node 8 with --gpu gb200 was refused.
+    with pytest.raises(GenconfError, match=rf"^--gpu {gpu} on {preset}: {gpu} nodes hold 4 GPUs, not {preset}'s 8; "
+                                           rf"use --cluster {usual}, or a cluster file"):
+        resolve_cluster(preset, gpu=gpu)
+    # A node size it comes in, or part of one (Slurm's share of an 8-GPU B200 node), is kept.
+    assert resolve_cluster("dgx-h100", gpu="b200").gpus_per_node == 8
+    assert resolve_cluster("kempner-h100", gpu=gpu).gpus_per_node == 4
+    assert resolve_cluster("kempner-h100", gpu="b200").gpus_per_node == 4
+
+
 def test_only_a_bridged_gpu_writes_its_bridge_into_plan_json():
     from genconf.plan.planfile import cluster_dict, cluster_from_dict
 
