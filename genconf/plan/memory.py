@@ -29,7 +29,8 @@ from genconf.plan.counting import (
 )
 from genconf.plan.kernels import sdpa_fused_supported, te_fused_attention
 from genconf.plan.pipeline import (bf16_layers_on_rank, chunk_layers, chunk_mlp_patterns, chunk_patterns,
-                                   dense_layers_on_rank, hybrid_kinds_on_rank, inflight_chunks, placement, stage_layers)
+                                   dense_layer_mix, dense_layers_on_rank, hybrid_kinds_on_rank, inflight_chunks,
+                                   placement, stage_layers)
 from genconf.plan.specs import HYBRID_LAYER_KINDS, ClusterSpec, ModelSpec, ParallelPlan
 
 GIB = 2**30
@@ -1005,15 +1006,24 @@ def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bo
 
 
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None,
-                           bf16: bool = False) -> float:
-    """One layer's saved activations; bf16: the layer is one of the plan's BF16 end layers (no quantized copies)."""
+                           bf16: bool = False, dense: bool = False) -> float:
+    """One layer's saved activations; bf16: the layer is one of the plan's BF16 end layers (no quantized copies);
+    dense: one of an MoE model's dense layers (counting.dense_layer_model), its MoE layer otherwise."""
     recompute = plan.recompute if recompute is None else recompute
+    if dense:
+        model = _dense_view(model)
     precision, recipe = ("bf16", None) if bf16 and plan.quant_recipe else (plan.precision, plan.quant_recipe)
     return _layer_activation_bytes(model, plan.mbs, plan.seq_length, plan.cp, plan.tp, plan.sequence_parallel,
                                    precision, recipe, plan.layer_spec, recompute, plan.fused_kernels,
                                    plan.framework, plan.zero_stage if plan.framework == "fsdp" else 0,
                                    plan.recompute_modules if recompute == "selective" else (),
                                    plan.attention_kernel)  # one cache entry per layout
+
+
+@functools.lru_cache(maxsize=256)
+def _dense_view(model: ModelSpec) -> ModelSpec:
+    """dense_layer_model, built once a model (the cache keys below hash it)."""
+    return dense_layer_model(model)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -1087,9 +1097,11 @@ def _logits_dtype(plan: ParallelPlan, d: "_Dims") -> str:
 # --- a whole stage --------------------------------------------------------------------------------
 
 def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks: int,
-                  chunks: int, terms: "_PlanTerms | None" = None) -> tuple[float, list[tuple[str, float]]]:
+                  chunks: int, terms: "_PlanTerms | None" = None,
+                  recomputed_layer_bytes: float | None = None) -> tuple[float, list[tuple[str, float]]]:
     """Activations (saved) and transient buffers of the embedding and the loss held by this stage. terms: the plan's
-    stage-independent terms (_PlanTerms), where the caller prices several stages of it."""
+    stage-independent terms (_PlanTerms), where the caller prices several stages of it. recomputed_layer_bytes: the
+    largest layer full recompute rebuilds on this stage, where its layers differ (an MoE layer's otherwise)."""
     x = (terms if terms is not None else _PlanTerms(model, plan)).extras()
     saved = 0.0
     transient: list[tuple[str, float]] = []
@@ -1110,6 +1122,8 @@ def _stage_extras(model: ModelSpec, plan: ParallelPlan, stage: int, first_chunks
         transient.append(x.send_recv)
     if plan.recompute == "full":
         layer = x.recomputed_layer
+        if recomputed_layer_bytes is not None:
+            layer = (layer[0], recomputed_layer_bytes)
         # The loss's buffers are gone before the first layer is recomputed: the larger of the two is the peak.
         loss = [i for i, (name, _) in enumerate(transient) if "loss" in name]
         if loss and transient[loss[0]][1] >= layer[1]:
@@ -1178,11 +1192,12 @@ class _PlanTerms:
         self._extras: _Extras | None = None
         self.states_key: tuple | None = None
 
-    def layer_bytes(self, recompute: str | None = None, bf16: bool = False) -> float:
-        """layer_activation_bytes(model, plan, recompute=recompute, bf16=bf16)."""
-        key = (recompute, bf16)
+    def layer_bytes(self, recompute: str | None = None, bf16: bool = False, dense: bool = False) -> float:
+        """layer_activation_bytes(model, plan, recompute=recompute, bf16=bf16, dense=dense)."""
+        key = (recompute, bf16, dense)
         if key not in self._layer_bytes:
-            self._layer_bytes[key] = layer_activation_bytes(self.model, self.plan, recompute=recompute, bf16=bf16)
+            self._layer_bytes[key] = layer_activation_bytes(self.model, self.plan, recompute=recompute, bf16=bf16,
+                                                            dense=dense)
         return self._layer_bytes[key]
 
     def extras(self) -> _Extras:
@@ -1218,8 +1233,53 @@ def step_transient_bytes(model: ModelSpec, plan: ParallelPlan, stage: int) -> in
 
 
 def offload_bytes_per_layer(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Activation bytes one layer keeps per micro-batch, which activation offload moves to the host and back."""
+    """Activation bytes one layer keeps per micro-batch, which activation offload moves to the host and back (an MoE
+    model's MoE layer; offloaded_activation_bytes counts its dense layers as such)."""
     return layer_activation_bytes(model, plan, recompute="none" if plan.recompute == "full" else None)
+
+
+def offloaded_activation_bytes(model: ModelSpec, plan: ParallelPlan, layers: int | None = None,
+                               terms: _PlanTerms | None = None) -> float:
+    """Activation bytes per micro-batch of the first `layers` decoder layers (the plan's offload_activation_layers
+    where not given), which activation offload moves to the host and back: TE's CPU offload takes the first layers
+    of the forward (transformer_engine/pytorch/cpu_offload.py: groups below num_offload_group), an MoE model's dense
+    layers among them at a dense layer's bytes."""
+    layers = plan.offload_activation_layers if layers is None else layers
+    recompute = "none" if plan.recompute == "full" else None
+    per_layer = (terms.layer_bytes(recompute) if terms is not None
+                 else layer_activation_bytes(model, plan, recompute=recompute))
+    offloaded = layers * per_layer
+    dense = _dense_prefix_layers(model, layers)
+    if dense:
+        dense_layer = (terms.layer_bytes(recompute, dense=True) if terms is not None
+                       else layer_activation_bytes(model, plan, recompute=recompute, dense=True))
+        offloaded += dense * (dense_layer - per_layer)
+    return offloaded
+
+
+def _dense_prefix_layers(model: ModelSpec, layers: int) -> int:
+    """Dense layers among a (non-hybrid) MoE model's first `layers` decoder layers."""
+    if not model.is_moe or model.is_hybrid or not model.dense_layers or layers <= 0:
+        return 0
+    return model.mlp_pattern.count("-", 0, layers)
+
+
+def _dense_layers_delta(plan: ParallelPlan, terms: _PlanTerms, mix: tuple[int, int, int, int]) -> float:
+    """Bytes a rank's dense layers (pipeline.dense_layer_mix) keep beyond the MoE layers stage_memory priced them
+    as, over all of its chunks: each layer at its own kind's bytes, full recompute's recomputed layers at their input
+    (the same for both kinds), block recompute's other layers whole, and BF16 end layers in BF16."""
+    dense, dense_recomputed, _, dense_bf16 = mix
+    if plan.recompute == "full":
+        delta = dense_recomputed * (terms.layer_bytes(dense=True) - terms.per_layer)
+        if plan.recompute_layers is not None:
+            delta += (dense - dense_recomputed) * (terms.layer_bytes("none", dense=True) - terms.layer_bytes("none"))
+        return delta
+    delta = dense * (terms.layer_bytes(dense=True) - terms.per_layer)
+    if dense_bf16 and plan.quant_recipe:
+        # Their BF16 copies in place of the MoE layer's priced above (stage_memory's BF16 end layers).
+        delta += dense_bf16 * (terms.layer_bytes(bf16=True, dense=True) - terms.layer_bytes(dense=True)
+                               - terms.layer_bytes(bf16=True) + terms.per_layer)
+    return delta
 
 
 def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_layout: bool = False,
@@ -1234,8 +1294,9 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
         terms = _PlanTerms(model, plan)
     layers = terms.layers[stage]
     # rank_params(model, plan, stage), with the layers and vocabulary rows found once a plan:
+    mix = dense_layer_mix(model, plan, stage)  # the rank's dense layers (an MoE model's), where they sit
     rp = _rank_params(model, plan.framework, plan.tp, plan.ep, plan.expert_tp, layers, stage == 0, stage == plan.pp - 1,
-                      terms.rows, dense_layers_on_rank(model, plan, stage), _kinds(model, plan, stage))
+                      terms.rows, mix[0], _kinds(model, plan, stage))
     params, grads, optimizer, other, step_transient = _model_states(model, plan, rp, layers, stage,
                                                                     fp8_any_layout=fp8_any_layout, terms=terms)
     chunks = inflight_chunks(plan, stage)
@@ -1253,6 +1314,18 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
         # The BF16 end layers save their GEMM inputs in BF16, not as quantized copies: spread over the rank's
         # chunks (exact without interleaving; the first and last chunks hold them).
         per_chunk += bf16_layers / plan.vp * (terms.layer_bytes(bf16=True) - per_layer)
+    recomputed_layer = None
+    if mix[0]:
+        # An MoE model's dense layers (first_k_dense_replace, moe_layer_interval) hold a dense layer's activations,
+        # not the MoE layer's priced above. Where they sit is exact per chunk (pipeline.dense_layer_mix); with
+        # interleaving they are spread over the in-flight chunks as the rank's mix averaged over its chunks, as
+        # the BF16 end layers are (exact without interleaving).
+        per_chunk += _dense_layers_delta(plan, terms, mix) / plan.vp
+        if plan.recompute == "full":
+            # The backward rebuilds one recomputed layer at a time: the largest of those on this rank.
+            _, dense_recomputed, moe_recomputed, _ = mix
+            recomputed_layer = max(terms.layer_bytes("none", dense=True) if dense_recomputed else 0.0,
+                                   terms.layer_bytes("none") if moe_recomputed else 0.0) or None
     activations = per_chunk * chunks
     named = list(other)
     if plan.offload_activation_layers and plan.pp == 1:
@@ -1260,10 +1333,9 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
         # synchronised before a later layer's so that activation memory stays (layers - offloaded) x one layer's
         # (transformer_engine/pytorch/cpu_offload.py, get_cpu_offload_context).
         offloaded = min(plan.offload_activation_layers, layers)
-        layer_bytes = terms.layer_bytes("none" if plan.recompute == "full" else None)  # offload_bytes_per_layer
-        activations -= offloaded * layer_bytes * chunks
+        activations -= offloaded_activation_bytes(model, plan, offloaded, terms) * chunks
     first_chunks = min(plan.num_microbatches, plan.pp) if plan.pp > 1 else 1
-    saved, transient = _stage_extras(model, plan, stage, first_chunks, chunks, terms)
+    saved, transient = _stage_extras(model, plan, stage, first_chunks, chunks, terms, recomputed_layer)
     activations = max(0.0, activations) + saved
     transient_bytes = sum(b for _, b in transient)
     named += [(name, int(b)) for name, b in transient]

@@ -249,6 +249,44 @@ def dense_layers_in_chunks(model: ModelSpec, plan: ParallelPlan, stage: int) -> 
     return tuple(p.count("-") for p in chunk_mlp_patterns(model, plan, stage))
 
 
+def dense_layer_mix(model: ModelSpec, plan: ParallelPlan, stage: int,
+                    recompute_layers: int | None = None) -> tuple[int, int, int, int]:
+    """Where a (non-hybrid) MoE model's dense layers sit among rank `stage`'s layers, for pricing them per kind:
+    (dense layers, dense layers among the recomputed ones, MoE layers among the recomputed ones, dense layers among
+    the BF16 end layers). The recomputed ones are the first `recompute_layers` of each model chunk (megatron block
+    recompute; the plan's own under full recompute where not given), every layer without block recompute.
+    (0, 0, 0, 0) for a model without dense layers."""
+    if not model.is_moe or model.is_hybrid or not model.dense_layers:
+        return (0, 0, 0, 0)
+    if recompute_layers is None and plan.recompute == "full":
+        recompute_layers = plan.recompute_layers
+    return _dense_layer_mix(model, placement(plan), stage, model.num_layers if recompute_layers is None
+                            else recompute_layers, plan.bf16_edge_layers)
+
+
+@functools.lru_cache(maxsize=16384)
+def _mlp_pattern(model: ModelSpec) -> str:
+    """ModelSpec.mlp_pattern, built once a model."""
+    return model.mlp_pattern
+
+
+@functools.lru_cache(maxsize=16384)
+def _dense_layer_mix(model: ModelSpec, where: tuple, stage: int, recomputed: int,
+                     edges: tuple[int, int]) -> tuple[int, int, int, int]:
+    """dense_layer_mix of the plan's placement (`where`), `recomputed` layers at the start of each chunk."""
+    pattern = _mlp_pattern(model)
+    first, last = edges
+    tail = max(first, model.num_layers - last)
+    dense = dense_recomputed = moe_recomputed = dense_bf16 = 0
+    for start, end in _chunk_ranges(model.num_layers, where, stage):
+        cut = min(end, start + recomputed)
+        dense += pattern.count("-", start, end)
+        dense_recomputed += pattern.count("-", start, cut)
+        moe_recomputed += pattern.count("E", start, cut)
+        dense_bf16 += pattern.count("-", start, min(first, end)) + pattern.count("-", max(tail, start), end)
+    return dense, dense_recomputed, moe_recomputed, dense_bf16
+
+
 def chunk_ranges(num_layers: int, plan: ParallelPlan, stage: int) -> tuple[tuple[int, int], ...]:
     """[start, end) global layer indices of each of rank `stage`'s vp model chunks: layers fill the virtual stages in
     order chunk * pp + rank (megatron-core get_transformer_layer_offset; a layout's stages in its flattened order)."""
