@@ -19,7 +19,7 @@ from genconf.plan.counting import (LORA_COLUMN_PARALLEL, causal_masked_flops_per
                                     dense_layer_model, layer_tensors, lora_flops_per_token, lora_target_shapes,
                                     model_flops_per_token, recompute_flops_per_token, transformer_view,
                                     window_keys_per_query)
-from genconf.plan.memory import lora_rank_params, offload_bytes_per_layer, rank_params, vocab_rows
+from genconf.plan.memory import lora_rank_params, offloaded_activation_bytes, rank_params, vocab_rows
 from genconf.plan.pipeline import (bf16_layers_on_rank, bubble_fraction, dp_overlap_passes, format_layout,
                                    recomputed_layers, stage_layers)
 from genconf.plan.specs import (HYBRID_LAYER_KINDS, LORA_TARGETS, ClusterSpec, GPUSpec, HashOnce, ModelSpec,
@@ -1440,7 +1440,6 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
     bf16 = [bf16_layers_on_rank(model.num_layers, plan, i) for i in range(plan.pp)]
     # A BF16 end layer is priced at its own pace; a hybrid or MoE model's as its mean layer, as the others.
     pace16 = _bf16_pace(model, plan, cluster, cal) if any(bf16) else pace
-    offload_bytes = offload_bytes_per_layer(model, plan)
     link = cluster.host_link_gbyte_per_s_per_gpu * cal.host_link_efficiency * 1e9
     stages = []
     per_param = param_bytes_per_microbatch(plan)
@@ -1472,7 +1471,8 @@ def _stage_times(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, cal
             # backward, each direction hidden only behind that pass's compute (TE CPU offload: one copy stream;
             # its default synchroniser lets layer i's copy finish as late as layer layers - offloaded + i starts,
             # and its reload start as early as that layer's backward: cpu_offload.py DefaultOffloadSynchronizer).
-            moved = min(plan.offload_activation_layers, count) * offload_bytes / link
+            # An MoE model's dense layers among them move a dense layer's bytes (memory.offloaded_activation_bytes).
+            moved = offloaded_activation_bytes(model, plan, min(plan.offload_activation_layers, count)) / link
             off_fwd = max(0.0, moved - count * layer_gpu["fwd_s"])
             off = off_fwd + max(0.0, moved - count * layer_gpu["bwd_s"])
         layers_s = (count - b) * pace.total_s + b * pace16.total_s

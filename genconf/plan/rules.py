@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from genconf.plan import kernels, limits, precision
 from genconf.plan.counting import exact_param_count
-from genconf.plan.memory import GIB, MemoryEstimate, offload_bytes_per_layer
+from genconf.plan.memory import GIB, MemoryEstimate, offloaded_activation_bytes
 from genconf.plan.pipeline import bubble_fraction, largest_chunk_layers, layout_mtp_layers, stage_layers
 from genconf.plan.specs import ClusterSpec, ModelSpec, ParallelPlan
 
@@ -421,7 +421,7 @@ def _activation_offload(c: Context) -> str | None:
     if p.offload_activation_layers >= c.model.num_layers:
         return (f"offload at most num_layers - 1 = {c.model.num_layers - 1} layers' activations "
                 f"(megatron-core cpu_offloading_num_layers), got {p.offload_activation_layers}")
-    per_node = offload_bytes_per_layer(c.model, p) * p.offload_activation_layers * min(c.num_gpus, c.cluster.gpus_per_node)
+    per_node = offloaded_activation_bytes(c.model, p) * min(c.num_gpus, c.cluster.gpus_per_node)
     have = 0.8 * c.cluster.cpu_mem_gib_per_node * GIB
     if per_node > have:
         return (f"offloaded activations need {per_node / GIB:,.0f} GiB of pinned host memory per node; nodes have "

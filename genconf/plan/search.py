@@ -676,6 +676,16 @@ def _block_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) 
     if saving <= 0:
         return None
     k = math.ceil(excess * 1.05 / saving)
+    if mem.dense_layer_mix(model, plan, stage)[0]:
+        # An MoE model's dense layers among each chunk's first k free a dense layer's bytes (mean over the chunks,
+        # as stage_memory prices them): recompute more layers while they free less than the excess.
+        dense_saving = (mem.layer_activation_bytes(model, plan, recompute="none", dense=True)
+                        - mem.layer_activation_bytes(model, plan, recompute="full", dense=True)) * chunks
+        while 0 < k < per_chunk:
+            _, dense, moe, _ = mem.dense_layer_mix(model, plan, stage, recompute_layers=k)
+            if (dense * dense_saving + moe * saving) / plan.vp >= excess * 1.05:
+                break
+            k += 1
     return plan.replace(recompute="full", recompute_layers=k) if 0 < k < per_chunk else None
 
 
@@ -685,7 +695,11 @@ def _activation_offload(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimat
     per_layer = mem.offload_bytes_per_layer(model, plan)
     if per_layer <= 0:
         return None
-    k = math.ceil((excess + 2 * per_layer) * 1.05 / per_layer)
+    need = (excess + 2 * per_layer) * 1.05
+    k = math.ceil(need / per_layer)
+    # An MoE model's dense layers among the first k offload a dense layer's bytes: offload more while short.
+    while 0 < k < model.num_layers and mem.offloaded_activation_bytes(model, plan, k) < need:
+        k += 1
     return plan.replace(offload_activation_layers=k) if 0 < k < model.num_layers else None
 
 
