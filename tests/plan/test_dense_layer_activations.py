@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.models import resolve_model
 from genconf.plan import memory as mem
 from genconf.plan import pipeline
@@ -52,6 +53,19 @@ def test_deepseek_v3_stage_0_holds_its_three_dense_layers_at_a_dense_layer_s_byt
     if pp > 1:  # the other ranks hold MoE layers only
         assert mem.stage_memory(model, plan, 1).activations_bytes == \
             mem.stage_memory(_all_moe(model), plan, 1).activations_bytes
+
+
+def test_a_lighter_stage_0_makes_estimate_price_stage_1():
+    """pp 16 of 64 layers: stage 0 holds 3 dense + 1 MoE layers, stage 1 four MoE ones with one micro-batch fewer in
+    flight; the estimate prices stage 1 too (it was taken for stage 0's equal and left out)."""
+    model = _deepseek(64)
+    plan = _plan(pp=16, gbs=256)
+    est = mem.estimate(model, plan, resolve_cluster("dgx-h100"))
+    assert tuple(s.stage for s in est.stages) == (0, 1, 15)
+    s0, s1 = est.stages[:2]
+    assert s1.activations_bytes > s0.activations_bytes
+    # A model without dense layers keeps the two ends.
+    assert mem._stages_to_check(16, plan.uneven_pipeline) == (0, 15)
 
 
 def test_interleaved_dense_layers_are_priced_per_rank():
