@@ -2,6 +2,7 @@
 
     python -m genconf.train.activations --model tests/data/tiny-gpt.yaml --recompute selective --mbs 2 --json
     python -m genconf.train.activations --model A.yaml B.yaml --recompute none selective full --json  # every pair
+    python -m genconf.train.activations --model A.yaml --recompute block --recompute-layers 1  # block recompute
 
 One forward (with the launcher's loss) of a megatron-core GPTModel built exactly as the megatron launcher builds
 it (local layer spec, BF16, one process) is recorded with torch.autograd.graph.saved_tensors_hooks: every
@@ -139,8 +140,10 @@ def saved_bytes(run_forward, params) -> tuple[int, int]:
     return sum(n for n, _ in alive), len(alive)
 
 
-def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: str = "bf16") -> dict:
-    """Build the launcher's megatron model for a one-GPU plan and compare saved bytes with the planner."""
+def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: str = "bf16",
+            recompute_layers: int | None = None) -> dict:
+    """Build the launcher's megatron model for a one-GPU plan and compare saved bytes with the planner.
+    recompute_layers: under full recompute, block recompute of that many layers (--recompute-method block)."""
     from genconf.catalog.models import resolve_model
     from genconf.plan import memory
     from genconf.plan.runconfig import RunConfig
@@ -150,7 +153,8 @@ def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: s
 
     model, _ = resolve_model(model_path)
     plan = ParallelPlan(framework="megatron", dp=1, mbs=mbs, gbs=mbs, seq_length=seq, recompute=recompute,
-                        precision=precision, layer_spec="local")
+                        precision=precision, layer_spec="local",
+                        recompute_layers=recompute_layers if recompute == "full" else None)
     cfg = RunConfig(model=model, plan=plan, train=TrainSpec(train_steps=1), num_gpus=1, data={},
                             precision_recipe=precision, prediction={}, shrink={}, artifacts="")
     compat = mcore_compat.install()
@@ -178,20 +182,28 @@ def measure(model_path: str, *, recompute: str, mbs: int, seq: int, precision: s
             measured, storages = saved_bytes(forward, list(net.parameters()))
         ps.destroy_model_parallel()
         torch.distributed.destroy_process_group()
+        # megatron-core sizes its per-layer aux-loss log by the first MoE model's layers (moe_utils.py
+        # save_to_aux_losses_tracker): the next model of this process starts a log of its own.
+        from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker
+        get_moe_layer_wise_logging_tracker().clear()
     finally:
         compat.uninstall()
     planned = memory.stage_memory(model, plan, 0).activations_bytes
-    return {"model": model.name, "recompute": recompute, "mbs": mbs, "seq": seq, "measured_bytes": measured,
-            "planned_bytes": planned, "ratio": planned / measured, "storages": storages}
+    return {"model": model.name, "recompute": recompute, "recompute_layers": plan.recompute_layers, "mbs": mbs,
+            "seq": seq, "measured_bytes": measured, "planned_bytes": planned, "ratio": planned / measured,
+            "storages": storages}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, nargs="+")
-    ap.add_argument("--recompute", choices=("none", "selective", "full"), default=["none"], nargs="+")
+    ap.add_argument("--recompute", choices=("none", "selective", "full", "block"), default=["none"], nargs="+",
+                    help="block: full recompute of the first --recompute-layers layers (--recompute-method block)")
     ap.add_argument("--mbs", type=int, default=2)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
+    ap.add_argument("--recompute-layers", type=int, default=1,
+                    help="layers of each model chunk block recompute recomputes (megatron --recompute-num-layers)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -199,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.model:
         for recompute in args.recompute:
             torch.manual_seed(0)
-            result = measure(model, recompute=recompute, mbs=args.mbs, seq=args.seq, precision=args.precision)
+            block = recompute == "block"
+            result = measure(model, recompute="full" if block else recompute, mbs=args.mbs, seq=args.seq,
+                             precision=args.precision, recompute_layers=args.recompute_layers if block else None)
+            result["recompute"] = recompute
             if args.json:
                 print(json.dumps(result), flush=True)
             else:

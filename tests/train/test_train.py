@@ -22,6 +22,8 @@ pytestmark = [needs_torch, pytest.mark.slow]
 TINY_GPT = str(REPO / "tests" / "data" / "tiny-gpt.yaml")
 TINY_LLAMA = str(REPO / "tests" / "data" / "tiny-llama.yaml")
 TINY_MOE = str(REPO / "tests" / "data" / "tiny-moe.yaml")  # 4 experts, top-2: megatron-core's MoE layer on a CPU
+TINY_MOE_DENSE_FIRST = str(REPO / "tests" / "data" / "tiny-moe-dense-first.yaml")  # tiny-moe, layer 0 of 3 dense
+TINY_MOE_INTERLEAVED = str(REPO / "tests" / "data" / "tiny-moe-interleaved.yaml")  # tiny-moe, layers 0, 2 of 4 dense
 TINY_ODD = str(REPO / "tests" / "data" / "tiny-odd.yaml")  # hidden 63: every framework pads its shards
 TINY_WINDOW = str(REPO / "tests" / "data" / "tiny-window.yaml")  # sliding window 16 on every other layer
 TINY_DEEPSEEK = str(REPO / "tests" / "data" / "tiny-deepseek.yaml")  # DeepSeek-V3's shape: MLA, dense first layer, MTP
@@ -395,8 +397,11 @@ def test_pp2_with_virtual_stages_never_batches_p2p():
 @pytest.fixture(scope="module")
 def activation_measurements() -> dict[tuple[str, str], dict]:
     """Every (model, recompute) pair measured in one process (the imports are most of a measurement's time)."""
+    # block: full recompute of each chunk's first layer only (a dense layer of tiny-moe-dense-first and of
+    # tiny-moe-interleaved, whose other layers keep everything): where the dense layers sit is priced exactly.
     out = subprocess.run([sys.executable, "-m", "genconf.train.activations", "--model", TINY_GPT, TINY_LLAMA, TINY_MOE,
-                          "--recompute", "none", "selective", "full", "--mbs", "2", "--seq", "64", "--json"],
+                          TINY_MOE_DENSE_FIRST, TINY_MOE_INTERLEAVED, "--recompute", "none", "selective", "full",
+                          "block", "--recompute-layers", "1", "--mbs", "2", "--seq", "64", "--json"],
                          capture_output=True, text=True, cwd=REPO, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     results = [json.loads(line) for line in out.stdout.strip().splitlines() if line.startswith("{")]
@@ -404,9 +409,12 @@ def activation_measurements() -> dict[tuple[str, str], dict]:
 
 
 @needs_megatron
-@pytest.mark.parametrize("model", ["tiny-gpt", "tiny-llama", "tiny-moe"])
-@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("model", ["tiny-gpt", "tiny-llama", "tiny-moe", "tiny-moe-dense-first",
+                                   "tiny-moe-interleaved"])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full", "block"])
 def test_activation_bytes_match_the_local_spec_estimate(activation_measurements, model, recompute):
+    # The MoE models with dense layers (first_k_dense_replace 1, moe_layer_interval 2) hold each dense layer at a
+    # dense layer's bytes: priced as MoE layers they were 8.5% / 13.7% over the measurement without recompute.
     result = activation_measurements[(model, recompute)]
     # The issue's bar is 10%; the term-by-term model lands within bytes of the measurement.
     assert abs(result["ratio"] - 1) < 0.10, result
