@@ -151,6 +151,15 @@ def _lora_targets(text: str | None, lora_rank: int) -> tuple[str, ...]:
     return targets
 
 
+def _own_node_size(cluster: str, gpu: str | None) -> int | None:
+    """The GPUs per node of `cluster` with `gpu` in it, as it comes; None where that GPU never comes in the cluster's
+    node (8 GB200s on dgx-h100): --gpus-per-node then gives the node, and only the GPU's own sizes are allowed."""
+    try:
+        return resolve_cluster_noted(cluster, gpu=gpu)[0].gpus_per_node
+    except GenconfError:
+        return None
+
+
 def plan_from_args(args: argparse.Namespace) -> Planned:
     """Resolve the model and cluster, search (or evaluate the pinned plan) and build the run dict."""
     from genconf.plan import planfile, rules
@@ -163,8 +172,7 @@ def plan_from_args(args: argparse.Namespace) -> Planned:
     cluster, cluster_note = resolve_cluster_noted(args.cluster, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
     # The cluster's own node counts too: a cluster file's 16-GPU node (where the refusal sends other nodes) with
     # --gpus-per-node 16, or 8 of it, was refused.
-    own = (resolve_cluster_noted(args.cluster, gpu=args.gpu)[0].gpus_per_node
-           if args.gpus_per_node and args.cluster else None)
+    own = _own_node_size(args.cluster, args.gpu) if args.gpus_per_node and args.cluster else None
     node = args.gpus_per_node and node_size_error(args.gpus_per_node, cluster.gpu, own)
     if node:
         raise GenconfError(node)

@@ -439,7 +439,10 @@ def test_gpus_per_node_that_no_node_of_the_gpu_has_is_refused(capsys, argv, need
 
 
 @pytest.mark.parametrize("argv", [["--gpus-per-node", "8"], ["--gpus-per-node", "2"],
-                                  ["--gpu", "h100-pcie", "--gpus-per-node", "2"]])
+                                  ["--gpu", "h100-pcie", "--gpus-per-node", "2"],
+                                  # a tray of 4 on a preset of 8-GPU nodes: --gpus-per-node gives the node (it was
+                                  # refused as "gb200 nodes hold 4 GPUs, not dgx-h100's 8")
+                                  ["--cluster", "dgx-h100", "--gpu", "gb200", "--gpus-per-node", "4"]])
 def test_gpus_per_node_of_a_node_or_part_of_one_plans(capsys, argv):
     assert main(["--model", "1b", "--gpus", "8", "--json", *argv]) == 0
     assert json.loads(capsys.readouterr().out)["cluster"]["gpus_per_node"] == int(argv[-1])
