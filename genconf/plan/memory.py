@@ -29,8 +29,8 @@ from genconf.plan.counting import (
 )
 from genconf.plan.kernels import sdpa_fused_supported, te_fused_attention
 from genconf.plan.pipeline import (bf16_layers_on_rank, chunk_layers, chunk_mlp_patterns, chunk_patterns,
-                                   dense_layer_mix, dense_layers_on_rank, hybrid_kinds_on_rank, inflight_chunks,
-                                   placement, stage_layers)
+                                   dense_layer_mix, dense_layers_on_rank, hybrid_kinds_on_rank, hybrid_layer_mix,
+                                   inflight_chunks, placement, stage_layers)
 from genconf.plan.specs import HYBRID_LAYER_KINDS, ClusterSpec, ModelSpec, ParallelPlan
 
 GIB = 2**30
@@ -834,7 +834,7 @@ def layer_activation_terms(model: ModelSpec, plan: ParallelPlan, *, recompute: s
     """
     recompute = plan.recompute if recompute is None else recompute
     if model.is_hybrid and not kind:
-        # The mean of its layers: a rank's layers are priced as that many of it (exact without pipelining).
+        # The mean of its layers (stage_memory prices each rank's own kinds: pipeline.hybrid_layer_mix).
         return [(f"{HYBRID_LAYER_KINDS[k]} layers: {name}", b * model.layers_of_kind(k) / model.num_layers)
                 for k in HYBRID_LAYER_KINDS if model.layers_of_kind(k)
                 for name, b in layer_activation_terms(model, plan, recompute=recompute, kind=k)]
@@ -1006,9 +1006,10 @@ def _local_attention_terms(model: ModelSpec, d: _Dims, recompute: str, fused: bo
 
 
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: str | None = None,
-                           bf16: bool = False, dense: bool = False) -> float:
+                           bf16: bool = False, dense: bool = False, kind: str = "") -> float:
     """One layer's saved activations; bf16: the layer is one of the plan's BF16 end layers (no quantized copies);
-    dense: one of an MoE model's dense layers (counting.dense_layer_model), its MoE layer otherwise."""
+    dense: one of an MoE model's dense layers (counting.dense_layer_model), its MoE layer otherwise; kind: one of a
+    hybrid model's layers (specs.HYBRID_LAYER_KINDS), its mean layer when not given."""
     recompute = plan.recompute if recompute is None else recompute
     if dense:
         model = _dense_view(model)
@@ -1017,7 +1018,7 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, *, recompute: s
                                    precision, recipe, plan.layer_spec, recompute, plan.fused_kernels,
                                    plan.framework, plan.zero_stage if plan.framework == "fsdp" else 0,
                                    plan.recompute_modules if recompute == "selective" else (),
-                                   plan.attention_kernel)  # one cache entry per layout
+                                   plan.attention_kernel, kind)  # one cache entry per layout
 
 
 @functools.lru_cache(maxsize=256)
@@ -1030,14 +1031,14 @@ def _dense_view(model: ModelSpec) -> ModelSpec:
 def _layer_activation_bytes(model: ModelSpec, mbs: int, seq: int, cp: int, tp: int, sp: bool, precision: str,
                             recipe: str | None, layer_spec: str, recompute: str, fused: bool = False,
                             framework: str = "megatron", zero_stage: int = 0, modules: tuple[str, ...] = (),
-                            attention_kernel: str = "auto") -> float:
+                            attention_kernel: str = "auto", kind: str = "") -> float:
     plan = ParallelPlan(framework=framework, zero_stage=zero_stage, tp=tp, cp=cp, mbs=mbs, gbs=mbs, seq_length=seq,
                         sequence_parallel=sp,
                         precision=precision, fp8_recipe=recipe if precision == "fp8" else None,
                         layer_spec=layer_spec, recompute=recompute, fused_kernels=fused,
                         recompute_modules=modules if recompute == "selective" else (),
                         attention_kernel=attention_kernel)
-    return sum(b for _, b in layer_activation_terms(model, plan, recompute=recompute))
+    return sum(b for _, b in layer_activation_terms(model, plan, recompute=recompute, kind=kind))
 
 
 def korthikanti_layer_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
@@ -1192,12 +1193,13 @@ class _PlanTerms:
         self._extras: _Extras | None = None
         self.states_key: tuple | None = None
 
-    def layer_bytes(self, recompute: str | None = None, bf16: bool = False, dense: bool = False) -> float:
-        """layer_activation_bytes(model, plan, recompute=recompute, bf16=bf16, dense=dense)."""
-        key = (recompute, bf16, dense)
+    def layer_bytes(self, recompute: str | None = None, bf16: bool = False, dense: bool = False,
+                    kind: str = "") -> float:
+        """layer_activation_bytes(model, plan, recompute=recompute, bf16=bf16, dense=dense, kind=kind)."""
+        key = (recompute, bf16, dense, kind)
         if key not in self._layer_bytes:
             self._layer_bytes[key] = layer_activation_bytes(self.model, self.plan, recompute=recompute, bf16=bf16,
-                                                            dense=dense)
+                                                            dense=dense, kind=kind)
         return self._layer_bytes[key]
 
     def extras(self) -> _Extras:
@@ -1234,7 +1236,7 @@ def step_transient_bytes(model: ModelSpec, plan: ParallelPlan, stage: int) -> in
 
 def offload_bytes_per_layer(model: ModelSpec, plan: ParallelPlan) -> float:
     """Activation bytes one layer keeps per micro-batch, which activation offload moves to the host and back (an MoE
-    model's MoE layer; offloaded_activation_bytes counts its dense layers as such)."""
+    model's MoE layer, a hybrid model's mean layer; offloaded_activation_bytes counts each layer at its own kind)."""
     return layer_activation_bytes(model, plan, recompute="none" if plan.recompute == "full" else None)
 
 
@@ -1243,9 +1245,15 @@ def offloaded_activation_bytes(model: ModelSpec, plan: ParallelPlan, layers: int
     """Activation bytes per micro-batch of the first `layers` decoder layers (the plan's offload_activation_layers
     where not given), which activation offload moves to the host and back: TE's CPU offload takes the first layers
     of the forward (transformer_engine/pytorch/cpu_offload.py: groups below num_offload_group), an MoE model's dense
-    layers among them at a dense layer's bytes."""
+    layers among them at a dense layer's bytes, a hybrid model's layers at their own kind's."""
     layers = plan.offload_activation_layers if layers is None else layers
     recompute = "none" if plan.recompute == "full" else None
+    if model.is_hybrid:
+        # A hybrid model's first layers, each at its own kind's bytes (the kinds of hybrid_pattern's first symbols).
+        head = model.hybrid_pattern[:max(0, layers)]
+        return sum(head.count(k) * (terms.layer_bytes(recompute, kind=k) if terms is not None
+                                    else layer_activation_bytes(model, plan, recompute=recompute, kind=k))
+                   for k in HYBRID_LAYER_KINDS if k in head)
     per_layer = (terms.layer_bytes(recompute) if terms is not None
                  else layer_activation_bytes(model, plan, recompute=recompute))
     offloaded = layers * per_layer
@@ -1282,6 +1290,27 @@ def _dense_layers_delta(plan: ParallelPlan, terms: _PlanTerms, mix: tuple[int, i
     return delta
 
 
+def _hybrid_layers_bytes(plan: ParallelPlan, terms: _PlanTerms,
+                         mix: tuple[tuple[str, int, int, int], ...]) -> tuple[float, float | None]:
+    """(activation bytes of a hybrid model's rank over all of its chunks, one micro-batch each; the largest layer
+    full recompute rebuilds on it, None without full recompute) from its layer kinds (pipeline.hybrid_layer_mix):
+    each layer at its own kind's bytes, full recompute's recomputed layers at their input, block recompute's other
+    layers whole, BF16 end layers in BF16 at their own kind's bytes."""
+    total, recomputed_layer = 0.0, None
+    full = plan.recompute == "full"
+    for kind, layers, recomputed, bf16 in mix:
+        if full:
+            total += recomputed * terms.layer_bytes(kind=kind) + (layers - recomputed) * terms.layer_bytes("none",
+                                                                                                        kind=kind)
+            if recomputed:
+                recomputed_layer = max(recomputed_layer or 0.0, terms.layer_bytes("none", kind=kind))
+            continue
+        total += layers * terms.layer_bytes(kind=kind)
+        if bf16 and plan.quant_recipe:
+            total += bf16 * (terms.layer_bytes(bf16=True, kind=kind) - terms.layer_bytes(kind=kind))
+    return total, recomputed_layer
+
+
 def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_layout: bool = False,
                  capacity_bytes: int | None = None, terms: _PlanTerms | None = None) -> StageMemory:
     """One pipeline stage's memory per GPU. fp8_any_layout: the GPU's FP8 GEMMs take either operand layout
@@ -1303,18 +1332,26 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, stage: int, *, fp8_any_la
     # Each in-flight chunk holds layers/vp layers; Korthikanti 2022 eq. 5 for the first stage.
     per_chunk_layers = layers / plan.vp
     per_layer = terms.per_layer
-    if plan.recompute == "full" and plan.recompute_layers is not None:
+    recomputed_layer = None
+    kinds_mix = hybrid_layer_mix(model, plan, stage) if model.is_hybrid else ()
+    if kinds_mix:
+        # A hybrid model's rank holds its own mix of Mamba, attention, MLP and MoE layers, not the model's mean
+        # layer: each kind at its own bytes (pipeline.hybrid_layer_mix, exact per chunk). With interleaving the
+        # rank's mix is averaged over its in-flight chunks, as the BF16 end layers are (exact without it; megatron's
+        # MambaStack does not interleave).
+        rank_bytes, recomputed_layer = _hybrid_layers_bytes(plan, terms, kinds_mix)
+        per_chunk = rank_bytes / plan.vp
+    elif plan.recompute == "full" and plan.recompute_layers is not None:
         # Block recompute: the first recompute_layers layers of each chunk keep only their input.
         kept = max(0.0, per_chunk_layers - plan.recompute_layers)
         per_chunk = (per_chunk_layers - kept) * per_layer + kept * terms.layer_bytes("none")
     else:
         per_chunk = per_chunk_layers * per_layer
-    bf16_layers = bf16_layers_on_rank(model.num_layers, plan, stage)
+    bf16_layers = 0 if kinds_mix else bf16_layers_on_rank(model.num_layers, plan, stage)
     if bf16_layers and plan.recompute != "full":
         # The BF16 end layers save their GEMM inputs in BF16, not as quantized copies: spread over the rank's
         # chunks (exact without interleaving; the first and last chunks hold them).
         per_chunk += bf16_layers / plan.vp * (terms.layer_bytes(bf16=True) - per_layer)
-    recomputed_layer = None
     if mix[0]:
         # An MoE model's dense layers (first_k_dense_replace, moe_layer_interval) hold a dense layer's activations,
         # not the MoE layer's priced above. Where they sit is exact per chunk (pipeline.dense_layer_mix); with

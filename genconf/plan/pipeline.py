@@ -357,6 +357,37 @@ def hybrid_kinds_on_rank(model: ModelSpec, plan: ParallelPlan, stage: int) -> tu
     return tuple((k, held.count(k)) for k in HYBRID_LAYER_KINDS if held.count(k))
 
 
+def hybrid_layer_mix(model: ModelSpec, plan: ParallelPlan, stage: int,
+                     recompute_layers: int | None = None) -> tuple[tuple[str, int, int, int], ...]:
+    """Where a hybrid model's layer kinds sit among rank `stage`'s layers, for pricing their activations per kind:
+    (symbol, layers, layers among the recomputed ones, layers among the BF16 end layers) for each kind the rank
+    holds, in HYBRID_LAYER_KINDS order. The recomputed ones are the first `recompute_layers` of each model chunk
+    (megatron block recompute; the plan's own under full recompute where not given), every layer without block
+    recompute (as dense_layer_mix). () for a transformer."""
+    if not model.is_hybrid:
+        return ()
+    if recompute_layers is None and plan.recompute == "full":
+        recompute_layers = plan.recompute_layers
+    return _hybrid_layer_mix(model.hybrid_pattern, placement(plan), stage, model.num_layers if recompute_layers is None
+                             else recompute_layers, plan.bf16_edge_layers)
+
+
+@functools.lru_cache(maxsize=16384)
+def _hybrid_layer_mix(pattern: str, where: tuple, stage: int, recomputed: int,
+                      edges: tuple[int, int]) -> tuple[tuple[str, int, int, int], ...]:
+    """hybrid_layer_mix of the plan's placement (`where`), `recomputed` layers at the start of each chunk."""
+    first, last = edges
+    num_layers = len(pattern)
+    tail = max(first, num_layers - last)
+    held = recomputed_held = bf16_held = ""
+    for start, end in _chunk_ranges(num_layers, where, stage):
+        held += pattern[start:end]
+        recomputed_held += pattern[start:min(end, start + recomputed)]
+        bf16_held += pattern[start:min(first, end)] + pattern[max(tail, start):end]
+    return tuple((k, held.count(k), recomputed_held.count(k), bf16_held.count(k))
+                 for k in HYBRID_LAYER_KINDS if k in held)
+
+
 def inflight_chunks(plan: ParallelPlan, stage: int) -> int:
     """Model-chunk forward passes whose activations stage `stage` holds at its peak.
 
