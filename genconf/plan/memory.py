@@ -1428,12 +1428,12 @@ def step_segment_bytes(plan: ParallelPlan, step_transient: float, freed_before_s
 def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> MemoryEstimate:
     """Memory of the pipeline stages that can hold the peak: stage 0 (most micro-batches in flight, the
     embedding), the last (the loss) and, when the ends hold fewer layers than the middle, stage 1; for an MoE
-    model with dense layers, the first rank of each mix of layers (_mix_stages_to_check)."""
+    model with dense layers or a hybrid model, the first rank of each mix of layers (_mix_stages_to_check)."""
     if plan.pp_layout is not None:
         stages = _layout_stages_to_check(stage_layers(model.num_layers, plan))
     else:
         stages = _stages_to_check(plan.pp, plan.uneven_pipeline)
-    if plan.pp > 1 and model.is_moe and not model.is_hybrid and model.dense_layers:
+    if plan.pp > 1 and (model.is_hybrid or model.is_moe and model.dense_layers):
         stages = _mix_stages_to_check(model, plan, stages)
     any_layout = cluster.gpu.fp8_gemm_any_layout
     capacity = int(cluster.gpu.hbm_gib * GIB)
@@ -1443,13 +1443,16 @@ def estimate(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> Memo
 
 
 def _mix_stages_to_check(model: ModelSpec, plan: ParallelPlan, stages: tuple[int, ...]) -> tuple[int, ...]:
-    """`stages` and the first rank of each (layers, dense layer mix) a (non-hybrid) MoE model's pipeline ranks hold:
-    a rank's dense layers hold other activations and parameters than its MoE layers (DeepSeek-V3's dense first layers
-    make stage 0 lighter than stage 1), and a later rank of the same mix holds no more micro-batches in flight."""
+    """`stages` and the first rank of each (layers, layer mix) the pipeline ranks hold, a (non-hybrid) MoE model's
+    dense layer mix or a hybrid model's kinds: a rank's dense layers hold other activations and parameters than its
+    MoE layers (DeepSeek-V3's dense first layers make stage 0 lighter than stage 1), a hybrid rank's Mamba, attention
+    and MLP layers others than the model's mean layer; a later rank of the same mix holds no more micro-batches in
+    flight."""
     counts = stage_layers(model.num_layers, plan)
+    mix = hybrid_layer_mix if model.is_hybrid else dense_layer_mix
     out, seen = set(stages), set()
     for i, n in enumerate(counts):
-        key = (n, dense_layer_mix(model, plan, i))
+        key = (n, mix(model, plan, i))
         if key not in seen:
             seen.add(key)
             out.add(i)

@@ -1,13 +1,15 @@
 """A hybrid Mamba model's pipeline rank holds its own mix of Mamba-2, attention, MLP and MoE layers
-(ModelSpec.hybrid_pattern): stage_memory prices each rank's activations by its own kinds, not the model's mean layer.
-The expected figures here are summed layer by layer from the pattern (independently of pipeline.hybrid_layer_mix).
-No measured case: megatron-core's MambaMixer needs mamba_ssm's Triton kernels and Transformer Engine (its
-mamba_stack_spec), which the CPU measurement harness (genconf/train/activations.py) has not got."""
+(ModelSpec.hybrid_pattern): stage_memory prices each rank's activations by its own kinds, not the model's mean layer,
+and estimate() prices every rank whose mix could hold the peak. The expected figures here are summed layer by layer
+from the pattern (independently of pipeline.hybrid_layer_mix). No measured case: megatron-core's MambaMixer needs
+mamba_ssm's Triton kernels and Transformer Engine (its mamba_stack_spec), which the CPU measurement harness
+(genconf/train/activations.py) has not got."""
 
 from __future__ import annotations
 
 import pytest
 
+from genconf.catalog.clusters import resolve_cluster
 from genconf.catalog.models import resolve_model
 from genconf.plan import memory as mem
 from genconf.plan import pipeline
@@ -109,3 +111,34 @@ def test_bf16_end_layers_are_priced_at_their_own_kind():
         expected = (sum(per_kind[k] for k in layers) + bf16 - per_kind[edge]) * mem.inflight_chunks(plan, stage)
         got = mem.stage_memory(model, plan, stage).activations_bytes - _extras_saved(model, plan, stage)
         assert got == pytest.approx(expected, abs=2)
+
+
+@pytest.mark.parametrize("name, pp, first", [("nemotron-h-8b", 4, None), ("nemotron-3-nano", 4, None),
+                                             ("nemotron-h-8b", 13, None), ("nemotron-3-nano", 6, 2),
+                                             ("nemotron-h-56b", 2, None), ("nemotron-3-super", 8, None)])
+def test_estimate_prices_the_heaviest_rank(name, pp, first):
+    """estimate()'s peak is the brute-force max over every pipeline rank (each distinct layer mix's first rank is
+    priced; a later rank of the same mix holds fewer micro-batches in flight)."""
+    model = _model(name)
+    plan = _plan(tp=1, pp=pp, dp=8 // pp if pp < 8 else 1, gbs=8 * pp, pp_first_stage_layers=first)
+    cluster = resolve_cluster("dgx-h100")
+    est = mem.estimate(model, plan, cluster)
+    capacity = int(cluster.gpu.hbm_gib * 2**30)
+    brute = max(mem.stage_memory(model, plan, s, fp8_any_layout=cluster.gpu.fp8_gemm_any_layout,
+                                 capacity_bytes=capacity).total_bytes for s in range(plan.pp))
+    assert est.peak.total_bytes == brute
+
+
+def test_a_middle_rank_can_hold_the_peak():
+    """nemotron-h-8b, pp 8 with 3 layers on the first rank (M-M) and 7 on each other: rank 1 holds -M-M*-M (one
+    attention layer), rank 2 -M-M-M- (an MLP layer in its place, heavier here) with one micro-batch fewer in
+    flight, and is the heavier; stage 0, stage 1 and the last alone would miss it (the mean layer made them equal)."""
+    model = _model("nemotron-h-8b")
+    plan = _plan(tp=1, pp=8, dp=8, gbs=128, seq_length=4096, pp_first_stage_layers=3)
+    assert "".join(_rank_layers(model, plan, 1)) == "-M-M*-M" and "".join(_rank_layers(model, plan, 2)) == "-M-M-M-"
+    cluster = resolve_cluster("dgx-h100")
+    est = mem.estimate(model, plan, cluster)
+    totals = [mem.stage_memory(model, plan, s, capacity_bytes=est.capacity_bytes).total_bytes for s in range(plan.pp)]
+    heaviest = max(range(plan.pp), key=totals.__getitem__)
+    assert heaviest == 2 and est.peak.stage == 2 and est.peak.total_bytes == totals[2]
+    assert 2 not in mem._stages_to_check(plan.pp, plan.uneven_pipeline)
