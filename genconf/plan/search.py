@@ -686,6 +686,17 @@ def _block_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) 
             if (dense * dense_saving + moe * saving) / plan.vp >= excess * 1.05:
                 break
             k += 1
+    elif model.is_hybrid:
+        # A hybrid model's layers among each chunk's first k free their own kind's bytes (as stage_memory prices
+        # them, pipeline.hybrid_layer_mix): recompute more layers while they free less than the excess.
+        freed = {kind: (mem.layer_activation_bytes(model, plan, recompute="none", kind=kind)
+                        - mem.layer_activation_bytes(model, plan, recompute="full", kind=kind)) * chunks
+                 for kind, *_ in mem.hybrid_layer_mix(model, plan, stage)}
+        while 0 < k < per_chunk:
+            mix = mem.hybrid_layer_mix(model, plan, stage, recompute_layers=k)
+            if sum(recomputed * freed[kind] for kind, _, recomputed, _ in mix) / plan.vp >= excess * 1.05:
+                break
+            k += 1
     return plan.replace(recompute="full", recompute_layers=k) if 0 < k < per_chunk else None
 
 
@@ -697,7 +708,8 @@ def _activation_offload(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimat
         return None
     need = (excess + 2 * per_layer) * 1.05
     k = math.ceil(need / per_layer)
-    # An MoE model's dense layers among the first k offload a dense layer's bytes: offload more while short.
+    # An MoE model's dense layers among the first k offload a dense layer's bytes, a hybrid model's layers their own
+    # kind's: offload more while short.
     while 0 < k < model.num_layers and mem.offloaded_activation_bytes(model, plan, k) < need:
         k += 1
     return plan.replace(offload_activation_layers=k) if 0 < k < model.num_layers else None
@@ -766,6 +778,11 @@ def _core_too_big(model: ModelSpec, cluster: ClusterSpec, pins: Pins, seq: int, 
         memo[core] = False  # an invalid split: let the rules say why
         return False
     floor = peak.total_bytes
+    if model.is_hybrid and plan.recompute == "full":
+        # MambaStack has no full recompute: the variants that run (selective or none) rebuild no whole layer in the
+        # backward, and each of their layers keeps at least its input norm's input (the full-recompute layer's
+        # bytes). The largest recomputed kind on the rank (stage_memory) is no floor for them: leave it out.
+        floor -= dict(peak.other).get("recomputed layer during backward", 0)
     if plan.framework == "megatron" and pins.precision_aware_optimizer is None and plan.zero_stage >= 1 and \
             plan.remainders_possible:
         floor -= peak.optimizer_bytes / 6 + step_transient_bytes_or_zero(model, plan, peak.stage)

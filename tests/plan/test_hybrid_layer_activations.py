@@ -7,6 +7,8 @@ mamba_ssm's Triton kernels and Transformer Engine (its mamba_stack_spec), which 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from genconf.catalog.clusters import resolve_cluster
@@ -142,3 +144,55 @@ def test_a_middle_rank_can_hold_the_peak():
     heaviest = max(range(plan.pp), key=totals.__getitem__)
     assert heaviest == 2 and est.peak.stage == 2 and est.peak.total_bytes == totals[2]
     assert 2 not in mem._stages_to_check(plan.pp, plan.uneven_pipeline)
+
+
+def test_block_recompute_saver_sizes_k_by_the_kinds_it_recomputes():
+    """The saver ladder's block recompute (search._block_recompute) recomputes the fewest layers of each chunk whose
+    own kinds free the excess (x 1.05): counted here layer by layer on the peak rank."""
+    from genconf.plan import search
+
+    model = _model("nemotron-h-8b")
+    plan = _plan(tp=1, pp=8, dp=8, gbs=128, seq_length=4096, pp_first_stage_layers=3)
+    est = mem.estimate(model, plan, resolve_cluster("dgx-h100"))
+    stage = est.peak.stage
+    inflight = mem.inflight_chunks(plan, stage)
+    layers = _rank_layers(model, plan, stage)
+    freed = {k: (mem.layer_activation_bytes(model, plan, kind=k, recompute="none")
+                 - mem.layer_activation_bytes(model, plan, kind=k, recompute="full")) * inflight for k in set(layers)}
+    for excess_layers in (1.5, 3.2):
+        excess = excess_layers * max(freed.values())
+        capacity = int((est.peak.total_bytes - excess) / (1 - mem.HEADROOM_FRACTION)) + 1
+        tight = mem.MemoryEstimate(stages=est.stages, capacity_bytes=capacity)
+        k = search._block_recompute(model, plan, tight).recompute_layers
+        need = (tight.peak.total_bytes - tight.usable_bytes) * 1.05
+        assert sum(freed[x] for x in layers[:k]) >= need > sum(freed[x] for x in layers[:k - 1])
+
+
+@pytest.mark.parametrize("pp, split", [(4, ()), (8, (("pp_first_stage_layers", 3),))])
+def test_the_core_floor_stays_below_the_runnable_plans_of_a_hybrid_model(pp, split):
+    """search._core_too_big prunes a layout whose leanest plan (full recompute) does not fit; MambaStack runs
+    selective or no recompute, which rebuild no whole layer: the largest recomputed kind on the rank is left out of
+    the floor, which stays below the runnable selective plan's peak (a layout where that plan fits is kept). A
+    1,024-token vocabulary keeps the loss's buffers below the recomputed layer."""
+    from genconf.plan import search
+
+    model = dataclasses.replace(_model("nemotron-h-8b"), vocab_size=1024)
+    cluster = resolve_cluster("dgx-h100")
+    pins = search.Pins()
+    layout = search._Layout(framework="megatron", tp=1, cp=1, pp=pp, dp=8, ep=1, vp=1, split=split, zero=1,
+                            shard_group=None)
+    plan = search._lean_plan(model, layout, pins, 4096)
+    assert plan.recompute == "full"
+    lean = mem.estimate(model, plan, cluster).peak
+    transient = dict(lean.other)["recomputed layer during backward"]
+    assert transient == int(max(mem.layer_activation_bytes(model, plan, kind=k, recompute="none")
+                                for k in set(_rank_layers(model, plan, lean.stage))))
+    runnable = search._lean_plan(model, layout, pins, 4096, runnable=True)
+    assert runnable.recompute == "selective"
+    fits_at = mem.estimate(model, runnable, cluster).peak.total_bytes
+    assert not search._core_too_big(model, cluster, pins, 4096, layout, fits_at, {})
+    # The floor: the lean peak less the recomputed layer, the precision-aware optimizer's saving and the step's fp32
+    # gradients (the savers the search may still add).
+    floor = lean.total_bytes - transient - lean.optimizer_bytes / 6 - mem.step_transient_bytes(model, plan, lean.stage)
+    assert not search._core_too_big(model, cluster, pins, 4096, layout, floor, {})
+    assert search._core_too_big(model, cluster, pins, 4096, layout, floor - 2**20, {})
