@@ -30,7 +30,7 @@ from genconf.plan.counting import (
 from genconf.plan.kernels import sdpa_fused_supported, te_fused_attention
 from genconf.plan.pipeline import (bf16_layers_on_rank, chunk_layers, chunk_mlp_patterns, chunk_patterns,
                                    dense_layer_mix, dense_layers_on_rank, hybrid_kinds_on_rank, hybrid_layer_mix,
-                                   inflight_chunks, placement, stage_layers)
+                                   hybrid_mix_first_ranks, inflight_chunks, placement, stage_layers)
 from genconf.plan.specs import HYBRID_LAYER_KINDS, ClusterSpec, ModelSpec, ParallelPlan
 
 GIB = 2**30
@@ -1448,11 +1448,12 @@ def _mix_stages_to_check(model: ModelSpec, plan: ParallelPlan, stages: tuple[int
     MoE layers (DeepSeek-V3's dense first layers make stage 0 lighter than stage 1), a hybrid rank's Mamba, attention
     and MLP layers others than the model's mean layer; a later rank of the same mix holds no more micro-batches in
     flight."""
+    if model.is_hybrid:
+        return tuple(sorted(set(stages).union(hybrid_mix_first_ranks(model, plan))))
     counts = stage_layers(model.num_layers, plan)
-    mix = hybrid_layer_mix if model.is_hybrid else dense_layer_mix
     out, seen = set(stages), set()
     for i, n in enumerate(counts):
-        key = (n, mix(model, plan, i))
+        key = (n, dense_layer_mix(model, plan, i))
         if key not in seen:
             seen.add(key)
             out.add(i)

@@ -388,6 +388,26 @@ def _hybrid_layer_mix(pattern: str, where: tuple, stage: int, recomputed: int,
                  for k in HYBRID_LAYER_KINDS if k in held)
 
 
+def hybrid_mix_first_ranks(model: ModelSpec, plan: ParallelPlan) -> tuple[int, ...]:
+    """The first pipeline rank of each (layers, hybrid_layer_mix) a hybrid model's ranks hold, found once a placement
+    (estimate() asks for every plan the search prices)."""
+    recompute_layers = plan.recompute_layers if plan.recompute == "full" else None
+    return _hybrid_mix_first_ranks(model.hybrid_pattern, placement(plan), model.num_layers if recompute_layers is None
+                                   else recompute_layers, plan.bf16_edge_layers)
+
+
+@functools.lru_cache(maxsize=4096)
+def _hybrid_mix_first_ranks(pattern: str, where: tuple, recomputed: int, edges: tuple[int, int]) -> tuple[int, ...]:
+    """hybrid_mix_first_ranks of the plan's placement (`where`)."""
+    firsts, seen = [], set()
+    for stage, layers in enumerate(_stage_layers(len(pattern), where)):
+        key = (layers, _hybrid_layer_mix(pattern, where, stage, recomputed, edges))
+        if key not in seen:
+            seen.add(key)
+            firsts.append(stage)
+    return tuple(firsts)
+
+
 def inflight_chunks(plan: ParallelPlan, stage: int) -> int:
     """Model-chunk forward passes whose activations stage `stage` holds at its peak.
 
