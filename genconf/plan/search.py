@@ -622,9 +622,13 @@ def _savers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, pins: Pi
         # megatron-core's module recompute, cheapest first (the modules NVIDIA's MoE recipes list, Megatron-Bridge:
         # DeepSeek-V3 mla_up_proj, GPT-OSS layernorm + moe_act; then the dense MLP).
         ladder += [functools.partial(_module_recompute, module=m) for m in model.extra_recompute_modules]
-    if current.recompute == "none" and pins.recompute is None and pins.recompute_layers is None:
+    # A hybrid Mamba model gets neither block recompute nor activation offload: megatron-core's MambaStack has no full
+    # recompute and genconf plans no offload for it (rules.hybrid_conflict), so the variant would only be refused.
+    if current.recompute == "none" and pins.recompute is None and pins.recompute_layers is None \
+            and not model.is_hybrid:
         ladder.append(_block_recompute)
-    if current.pp == 1 and current.layer_spec == "te" and pins.offload_activation_layers is None and current.recompute == "none":
+    if current.pp == 1 and current.layer_spec == "te" and pins.offload_activation_layers is None \
+            and current.recompute == "none" and not model.is_hybrid:
         ladder.append(_activation_offload)
     est = estimate
     for step in ladder:
@@ -684,17 +688,6 @@ def _block_recompute(model: ModelSpec, plan: ParallelPlan, est: MemoryEstimate) 
         while 0 < k < per_chunk:
             _, dense, moe, _ = mem.dense_layer_mix(model, plan, stage, recompute_layers=k)
             if (dense * dense_saving + moe * saving) / plan.vp >= excess * 1.05:
-                break
-            k += 1
-    elif model.is_hybrid:
-        # A hybrid model's layers among each chunk's first k free their own kind's bytes (as stage_memory prices
-        # them, pipeline.hybrid_layer_mix): recompute more layers while they free less than the excess.
-        freed = {kind: (mem.layer_activation_bytes(model, plan, recompute="none", kind=kind)
-                        - mem.layer_activation_bytes(model, plan, recompute="full", kind=kind)) * chunks
-                 for kind, *_ in mem.hybrid_layer_mix(model, plan, stage)}
-        while 0 < k < per_chunk:
-            mix = mem.hybrid_layer_mix(model, plan, stage, recompute_layers=k)
-            if sum(recomputed * freed[kind] for kind, _, recomputed, _ in mix) / plan.vp >= excess * 1.05:
                 break
             k += 1
     return plan.replace(recompute="full", recompute_layers=k) if 0 < k < per_chunk else None

@@ -146,26 +146,19 @@ def test_a_middle_rank_can_hold_the_peak():
     assert 2 not in mem._stages_to_check(plan.pp, plan.uneven_pipeline)
 
 
-def test_block_recompute_saver_sizes_k_by_the_kinds_it_recomputes():
-    """The saver ladder's block recompute (search._block_recompute) recomputes the fewest layers of each chunk whose
-    own kinds free the excess (x 1.05): counted here layer by layer on the peak rank."""
-    from genconf.plan import search
+def test_the_savers_offer_a_hybrid_plan_neither_full_recompute_nor_offload():
+    """megatron-core's MambaStack has no full recompute and genconf plans no activation offload for a hybrid model
+    (rules.hybrid_conflict): the saver ladder (search._savers) offers neither. Nemotron-H 8B at tp 2 on H100s, 84 GiB
+    without recompute: the ladder returned block recompute of 50 layers, which the rules then refused."""
+    from genconf.plan import rules, search
 
-    model = _model("nemotron-h-8b")
-    plan = _plan(tp=1, pp=8, dp=8, gbs=128, seq_length=4096, pp_first_stage_layers=3)
-    est = mem.estimate(model, plan, resolve_cluster("dgx-h100"))
-    stage = est.peak.stage
-    inflight = mem.inflight_chunks(plan, stage)
-    layers = _rank_layers(model, plan, stage)
-    freed = {k: (mem.layer_activation_bytes(model, plan, kind=k, recompute="none")
-                 - mem.layer_activation_bytes(model, plan, kind=k, recompute="full")) * inflight for k in set(layers)}
-    for excess_layers in (1.5, 3.2):
-        excess = excess_layers * max(freed.values())
-        capacity = int((est.peak.total_bytes - excess) / (1 - mem.HEADROOM_FRACTION)) + 1
-        tight = mem.MemoryEstimate(stages=est.stages, capacity_bytes=capacity)
-        k = search._block_recompute(model, plan, tight).recompute_layers
-        need = (tight.peak.total_bytes - tight.usable_bytes) * 1.05
-        assert sum(freed[x] for x in layers[:k]) >= need > sum(freed[x] for x in layers[:k - 1])
+    model, cluster = _model("nemotron-h-8b"), resolve_cluster("dgx-h100")
+    plan = _plan(tp=2, pp=1, dp=4, gbs=64, seq_length=4096)
+    est = mem.estimate(model, plan, cluster)
+    assert not est.fits
+    block = search._block_recompute(model, plan, est)
+    assert block is not None and rules.hybrid_conflict(model, block).startswith("megatron-core's MambaStack has no full")
+    assert search._savers(model, cluster, plan, search.Pins(), est) == []
 
 
 @pytest.mark.parametrize("pp, split", [(4, ()), (8, (("pp_first_stage_layers", 3),))])
